@@ -1,0 +1,27 @@
+# Two commands set everything up on a fresh machine: `make run` (the main job) and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+
+.PHONY: run test install install-test clean-dumps
+
+$(BIN)/python:
+	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "mtp_tvm needs Python >= 3.11")'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+install: $(BIN)/python
+	$(BIN)/python -m pip install -q -e .
+
+install-test: $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[test]'
+
+# Build the MTP tail for the FLASH preset on LLVM, dump the IR after every pass, run it, golden-check it.
+run: install
+	$(BIN)/mtp-tvm check --case tail --target llvm --preset flash --frontend tir --dump-passes
+
+test: install-test
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+clean-dumps:
+	find dumps -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} +

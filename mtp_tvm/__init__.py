@@ -1,0 +1,12 @@
+"""mtp_tvm: the DeepSeek-V4 MTP decode tail (W8A8 projection -> shared-head norm -> LM-head logits) compiled
+with Apache TVM, dumped pass by pass, and golden-checked against torch.
+
+API: ``check(...)`` -> ``CheckResult``; ``compile(...)`` -> ``CompiledCase`` with ``input_specs``,
+``output_specs`` and ``run(inputs) -> outputs``.
+"""
+
+from .check import CheckResult, check
+from .compiler import CompiledCase, compile
+from .errors import BuildError, MtpError, UsageError
+
+__all__ = ["check", "CheckResult", "compile", "CompiledCase", "MtpError", "UsageError", "BuildError"]

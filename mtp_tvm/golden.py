@@ -1,0 +1,66 @@
+"""Torch golden references, step for step as the reference project computes them (spec §1.7, §2.1, §2.2).
+
+torch is the reference only: nothing here runs through TVM. Every function takes token-major ``[T, D]``
+tensors (row t = b*S + s), which is the reference's ``[B, S, D]`` flattened.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .config import INT8_AMAX_EPS, INT8_SCALE_MAX, K_CHUNK
+
+
+def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    """FP32 RMSNorm whose sum of squares is accumulated per 128-wide chunk, in chunk order (spec §1.7 step 1)."""
+    xf = x.float()
+    d = xf.shape[-1]
+    sq = torch.zeros(xf.shape[0], 1, dtype=torch.float32)
+    for k0 in range(0, d, K_CHUNK):
+        chunk = xf[:, k0:k0 + K_CHUNK]
+        sq = sq + (chunk * chunk).sum(dim=-1, keepdim=True)
+    inv = torch.rsqrt(sq * (1.0 / d) + eps)
+    return xf * inv * w.float()
+
+
+def quantize_rows(z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token symmetric INT8 quantisation; returns (q int8, dequant scale [T,1] FP32) (spec §1.7 step 3)."""
+    amax = z.abs().amax(dim=-1, keepdim=True).clamp_min(INT8_AMAX_EPS)
+    scale_q = INT8_SCALE_MAX / amax
+    q = torch.round(z * scale_q).to(torch.int32).to(torch.float16).to(torch.int8)
+    return q, 1.0 / scale_q
+
+
+def quantize_weight_per_out(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-output-channel INT8 weight quantisation; returns (Wq int8 [N,K], dequant scale [N] FP32)."""
+    wf = w.float()
+    amax = wf.abs().amax(dim=-1).clamp_min(INT8_AMAX_EPS)
+    scale_q = INT8_SCALE_MAX / amax
+    q = torch.round(wf * scale_q[:, None]).to(torch.int32).to(torch.float16).to(torch.int8)
+    return q, 1.0 / scale_q
+
+
+def _w8a8_linear(q: torch.Tensor, scale: torch.Tensor, wq: torch.Tensor, w_scale: torch.Tensor) -> torch.Tensor:
+    acc = (q.to(torch.int32) @ wq.to(torch.int32).T).float()
+    return acc * scale * w_scale.view(1, -1)
+
+
+def mtp_projection(t: dict[str, torch.Tensor], eps: float) -> torch.Tensor:
+    """``e_proj(enorm(hidden)) + h_proj(hnorm(prev))`` in W8A8, BF16 out (spec §1.7)."""
+    h = (rms_norm(t["hidden_states"], t["enorm_w"], eps) * t["e_proj_smooth"]).to(torch.bfloat16)
+    p = (rms_norm(t["prev_hidden_states"], t["hnorm_w"], eps) * t["h_proj_smooth"]).to(torch.bfloat16)
+    q_h, s_h = quantize_rows(h.float())
+    q_p, s_p = quantize_rows(p.float())
+    e = _w8a8_linear(q_h, s_h, t["e_proj_w"], t["e_proj_w_scale"])
+    hh = _w8a8_linear(q_p, s_p, t["h_proj_w"], t["h_proj_w_scale"])
+    return (e + hh).to(torch.bfloat16)
+
+
+def shared_head_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    """Shared-head RMSNorm: chunked FP32 norm, then BF16 round-to-nearest-even (spec §2.2)."""
+    return rms_norm(x, w, eps).to(x.dtype)
+
+
+def local_logits(x: torch.Tensor, lm_head_weight: torch.Tensor) -> torch.Tensor:
+    """FP32 logits of BF16 hidden rows against one vocab shard: one FP32 matmul (spec §2.1)."""
+    return x.float() @ lm_head_weight.float().T

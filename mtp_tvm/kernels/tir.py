@@ -1,0 +1,229 @@
+"""Hand-written TensorIR (TVMScript) kernels of the MTP tail.
+
+Each factory closes over the static sizes (hidden D, vocab shard V, eps) and returns a ``PrimFunc`` whose row
+count ``m`` is symbolic, so one binary serves any token count. Block names (``sumsq_chunk``, ``amax``,
+``gemm_e`` ...) are stable: schedules, dumps and bisect reports refer to them.
+
+K is written as ``(k_chunk, k_inner)`` loops of ``K_CHUNK``, the reference's accumulation order.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from tvm.script import tirx as T
+
+from ..config import INT8_AMAX_EPS, INT8_SCALE_MAX, K_CHUNK, TOKEN_TILE
+
+# Relax's kOpaque op pattern: FuseOps leaves hand-written kernels alone; their boundaries are chosen by hand.
+OPAQUE = 8
+
+
+@functools.lru_cache(maxsize=None)
+def pad_rows(cols: int, dtype: str):
+    """``[n, cols] -> [ceil16(n), cols]``, pad rows zero."""
+
+    @T.prim_func(s_tir=True, private=True)  # private: only the Relax main is an entry point
+    def pad_rows(x: T.handle, xp: T.handle):
+        T.func_attr({"tir.noalias": True, "op_pattern": OPAQUE})
+        n = T.int64()
+        X = T.match_buffer(x, (n, cols), dtype)
+        XP = T.match_buffer(xp, ((n + TOKEN_TILE - 1) // TOKEN_TILE * TOKEN_TILE, cols), dtype)
+        for i, k in T.grid((n + TOKEN_TILE - 1) // TOKEN_TILE * TOKEN_TILE, cols):
+            with T.sblock("pad_rows"):
+                vi, vk = T.axis.remap("SS", [i, k])
+                XP[vi, vk] = T.if_then_else(vi < n, X[vi, vk], T.Cast(dtype, 0))
+
+    return pad_rows
+
+
+@functools.lru_cache(maxsize=None)
+def unpad_rows(cols: int, dtype: str):
+    """``[ceil16(n), cols] -> [n, cols]``: the padding never leaks into outputs."""
+
+    @T.prim_func(s_tir=True, private=True)  # private: only the Relax main is an entry point
+    def unpad_rows(xp: T.handle, x: T.handle):
+        T.func_attr({"tir.noalias": True, "op_pattern": OPAQUE})
+        n = T.int64()
+        X = T.match_buffer(x, (n, cols), dtype)
+        XP = T.match_buffer(xp, ((n + TOKEN_TILE - 1) // TOKEN_TILE * TOKEN_TILE, cols), dtype)
+        for i, k in T.grid(n, cols):
+            with T.sblock("unpad_rows"):
+                vi, vk = T.axis.remap("SS", [i, k])
+                X[vi, vk] = XP[vi, vk]
+
+    return unpad_rows
+
+
+def _inv_rms_macro(hidden: int, eps: float):
+    """Stage 1 of every RMSNorm (spec §1.3): FP32 sum of squares per 128-chunk, chunks summed in order."""
+    chunks = hidden // K_CHUNK
+    d_inv = 1.0 / hidden
+
+    @T.macro
+    def inv_rms(X, inv, m):
+        sq_chunk = T.sblock_alloc_buffer((m, chunks), "float32")
+        sq = T.sblock_alloc_buffer((m,), "float32")
+        for t, c, k in T.grid(m, chunks, K_CHUNK):
+            with T.sblock("sumsq_chunk"):
+                vt, vc, vk = T.axis.remap("SSR", [t, c, k])
+                with T.init():
+                    sq_chunk[vt, vc] = T.float32(0)
+                sq_chunk[vt, vc] = sq_chunk[vt, vc] + T.Cast("float32", X[vt, vc * K_CHUNK + vk]) * T.Cast(
+                    "float32", X[vt, vc * K_CHUNK + vk])
+        for t, c in T.grid(m, chunks):
+            with T.sblock("sumsq"):
+                vt, vc = T.axis.remap("SR", [t, c])
+                with T.init():
+                    sq[vt] = T.float32(0)
+                sq[vt] = sq[vt] + sq_chunk[vt, vc]
+        for t in range(m):
+            with T.sblock("inv_rms"):
+                vt = T.axis.remap("S", [t])
+                inv[vt] = T.rsqrt(sq[vt] * T.float32(d_inv) + T.float32(eps))
+
+    return inv_rms
+
+
+@functools.lru_cache(maxsize=None)
+def rms_norm(hidden: int, eps: float):
+    """Shared-head RMSNorm (spec §2.2): ``bf16((x * inv) * w)``."""
+    inv_rms = _inv_rms_macro(hidden, eps)
+
+    @T.prim_func(s_tir=True, private=True)  # private: only the Relax main is an entry point
+    def rms_norm(x: T.handle, w: T.Buffer((hidden,), "float32"), y: T.handle):
+        T.func_attr({"tir.noalias": True, "op_pattern": OPAQUE})
+        m = T.int64()
+        X = T.match_buffer(x, (m, hidden), "bfloat16")
+        Y = T.match_buffer(y, (m, hidden), "bfloat16")
+        inv = T.sblock_alloc_buffer((m,), "float32")
+        inv_rms(X, inv, m)
+        for t, k in T.grid(m, hidden):
+            with T.sblock("normalize"):
+                vt, vk = T.axis.remap("SS", [t, k])
+                Y[vt, vk] = T.Cast("bfloat16", T.Cast("float32", X[vt, vk]) * inv[vt] * w[vk])
+
+    return rms_norm
+
+
+@functools.lru_cache(maxsize=None)
+def rms_norm_smooth(hidden: int, eps: float):
+    """Projection input norm (spec §1.4): ``bf16(((x * inv) * w) * smooth)``, the seed era's one BF16 cast."""
+    inv_rms = _inv_rms_macro(hidden, eps)
+
+    @T.prim_func(s_tir=True, private=True)  # private: only the Relax main is an entry point
+    def rms_norm_smooth(x: T.handle, w: T.Buffer((hidden,), "float32"), smooth: T.Buffer((hidden,), "float32"),
+                        y: T.handle):
+        T.func_attr({"tir.noalias": True, "op_pattern": OPAQUE})
+        m = T.int64()
+        X = T.match_buffer(x, (m, hidden), "bfloat16")
+        Y = T.match_buffer(y, (m, hidden), "bfloat16")
+        inv = T.sblock_alloc_buffer((m,), "float32")
+        inv_rms(X, inv, m)
+        for t, k in T.grid(m, hidden):
+            with T.sblock("normalize"):
+                vt, vk = T.axis.remap("SS", [t, k])
+                Y[vt, vk] = T.Cast("bfloat16", T.Cast("float32", X[vt, vk]) * inv[vt] * w[vk] * smooth[vk])
+
+    return rms_norm_smooth
+
+
+@functools.lru_cache(maxsize=None)
+def quantize_rows(hidden: int):
+    """Per-token symmetric INT8 quantisation (spec §1.5): ``q = rint(y * 127/amax)``, amax floored at 1e-4.
+
+    Returns the dequant scale ``1 / (127/amax)`` per row. ``nearbyint`` rounds half to even, as the
+    reference's ``rint`` and ``torch.round`` do; the int32 -> fp16 -> int8 chain is kept verbatim.
+    """
+
+    @T.prim_func(s_tir=True, private=True)  # private: only the Relax main is an entry point
+    def quantize_rows(y: T.handle, q: T.handle, scale: T.handle):
+        T.func_attr({"tir.noalias": True, "op_pattern": OPAQUE})
+        m = T.int64()
+        Y = T.match_buffer(y, (m, hidden), "bfloat16")
+        Q = T.match_buffer(q, (m, hidden), "int8")
+        S = T.match_buffer(scale, (m,), "float32")
+        amax = T.sblock_alloc_buffer((m,), "float32")
+        scale_q = T.sblock_alloc_buffer((m,), "float32")
+        for t, k in T.grid(m, hidden):
+            with T.sblock("amax"):
+                vt, vk = T.axis.remap("SR", [t, k])
+                with T.init():
+                    amax[vt] = T.float32(INT8_AMAX_EPS)
+                amax[vt] = T.max(amax[vt], T.fabs(T.Cast("float32", Y[vt, vk])))
+        for t in range(m):
+            with T.sblock("quant_scale"):
+                vt = T.axis.remap("S", [t])
+                scale_q[vt] = T.float32(INT8_SCALE_MAX) / amax[vt]
+                S[vt] = T.float32(1) / scale_q[vt]
+        for t, k in T.grid(m, hidden):
+            with T.sblock("quantize"):
+                vt, vk = T.axis.remap("SS", [t, k])
+                Q[vt, vk] = T.Cast("int8", T.Cast("float16", T.Cast(
+                    "int32", T.nearbyint(T.Cast("float32", Y[vt, vk]) * scale_q[vt]))))
+
+    return quantize_rows
+
+
+@functools.lru_cache(maxsize=None)
+def w8a8_dual_gemm(hidden: int):
+    """``e_proj(q_h) + h_proj(q_p)`` (spec §1.6): two INT8 x INT8 -> INT32 GEMMs over K chunks, each dequantised
+    by token scale then channel scale, summed in FP32, BF16 out."""
+    chunks = hidden // K_CHUNK
+
+    @T.prim_func(s_tir=True, private=True)  # private: only the Relax main is an entry point
+    def w8a8_dual_gemm(q_h: T.handle, q_p: T.handle, e_w: T.Buffer((hidden, hidden), "int8"),
+                       h_w: T.Buffer((hidden, hidden), "int8"), s_h: T.handle, s_p: T.handle,
+                       e_ws: T.Buffer((hidden,), "float32"), h_ws: T.Buffer((hidden,), "float32"), out: T.handle):
+        T.func_attr({"tir.noalias": True, "op_pattern": OPAQUE})
+        m = T.int64()
+        QH = T.match_buffer(q_h, (m, hidden), "int8")
+        QP = T.match_buffer(q_p, (m, hidden), "int8")
+        SH = T.match_buffer(s_h, (m,), "float32")
+        SP = T.match_buffer(s_p, (m,), "float32")
+        OUT = T.match_buffer(out, (m, hidden), "bfloat16")
+        acc_e = T.sblock_alloc_buffer((m, hidden), "int32")
+        acc_h = T.sblock_alloc_buffer((m, hidden), "int32")
+        for t, n, kc, ki in T.grid(m, hidden, chunks, K_CHUNK):
+            with T.sblock("gemm_e"):
+                vt, vn = T.axis.remap("SS", [t, n])
+                vk = T.axis.reduce(hidden, kc * K_CHUNK + ki)
+                with T.init():
+                    acc_e[vt, vn] = 0
+                acc_e[vt, vn] = acc_e[vt, vn] + T.Cast("int32", QH[vt, vk]) * T.Cast("int32", e_w[vn, vk])
+        for t, n, kc, ki in T.grid(m, hidden, chunks, K_CHUNK):
+            with T.sblock("gemm_h"):
+                vt, vn = T.axis.remap("SS", [t, n])
+                vk = T.axis.reduce(hidden, kc * K_CHUNK + ki)
+                with T.init():
+                    acc_h[vt, vn] = 0
+                acc_h[vt, vn] = acc_h[vt, vn] + T.Cast("int32", QP[vt, vk]) * T.Cast("int32", h_w[vn, vk])
+        for t, n in T.grid(m, hidden):
+            with T.sblock("dequant_sum"):
+                vt, vn = T.axis.remap("SS", [t, n])
+                OUT[vt, vn] = T.Cast("bfloat16", T.Cast("float32", acc_e[vt, vn]) * SH[vt] * e_ws[vn]
+                                     + T.Cast("float32", acc_h[vt, vn]) * SP[vt] * h_ws[vn])
+
+    return w8a8_dual_gemm
+
+
+@functools.lru_cache(maxsize=None)
+def lm_head_logits(hidden: int, vocab_shard: int):
+    """Local logits (spec §2.1): BF16 x BF16 -> FP32, K accumulated in chunk order."""
+    chunks = hidden // K_CHUNK
+
+    @T.prim_func(s_tir=True, private=True)  # private: only the Relax main is an entry point
+    def lm_head_logits(x: T.handle, w: T.Buffer((vocab_shard, hidden), "bfloat16"), y: T.handle):
+        T.func_attr({"tir.noalias": True, "op_pattern": OPAQUE})
+        m = T.int64()
+        X = T.match_buffer(x, (m, hidden), "bfloat16")
+        Y = T.match_buffer(y, (m, vocab_shard), "float32")
+        for t, v, kc, ki in T.grid(m, vocab_shard, chunks, K_CHUNK):
+            with T.sblock("logits"):
+                vt, vv = T.axis.remap("SS", [t, v])
+                vk = T.axis.reduce(hidden, kc * K_CHUNK + ki)
+                with T.init():
+                    Y[vt, vv] = T.float32(0)
+                Y[vt, vv] = Y[vt, vv] + T.Cast("float32", X[vt, vk]) * T.Cast("float32", w[vv, vk])
+
+    return lm_head_logits

@@ -1,0 +1,17 @@
+import functools
+
+import pytest
+
+import mtp_tvm
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled(case: str, frontend: str, preset: str = "tiny"):
+    return mtp_tvm.compile(case=case, target="llvm", preset=preset, frontend=frontend)
+
+
+@pytest.fixture(scope="session")
+def compiled():
+    """``compiled(case, frontend[, preset])``: one build per combination for the whole session (T is symbolic,
+    so one binary serves every token count)."""
+    return _compiled

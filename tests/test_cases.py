@@ -1,0 +1,48 @@
+import torch
+
+from mtp_tvm.cases import CASES, get_case
+from mtp_tvm.config import make_shapes
+
+SPEC_PROJECTION_ORDER = ["hidden_states", "prev_hidden_states", "enorm_w", "hnorm_w", "e_proj_w", "e_proj_w_scale",
+                         "e_proj_smooth", "h_proj_w", "h_proj_w_scale", "h_proj_smooth"]
+
+
+def test_inputs_are_in_spec_order():
+    assert list(get_case("projection").input_specs(make_shapes("tiny"))) == SPEC_PROJECTION_ORDER
+    assert list(get_case("tail").input_specs(make_shapes("tiny"))) == SPEC_PROJECTION_ORDER + ["lm_head_weight"]
+    assert list(get_case("tail-norm").input_specs(make_shapes("tiny"))) == \
+        SPEC_PROJECTION_ORDER + ["shared_head_norm_w", "lm_head_weight"]
+    assert list(get_case("shared-head-logits").input_specs(make_shapes("tiny"))) == \
+        ["hidden_states", "shared_head_norm_w", "lm_head_weight"]
+
+
+def test_outputs_name_every_stage():
+    s = make_shapes("tiny")
+    assert list(get_case("tail-norm").output_specs(s)) == ["hidden_states_out", "normed_hidden", "candidate_logits"]
+    assert get_case("logits").output_specs(s)["candidate_logits"].shape == ("T", 512)
+
+
+def test_same_seed_gives_bitwise_identical_inputs_and_other_seeds_differ():
+    s = make_shapes("tiny")
+    for case in CASES.values():
+        a, b, c = case.make_inputs(s, 7), case.make_inputs(s, 7), case.make_inputs(s, 8)
+        assert all(torch.equal(a[k], b[k]) for k in a)
+        assert not torch.equal(a["lm_head_weight" if "lm_head_weight" in a else "hidden_states"],
+                               c["lm_head_weight" if "lm_head_weight" in c else "hidden_states"])
+
+
+def test_input_dtypes_and_shapes_follow_the_specs():
+    s = make_shapes("tiny", tokens=5)
+    case = get_case("tail-norm")
+    inputs = case.make_inputs(s, 0)
+    for name, spec in case.input_specs(s).items():
+        assert tuple(inputs[name].shape) == spec.concrete(5), name
+        assert str(inputs[name].dtype).removeprefix("torch.") == spec.dtype, name
+
+
+def test_weight_pairs_come_from_one_draw():
+    s = make_shapes("tiny")
+    t = get_case("projection").make_inputs(s, 0)
+    deq = t["e_proj_w"].float() * t["e_proj_w_scale"][:, None]
+    assert deq.abs().max() < 1 / 16 + 1e-3  # rand/sqrt(256) < 1/16: the scale belongs to this weight
+    assert t["e_proj_w"].abs().amax(dim=1).eq(127).all()

@@ -1,0 +1,39 @@
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from mtp_tvm.cli import main
+
+
+def test_check_exit_zero_and_summary(tmp_path, capsys):
+    report = tmp_path / "r.json"
+    rc = main(["check", "--case", "logits", "--preset", "tiny", "--frontend", "tir", "--tokens", "3",
+               "--vocab-shard", "256", "--seed", "5", "--report", str(report)])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "[RUN] seed=5" in out and "PASSED" in out and "candidate_logits" in out
+    d = json.loads(report.read_text())
+    assert d["shapes"]["tokens"] == 3 and d["shapes"]["vocab_shard"] == 256 and d["passed"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["check", "--case", "nope"], "unknown case"),
+    (["check", "--preset", "huge"], "unknown preset"),
+    (["check", "--frontend", "onnx", "--preset", "tiny"], "unknown frontend"),
+    (["check", "--target", "{oops", "--preset", "tiny"], "malformed target JSON"),
+    (["check", "--tokens", "0", "--preset", "tiny"], "tokens must be"),
+])
+def test_user_errors_exit_2_with_one_line(argv, message, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_python_dash_m_and_list():
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    out = subprocess.run([sys.executable, "-m", "mtp_tvm", "list"], capture_output=True, text=True, env=env,
+                         check=True).stdout
+    assert "tail-norm" in out and "flash (D=4096" in out
