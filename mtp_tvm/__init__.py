@@ -3,10 +3,21 @@ with Apache TVM, dumped pass by pass, and golden-checked against torch.
 
 API: ``check(...)`` -> ``CheckResult``; ``compile(...)`` -> ``CompiledCase`` with ``input_specs``,
 ``output_specs`` and ``run(inputs) -> outputs``.
+
+Attributes are imported on first use, so ``import mtp_tvm`` (and tuning workers that import one submodule)
+do not pay for TVM and torch until they need them.
 """
 
-from .check import CheckResult, check
-from .compiler import CompiledCase, compile
+import importlib
+
 from .errors import BuildError, MtpError, UsageError
 
+_LAZY = {"check": "check", "CheckResult": "check", "compile": "compiler", "CompiledCase": "compiler"}
+
 __all__ = ["check", "CheckResult", "compile", "CompiledCase", "MtpError", "UsageError", "BuildError"]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

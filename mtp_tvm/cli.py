@@ -38,6 +38,19 @@ def _cmd_check(args) -> int:
     return 0 if result.passed else 1
 
 
+def _cmd_tune(args) -> int:
+    from .tune import tune
+
+    rpc = (args.rpc_tracker, args.rpc_key) if args.rpc_tracker else None
+    r = tune(case=args.case, target=args.target, preset=args.preset, frontend=args.frontend, trials=args.trials,
+             tokens=args.tokens, vocab_shard=args.vocab_shard, work_dir=args.work_dir, seed=args.seed, rpc=rpc,
+             log=lambda line: print(line, file=sys.stderr))
+    print(f"tuned {args.case} for {args.target}: {r.trials} trials in {r.seconds:.0f}s -> {r.work_dir}")
+    for name, ms in sorted(r.best_ms.items()):
+        print(f"  {name:40s} best {ms:.4g} ms")
+    return 0
+
+
 def _cmd_list(_args) -> int:
     from .config import make_shapes
 
@@ -59,6 +72,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
     p.add_argument("--report", default=None, metavar="FILE", help="write the result as JSON")
     p.set_defaults(func=_cmd_check)
+    p = sub.add_parser("tune", help="tune a case's kernels with MetaSchedule (records in schedules/tuned/)")
+    for flag, default, text in (("--case", "logits", "case whose kernels to tune"), ("--target", "llvm", "target"),
+                                ("--preset", "tiny", "model preset"), ("--frontend", "tir", "frontend")):
+        p.add_argument(flag, default=default, help=f"{text} (default {default})")
+    p.add_argument("--tokens", type=int, default=None, help="static token count to tune for (default 8)")
+    p.add_argument("--vocab-shard", type=int, default=None, help="vocab shard columns (default 512)")
+    p.add_argument("--trials", type=int, default=64, help="trials over all kernels (default 64)")
+    p.add_argument("--work-dir", default=None, help="database folder (default schedules/tuned/<target>/<case>)")
+    p.add_argument("--seed", type=int, default=0, help="search seed (default 0)")
+    p.add_argument("--rpc-tracker", default=None, metavar="HOST:PORT", help="measure on a TVM RPC tracker's servers")
+    p.add_argument("--rpc-key", default="mtp", help="device key registered with the tracker (default mtp)")
+    p.set_defaults(func=_cmd_tune)
     p = sub.add_parser("list", help="list cases, their tensors, and presets")
     p.set_defaults(func=_cmd_list)
     return parser

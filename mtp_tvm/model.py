@@ -25,10 +25,15 @@ def get_frontend(name: str):
         raise UsageError(f"unknown frontend {name!r}; choose one of {', '.join(FRONTENDS)}") from None
 
 
-def build_relax_module(case: Case, shapes: Shapes, frontend: str) -> tvm.IRModule:
-    """The case's Relax module; ``main(*inputs in spec order) -> tuple(stage outputs)``."""
+def build_relax_module(case: Case, shapes: Shapes, frontend: str, static_tokens: bool = False) -> tvm.IRModule:
+    """The case's Relax module; ``main(*inputs in spec order) -> tuple(stage outputs)``.
+
+    The token count is symbolic unless ``static_tokens``: then it is ``shapes.tokens`` (MetaSchedule tunes and
+    applies records only on static shapes).
+    """
     fe_cls = get_frontend(frontend)
-    tokens = tirx.Var("tokens", "int64")  # not "T": that name clashes with TVMScript's T alias
+    # not "T": that name clashes with TVMScript's T alias
+    tokens = shapes.tokens if static_tokens else tirx.Var("tokens", "int64")
     rows = (tokens + TOKEN_TILE - 1) // TOKEN_TILE * TOKEN_TILE
     specs = case.input_specs(shapes)
     params = [relax.Var(name, relax.TensorType([tokens if d == "T" else d for d in spec.shape], spec.dtype))
