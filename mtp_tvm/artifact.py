@@ -193,8 +193,11 @@ def validate_manifest(m) -> list[str]:
     symbolic = m["symbolic_dims"]
     out += _tensor_problems("inputs", m["inputs"], symbolic) + _tensor_problems("outputs", m["outputs"], symbolic)
     lib = m["library"]
-    if not isinstance(lib.get("file"), str) or "/" in lib["file"] or not _is_sha256(lib.get("sha256")):
-        out.append("library: expected a file name in the folder and its sha256")
+    if not isinstance(lib.get("file"), str) or "/" in lib["file"] or not _is_sha256(lib.get("sha256")) \
+            or not isinstance(lib.get("triple"), str):
+        out.append("library: expected a file name in the folder, its sha256 and its target triple")
+    if not all(isinstance(m["shapes"].get(k), int) for k in ("tokens", "vocab_shard")):
+        out.append("shapes: expected the integer tokens and vocab_shard")
     if not isinstance(m["target"].get("kind"), str):
         out.append("target.kind: missing")
     if not isinstance(m["schedule"].get("name"), str) or not (
@@ -203,8 +206,9 @@ def validate_manifest(m) -> list[str]:
     if m["target"].get("kind") == "cuda":
         out += ["device: a CUDA artifact needs its device code section"] if m["device"] is None \
             else _device_problems(m["device"])
-    if not isinstance(m["build"].get("finished_utc"), str):
-        out.append("build.finished_utc: missing")
+    if not isinstance(m["build"].get("finished_utc"), str) or not isinstance(m["build"].get("compile_seconds"),
+                                                                            (int, float)):
+        out.append("build: expected finished_utc and compile_seconds")
     return out
 
 
@@ -235,6 +239,14 @@ class Built:
     path: Path | None
     manifest: dict
     check: CheckResult | None = None
+
+
+def _require_device(target: Target) -> None:
+    try:
+        device_for(target)
+    except UsageError:
+        raise UsageError(f"--check runs the artifact, and this machine has no {target.kind.name} device: build "
+                         "without it and run `mtp-tvm check --artifact DIR` where the device is") from None
 
 
 def _find_module(mod, kind: str):
@@ -368,7 +380,7 @@ def export(compiled: CompiledCase, out: str | os.PathLike | None, archs: tuple[s
     archs = _device_archs(compiled.target, tuple(archs))
     if check:
         validate_seed(seed)
-        device_for(compiled.target)
+        _require_device(compiled.target)
     with _staged(None if out is None else Path(out), force) as folder:
         manifest = _write_artifact(folder, compiled, archs)
         _write_json(folder / MANIFEST, manifest)
@@ -393,7 +405,7 @@ def build(out: str | os.PathLike | None, case: str = "tail", target: str | dict 
         _refuse_existing(Path(out), force)
     if check:
         validate_seed(seed)
-        device_for(tgt)
+        _require_device(tgt)
     compiled = compile(case=case, target=tgt, preset=preset, frontend=frontend, tokens=tokens,
                        vocab_shard=vocab_shard, dump_passes=dump_passes)
     return export(compiled, out, archs=archs, force=force, check=check, seed=seed, log=log)

@@ -13,6 +13,7 @@ import textwrap
 import ml_dtypes
 import numpy as np
 import pytest
+import torch
 import tvm
 
 import mtp_tvm
@@ -109,8 +110,13 @@ def test_llvm_manifest_describes_the_build(llvm_artifacts):
 
 def test_wrong_shape_is_refused_naming_the_input_and_both_shapes(llvm_artifacts):
     a = mtp_tvm.load(llvm_artifacts["norm"])
-    good = {"hidden_states": np.zeros((5, 256), ml_dtypes.bfloat16), "shared_head_norm_w": np.ones(256, np.float32)}
-    assert a.run(good)["normed_hidden"].shape == (5, 256)
+    good = {"hidden_states": np.random.default_rng(1).standard_normal((5, 256)).astype(ml_dtypes.bfloat16),
+            "shared_head_norm_w": np.ones(256, np.float32)}
+    out = a.run(good)["normed_hidden"]
+    assert out.shape == (5, 256) and out.dtype == ml_dtypes.bfloat16
+    as_torch = {k: torch.from_numpy(v.view(np.int16)).view(torch.bfloat16) if v.dtype == ml_dtypes.bfloat16
+                else torch.from_numpy(v) for k, v in good.items()}
+    np.testing.assert_array_equal(a.run(as_torch)["normed_hidden"].view(np.uint16), out.view(np.uint16))
     with pytest.raises(UsageError) as e:
         a.run({**good, "hidden_states": np.zeros((5, 255), ml_dtypes.bfloat16)})
     assert "'hidden_states'" in str(e.value) and "(5, 255)" in str(e.value) and "(5, 256)" in str(e.value)
@@ -272,4 +278,12 @@ def test_cli_compile_only_writes_nothing(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert main(["check", "--compile-only", "--case", "norm", "--preset", "tiny"]) == 0
     assert "compile only: nothing written" in capsys.readouterr().out
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(HAS_GPU, reason="a GPU is here: --check can run")
+def test_cuda_check_without_a_gpu_is_refused_before_compiling(tmp_path, capsys):
+    argv = ["build", "--case", "norm", "--preset", "tiny", "--target", "cuda", "--check", "--out", str(tmp_path / "a")]
+    assert main(argv) == 2
+    assert "--check runs the artifact, and this machine has no cuda device" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
