@@ -100,19 +100,27 @@ def check(case: str = "tail", target="llvm", preset: str = "flash", frontend: st
     seed = validate_seed(seed)
     compiled = compile(case=case, target=target, preset=preset, frontend=frontend, tokens=tokens,
                        vocab_shard=vocab_shard, dump_passes=dump_passes)
-    c, s = compiled.case, compiled.shapes
+    result = golden_check(compiled.run, compiled.case, compiled.shapes, target_json(compiled.target), frontend,
+                          seed, compiled.build_seconds, compiled.dump_dir, tolerance, log)
+    if report is not None:
+        result.write_report(report)
+    return result
+
+
+def golden_check(run, c: Case, s: Shapes, target: dict, frontend: str, seed: int, build_seconds: float,
+                 dump_dir=None, tolerance: dict | None = None, log=print) -> CheckResult:
+    """Run ``run`` (named inputs -> named outputs) on inputs drawn from ``seed`` and compare every stage output
+    with its torch golden; shared by fresh builds and prebuilt artifacts."""
+    seed = validate_seed(seed)
     log(f"[RUN] seed={seed}")
     inputs = c.make_inputs(s, seed)
     expected = c.golden(inputs, s)
     t0 = time.perf_counter()
-    actual = compiled.run({k: to_numpy(v) for k, v in inputs.items()})
+    actual = run({k: to_numpy(v) for k, v in inputs.items()})
     run_seconds = time.perf_counter() - t0
-    result = CheckResult(c.name, target_json(compiled.target), s.preset.name, frontend, seed, s.as_dict(),
-                         compare_outputs(c, s, actual, expected, tolerance), compiled.build_seconds,
-                         run_seconds, str(compiled.dump_dir) if compiled.dump_dir else None)
-    if report is not None:
-        result.write_report(report)
-    return result
+    return CheckResult(c.name, target, s.preset.name, frontend, seed, s.as_dict(),
+                       compare_outputs(c, s, actual, expected, tolerance), build_seconds, run_seconds,
+                       str(dump_dir) if dump_dir else None)
 
 
 def summary_table(r: CheckResult) -> str:

@@ -9,7 +9,7 @@ import traceback
 
 from .cases import CASES
 from .config import PRESETS
-from .errors import MtpError
+from .errors import MtpError, UsageError
 from .kernels.frontend import FRONTENDS
 
 
@@ -24,11 +24,23 @@ def _add_build_args(p: argparse.ArgumentParser) -> None:
                    help="dump the IR after every pass into a new run folder under DIR (default dumps/)")
 
 
+def _add_arch_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--arch", default=None, metavar="SM",
+                   help="with --target cuda: sm_80, sm_90, or both comma-separated (default sm_90)")
+
+
+# options that --artifact takes from the artifact's manifest instead
+_MANIFEST_OPTIONS = ("case", "target", "preset", "frontend", "vocab_shard", "dump_passes", "arch", "compile_only")
+
+
 def _cmd_check(args) -> int:
+    from .artifact import build_target, parse_archs
     from .check import check, summary_table
 
-    result = check(case=args.case, target=args.target, preset=args.preset, frontend=args.frontend,
-                   tokens=args.tokens, vocab_shard=args.vocab_shard, seed=args.seed,
+    if args.artifact or args.compile_only:
+        return _cmd_check_prebuilt(args)
+    result = check(case=args.case, target=build_target(args.target, parse_archs(args.arch)), preset=args.preset,
+                   frontend=args.frontend, tokens=args.tokens, vocab_shard=args.vocab_shard, seed=args.seed,
                    dump_passes=args.dump_passes, report=args.report)
     print(summary_table(result))
     if result.dump_dir:
@@ -48,6 +60,56 @@ def _cmd_tune(args) -> int:
     print(f"tuned {args.case} for {args.target}: {r.trials} trials in {r.seconds:.0f}s -> {r.work_dir}")
     for name, ms in sorted(r.best_ms.items()):
         print(f"  {name:40s} best {ms:.4g} ms")
+    return 0
+
+
+def _cmd_check_prebuilt(args) -> int:
+    """``check --compile-only`` (build the artifact, discard it) and ``check --artifact DIR`` (no compile)."""
+    from .artifact import build, check_artifact, describe
+    from .check import summary_table
+
+    if args.compile_only and not args.artifact:
+        print(describe(build(None, case=args.case, target=args.target, arch=args.arch, preset=args.preset,
+                             frontend=args.frontend, tokens=args.tokens, vocab_shard=args.vocab_shard,
+                             dump_passes=args.dump_passes)))
+        return 0
+    defaults = build_parser().parse_args(["check"])
+    given = [f"--{o.replace('_', '-')}" for o in _MANIFEST_OPTIONS if getattr(args, o) != getattr(defaults, o)]
+    if given:
+        raise UsageError(f"--artifact takes {', '.join(given)} from the artifact's manifest; drop them")
+    result = check_artifact(args.artifact, seed=args.seed, tokens=args.tokens, report=args.report)
+    print(summary_table(result))
+    if args.report:
+        print(f"report: {args.report}")
+    return 0 if result.passed else 1
+
+
+def _cmd_build(args) -> int:
+    from .artifact import build, describe
+    from .check import summary_table
+
+    built = build(args.out, case=args.case, target=args.target, arch=args.arch, preset=args.preset,
+                  frontend=args.frontend, tokens=args.tokens, vocab_shard=args.vocab_shard,
+                  dump_passes=args.dump_passes, force=args.force, check=args.check, seed=args.seed)
+    if built.check is not None:
+        print(summary_table(built.check))
+    print(describe(built))
+    if built.check is not None and not built.check.passed:
+        print("the artifact was written, but FAILED its golden check (recorded in its manifest)")
+        return 1
+    return 0
+
+
+def _cmd_run(args) -> int:
+    from .artifact import load
+    from .tensors import read_npz, write_npz
+
+    artifact = load(args.artifact)
+    outputs = artifact.run(read_npz(args.inputs, artifact.input_specs))
+    write_npz(args.out, outputs)
+    for name, a in outputs.items():
+        print(f"{name:20s} {str(a.shape):16s} {a.dtype}")
+    print(f"outputs: {args.out}")
     return 0
 
 
@@ -71,6 +133,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_build_args(p)
     p.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
     p.add_argument("--report", default=None, metavar="FILE", help="write the result as JSON")
+    _add_arch_arg(p)
+    p.add_argument("--artifact", default=None, metavar="DIR",
+                   help="golden-check a prebuilt artifact on fresh seeded inputs, without compiling")
+    p.add_argument("--compile-only", action="store_true",
+                   help="build the target binary (CUDA device code included) and stop: no inputs, no run")
     p.set_defaults(func=_cmd_check)
     p = sub.add_parser("tune", help="tune a case's kernels with MetaSchedule (records in schedules/tuned/)")
     for flag, default, text in (("--case", "logits", "case whose kernels to tune"), ("--target", "llvm", "target"),
@@ -84,6 +151,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rpc-tracker", default=None, metavar="HOST:PORT", help="measure on a TVM RPC tracker's servers")
     p.add_argument("--rpc-key", default="mtp", help="device key registered with the tracker (default mtp)")
     p.set_defaults(func=_cmd_tune)
+    p = sub.add_parser("build", help="build a case into an artifact folder: library, generated source, manifest")
+    _add_build_args(p)
+    _add_arch_arg(p)
+    p.add_argument("--out", required=True, metavar="DIR", help="the artifact folder to create")
+    p.add_argument("--force", action="store_true", help="replace DIR if it is an existing artifact")
+    p.add_argument("--check", action="store_true",
+                   help="golden-check the written artifact before committing it; the result goes in its manifest")
+    p.add_argument("--seed", type=int, default=0, help="input seed for --check (default 0)")
+    p.set_defaults(func=_cmd_build)
+    p = sub.add_parser("run", help="run an artifact on named inputs from an .npz file")
+    p.add_argument("artifact", metavar="DIR", help="an artifact folder written by build")
+    p.add_argument("--inputs", required=True, metavar="IN.npz", help="one array per input name")
+    p.add_argument("--out", required=True, metavar="OUT.npz", help="where to write the outputs")
+    p.set_defaults(func=_cmd_run)
     p = sub.add_parser("list", help="list cases, their tensors, and presets")
     p.set_defaults(func=_cmd_list)
     return parser

@@ -20,7 +20,7 @@ from .errors import BuildError, UsageError
 from .model import build_relax_module, get_frontend
 from .pipeline import compile_module
 from .target import device_for, resolve_target, target_json, target_name
-from .tensors import NUMPY_DTYPES, dtype_name, to_device, to_numpy
+from .tensors import run_main, validate_inputs
 
 
 @dataclasses.dataclass
@@ -44,38 +44,13 @@ class CompiledCase:
     def output_specs(self) -> dict[str, TensorSpec]:
         return self.case.output_specs(self.shapes)
 
-    def _validated(self, inputs: dict) -> tuple[list[np.ndarray], int]:
-        specs = self.input_specs
-        missing, extra = sorted(set(specs) - set(inputs)), sorted(set(inputs) - set(specs))
-        if missing or extra:
-            raise UsageError(f"inputs do not match case {self.case.name!r}: missing {missing}, unexpected {extra}")
-        arrays, tokens = [], None
-        for name, spec in specs.items():
-            a = to_numpy(inputs[name])
-            if dtype_name(a) != spec.dtype:
-                raise UsageError(f"input {name!r} has dtype {dtype_name(a)}, expected {spec.dtype}")
-            if len(a.shape) != len(spec.shape):
-                raise UsageError(f"input {name!r} has shape {a.shape}, expected {spec.shape}")
-            for got, want in zip(a.shape, spec.shape):
-                if want == "T":
-                    tokens = got if tokens is None else tokens
-                    want = tokens
-                if got != want:
-                    raise UsageError(f"input {name!r} has shape {a.shape}, expected "
-                                     f"{spec.concrete(tokens if tokens is not None else 0)}")
-            arrays.append(a)
-        if tokens is not None and tokens < 1:
-            raise UsageError("inputs have 0 tokens; T must be >= 1")
-        return arrays, tokens
-
     def run(self, inputs: dict) -> dict[str, np.ndarray]:
         """Run on named inputs (numpy with ``ml_dtypes.bfloat16`` for BF16, or torch); returns numpy outputs."""
-        arrays, _ = self._validated(inputs)
+        arrays, _ = validate_inputs(self.input_specs, inputs, f"case {self.case.name!r}")
+        dev = device_for(self.target)
         if self._vm is None:
-            self._vm = relax.VirtualMachine(self.executable, device_for(self.target))
-        dev = self._vm.devices[0] if hasattr(self._vm, "devices") else device_for(self.target)
-        outs = self._vm["main"](*[to_device(a, dev) for a in arrays])
-        return {name: outs[i].numpy() for i, name in enumerate(self.output_specs)}
+            self._vm = relax.VirtualMachine(self.executable, dev)
+        return run_main(self._vm, dev, arrays, self.output_specs)
 
 
 def compile(case: str = "tail", target: str | dict | Target = "llvm", preset: str = "flash",
