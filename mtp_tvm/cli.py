@@ -20,16 +20,34 @@ def _add_build_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--frontend", default="tir", help=f"one of: {', '.join(FRONTENDS)} (default tir)")
     p.add_argument("--tokens", type=int, default=None, help="token count T (default: the preset's B*S = 8)")
     p.add_argument("--vocab-shard", type=int, default=None, help="vocab shard columns (default 512)")
+    p.add_argument("--owners", type=int, default=None, help="LM head: token owners (EP ranks) 2, 4 or 8 (default 2)")
+    p.add_argument("--tp", type=int, default=None,
+                   help="LM head: TP degree 2, 4, 8 or 16; VOCAB = TP x vocab shard (default 2)")
     p.add_argument("--dump-passes", nargs="?", const=True, default=None, metavar="DIR",
                    help="dump the IR after every pass into a new run folder under DIR (default dumps/)")
 
 
-def _cmd_check(args) -> int:
-    from .check import check, summary_table
+def _add_lm_head_check_args(p: argparse.ArgumentParser) -> None:
+    """The LM-head logits comparator's options (cases lm-head, tail-lm-head; spec §3.3)."""
+    p.add_argument("--max-error-ratio", type=float, default=None, help="LM-head logits outlier budget (default 0.01)")
+    p.add_argument("--atol", type=float, default=None, help="LM-head logits absolute tolerance (default 0.01)")
+    p.add_argument("--rtol", type=float, default=None, help="LM-head logits relative tolerance (default 0.01)")
+    p.add_argument("--max-e2e-abs-diff", type=float, default=None,
+                   help="LM-head logits end-to-end guard against the CPU golden (default 0.5)")
+    p.add_argument("--perturb-logit", default=None, metavar="OWNER,ROW,COL[,DELTA]",
+                   help="debugging: add DELTA (default 1.0) to one device logit before the comparison")
 
+
+def _cmd_check(args) -> int:
+    from .check import check, parse_logit_perturbation, summary_table
+
+    logits_tol = {k: getattr(args, k) for k in ("atol", "rtol", "max_error_ratio", "max_e2e_abs_diff")
+                  if getattr(args, k) is not None}
     result = check(case=args.case, target=args.target, preset=args.preset, frontend=args.frontend,
                    tokens=args.tokens, vocab_shard=args.vocab_shard, seed=args.seed,
-                   dump_passes=args.dump_passes, report=args.report)
+                   dump_passes=args.dump_passes, report=args.report, owners=args.owners, tp=args.tp,
+                   logits_tol=logits_tol or None,
+                   perturb_logit=parse_logit_perturbation(args.perturb_logit) if args.perturb_logit else None)
     print(summary_table(result))
     if result.dump_dir:
         print(f"IR dumps: {result.dump_dir}")
@@ -58,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_build_args(p)
     p.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
     p.add_argument("--report", default=None, metavar="FILE", help="write the result as JSON")
+    _add_lm_head_check_args(p)
     p.set_defaults(func=_cmd_check)
     p = sub.add_parser("list", help="list cases, their tensors, and presets")
     p.set_defaults(func=_cmd_list)

@@ -13,7 +13,7 @@ import tvm
 from tvm import relax
 from tvm.target import Target
 
-from .cases import Case, TensorSpec, get_case
+from .cases import ROWS, TOKENS, Case, TensorSpec, get_case
 from .config import Shapes, make_shapes
 from .dumps import PassRecorder, new_run_dir
 from .errors import BuildError, UsageError
@@ -49,6 +49,7 @@ class CompiledCase:
         missing, extra = sorted(set(specs) - set(inputs)), sorted(set(inputs) - set(specs))
         if missing or extra:
             raise UsageError(f"inputs do not match case {self.case.name!r}: missing {missing}, unexpected {extra}")
+        owners = self.shapes.owners
         arrays, tokens = [], None
         for name, spec in specs.items():
             a = to_numpy(inputs[name])
@@ -57,15 +58,17 @@ class CompiledCase:
             if len(a.shape) != len(spec.shape):
                 raise UsageError(f"input {name!r} has shape {a.shape}, expected {spec.shape}")
             for got, want in zip(a.shape, spec.shape):
-                if want == "T":
-                    tokens = got if tokens is None else tokens
-                    want = tokens
+                if want in (TOKENS, ROWS):  # the first symbolic dim seen fixes T; R is T / owners
+                    tokens = (got if want == TOKENS else got * owners) if tokens is None else tokens
+                    want = tokens if want == TOKENS else tokens // owners
                 if got != want:
                     raise UsageError(f"input {name!r} has shape {a.shape}, expected "
-                                     f"{spec.concrete(tokens if tokens is not None else 0)}")
+                                     f"{spec.concrete(tokens if tokens is not None else 0, owners)}")
             arrays.append(a)
         if tokens is not None and tokens < 1:
             raise UsageError("inputs have 0 tokens; T must be >= 1")
+        if tokens is not None:
+            self.case.check_shapes(self.shapes, tokens)
         return arrays, tokens
 
     def run(self, inputs: dict) -> dict[str, np.ndarray]:
@@ -80,10 +83,13 @@ class CompiledCase:
 
 def compile(case: str = "tail", target: str | dict | Target = "llvm", preset: str = "flash",
             frontend: str = "tir", tokens: int | None = None, vocab_shard: int | None = None,
-            dump_passes: bool | str | os.PathLike | None = None, only_changed: bool = False) -> CompiledCase:
-    """Build ``case`` for ``target``. ``dump_passes`` = True dumps into ``dumps/``, a path dumps under it."""
+            dump_passes: bool | str | os.PathLike | None = None, only_changed: bool = False,
+            owners: int | None = None, tp: int | None = None) -> CompiledCase:
+    """Build ``case`` for ``target``. ``dump_passes`` = True dumps into ``dumps/``, a path dumps under it.
+    ``owners`` and ``tp`` (default 2 and 2) size the TP-sharded LM head (cases ``lm-head``, ``tail-lm-head``)."""
     c = get_case(case)
-    shapes = make_shapes(preset, tokens, vocab_shard)
+    shapes = make_shapes(preset, tokens, vocab_shard, owners, tp)
+    c.check_shapes(shapes)
     get_frontend(frontend)
     tgt = resolve_target(target)
     mod = build_relax_module(c, shapes, frontend)
