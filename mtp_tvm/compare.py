@@ -39,7 +39,7 @@ def as_float32(x) -> np.ndarray:
     """Any numpy/torch tensor (BF16 included) as an FP32 numpy array."""
     if hasattr(x, "detach"):  # torch.Tensor, without importing torch here
         x = x.detach().cpu().float().numpy()
-    return np.asarray(x).astype(np.float32)
+    return np.asarray(x).astype(np.float32, copy=False)
 
 
 def _nonfinite_counts(x: np.ndarray) -> tuple[int, int]:
@@ -175,9 +175,11 @@ def device_hidden_logits_allclose(tp: int, atol: float = 1e-2, rtol: float = 1e-
 
         from .golden import compute_lm_head_logits
 
-        reference = compute_lm_head_logits(torch.from_numpy(as_float32(hidden)),
-                                           torch.from_numpy(as_float32(lm_head_weight)),
-                                           torch.from_numpy(np.asarray(logit_row_indices)), tp).numpy()
+        def as_torch(x):  # torch inputs pass as they are: a 1 GiB BF16 weight is not copied to FP32 twice
+            return x if isinstance(x, torch.Tensor) else torch.from_numpy(as_float32(x))
+
+        reference = compute_lm_head_logits(as_torch(hidden), as_torch(lm_head_weight),
+                                           torch.as_tensor(logit_row_indices), tp).numpy()
         nan, inf = _nonfinite_counts(reference)
         if nan or inf:
             return Comparison(name, False, int(reference.size),

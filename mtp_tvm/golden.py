@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from .config import INT8_AMAX_EPS, INT8_SCALE_MAX, K_CHUNK
+from .errors import UsageError
 
 
 def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
@@ -77,7 +78,7 @@ def compute_lm_head_logits(hidden: torch.Tensor, stacked_weight: torch.Tensor, r
     h = torch.as_tensor(hidden).float()
     owners, rows, d = h.shape
     if stacked_weight.shape[0] < tp:
-        raise ValueError(f"stacked weight holds {stacked_weight.shape[0]} ranks, fewer than tp={tp}")
+        raise UsageError(f"stacked weight holds {stacked_weight.shape[0]} ranks, fewer than tp={tp}")
     weight = stacked_weight[:tp].float().reshape(-1, d)
     idx = torch.as_tensor(row_indices).long()
     selected = h[torch.arange(owners)[:, None], idx.clamp(0, rows - 1)]  # [owners, max_rows, d]
