@@ -128,8 +128,8 @@ def parse_logit_perturbation(text: str) -> tuple[int, int, int, float]:
 
 def _perturbation(where: tuple, shape: tuple) -> dict:
     """``(owner, row, col[, delta])`` checked against the logits shape -> ``{"index": [...], "delta": d}``."""
-    if (len(where) not in (3, 4) or not all(isinstance(i, numbers.Integral) and 0 <= i < n for i, n in zip(where, shape))
-            or not isinstance(where[3] if len(where) == 4 else 1.0, numbers.Real)):
+    in_range = all(isinstance(i, numbers.Integral) and 0 <= i < n for i, n in zip(where, shape))
+    if len(where) not in (3, 4) or not in_range or not isinstance(where[3] if len(where) == 4 else 1.0, numbers.Real):
         raise UsageError(f"perturb_logit must be (owner, row, col[, delta]) inside logits {shape}, got {tuple(where)}")
     return {"index": [int(i) for i in where[:3]], "delta": float(where[3]) if len(where) == 4 else 1.0}
 
