@@ -396,7 +396,7 @@ def build(out: str | os.PathLike | None, case: str = "tail", target: str | dict 
           arch: str | list[str] | None = None, preset: str = "flash", frontend: str = "tir",
           tokens: int | None = None, vocab_shard: int | None = None,
           dump_passes: bool | str | os.PathLike | None = None, force: bool = False, check: bool = False,
-          seed: int = 0, log=print) -> Built:
+          seed: int = 0, log=print, owners: int | None = None, tp: int | None = None) -> Built:
     """Compile ``case`` for ``target`` (CUDA: for every arch in ``arch``) and write it to ``out`` (see
     ``export``). Refuses an existing ``out`` before compiling, unless ``force``."""
     archs = parse_archs(arch)
@@ -407,7 +407,7 @@ def build(out: str | os.PathLike | None, case: str = "tail", target: str | dict 
         validate_seed(seed)
         _require_device(tgt)
     compiled = compile(case=case, target=tgt, preset=preset, frontend=frontend, tokens=tokens,
-                       vocab_shard=vocab_shard, dump_passes=dump_passes)
+                       vocab_shard=vocab_shard, dump_passes=dump_passes, owners=owners, tp=tp)
     return export(compiled, out, archs=archs, force=force, check=check, seed=seed, log=log)
 
 
@@ -488,7 +488,8 @@ def check_artifact(artifact: Artifact | str | os.PathLike, seed: int = 0, tokens
     a = artifact if isinstance(artifact, Artifact) else load(artifact)
     m = a.manifest
     c = get_case(m["case"])
-    s = make_shapes(m["preset"], m["shapes"]["tokens"] if tokens is None else tokens, m["shapes"]["vocab_shard"])
+    s = make_shapes(m["preset"], m["shapes"]["tokens"] if tokens is None else tokens, m["shapes"]["vocab_shard"],
+                    m["shapes"].get("owners"), m["shapes"].get("tp"))
     drawn = {n: spec.as_dict() for n, spec in c.input_specs(s).items()}
     if drawn != m["inputs"]:
         raise UsageError(f"{a.path}: its inputs differ from case {c.name!r} in this mtp_tvm; cannot draw its "

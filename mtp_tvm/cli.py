@@ -20,6 +20,9 @@ def _add_build_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--frontend", default="tir", help=f"one of: {', '.join(FRONTENDS)} (default tir)")
     p.add_argument("--tokens", type=int, default=None, help="token count T (default: the preset's B*S = 8)")
     p.add_argument("--vocab-shard", type=int, default=None, help="vocab shard columns (default 512)")
+    p.add_argument("--owners", type=int, default=None, help="LM head: token owners (EP ranks) 2, 4 or 8 (default 2)")
+    p.add_argument("--tp", type=int, default=None,
+                   help="LM head: TP degree 2, 4, 8 or 16; VOCAB = TP x vocab shard (default 2)")
     p.add_argument("--dump-passes", nargs="?", const=True, default=None, metavar="DIR",
                    help="dump the IR after every pass into a new run folder under DIR (default dumps/)")
 
@@ -30,18 +33,34 @@ def _add_arch_arg(p: argparse.ArgumentParser) -> None:
 
 
 # options that --artifact takes from the artifact's manifest instead
-_MANIFEST_OPTIONS = ("case", "target", "preset", "frontend", "vocab_shard", "dump_passes", "arch", "compile_only")
+_MANIFEST_OPTIONS = ("case", "target", "preset", "frontend", "vocab_shard", "owners", "tp", "dump_passes", "arch",
+                     "compile_only")
+
+
+def _add_lm_head_check_args(p: argparse.ArgumentParser) -> None:
+    """The LM-head logits comparator's options (cases lm-head, tail-lm-head; spec §3.3)."""
+    p.add_argument("--max-error-ratio", type=float, default=None, help="LM-head logits outlier budget (default 0.01)")
+    p.add_argument("--atol", type=float, default=None, help="LM-head logits absolute tolerance (default 0.01)")
+    p.add_argument("--rtol", type=float, default=None, help="LM-head logits relative tolerance (default 0.01)")
+    p.add_argument("--max-e2e-abs-diff", type=float, default=None,
+                   help="LM-head logits end-to-end guard against the CPU golden (default 0.5)")
+    p.add_argument("--perturb-logit", default=None, metavar="OWNER,ROW,COL[,DELTA]",
+                   help="debugging: add DELTA (default 1.0) to one device logit before the comparison")
 
 
 def _cmd_check(args) -> int:
     from .artifact import build_target, parse_archs
-    from .check import check, summary_table
+    from .check import check, parse_logit_perturbation, summary_table
 
     if args.artifact or args.compile_only:
         return _cmd_check_prebuilt(args)
+    logits_tol = {k: getattr(args, k) for k in ("atol", "rtol", "max_error_ratio", "max_e2e_abs_diff")
+                  if getattr(args, k) is not None}
     result = check(case=args.case, target=build_target(args.target, parse_archs(args.arch)), preset=args.preset,
                    frontend=args.frontend, tokens=args.tokens, vocab_shard=args.vocab_shard, seed=args.seed,
-                   dump_passes=args.dump_passes, report=args.report)
+                   dump_passes=args.dump_passes, report=args.report, owners=args.owners, tp=args.tp,
+                   logits_tol=logits_tol or None,
+                   perturb_logit=parse_logit_perturbation(args.perturb_logit) if args.perturb_logit else None)
     print(summary_table(result))
     if result.dump_dir:
         print(f"IR dumps: {result.dump_dir}")
@@ -71,7 +90,7 @@ def _cmd_check_prebuilt(args) -> int:
     if args.compile_only and not args.artifact:
         print(describe(build(None, case=args.case, target=args.target, arch=args.arch, preset=args.preset,
                              frontend=args.frontend, tokens=args.tokens, vocab_shard=args.vocab_shard,
-                             dump_passes=args.dump_passes)))
+                             dump_passes=args.dump_passes, owners=args.owners, tp=args.tp)))
         return 0
     defaults = build_parser().parse_args(["check"])
     given = [f"--{o.replace('_', '-')}" for o in _MANIFEST_OPTIONS if getattr(args, o) != getattr(defaults, o)]
@@ -90,7 +109,8 @@ def _cmd_build(args) -> int:
 
     built = build(args.out, case=args.case, target=args.target, arch=args.arch, preset=args.preset,
                   frontend=args.frontend, tokens=args.tokens, vocab_shard=args.vocab_shard,
-                  dump_passes=args.dump_passes, force=args.force, check=args.check, seed=args.seed)
+                  dump_passes=args.dump_passes, force=args.force, check=args.check, seed=args.seed,
+                  owners=args.owners, tp=args.tp)
     if built.check is not None:
         print(summary_table(built.check))
     print(describe(built))
@@ -134,6 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
     p.add_argument("--report", default=None, metavar="FILE", help="write the result as JSON")
     _add_arch_arg(p)
+    _add_lm_head_check_args(p)
     p.add_argument("--artifact", default=None, metavar="DIR",
                    help="golden-check a prebuilt artifact on fresh seeded inputs, without compiling")
     p.add_argument("--compile-only", action="store_true",

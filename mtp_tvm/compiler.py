@@ -13,7 +13,7 @@ import tvm
 from tvm import relax
 from tvm.target import Target
 
-from .cases import Case, TensorSpec, get_case
+from .cases import ROWS, TOKENS, Case, TensorSpec, get_case
 from .config import Shapes, make_shapes
 from .dumps import PassRecorder, new_run_dir
 from .errors import BuildError, UsageError
@@ -46,7 +46,9 @@ class CompiledCase:
 
     def run(self, inputs: dict) -> dict[str, np.ndarray]:
         """Run on named inputs (numpy with ``ml_dtypes.bfloat16`` for BF16, or torch); returns numpy outputs."""
-        arrays, _ = validate_inputs(self.input_specs, inputs, f"case {self.case.name!r}")
+        arrays, bound = validate_inputs(self.input_specs, inputs, f"case {self.case.name!r}")
+        if bound:  # T directly, or R rows per owner
+            self.case.check_shapes(self.shapes, bound.get(TOKENS, bound.get(ROWS, 0) * self.shapes.owners))
         dev = device_for(self.target)
         if self._vm is None:
             self._vm = relax.VirtualMachine(self.executable, dev)
@@ -55,10 +57,13 @@ class CompiledCase:
 
 def compile(case: str = "tail", target: str | dict | Target = "llvm", preset: str = "flash",
             frontend: str = "tir", tokens: int | None = None, vocab_shard: int | None = None,
-            dump_passes: bool | str | os.PathLike | None = None, only_changed: bool = False) -> CompiledCase:
-    """Build ``case`` for ``target``. ``dump_passes`` = True dumps into ``dumps/``, a path dumps under it."""
+            dump_passes: bool | str | os.PathLike | None = None, only_changed: bool = False,
+            owners: int | None = None, tp: int | None = None) -> CompiledCase:
+    """Build ``case`` for ``target``. ``dump_passes`` = True dumps into ``dumps/``, a path dumps under it.
+    ``owners`` and ``tp`` (default 2 and 2) size the TP-sharded LM head (cases ``lm-head``, ``tail-lm-head``)."""
     c = get_case(case)
-    shapes = make_shapes(preset, tokens, vocab_shard)
+    shapes = make_shapes(preset, tokens, vocab_shard, owners, tp)
+    c.check_shapes(shapes)
     get_frontend(frontend)
     tgt = resolve_target(target)
     mod = build_relax_module(c, shapes, frontend)
