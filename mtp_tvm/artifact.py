@@ -47,7 +47,8 @@ from .tensors import NUMPY_DTYPES, run_main, validate_inputs
 FORMAT = "mtp-tvm-artifact/1"
 MANIFEST = "manifest.json"
 SOURCE_DIR = "source"
-SYMBOLIC_DIMS = {"T": "token count: the rows of every token-major tensor; one binary serves any T >= 1"}
+SYMBOLIC_DIMS = {"T": "token count: the rows of every token-major tensor; one binary serves any T >= 1",
+                 "R": "rows per owner of an owner-major tensor (T / owners); one binary serves any R >= 1"}
 
 
 # ---- targets and archs --------------------------------------------------------------------------------------

@@ -40,6 +40,16 @@ def to_device(x: np.ndarray, dev) -> tvm.runtime.Tensor:
     return tvm.runtime.tensor(np.ascontiguousarray(x), dev)
 
 
+def _require_finite(name: str, a: np.ndarray) -> None:
+    """NaN/Inf in an input would surface as a confusing golden failure far downstream: name it here."""
+    if a.dtype.kind not in "fV" and dtype_name(a) != "bfloat16":
+        return
+    bad = ~np.isfinite(a.astype(np.float32))
+    if bad.any():
+        first = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise UsageError(f"input {name!r} has {int(bad.sum())} non-finite values (NaN/Inf), the first at {first}")
+
+
 def validate_inputs(specs: dict, inputs: dict, owner: str) -> tuple[list[np.ndarray], dict[str, int]]:
     """Check named inputs against ``specs`` (anything with ``.shape`` and ``.dtype``; a ``str`` dim is symbolic
     and binds to the first size seen) and return them as numpy arrays in spec order, with the bound dims.
@@ -57,6 +67,7 @@ def validate_inputs(specs: dict, inputs: dict, owner: str) -> tuple[list[np.ndar
                 for got, want in zip(a.shape, spec.shape)):
             expected = tuple(bound.get(d, d) if isinstance(d, str) else d for d in spec.shape)
             raise UsageError(f"input {name!r} has shape {a.shape}, expected {expected}")
+        _require_finite(name, a)
         arrays.append(a)
     if bound.get("T", 1) < 1:
         raise UsageError("inputs have 0 tokens; T must be >= 1")

@@ -26,25 +26,39 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _wait(what: str, ready, timeout: float = 180.0) -> None:
+    """Poll ``ready()`` until true; starting TVM in a fresh process takes 5-30 s on a loaded 2-core machine."""
+    deadline = time.time() + timeout
+    while not ready():
+        if time.time() > deadline:
+            raise TimeoutError(f"{what} not ready after {timeout:.0f}s")
+        time.sleep(0.5)
+
+
+def _accepts(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _free_servers(port: int, key: str) -> int:
+    with contextlib.suppress(Exception):
+        return tvm.rpc.connect_tracker("127.0.0.1", port).summary()["queue_info"][key]["free"]
+    return 0
+
+
 @contextlib.contextmanager
 def rpc_cluster(key: str, servers: int = 2):
-    """A TVM RPC tracker and ``servers`` CPU servers on 127.0.0.1, registered under ``key``."""
+    """A TVM RPC tracker and ``servers`` CPU servers on 127.0.0.1, registered under ``key``; yields HOST:PORT."""
     port = _free_port()
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
     procs = [subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", "127.0.0.1",
-                               "--port", str(port), "--port-end", str(port + 1)])]
+                               "--port", str(port), "--port-end", str(port + 1), "--silent"], **quiet)]
     try:
-        time.sleep(2)
-        for _ in range(servers):
-            procs.append(subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_server", "--host", "127.0.0.1",
-                                           "--port", str(_free_port()), "--tracker", f"127.0.0.1:{port}",
-                                           "--key", key]))
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            with contextlib.suppress(Exception):
-                if f"{key}   " in tvm.rpc.connect_tracker("127.0.0.1", port).text_summary() or \
-                        tvm.rpc.connect_tracker("127.0.0.1", port).summary()["queue_info"][key]["free"] == servers:
-                    break
-            time.sleep(1)
+        _wait("RPC tracker", lambda: _accepts(port))
+        procs += [subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_server", "--host", "127.0.0.1",
+                                    "--port", str(_free_port()), "--tracker", f"127.0.0.1:{port}", "--key", key,
+                                    "--silent"], **quiet) for _ in range(servers)]
+        _wait(f"{servers} RPC servers", lambda: _free_servers(port, key) >= servers)
         yield f"127.0.0.1:{port}"
     finally:
         for p in procs:
