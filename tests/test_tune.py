@@ -55,9 +55,10 @@ def rpc_cluster(key: str, servers: int = 2):
                                "--port", str(port), "--port-end", str(port + 1), "--silent"], **quiet)]
     try:
         _wait("RPC tracker", lambda: _accepts(port))
-        procs += [subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_server", "--host", "127.0.0.1",
-                                    "--port", str(_free_port()), "--tracker", f"127.0.0.1:{port}", "--key", key,
-                                    "--silent"], **quiet) for _ in range(servers)]
+        for server_port in (_free_port() for _ in range(servers)):
+            procs.append(subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_server", "--host", "127.0.0.1",
+                                           "--port", str(server_port), "--port-end", str(server_port + 1),
+                                           "--tracker", f"127.0.0.1:{port}", "--key", key, "--silent"], **quiet))
         _wait(f"{servers} RPC servers", lambda: _free_servers(port, key) >= servers)
         yield f"127.0.0.1:{port}"
     finally:
