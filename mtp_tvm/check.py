@@ -50,6 +50,7 @@ class CheckResult:
     build_seconds: float
     run_seconds: float
     dump_dir: str | None = None
+    schedule: str = "default"
 
     @property
     def passed(self) -> bool:
@@ -59,6 +60,7 @@ class CheckResult:
         return {"case": self.case, "target": self.target, "preset": self.preset, "frontend": self.frontend,
                 "seed": self.seed, "shapes": self.shapes, "passed": self.passed,
                 "build_seconds": self.build_seconds, "run_seconds": self.run_seconds, "dump_dir": self.dump_dir,
+                "schedule": self.schedule,
                 "outputs": {k: v.as_dict() for k, v in self.outputs.items()}}
 
     def write_report(self, path: str | os.PathLike) -> None:
@@ -95,11 +97,12 @@ def compare_outputs(case: Case, s: Shapes, actual: dict, expected: dict,
 def check(case: str = "tail", target="llvm", preset: str = "flash", frontend: str = "tir",
           tokens: int | None = None, vocab_shard: int | None = None, seed: int = 0,
           dump_passes: bool | str | os.PathLike | None = None, report: str | os.PathLike | None = None,
-          tolerance: dict | None = None, log=print) -> CheckResult:
-    """Build ``case``, run it on inputs drawn from ``seed``, and compare each stage with its torch golden."""
+          tolerance: dict | None = None, log=print, schedule: str = "default") -> CheckResult:
+    """Build ``case`` with the named schedule, run it on inputs drawn from ``seed``, and compare each stage
+    with its torch golden."""
     seed = validate_seed(seed)
     compiled = compile(case=case, target=target, preset=preset, frontend=frontend, tokens=tokens,
-                       vocab_shard=vocab_shard, dump_passes=dump_passes)
+                       vocab_shard=vocab_shard, dump_passes=dump_passes, schedule=schedule)
     c, s = compiled.case, compiled.shapes
     log(f"[RUN] seed={seed}")
     inputs = c.make_inputs(s, seed)
@@ -109,7 +112,7 @@ def check(case: str = "tail", target="llvm", preset: str = "flash", frontend: st
     run_seconds = time.perf_counter() - t0
     result = CheckResult(c.name, target_json(compiled.target), s.preset.name, frontend, seed, s.as_dict(),
                          compare_outputs(c, s, actual, expected, tolerance), compiled.build_seconds,
-                         run_seconds, str(compiled.dump_dir) if compiled.dump_dir else None)
+                         run_seconds, str(compiled.dump_dir) if compiled.dump_dir else None, schedule)
     if report is not None:
         result.write_report(report)
     return result
@@ -126,7 +129,7 @@ def summary_table(r: CheckResult) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    head = (f"case={r.case} target={r.target['kind']} preset={r.preset} frontend={r.frontend} "
+    head = (f"case={r.case} target={r.target['kind']} preset={r.preset} frontend={r.frontend} schedule={r.schedule} "
             f"T={r.shapes['tokens']} V={r.shapes['vocab_shard']} seed={r.seed} "
             f"build={r.build_seconds:.2f}s run={r.run_seconds * 1e3:.1f}ms")
     details = [f"{o.name} / {cmp.comparator}:\n  " + cmp.detail.replace("\n", "\n  ")

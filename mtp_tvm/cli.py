@@ -22,6 +22,9 @@ def _add_build_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vocab-shard", type=int, default=None, help="vocab shard columns (default 512)")
     p.add_argument("--dump-passes", nargs="?", const=True, default=None, metavar="DIR",
                    help="dump the IR after every pass into a new run folder under DIR (default dumps/)")
+    p.add_argument("--schedule", default="default", metavar="NAME",
+                   help="default (the hand schedules in schedules/), none (plain lowering, CPU), dlight (CUDA), "
+                        "or another name a schedule file defines (default: default)")
 
 
 def _cmd_check(args) -> int:
@@ -29,7 +32,7 @@ def _cmd_check(args) -> int:
 
     result = check(case=args.case, target=args.target, preset=args.preset, frontend=args.frontend,
                    tokens=args.tokens, vocab_shard=args.vocab_shard, seed=args.seed,
-                   dump_passes=args.dump_passes, report=args.report)
+                   dump_passes=args.dump_passes, report=args.report, schedule=args.schedule)
     print(summary_table(result))
     if result.dump_dir:
         print(f"IR dumps: {result.dump_dir}")

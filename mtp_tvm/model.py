@@ -54,4 +54,15 @@ def build_relax_module(case: Case, shapes: Shapes, frontend: str) -> tvm.IRModul
                 outputs.append(fe.unpad_rows(x, tokens, stage.output_cols(shapes), stage.output_dtype, stage.output))
             result = bb.emit_output(relax.Tuple(outputs))
         bb.emit_func_output(result)
-    return bb.finalize()
+    mod = bb.finalize()
+    # Activations come first; the rest are weights, whose transforms (packing) LiftTransformParams hoists.
+    mod["main"] = mod["main"].with_attr("num_input", num_activations(case, shapes))
+    return mod
+
+
+def num_activations(case: Case, shapes: Shapes) -> int:
+    """How many leading inputs are per-call activations (``[T, ...]``); the weights follow them."""
+    token_major = ["T" in spec.shape for spec in case.input_specs(shapes).values()]
+    n = token_major.count(True)
+    assert token_major[:n] == [True] * n, "activations must precede weights in spec order"
+    return n
