@@ -41,6 +41,29 @@ def _cmd_check(args) -> int:
     return 0 if result.passed else 1
 
 
+OPENBLAS_SLOW_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")  # set on this host; they slow a current numpy
+
+
+def _cmd_bench(args) -> int:
+    import os
+
+    if any(v in os.environ for v in OPENBLAS_SLOW_VARS):  # numpy read them at import: re-run without them
+        env = {k: v for k, v in os.environ.items() if k not in OPENBLAS_SLOW_VARS}
+        os.execve(sys.executable, [sys.executable, "-m", "mtp_tvm", *sys.argv[1:]], env)
+    from .bench import bench
+
+    result = bench(case=args.case, target=args.target, preset=args.preset, vocab_shard=args.vocab_shard,
+                   schedule=args.schedule, tokens=args.tokens, rounds=args.rounds)
+    print(result.table())
+    if args.json:
+        result.write_json(args.json)
+        print(f"json: {args.json}")
+    if args.plot:
+        result.plot(args.plot)
+        print(f"plot: {args.plot}")
+    return 0
+
+
 def _cmd_list(_args) -> int:
     from .config import make_shapes
 
@@ -62,6 +85,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
     p.add_argument("--report", default=None, metavar="FILE", help="write the result as JSON")
     p.set_defaults(func=_cmd_check)
+    p = sub.add_parser("bench", help="time a case against torch/numpy, interleaved, with measured peak and bandwidth")
+    p.add_argument("--case", default="logits", help="logits, projection, norm or tail (default logits)")
+    p.add_argument("--target", default="llvm", help="llvm, cuda, or a target JSON object (default llvm)")
+    p.add_argument("--preset", default="flash", help=f"one of: {', '.join(PRESETS)} (default flash)")
+    p.add_argument("--tokens", type=int, default=None, help="token count T (default: the preset's B*S = 8)")
+    p.add_argument("--vocab-shard", type=int, default=None, help="vocab shard columns (default 512)")
+    p.add_argument("--schedule", default="default", metavar="NAME", help="as for check (default: default)")
+    p.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds; medians over them (default 7)")
+    p.add_argument("--json", default=None, metavar="FILE", help="write the figures as JSON")
+    p.add_argument("--plot", default=None, metavar="PNG", help="write a bar chart (matplotlib)")
+    p.set_defaults(func=_cmd_bench)
     p = sub.add_parser("list", help="list cases, their tensors, and presets")
     p.set_defaults(func=_cmd_list)
     return parser
