@@ -176,9 +176,124 @@ def cpu_rows(sch: s_tir.Schedule, knobs: dict, _target: Target) -> None:
         sch.parallel(sch.get_loops(sch.get_sblock(other))[0])
 
 
+# ---- GPU rules -------------------------------------------------------------------------------------------
+
+def _bind_flat(sch: s_tir.Schedule, block, threads: int) -> None:
+    """Every loop of ``block`` fused, then split over blocks x ``threads`` (elementwise kernels, copies)."""
+    bx, tx = sch.split(sch.fuse(*sch.get_loops(block)), [None, threads])
+    sch.bind(bx, "blockIdx.x")
+    sch.bind(tx, "threadIdx.x")
+
+
+def _loops_below(sch: s_tir.Schedule, block, anchor, count: int) -> list:
+    """The ``count`` loops of ``block`` under ``anchor``; a K loop of one step, which ``compute_at`` drops, comes
+    back as a unit loop (``add_unit_loop``) right above the innermost loop, so callers unpack loops by role."""
+    loops = sch.get_loops(block)
+    below = loops[[sch.get(lp).same_as(sch.get(anchor)) for lp in loops].index(True) + 1:]
+    if len(below) == count - 1:
+        below.insert(-1, sch.add_unit_loop(below[-1]))
+    return below
+
+
+def gpu_gemm(sch: s_tir.Schedule, knobs: dict, _target: Target) -> None:
+    """Skinny GEMM ``Y[t, n] = sum_k A[t, k] W[n, k]`` (16 token rows, long K): a thread block per token tile x
+    ``column_tile`` columns; ``threadIdx.y`` = the token row, ``threadIdx.x`` = ``k_threads`` lanes splitting K.
+    Each lane keeps ``column_tile`` partial sums in registers (rfactor), loads ``vector_width`` K elements of its
+    activation row and of each weight row per step (16-byte loads, coalesced along K across the warp), widens
+    them in the inner loop, and the lanes of a warp finish with a shuffle reduction. With ``stage_weight`` =
+    ``shared``, each K chunk of the weight tile is staged once in shared memory for the 16 row-warps.
+
+    Knobs: ``column_tile``, ``k_threads``, ``vector_width``, ``stage_weight``, ``blocks`` (block -> activation,
+    weight), ``epilogue`` (elementwise blocks after the GEMMs), ``epilogue_threads``.
+    """
+    cols, lanes, vec = knobs["column_tile"], knobs["k_threads"], knobs["vector_width"]
+    for name, io in knobs["blocks"].items():
+        b = sch.get_sblock(name)
+        tt, ti, n, kc, ki = sch.get_loops(b)
+        ko, kt, kv = sch.split(sch.fuse(kc, ki), [None, lanes, vec])
+        no, nc = sch.split(n, [None, cols])
+        sch.reorder(tt, no, ti, ko, kt, kv, nc)
+        rf = sch.rfactor(kt, factor_axis=0)
+        tt, no, ti, kt, nc = sch.get_loops(b)
+        sch.reorder(nc, kt)
+        sch.bind(tt, "blockIdx.y")
+        sch.bind(no, "blockIdx.x")
+        sch.bind(ti, "threadIdx.y")
+        sch.bind(kt, "threadIdx.x")  # the final sum over lanes: a warp shuffle reduction
+        sch.set_scope(rf, 0, "local")
+        sch.compute_at(rf, ti)
+        kt, nc, ko, kv = _loops_below(sch, rf, ti, 4)
+        sch.bind(kt, "threadIdx.x")
+        sch.reorder(ko, nc, kv)
+        if knobs.get("stage_weight") == "shared":
+            ws = sch.cache_read(rf, _read_index(sch, rf, io["weight"]), "shared")
+            sch.compute_at(ws, ko, preserve_unit_loops=True)
+            _, ty, tx, v = sch.split(sch.fuse(*sch.get_loops(ws)[-2:]), [None, TOKEN_TILE, lanes, vec // 2])
+            sch.bind(ty, "threadIdx.y")
+            sch.bind(tx, "threadIdx.x")
+            sch.vectorize(v)
+        weight = io["weight"] + ("_shared" if knobs.get("stage_weight") == "shared" else "")
+        wl = sch.cache_read(rf, _read_index(sch, rf, weight), "local")
+        sch.compute_at(wl, nc)
+        sch.vectorize(sch.get_loops(wl)[-1])
+        xl = sch.cache_read(rf, _read_index(sch, rf, io["activation"]), "local")
+        sch.compute_at(xl, ko, preserve_unit_loops=True)
+        sch.vectorize(sch.get_loops(xl)[-1])
+        sch.unroll(kv)
+        sch.decompose_reduction(rf, ko)
+    for name in knobs.get("epilogue", []):
+        _bind_flat(sch, sch.get_sblock(name), knobs["epilogue_threads"])
+
+
+def _cross_thread_reduce(sch: s_tir.Schedule, block, threads: int) -> None:
+    """Split ``block``'s innermost (reduction) loop over ``threads`` lanes bound to ``threadIdx.x``: each lane
+    reduces its strided part, then TVM's cross-thread reduction (warp shuffles, shared memory across warps)."""
+    _, lane = sch.split(sch.get_loops(block)[-1], [None, threads])
+    sch.bind(lane, "threadIdx.x")
+
+
+def gpu_rows(sch: s_tir.Schedule, knobs: dict, _target: Target) -> None:
+    """Row-wise kernels: a thread block per row, ``threads`` lanes over its columns.
+
+    Knobs: ``row_block`` (the row's final, elementwise block), ``compute_at_row`` (producers moved under the
+    row, consumer first; their buffers become per-thread registers, every lane holding the row's values),
+    ``cross_thread`` (those producers whose reduction the lanes share), ``own_kernel`` (blocks that cannot
+    move, e.g. ones writing an output: each its own launch, reductions across lanes, the rest flat), ``threads``.
+    """
+    threads = knobs["threads"]
+    b = sch.get_sblock(knobs["row_block"])
+    for name in knobs.get("compute_at_row", []):
+        producer = sch.get_sblock(name)
+        sch.compute_at(producer, sch.get_loops(b)[0])
+        sch.set_scope(producer, 0, "local")
+        if name in knobs.get("cross_thread", []):
+            _cross_thread_reduce(sch, producer, threads)
+    row, col = sch.get_loops(b)[0], sch.get_loops(b)[-1]
+    _, lane = sch.split(col, [None, threads])
+    sch.bind(row, "blockIdx.x")
+    sch.bind(lane, "threadIdx.x")
+    for name in knobs.get("own_kernel", []):
+        blk = sch.get_sblock(name)
+        loops = sch.get_loops(blk)
+        if name in knobs.get("cross_thread", []):
+            sch.bind(sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0], "blockIdx.x")
+            _cross_thread_reduce(sch, blk, threads)
+        else:
+            _bind_flat(sch, blk, threads)
+
+
+def gpu_flat(sch: s_tir.Schedule, knobs: dict, _target: Target) -> None:
+    """Elementwise kernels (pad/unpad copies): all loops fused over blocks x ``threads``."""
+    for name in knobs["blocks"]:
+        _bind_flat(sch, sch.get_sblock(name), knobs["threads"])
+
+
 RULES: dict[str, Callable[[s_tir.Schedule, dict, Target], None]] = {
     "cpu_gemm": cpu_gemm,
     "cpu_rows": cpu_rows,
+    "gpu_gemm": gpu_gemm,
+    "gpu_rows": gpu_rows,
+    "gpu_flat": gpu_flat,
 }
 
 
@@ -203,6 +318,11 @@ def apply_dlight(func: tirx.PrimFunc, target: Target) -> s_tir.Schedule | None:
     return None
 
 
+def fresh_copy(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    """A deep copy of ``func`` (a JSON round trip), so scheduling it cannot touch the original."""
+    return tvm.ir.load_json(tvm.ir.save_json(func))
+
+
 # ---- the pass --------------------------------------------------------------------------------------------
 
 @tvm.transform.module_pass(opt_level=0, name="ApplySchedules")
@@ -216,11 +336,34 @@ class ApplySchedules:
         self.origins: dict[str, str] = {}  # PrimFunc -> where its schedule came from (file#name, dlight)
         self.packs_weights = False  # whether a schedule packed a weight (then the pipeline lifts the packing)
 
-    def _kernel_schedule(self, func_name: str) -> KernelSchedule | None:
-        if self.schedule in BUILTIN_SCHEDULES:
-            return None
+    def _kernel_schedule(self, func_name: str, name: str) -> KernelSchedule | None:
         per_kernel = load_schedules(self.target).get(kernel_of(func_name), {})
-        return per_kernel.get(self.schedule, per_kernel.get(DEFAULT))
+        return per_kernel.get(name, per_kernel.get(DEFAULT))
+
+    def _schedule(self, name: str, func: tirx.PrimFunc) -> tuple[s_tir.Schedule, str, str] | None:
+        """``(schedule, its function name, origin)`` for one PrimFunc, or None to lower it as written (CPU).
+
+        dlight goes first under ``dlight`` and for GPU kernels without a schedule file; a kernel dlight
+        declines (the hand GEMMs: no dlight rule matches them) gets its default hand schedule."""
+        ks = None if self.schedule in BUILTIN_SCHEDULES else self._kernel_schedule(name, self.schedule)
+        if is_gpu(self.target) and (self.schedule == DLIGHT or ks is None):
+            sch = apply_dlight(func, self.target)
+            if sch is not None:
+                return sch, "main", "dlight"
+            ks = self._kernel_schedule(name, DEFAULT)
+            if ks is None:
+                raise ValueError(f"no GPU schedule for {name}: dlight declined it and schedules/cuda has none")
+        if ks is None:
+            return None
+        sch = s_tir.Schedule(tvm.IRModule({name: func}))
+        sch.work_on(name)
+        try:
+            RULES[ks.rule](sch, ks.knobs, self.target)
+        except Exception as e:
+            raise type(e)(f"schedule {ks.name!r} ({ks.source.name}, rule {ks.rule}) on {name}: {e}") from e
+        self.packs_weights |= bool(ks.knobs.get("pack_weight"))
+        origin = f"{ks.source.parent.name}/{ks.source.name}#{ks.name}"
+        return sch, name, origin if self.schedule != DLIGHT else origin + " (dlight declined)"
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         if self.schedule == NONE:
@@ -230,24 +373,12 @@ class ApplySchedules:
             if not isinstance(func, tirx.PrimFunc) or func.attrs.get(SCHEDULED_ATTR, 0) == 1:
                 continue
             name = gv.name_hint
-            ks = self._kernel_schedule(name)
-            if ks is not None:
-                sch = s_tir.Schedule(tvm.IRModule({name: func}))
-                sch.work_on(name)
-                try:
-                    RULES[ks.rule](sch, ks.knobs, self.target)
-                except Exception as e:
-                    raise type(e)(f"schedule {ks.name!r} ({ks.source.name}, rule {ks.rule}) on {name}: {e}") from e
-                origin = f"{ks.source.parent.name}/{ks.source.name}#{ks.name}"
-                self.packs_weights |= bool(ks.knobs.get("pack_weight"))
-            elif is_gpu(self.target):
-                sch = apply_dlight(func, self.target)
-                if sch is None:
-                    continue
-                origin = "dlight"
-            else:
+            # s_tir.Schedule edits the IR in place and the kernels are shared (lru_cache): schedule a copy
+            scheduled = self._schedule(name, fresh_copy(func))
+            if scheduled is None:
                 continue
-            updated[gv] = sch.mod[name if ks is not None else "main"].with_attr(SCHEDULED_ATTR, True)
+            sch, func_name, origin = scheduled
+            updated[gv] = sch.mod[func_name].with_attr(SCHEDULED_ATTR, True)
             self.traces[name] = str(sch.trace)
             self.origins[name] = origin
         for gv, func in updated.items():
