@@ -263,8 +263,9 @@ class BenchResult:
     preset: str
     schedule: str
     shapes: dict
-    median_ms: dict[str, float]
+    median_ms: dict[str, float | None]  # None: the contender could not run here (see ``unavailable``)
     samples_ms: dict[str, list[float]]
+    unavailable: dict[str, str]
     gflops: dict[str, float]
     gbs: dict[str, float]
     speedup: dict[str, float]  # peer median / tvm median
@@ -286,6 +287,9 @@ class BenchResult:
     def table(self) -> str:
         rows = [("contender", "median ms", "GFLOP/s", "GB/s", "tvm speed-up")]
         for name, ms in self.median_ms.items():
+            if ms is None:
+                rows.append((name, "-", "-", "-", self.unavailable[name]))
+                continue
             rows.append((name, f"{ms:.3f}", f"{self.gflops[name]:.1f}", f"{self.gbs[name]:.1f}",
                          "-" if name == "tvm" else f"{self.speedup[name]:.2f}x"))
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
@@ -306,7 +310,7 @@ class BenchResult:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        names = list(self.median_ms)
+        names = [n for n, ms in self.median_ms.items() if ms is not None]
         fig, ax = plt.subplots(figsize=(7, 3.5))
         bars = ax.bar(names, [self.median_ms[n] for n in names],
                       color=["tab:green" if n == "tvm" else "tab:gray" for n in names])
@@ -330,6 +334,15 @@ def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
     except OSError as e:
         tmp.unlink(missing_ok=True)
         raise UsageError(f"cannot write {path}: {e.strerror}") from None
+
+
+def peer_unavailable(peer: str, gpu: bool) -> str | None:
+    """Why ``peer`` cannot run against a GPU build here, or None."""
+    if gpu and peer == "numpy_fp32":
+        return "numpy runs on the host CPU, not the GPU"
+    if gpu and peer != "tvm" and not torch.cuda.is_available():
+        return f"this torch ({torch.__version__}) has no CUDA"
+    return None
 
 
 def _time_python(fn: Callable, number: int, sync: Callable[[], None]) -> float:
@@ -376,8 +389,8 @@ def bench(case: str = "logits", target="llvm", preset: str = "flash", vocab_shar
     tdev = "cuda" if gpu else "cpu"
     peer_inputs = {k: v.to(tdev) for k, v in inputs.items()}
     sync = torch.cuda.synchronize if gpu else (lambda: None)
-    runners = {p: peer_runner(c, p, peer_inputs, s.eps) for p in contenders if p != "tvm"
-               if not (gpu and p == "numpy_fp32")}
+    unavailable = {p: why for p in contenders if (why := peer_unavailable(p, gpu))}
+    runners = {p: peer_runner(c, p, peer_inputs, s.eps) for p in contenders if p != "tvm" and p not in unavailable}
     for r in runners.values():
         r()
     sync()
@@ -388,18 +401,23 @@ def bench(case: str = "logits", target="llvm", preset: str = "flash", vocab_shar
             samples[p].append(_time_python(r, n, sync) * 1e3)
     probes = measure_probes(tgt)
     median = {p: statistics.median(v) for p, v in samples.items()}
+    timed = dict(median)
+    median.update(dict.fromkeys(unavailable))  # every contender is a key; None where it could not run
     useful = flops(c, s, s.tokens)
     executed = flops(c, s, padded_tokens(s.tokens))
     moved = bytes_moved(compiled)
     tvm_s = median["tvm"] / 1e3
-    roofline = min(probes.peak_gflops, executed / moved * probes.bandwidth_gbs) if moved else probes.peak_gflops
+    # attainable = min(peak, intensity x bandwidth); a kernel without GEMMs (the norm) is judged on bandwidth
+    roofline = min(probes.peak_gflops, executed / moved * probes.bandwidth_gbs)
+    fraction = (executed / tvm_s / 1e9) / roofline if executed else (moved / tvm_s / 1e9) / probes.bandwidth_gbs
     return BenchResult(
         case=c.name, target=target_json(tgt), preset=s.preset.name, schedule=schedule, shapes=s.as_dict(),
         median_ms=median, samples_ms=samples,
-        gflops={p: useful / (ms / 1e3) / 1e9 for p, ms in median.items()},
-        gbs={p: moved / (ms / 1e3) / 1e9 for p, ms in median.items()},
-        speedup={p: ms / median["tvm"] for p, ms in median.items()},
+        unavailable=unavailable,
+        gflops={p: useful / (ms / 1e3) / 1e9 for p, ms in timed.items()},
+        gbs={p: moved / (ms / 1e3) / 1e9 for p, ms in timed.items()},
+        speedup={p: ms / median["tvm"] for p, ms in timed.items()},
         peak_gflops=probes.peak_gflops, bandwidth_gbs=probes.bandwidth_gbs, roofline_gflops=roofline,
-        roofline_fraction=(executed / tvm_s / 1e9) / roofline if roofline else 0.0,
+        roofline_fraction=fraction,
         peak_fraction=(executed / tvm_s / 1e9) / probes.peak_gflops,
         build_seconds=compiled.build_seconds, probes=probes.how, numpy_blas=numpy_blas_info())

@@ -107,7 +107,7 @@ def _pack_weight(sch: s_tir.Schedule, block, weight: str, tile: int) -> None:
     """Column-block a weight in a preprocess block that the pipeline lifts out of the per-call path."""
     packed = sch.cache_read(block, _read_index(sch, block, weight), "global")
     sch.transform_layout(packed, ("write", 0), _column_blocked(tile))
-    sch.annotate(packed, PREPACK_ANNOTATION, True)
+    sch.annotate(packed, PREPACK_ANNOTATION, 1)  # 1, not True: the trace prints booleans as 1
 
 
 def _vectorized_rows(sch: s_tir.Schedule, block, vector_width: int, parallel: bool = True) -> None:
