@@ -142,35 +142,61 @@ class Probes:
     how: str
 
 
+@dataclasses.dataclass(frozen=True)
+class ProbePlan:
+    """Sizes of the two probes for one device: FMA workers ``blocks x threads``, each ``chains`` x ``lanes``
+    FMAs ``iters`` times; the stream reads ``stream_parallel`` slices into ``stream_lanes`` partial sums."""
+
+    gpu: bool
+    blocks: int
+    threads: int
+    lanes: int
+    chains: int
+    iters: int
+    stream_parallel: int
+    stream_lanes: int
+    stream_bytes: int
+
+    @classmethod
+    def for_target(cls, target, multiprocessors: int | None = None) -> ProbePlan:
+        if target.kind.name == "cuda":
+            sms = multiprocessors or device_for(target).multi_processor_count
+            return cls(True, sms * 8, 256, 1, 8, 20_000, sms * 8, 1024, 1 << 30)
+        cores = int(target.attrs.get("num-cores", os.cpu_count() or 1))
+        return cls(False, cores, 1, 16 if _has_avx512() else 8, 12, 100_000, cores, 64, 256 << 20)
+
+    @property
+    def stream_steps(self) -> int:
+        return self.stream_bytes // 4 // self.stream_parallel // self.stream_lanes
+
+    def build(self, target):
+        """The two probe kernels, compiled for ``target`` (a GPU build needs no GPU)."""
+        fma = tvm.compile(fma_probe(self.blocks, self.threads, self.iters, self.chains, self.lanes, self.gpu),
+                          target=target)
+        stream = tvm.compile(_schedule_stream(stream_probe(self.stream_parallel, self.stream_steps,
+                                                           self.stream_lanes), self.gpu), target=target)
+        return fma, stream
+
+
 def measure_probes(target, rounds: int = 5) -> Probes:
     """The FP32 FMA peak and read bandwidth of the target device, by our own TVM kernels (best of ``rounds``)."""
     dev = device_for(target)
-    gpu = target.kind.name == "cuda"
-    if gpu:
-        sms = dev.multi_processor_count
-        blocks, threads, lanes, chains, iters = sms * 8, 256, 1, 8, 20_000
-        stream_parallel, stream_lanes = sms * 8, 1024
-    else:
-        cores = int(target.attrs.get("num-cores", os.cpu_count() or 1))
-        blocks, threads, lanes, chains, iters = cores, 1, (16 if _has_avx512() else 8), 12, 100_000
-        stream_parallel, stream_lanes = cores, 64
-    parallel = blocks * threads
-    fma = tvm.compile(fma_probe(blocks, threads, iters, chains, lanes, gpu), target=target).jit()
-    a = tvm.runtime.tensor(np.full((parallel, lanes), 0.999, np.float32), dev)
-    o = tvm.runtime.tensor(np.zeros((parallel, chains, lanes), np.float32), dev)
+    plan = ProbePlan.for_target(target)
+    fma, stream = (ex.jit() for ex in plan.build(target))
+    workers = plan.blocks * plan.threads
+    a = tvm.runtime.tensor(np.full((workers, plan.lanes), 0.999, np.float32), dev)
+    o = tvm.runtime.tensor(np.zeros((workers, plan.chains, plan.lanes), np.float32), dev)
     t_fma = fma.time_evaluator("main", dev, number=3, repeat=rounds)(a, o)
-    peak = 2.0 * parallel * iters * chains * lanes / min(t_fma.results) / 1e9
-    total = (1 << 30) if gpu else (256 << 20)  # bytes streamed: far beyond every cache
-    steps = total // 4 // stream_parallel // stream_lanes
-    stream = tvm.compile(_schedule_stream(stream_probe(stream_parallel, steps, stream_lanes), gpu),
-                         target=target).jit()
-    buf = tvm.runtime.tensor(np.ones((stream_parallel, steps, stream_lanes), np.float32), dev)
-    out = tvm.runtime.tensor(np.zeros((stream_parallel, stream_lanes), np.float32), dev)
+    peak = 2.0 * workers * plan.iters * plan.chains * plan.lanes / min(t_fma.results) / 1e9
+    shape = (plan.stream_parallel, plan.stream_steps, plan.stream_lanes)
+    buf = tvm.runtime.tensor(np.ones(shape, np.float32), dev)
+    out = tvm.runtime.tensor(np.zeros((plan.stream_parallel, plan.stream_lanes), np.float32), dev)
     t_bw = stream.time_evaluator("main", dev, number=2, repeat=rounds)(buf, out)
-    bw = stream_parallel * steps * stream_lanes * 4 / min(t_bw.results) / 1e9
-    return Probes(peak, bw, f"fma_peak: {parallel} {'threads' if gpu else 'cores'} x {chains} chains of "
-                            f"{lanes}-lane FP32 FMA, {iters} iterations; stream_read: {stream_parallel} "
-                            f"{'blocks' if gpu else 'threads'} summing {total >> 20} MiB of FP32; best of {rounds}")
+    bw = math.prod(shape) * 4 / min(t_bw.results) / 1e9
+    unit = ("threads", "blocks") if plan.gpu else ("cores", "threads")
+    return Probes(peak, bw, f"fma_peak: {workers} {unit[0]} x {plan.chains} chains of {plan.lanes}-lane FP32 FMA, "
+                            f"{plan.iters} iterations; stream_read: {plan.stream_parallel} {unit[1]} summing "
+                            f"{plan.stream_bytes >> 20} MiB of FP32; best of {rounds}")
 
 
 def _has_avx512() -> bool:
@@ -386,7 +412,7 @@ def bench(case: str = "logits", target="llvm", preset: str = "flash", vocab_shar
     tvm_once = lambda: vm.time_evaluator("main", dev, number=1, repeat=1)(*args).mean  # noqa: E731
     first = tvm_once()  # warm up, and size the batch of calls per sample to about 50 ms
     n = number or max(1, min(200, int(0.05 / max(first, 1e-6))))
-    tdev = "cuda" if gpu else "cpu"
+    tdev = "cuda" if gpu and torch.cuda.is_available() else "cpu"
     peer_inputs = {k: v.to(tdev) for k, v in inputs.items()}
     sync = torch.cuda.synchronize if gpu else (lambda: None)
     unavailable = {p: why for p in contenders if (why := peer_unavailable(p, gpu))}

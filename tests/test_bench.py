@@ -9,10 +9,11 @@ import sys
 import pytest
 from pathlib import Path
 
-from mtp_tvm.bench import BENCH_CASES, bench, bytes_moved, flops
+from mtp_tvm.bench import BENCH_CASES, ProbePlan, bench, bytes_moved, flops
 from mtp_tvm.cases import CASES
 from mtp_tvm.config import make_shapes
 from mtp_tvm.errors import UsageError
+from mtp_tvm.target import resolve_target
 
 ROOT = Path(__file__).resolve().parents[1]
 REQUIRED = {"tvm", "torch_bf16", "torch_fp32", "numpy_fp32"}
@@ -54,6 +55,11 @@ def test_flops_and_bytes_count_the_gemms():
 def test_bad_bench_arguments_are_usage_errors(kwargs):
     with pytest.raises(UsageError):
         bench(preset="tiny", **kwargs)
+
+
+def test_gpu_probes_build_without_a_gpu():
+    fma, stream = ProbePlan.for_target(resolve_target("cuda"), multiprocessors=4).build(resolve_target("cuda"))
+    assert "__global__" in fma.mod.imports[0].inspect_source() and stream.mod.imports
 
 
 def test_cli_bench_writes_json_and_plot(tmp_path):
