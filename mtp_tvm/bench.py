@@ -39,12 +39,13 @@ from tvm.script import tirx as T
 from . import golden
 from .cases import Case
 from .compiler import CompiledCase, compile
-from .config import Shapes, padded_tokens
+from .config import INT8_AMAX_EPS, INT8_SCALE_MAX, Shapes, padded_tokens
 from .errors import UsageError
 from .target import device_for, target_json
 from .tensors import NUMPY_DTYPES, to_numpy
 
 CONTENDERS = ("tvm", "torch_bf16", "torch_fp32", "numpy_fp32", "torch_golden")
+TORCH_DTYPES = {"torch_bf16": torch.bfloat16, "torch_fp32": torch.float32}
 BENCH_CASES = ("logits", "projection", "norm", "tail")
 
 
@@ -208,10 +209,6 @@ def _has_avx512() -> bool:
 
 # ---- contenders ------------------------------------------------------------------------------------------
 
-def _bf16(t: torch.Tensor) -> torch.Tensor:
-    return t.to(torch.bfloat16)
-
-
 def _stage_peer(stage: str, peer: str, t: dict, eps: float) -> Callable:
     """``f(x) -> y`` for one stage in one peer's dtype; weights prepared here, once, outside the timing."""
     if peer == "numpy_fp32":
@@ -229,13 +226,13 @@ def _stage_peer(stage: str, peer: str, t: dict, eps: float) -> Callable:
                 xf = weights[act]
                 y = xf / np.sqrt((xf * xf).mean(-1, keepdims=True) + eps) * weights[f"{tag}norm_w"] * weights[
                     f"{tag}_proj_smooth"]
-                scale = 127.0 / np.maximum(np.abs(y).max(-1, keepdims=True), 1e-4)
+                scale = INT8_SCALE_MAX / np.maximum(np.abs(y).max(-1, keepdims=True), INT8_AMAX_EPS)
                 q = np.rint(y * scale)
                 out = out + (q @ weights[f"{tag}_proj_w"].T) / scale * weights[f"{tag}_proj_w_scale"]
             return out
 
         return projection
-    dtype = {"torch_bf16": torch.bfloat16, "torch_fp32": torch.float32}.get(peer)
+    dtype = TORCH_DTYPES.get(peer)
     if peer == "torch_golden":
         if stage == "logits":
             return lambda x: golden.local_logits(x, t["lm_head_weight"])
@@ -254,7 +251,7 @@ def _stage_peer(stage: str, peer: str, t: dict, eps: float) -> Callable:
         out = 0
         for tag, act in (("e", "hidden_states"), ("h", "prev_hidden_states")):
             y = F.rms_norm(w[act], (w[act].shape[-1],), w[f"{tag}norm_w"], eps) * w[f"{tag}_proj_smooth"]
-            scale = 127.0 / y.abs().amax(-1, keepdim=True).clamp_min(1e-4)
+            scale = INT8_SCALE_MAX / y.abs().amax(-1, keepdim=True).clamp_min(INT8_AMAX_EPS)
             q = torch.round(y * scale)
             out = out + F.linear(q, w[f"{tag}_proj_w"]) / scale * w[f"{tag}_proj_w_scale"]
         return out
@@ -269,7 +266,7 @@ def peer_runner(case: Case, peer: str, inputs: dict[str, torch.Tensor], eps: flo
     if peer == "numpy_fp32":
         x0 = x0.float().numpy() if x0 is not None else None
     elif peer != "torch_golden" and x0 is not None:
-        x0 = x0.to({"torch_bf16": torch.bfloat16, "torch_fp32": torch.float32}[peer])
+        x0 = x0.to(TORCH_DTYPES[peer])
 
     def run():
         x = x0

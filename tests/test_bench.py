@@ -5,15 +5,18 @@ import json
 import os
 import subprocess
 import sys
-
-import pytest
 from pathlib import Path
 
-from mtp_tvm.bench import BENCH_CASES, ProbePlan, bench, bytes_moved, flops
+import numpy as np
+import pytest
+
+from mtp_tvm.bench import BENCH_CASES, ProbePlan, bench, bytes_moved, flops, peer_runner
 from mtp_tvm.cases import CASES
+from mtp_tvm.compare import ratio_allclose
 from mtp_tvm.config import make_shapes
 from mtp_tvm.errors import UsageError
 from mtp_tvm.target import resolve_target
+from mtp_tvm.tensors import to_numpy
 
 ROOT = Path(__file__).resolve().parents[1]
 REQUIRED = {"tvm", "torch_bf16", "torch_fp32", "numpy_fp32"}
@@ -36,6 +39,17 @@ def test_bench_times_every_contender(tiny_logits, tmp_path):
     tiny_logits.plot(tmp_path / "b.png")
     assert (tmp_path / "b.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "tvm speed-up" in tiny_logits.table()
+
+
+@pytest.mark.parametrize("peer", ["torch_bf16", "torch_fp32", "numpy_fp32", "torch_golden"])
+@pytest.mark.parametrize("case", BENCH_CASES)
+def test_every_peer_computes_the_case(case, peer):
+    """The contenders compute the same math as the golden (to BF16-level tolerance), so the race is fair."""
+    c, s = CASES[case], make_shapes("tiny")
+    inputs = c.make_inputs(s, 1)
+    actual = np.asarray(to_numpy(peer_runner(c, peer, inputs, s.eps)()), dtype=np.float32)
+    expected = to_numpy(c.golden(inputs, s)[c.chain[-1].output]).astype(np.float32)
+    assert ratio_allclose(atol=5e-2, rtol=5e-2, max_error_ratio=0.05)(actual, expected).passed
 
 
 def test_flops_and_bytes_count_the_gemms():

@@ -123,7 +123,8 @@ def test_cli_schedule_option(capsys):
 
 CUDA_BUILDS = ([(case, "tir", arch, "default") for case in CASES for arch in ("sm_80", "sm_90")]
                + [(case, "tir", "sm_90", "dlight") for case in CASES]
-               + [(case, "relax", "sm_90", s) for case in ("logits", "shared-head-logits") for s in ("default", "dlight")])
+               + [(case, "relax", "sm_90", s) for case in ("logits", "shared-head-logits")
+                  for s in ("default", "dlight")])
 
 
 @pytest.mark.parametrize("case, frontend, arch, schedule", CUDA_BUILDS)
