@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 from pathlib import Path
 from typing import Callable
@@ -103,6 +104,12 @@ def _column_blocked(tile: int) -> IndexMap:
     return IndexMap.from_func(lambda n, k: (n // tile, k, n % tile), index_dtype="int32")
 
 
+def _column_tile(sch: s_tir.Schedule, columns, tile: int) -> int:
+    """The column tile actually used: the largest divisor of the column count that divides ``tile`` (a vocab
+    shard of 1000 gets 8), so strips and the packed layout never need padding or bounds checks."""
+    return math.gcd(int(sch.get(columns).extent), tile)
+
+
 def _pack_weight(sch: s_tir.Schedule, block, weight: str, tile: int) -> None:
     """Column-block a weight in a preprocess block that the pipeline lifts out of the per-call path."""
     packed = sch.cache_read(block, _read_index(sch, block, weight), "global")
@@ -135,12 +142,13 @@ def cpu_gemm(sch: s_tir.Schedule, knobs: dict, _target: Target) -> None:
     (packed once) so each K step is one contiguous vector load, widened in the inner loop; activations
     listed in ``widen`` are copied once per call into a kernel-local buffer (BF16 ones become FP32 there).
     """
-    tile, rows, chunk = knobs["column_tile"], knobs["register_rows"], knobs["k_chunk"]
+    rows, chunk = knobs["register_rows"], knobs["k_chunk"]
     if knobs.get("token_tile", TOKEN_TILE) != TOKEN_TILE:
         raise ValueError(f"token_tile must be {TOKEN_TILE}: the kernels are written on that tile")
     for name, io in knobs["blocks"].items():
         b = sch.get_sblock(name)
         tt, ti, n, kc, ki = sch.get_loops(b)
+        tile = _column_tile(sch, n, knobs["column_tile"])
         kc, ki = sch.split(sch.fuse(kc, ki), [None, chunk])
         no, ni = sch.split(n, [None, tile])
         to, tr = sch.split(ti, [None, rows])
@@ -185,14 +193,17 @@ def _bind_flat(sch: s_tir.Schedule, block, threads: int) -> None:
     sch.bind(tx, "threadIdx.x")
 
 
-def _loops_below(sch: s_tir.Schedule, block, anchor, count: int) -> list:
-    """The ``count`` loops of ``block`` under ``anchor``; a K loop of one step, which ``compute_at`` drops, comes
-    back as a unit loop (``add_unit_loop``) right above the innermost loop, so callers unpack loops by role."""
+def _loops_below(sch: s_tir.Schedule, block, anchor, extents: list[int]) -> list:
+    """The loops of ``block`` under ``anchor``, one per expected extent; the unit loops ``compute_at`` drops
+    (a K of one step, a column tile of 1) come back via ``add_unit_loop``, so callers unpack loops by role."""
     loops = sch.get_loops(block)
-    below = loops[[sch.get(lp).same_as(sch.get(anchor)) for lp in loops].index(True) + 1:]
-    if len(below) == count - 1:
-        below.insert(-1, sch.add_unit_loop(below[-1]))
-    return below
+    present = iter(loops[[sch.get(lp).same_as(sch.get(anchor)) for lp in loops].index(True) + 1:])
+    out = [None if ext == 1 else next(present) for ext in extents]
+    for i, lp in enumerate(out):
+        if lp is None:
+            below = next((x for x in out[i + 1:] if x is not None), block)
+            out[i] = sch.add_unit_loop(below)
+    return out
 
 
 def gpu_gemm(sch: s_tir.Schedule, knobs: dict, _target: Target) -> None:
@@ -206,11 +217,14 @@ def gpu_gemm(sch: s_tir.Schedule, knobs: dict, _target: Target) -> None:
     Knobs: ``column_tile``, ``k_threads``, ``vector_width``, ``stage_weight``, ``blocks`` (block -> activation,
     weight), ``epilogue`` (elementwise blocks after the GEMMs), ``epilogue_threads``.
     """
-    cols, lanes, vec = knobs["column_tile"], knobs["k_threads"], knobs["vector_width"]
+    lanes, vec = knobs["k_threads"], knobs["vector_width"]
     for name, io in knobs["blocks"].items():
         b = sch.get_sblock(name)
         tt, ti, n, kc, ki = sch.get_loops(b)
-        ko, kt, kv = sch.split(sch.fuse(kc, ki), [None, lanes, vec])
+        cols = _column_tile(sch, n, knobs["column_tile"])
+        k = sch.fuse(kc, ki)
+        k_steps = -(-int(sch.get(k).extent) // (lanes * vec))
+        ko, kt, kv = sch.split(k, [None, lanes, vec])
         no, nc = sch.split(n, [None, cols])
         sch.reorder(tt, no, ti, ko, kt, kv, nc)
         rf = sch.rfactor(kt, factor_axis=0)
@@ -222,7 +236,7 @@ def gpu_gemm(sch: s_tir.Schedule, knobs: dict, _target: Target) -> None:
         sch.bind(kt, "threadIdx.x")  # the final sum over lanes: a warp shuffle reduction
         sch.set_scope(rf, 0, "local")
         sch.compute_at(rf, ti)
-        kt, nc, ko, kv = _loops_below(sch, rf, ti, 4)
+        kt, nc, ko, kv = _loops_below(sch, rf, ti, [lanes, cols, k_steps, vec])
         sch.bind(kt, "threadIdx.x")
         sch.reorder(ko, nc, kv)
         if knobs.get("stage_weight") == "shared":

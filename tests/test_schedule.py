@@ -41,6 +41,17 @@ def test_every_llvm_schedule_meets_the_goldens(case, schedule, frontend):
     _meets_goldens(mtp_tvm.compile(case=case, preset="tiny", frontend=frontend, schedule=schedule))
 
 
+@pytest.mark.parametrize("vocab_shard", [1000, 1001])  # column tiles shrink to a divisor: 8, then 1
+def test_a_vocab_shard_off_the_column_tile_still_schedules(vocab_shard):
+    m = mtp_tvm.compile(case="logits", preset="tiny", vocab_shard=vocab_shard)
+    s = make_shapes("tiny", tokens=5, vocab_shard=vocab_shard)
+    inputs = m.case.make_inputs(s, seed=1)
+    actual = m.run({k: to_numpy(v) for k, v in inputs.items()})
+    assert all(c.passed for c in compare_outputs(m.case, s, actual, m.case.golden(inputs, s)).values())
+    cuda = mtp_tvm.compile(case="logits", target="cuda", preset="tiny", vocab_shard=vocab_shard)
+    assert "lm_head_logits" in cuda.schedule_traces and "__global__" in cuda.device_source
+
+
 def test_schedule_files_are_well_formed():
     for target in (LLVM, resolve_target("cuda")):
         schedules = load_schedules(target)
