@@ -54,6 +54,7 @@ class CheckResult:
     run_seconds: float
     dump_dir: str | None = None
     perturbation: dict | None = None  # a deliberate error injected into the device logits (``perturb_logit``)
+    schedule: str = "default"
 
     @property
     def passed(self) -> bool:
@@ -63,7 +64,8 @@ class CheckResult:
         return {"case": self.case, "target": self.target, "preset": self.preset, "frontend": self.frontend,
                 "seed": self.seed, "shapes": self.shapes, "passed": self.passed,
                 "build_seconds": self.build_seconds, "run_seconds": self.run_seconds, "dump_dir": self.dump_dir,
-                "perturbation": self.perturbation, "outputs": {k: v.as_dict() for k, v in self.outputs.items()}}
+                "schedule": self.schedule, "perturbation": self.perturbation,
+                "outputs": {k: v.as_dict() for k, v in self.outputs.items()}}
 
     def write_report(self, path: str | os.PathLike) -> None:
         """Write the JSON report atomically (a temp file renamed into place)."""
@@ -138,8 +140,9 @@ def check(case: str = "tail", target="llvm", preset: str = "flash", frontend: st
           tokens: int | None = None, vocab_shard: int | None = None, seed: int = 0,
           dump_passes: bool | str | os.PathLike | None = None, report: str | os.PathLike | None = None,
           tolerance: dict | None = None, log=print, owners: int | None = None, tp: int | None = None,
-          logits_tol: dict | None = None, perturb_logit: tuple | None = None) -> CheckResult:
-    """Build ``case``, run it on inputs drawn from ``seed``, and compare each stage with its torch golden.
+          logits_tol: dict | None = None, perturb_logit: tuple | None = None, schedule: str = "default") -> CheckResult:
+    """Build ``case`` with the named schedule, run it on inputs drawn from ``seed``, and compare each stage with
+    its torch golden.
 
     For the LM-head cases: ``owners``/``tp`` size it, ``logits_tol`` overrides ``DEFAULT_LOGITS_TOLERANCE``
     (atol, rtol, max_error_ratio, max_e2e_abs_diff), ``perturb_logit=(owner, row, col[, delta])`` adds delta
@@ -147,7 +150,7 @@ def check(case: str = "tail", target="llvm", preset: str = "flash", frontend: st
     """
     seed = validate_seed(seed)
     compiled = compile(case=case, target=target, preset=preset, frontend=frontend, tokens=tokens,
-                       vocab_shard=vocab_shard, dump_passes=dump_passes, owners=owners, tp=tp)
+                       vocab_shard=vocab_shard, dump_passes=dump_passes, owners=owners, tp=tp, schedule=schedule)
     c, s = compiled.case, compiled.shapes
     if (logits_tol is not None or perturb_logit is not None) and LM_HEAD_LOGITS not in c.output_specs(s):
         raise UsageError(f"LM-head logits options apply to cases with the lm_head stage; {c.name!r} has none")
@@ -156,7 +159,7 @@ def check(case: str = "tail", target="llvm", preset: str = "flash", frontend: st
     perturbation = None if perturb_logit is None else _perturbation(
         tuple(perturb_logit), c.output_specs(s)[LM_HEAD_LOGITS].shape)
     result = golden_check(compiled.run, c, s, target_json(compiled.target), frontend, seed, compiled.build_seconds,
-                          compiled.dump_dir, tolerance, log, logits_tol, perturbation)
+                          compiled.dump_dir, tolerance, log, logits_tol, perturbation, compiled.schedule)
     if report is not None:
         result.write_report(report)
     return result
@@ -164,7 +167,7 @@ def check(case: str = "tail", target="llvm", preset: str = "flash", frontend: st
 
 def golden_check(run, c: Case, s: Shapes, target: dict, frontend: str, seed: int, build_seconds: float,
                  dump_dir=None, tolerance: dict | None = None, log=print, logits_tol: dict | None = None,
-                 perturbation: dict | None = None) -> CheckResult:
+                 perturbation: dict | None = None, schedule: str = "default") -> CheckResult:
     """Run ``run`` (named inputs -> named outputs) on inputs drawn from ``seed`` and compare every stage output
     with its torch golden; shared by fresh builds and prebuilt artifacts."""
     seed = validate_seed(seed)
@@ -180,7 +183,7 @@ def golden_check(run, c: Case, s: Shapes, target: dict, frontend: str, seed: int
         log(f"[PERTURB] logits{tuple(perturbation['index'])} += {perturbation['delta']}")
     return CheckResult(c.name, target, s.preset.name, frontend, seed, s.as_dict(),
                        compare_outputs(c, s, actual, expected, tolerance, inputs, logits_tol), build_seconds,
-                       run_seconds, str(dump_dir) if dump_dir else None, perturbation)
+                       run_seconds, str(dump_dir) if dump_dir else None, perturbation, schedule)
 
 
 def summary_table(r: CheckResult) -> str:
@@ -194,7 +197,7 @@ def summary_table(r: CheckResult) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    head = (f"case={r.case} target={r.target['kind']} preset={r.preset} frontend={r.frontend} "
+    head = (f"case={r.case} target={r.target['kind']} preset={r.preset} frontend={r.frontend} schedule={r.schedule} "
             f"T={r.shapes['tokens']} V={r.shapes['vocab_shard']} seed={r.seed} "
             f"build={r.build_seconds:.2f}s run={r.run_seconds * 1e3:.1f}ms")
     if LM_HEAD_LOGITS in r.outputs:

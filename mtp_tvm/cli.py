@@ -25,6 +25,9 @@ def _add_build_args(p: argparse.ArgumentParser) -> None:
                    help="LM head: TP degree 2, 4, 8 or 16; VOCAB = TP x vocab shard (default 2)")
     p.add_argument("--dump-passes", nargs="?", const=True, default=None, metavar="DIR",
                    help="dump the IR after every pass into a new run folder under DIR (default dumps/)")
+    p.add_argument("--schedule", default="default", metavar="NAME",
+                   help="default (the hand schedules in schedules/), none (plain lowering, CPU), dlight (CUDA), "
+                        "or another name a schedule file defines (default: default)")
 
 
 def _add_arch_arg(p: argparse.ArgumentParser) -> None:
@@ -33,8 +36,8 @@ def _add_arch_arg(p: argparse.ArgumentParser) -> None:
 
 
 # options that --artifact takes from the artifact's manifest instead
-_MANIFEST_OPTIONS = ("case", "target", "preset", "frontend", "vocab_shard", "owners", "tp", "dump_passes", "arch",
-                     "compile_only")
+_MANIFEST_OPTIONS = ("case", "target", "preset", "frontend", "vocab_shard", "owners", "tp", "schedule",
+                     "dump_passes", "arch", "compile_only")
 
 
 def _add_lm_head_check_args(p: argparse.ArgumentParser) -> None:
@@ -60,7 +63,8 @@ def _cmd_check(args) -> int:
                    frontend=args.frontend, tokens=args.tokens, vocab_shard=args.vocab_shard, seed=args.seed,
                    dump_passes=args.dump_passes, report=args.report, owners=args.owners, tp=args.tp,
                    logits_tol=logits_tol or None,
-                   perturb_logit=parse_logit_perturbation(args.perturb_logit) if args.perturb_logit else None)
+                   perturb_logit=parse_logit_perturbation(args.perturb_logit) if args.perturb_logit else None,
+                   schedule=args.schedule)
     print(summary_table(result))
     if result.dump_dir:
         print(f"IR dumps: {result.dump_dir}")
@@ -90,7 +94,8 @@ def _cmd_check_prebuilt(args) -> int:
     if args.compile_only and not args.artifact:
         print(describe(build(None, case=args.case, target=args.target, arch=args.arch, preset=args.preset,
                              frontend=args.frontend, tokens=args.tokens, vocab_shard=args.vocab_shard,
-                             dump_passes=args.dump_passes, owners=args.owners, tp=args.tp)))
+                             dump_passes=args.dump_passes, owners=args.owners, tp=args.tp,
+                             schedule=args.schedule)))
         return 0
     defaults = build_parser().parse_args(["check"])
     given = [f"--{o.replace('_', '-')}" for o in _MANIFEST_OPTIONS if getattr(args, o) != getattr(defaults, o)]
@@ -110,7 +115,7 @@ def _cmd_build(args) -> int:
     built = build(args.out, case=args.case, target=args.target, arch=args.arch, preset=args.preset,
                   frontend=args.frontend, tokens=args.tokens, vocab_shard=args.vocab_shard,
                   dump_passes=args.dump_passes, force=args.force, check=args.check, seed=args.seed,
-                  owners=args.owners, tp=args.tp)
+                  owners=args.owners, tp=args.tp, schedule=args.schedule)
     if built.check is not None:
         print(summary_table(built.check))
     print(describe(built))
@@ -130,6 +135,29 @@ def _cmd_run(args) -> int:
     for name, a in outputs.items():
         print(f"{name:20s} {str(a.shape):16s} {a.dtype}")
     print(f"outputs: {args.out}")
+    return 0
+
+
+OPENBLAS_SLOW_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")  # set on this host; they slow a current numpy
+
+
+def _cmd_bench(args) -> int:
+    import os
+
+    if any(v in os.environ for v in OPENBLAS_SLOW_VARS):  # numpy read them at import: re-run without them
+        env = {k: v for k, v in os.environ.items() if k not in OPENBLAS_SLOW_VARS}
+        os.execve(sys.executable, [sys.executable, "-m", "mtp_tvm", *sys.argv[1:]], env)
+    from .bench import bench
+
+    result = bench(case=args.case, target=args.target, preset=args.preset, vocab_shard=args.vocab_shard,
+                   schedule=args.schedule, tokens=args.tokens, rounds=args.rounds)
+    print(result.table())
+    if args.json:
+        result.write_json(args.json)
+        print(f"json: {args.json}")
+    if args.plot:
+        result.plot(args.plot)
+        print(f"plot: {args.plot}")
     return 0
 
 
@@ -186,6 +214,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--inputs", required=True, metavar="IN.npz", help="one array per input name")
     p.add_argument("--out", required=True, metavar="OUT.npz", help="where to write the outputs")
     p.set_defaults(func=_cmd_run)
+    p = sub.add_parser("bench", help="time a case against torch/numpy, interleaved, with measured peak and bandwidth")
+    p.add_argument("--case", default="logits", help="logits, projection, norm or tail (default logits)")
+    p.add_argument("--target", default="llvm", help="llvm, cuda, or a target JSON object (default llvm)")
+    p.add_argument("--preset", default="flash", help=f"one of: {', '.join(PRESETS)} (default flash)")
+    p.add_argument("--tokens", type=int, default=None, help="token count T (default: the preset's B*S = 8)")
+    p.add_argument("--vocab-shard", type=int, default=None, help="vocab shard columns (default 512)")
+    p.add_argument("--schedule", default="default", metavar="NAME", help="as for check (default: default)")
+    p.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds; medians over them (default 7)")
+    p.add_argument("--json", default=None, metavar="FILE", help="write the figures as JSON")
+    p.add_argument("--plot", default=None, metavar="PNG", help="write a bar chart (matplotlib)")
+    p.set_defaults(func=_cmd_bench)
     p = sub.add_parser("list", help="list cases, their tensors, and presets")
     p.set_defaults(func=_cmd_list)
     return parser

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import time
@@ -17,10 +18,13 @@ from .cases import ROWS, TOKENS, Case, TensorSpec, get_case
 from .config import Shapes, make_shapes
 from .dumps import PassRecorder, new_run_dir
 from .errors import BuildError, UsageError
-from .model import build_relax_module, get_frontend
+from .model import build_relax_module, get_frontend, num_activations
 from .pipeline import compile_module
+from .schedule import ApplySchedules
 from .target import device_for, resolve_target, target_json, target_name
-from .tensors import run_main, validate_inputs
+from .tensors import to_device, validate_inputs
+
+TRANSFORM_PARAMS = "main_transform_params"  # made by LiftTransformParams from main's weight transforms
 
 
 @dataclasses.dataclass
@@ -34,7 +38,11 @@ class CompiledCase:
     executable: tvm.runtime.Executable
     build_seconds: float
     dump_dir: Path | None = None
+    schedule: str = "default"
+    schedule_traces: dict[str, str] = dataclasses.field(default_factory=dict)  # PrimFunc -> str(sch.trace)
+    device_source: str | None = None  # the generated CUDA C of a GPU build
     _vm: relax.VirtualMachine | None = dataclasses.field(default=None, repr=False)
+    _weights: WeightCache = dataclasses.field(default_factory=lambda: WeightCache(), repr=False)
 
     @property
     def input_specs(self) -> dict[str, TensorSpec]:
@@ -44,28 +52,76 @@ class CompiledCase:
     def output_specs(self) -> dict[str, TensorSpec]:
         return self.case.output_specs(self.shapes)
 
+    @property
+    def num_input(self) -> int:
+        """How many leading inputs are activations; the weights after them go through ``main_transform_params``."""
+        return num_activations(self.case, self.shapes)
+
+    @property
+    def vm(self) -> relax.VirtualMachine:
+        if self._vm is None:
+            self._vm = relax.VirtualMachine(self.executable, device_for(self.target))
+        return self._vm
+
+    def device_args(self, arrays: list[np.ndarray]) -> list:
+        """``main``'s arguments (see ``main_args``)."""
+        return main_args(self.vm, device_for(self.target), arrays, self.num_input, self._weights)
+
     def run(self, inputs: dict) -> dict[str, np.ndarray]:
         """Run on named inputs (numpy with ``ml_dtypes.bfloat16`` for BF16, or torch); returns numpy outputs."""
         arrays, bound = validate_inputs(self.input_specs, inputs, f"case {self.case.name!r}")
         if bound:  # T directly, or R rows per owner
             self.case.check_shapes(self.shapes, bound.get(TOKENS, bound.get(ROWS, 0) * self.shapes.owners))
-        dev = device_for(self.target)
-        if self._vm is None:
-            self._vm = relax.VirtualMachine(self.executable, dev)
-        return run_main(self._vm, dev, arrays, self.output_specs)
+        outs = self.vm["main"](*self.device_args(arrays))
+        return {name: outs[i].numpy() for i, name in enumerate(self.output_specs)}
+
+
+def main_args(vm: relax.VirtualMachine, dev, arrays: list[np.ndarray], num_input: int, cache: "WeightCache") -> list:
+    """``main``'s arguments: the activations on the device, then the weights as ``main_transform_params`` made
+    them (packed), transformed once per distinct set of weights. Shared by fresh builds and loaded artifacts."""
+    acts, weights = arrays[:num_input], arrays[num_input:]
+    if not vm.module.implements_function(TRANSFORM_PARAMS):
+        return [to_device(a, dev) for a in arrays]
+    packed = cache.get(weights, lambda: list(vm[TRANSFORM_PARAMS]([to_device(w, dev) for w in weights])))
+    return [to_device(a, dev) for a in acts] + packed
+
+
+class WeightCache:
+    """The transformed (packed) weights of the last weight set seen, keyed by a digest of the weights' bytes:
+    packing happens once per weight set, and a changed weight is never served stale."""
+
+    def __init__(self):
+        self._key: bytes | None = None
+        self._value: list | None = None
+
+    @staticmethod
+    def digest(weights: list[np.ndarray]) -> bytes:
+        h = hashlib.blake2b(digest_size=16)
+        for w in weights:
+            h.update(str((w.dtype.str, w.shape)).encode())
+            h.update(np.ascontiguousarray(w).view(np.uint8).data)
+        return h.digest()
+
+    def get(self, weights: list[np.ndarray], make) -> list:
+        key = self.digest(weights)
+        if key != self._key:
+            self._key, self._value = key, make()
+        return self._value
 
 
 def compile(case: str = "tail", target: str | dict | Target = "llvm", preset: str = "flash",
             frontend: str = "tir", tokens: int | None = None, vocab_shard: int | None = None,
             dump_passes: bool | str | os.PathLike | None = None, only_changed: bool = False,
-            owners: int | None = None, tp: int | None = None) -> CompiledCase:
-    """Build ``case`` for ``target``. ``dump_passes`` = True dumps into ``dumps/``, a path dumps under it.
+            owners: int | None = None, tp: int | None = None, schedule: str = "default") -> CompiledCase:
+    """Build ``case`` for ``target`` with the named schedule (``mtp_tvm.schedule``). ``dump_passes`` = True
+    dumps into ``dumps/``, a path dumps under it (with ``schedule_trace.py`` and, on GPU, ``device_source.cu``).
     ``owners`` and ``tp`` (default 2 and 2) size the TP-sharded LM head (cases ``lm-head``, ``tail-lm-head``)."""
     c = get_case(case)
     shapes = make_shapes(preset, tokens, vocab_shard, owners, tp)
     c.check_shapes(shapes)
     get_frontend(frontend)
     tgt = resolve_target(target)
+    applier = ApplySchedules(tgt, schedule)
     mod = build_relax_module(c, shapes, frontend)
     run_dir = None
     if dump_passes:
@@ -76,7 +132,7 @@ def compile(case: str = "tail", target: str | dict | Target = "llvm", preset: st
     t0 = time.perf_counter()
     try:
         with tvm.transform.PassContext(opt_level=3, instruments=[recorder] if recorder else []):
-            ex = compile_module(mod, tgt)
+            ex = compile_module(mod, tgt, applier)
     except UsageError:
         raise
     except Exception as e:  # TVM errors are multi-line C++ traces; keep the last line for the user
@@ -84,7 +140,17 @@ def compile(case: str = "tail", target: str | dict | Target = "llvm", preset: st
         raise BuildError(f"build of {c.name} for {target_name(tgt)} failed: {lines[-1] if lines else type(e).__name__}"
                          ) from e
     seconds = time.perf_counter() - t0
+    source = device_source(ex) if tgt.kind.name == "cuda" else None
     if recorder is not None:
+        (run_dir / "schedule_trace.py").write_text(applier.trace_script())
+        if source is not None:
+            (run_dir / "device_source.cu").write_text(source)
         recorder.finish({"case": c.name, "target": target_json(tgt), "preset": shapes.preset.name,
-                         "frontend": frontend, "shapes": shapes.as_dict(), "build_seconds": seconds})
-    return CompiledCase(c, shapes, tgt, frontend, ex, seconds, run_dir)
+                         "frontend": frontend, "schedule": schedule, "shapes": shapes.as_dict(),
+                         "build_seconds": seconds})
+    return CompiledCase(c, shapes, tgt, frontend, ex, seconds, run_dir, schedule, dict(applier.traces), source)
+
+
+def device_source(ex: tvm.runtime.Executable) -> str:
+    """The generated device code (CUDA C) of a Relax build: the host module's imported device module(s)."""
+    return "\n".join(m.inspect_source() for host in ex.mod.imports for m in host.imports)
