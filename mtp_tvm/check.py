@@ -152,6 +152,8 @@ def check(case: str = "tail", target="llvm", preset: str = "flash", frontend: st
     compiled = compile(case=case, target=target, preset=preset, frontend=frontend, tokens=tokens,
                        vocab_shard=vocab_shard, dump_passes=dump_passes, owners=owners, tp=tp, schedule=schedule)
     c, s = compiled.case, compiled.shapes
+    if compiled.untuned:
+        log(f"[tuned] no MetaSchedule record for {', '.join(compiled.untuned)}: their hand schedule is used")
     if (logits_tol is not None or perturb_logit is not None) and LM_HEAD_LOGITS not in c.output_specs(s):
         raise UsageError(f"LM-head logits options apply to cases with the lm_head stage; {c.name!r} has none")
     if logits_tol is not None:  # a bad option fails before the run, not after it

@@ -20,7 +20,8 @@ from .dumps import PassRecorder, new_run_dir
 from .errors import BuildError, UsageError
 from .model import build_relax_module, get_frontend, num_activations
 from .pipeline import compile_module
-from .schedule import ApplySchedules
+from .schedule import TUNED, ApplySchedules
+from .tune import tuned_dir
 from .target import device_for, resolve_target, target_json, target_name
 from .tensors import to_device, validate_inputs
 
@@ -41,6 +42,7 @@ class CompiledCase:
     schedule: str = "default"
     schedule_traces: dict[str, str] = dataclasses.field(default_factory=dict)  # PrimFunc -> str(sch.trace)
     device_source: str | None = None  # the generated CUDA C of a GPU build
+    untuned: list[str] = dataclasses.field(default_factory=list)  # schedule "tuned": kernels without a record
     _vm: relax.VirtualMachine | None = dataclasses.field(default=None, repr=False)
     _weights: WeightCache = dataclasses.field(default_factory=lambda: WeightCache(), repr=False)
 
@@ -71,7 +73,11 @@ class CompiledCase:
         """Run on named inputs (numpy with ``ml_dtypes.bfloat16`` for BF16, or torch); returns numpy outputs."""
         arrays, bound = validate_inputs(self.input_specs, inputs, f"case {self.case.name!r}")
         if bound:  # T directly, or R rows per owner
-            self.case.check_shapes(self.shapes, bound.get(TOKENS, bound.get(ROWS, 0) * self.shapes.owners))
+            tokens = bound.get(TOKENS, bound.get(ROWS, 0) * self.shapes.owners)
+            self.case.check_shapes(self.shapes, tokens)
+            if self.schedule == TUNED and tokens != self.shapes.tokens:
+                raise UsageError(f"this binary was tuned for T={self.shapes.tokens} (tuning records are per shape); "
+                                 f"got T={tokens}: build it with --tokens {tokens}")
         outs = self.vm["main"](*self.device_args(arrays))
         return {name: outs[i].numpy() for i, name in enumerate(self.output_specs)}
 
@@ -121,8 +127,9 @@ def compile(case: str = "tail", target: str | dict | Target = "llvm", preset: st
     c.check_shapes(shapes)
     get_frontend(frontend)
     tgt = resolve_target(target)
-    applier = ApplySchedules(tgt, schedule)
-    mod = build_relax_module(c, shapes, frontend)
+    tuned = schedule == TUNED  # MetaSchedule records exist for static shapes only: T is fixed in this binary
+    applier = ApplySchedules(tgt, schedule, tuned_dir(tgt, c.name) if tuned else None)
+    mod = build_relax_module(c, shapes, frontend, static_tokens=tuned)
     run_dir = None
     if dump_passes:
         run_dir = new_run_dir(None if dump_passes is True else dump_passes, f"{c.name}-{target_name(tgt)}")
@@ -148,7 +155,8 @@ def compile(case: str = "tail", target: str | dict | Target = "llvm", preset: st
         recorder.finish({"case": c.name, "target": target_json(tgt), "preset": shapes.preset.name,
                          "frontend": frontend, "schedule": schedule, "shapes": shapes.as_dict(),
                          "build_seconds": seconds})
-    return CompiledCase(c, shapes, tgt, frontend, ex, seconds, run_dir, schedule, dict(applier.traces), source)
+    return CompiledCase(c, shapes, tgt, frontend, ex, seconds, run_dir, schedule, dict(applier.traces), source,
+                        untuned=list(applier.untuned))
 
 
 def device_source(ex: tvm.runtime.Executable) -> str:

@@ -33,8 +33,9 @@ from .config import TOKEN_TILE
 from .errors import UsageError
 
 SCHEDULES_DIR = Path(__file__).resolve().parent.parent / "schedules"
-NONE, DLIGHT, DEFAULT = "none", "dlight", "default"
-BUILTIN_SCHEDULES = {NONE: "plain lowering (CPU)", DLIGHT: "TVM's dlight GPU rules (CUDA)"}
+NONE, DLIGHT, DEFAULT, TUNED = "none", "dlight", "default", "tuned"
+BUILTIN_SCHEDULES = {NONE: "plain lowering (CPU)", DLIGHT: "TVM's dlight GPU rules (CUDA)",
+                     TUNED: "MetaSchedule records (mtp-tvm tune), hand schedule where a kernel has none"}
 SCHEDULED_ATTR = "tirx.is_scheduled"
 PREPACK_ANNOTATION = "meta_schedule.layout_rewrite_preproc"
 _DTYPE_SUFFIX = re.compile(r"_(bfloat16|float16|float32|int8|int32)$")
@@ -80,7 +81,7 @@ def schedule_names(target: Target) -> list[str]:
     """The names ``--schedule`` accepts for ``target``."""
     files = {n for per_kernel in load_schedules(target).values() for n in per_kernel}
     builtin = [DLIGHT] if is_gpu(target) else [NONE]
-    return sorted(files | {DEFAULT}) + builtin
+    return sorted(files | {DEFAULT}) + builtin + [TUNED]
 
 
 def validate_schedule(name: str, target: Target) -> str:
@@ -343,9 +344,13 @@ def fresh_copy(func: tirx.PrimFunc) -> tirx.PrimFunc:
 class ApplySchedules:
     """Schedule every PrimFunc of a module by the named schedule; ``traces[func] = str(sch.trace)``."""
 
-    def __init__(self, target: Target, schedule: str = DEFAULT):
+    def __init__(self, target: Target, schedule: str = DEFAULT, tuned_dir=None):
         self.target = target
         self.schedule = validate_schedule(schedule, target)
+        self.tuned_dir = tuned_dir  # the MetaSchedule database ``tuned`` reads
+        self.untuned: list[str] = []  # under ``tuned``: kernels without a record (given their hand schedule)
+        if self.schedule == TUNED and not (Path(tuned_dir or "") / "database_tuning_record.json").is_file():
+            raise UsageError(f"no tuning database in {tuned_dir}; run `mtp-tvm tune` for this case first")
         self.traces: dict[str, str] = {}
         self.origins: dict[str, str] = {}  # PrimFunc -> where its schedule came from (file#name, dlight)
         self.packs_weights = False  # whether a schedule packed a weight (then the pipeline lifts the packing)
@@ -359,7 +364,7 @@ class ApplySchedules:
 
         dlight goes first under ``dlight`` and for GPU kernels without a schedule file; a kernel dlight
         declines (the hand GEMMs: no dlight rule matches them) gets its default hand schedule."""
-        ks = None if self.schedule in BUILTIN_SCHEDULES else self._kernel_schedule(name, self.schedule)
+        ks = None if self.schedule in (NONE, DLIGHT) else self._kernel_schedule(name, self.schedule)
         if is_gpu(self.target) and (self.schedule == DLIGHT or ks is None):
             sch = apply_dlight(func, self.target)
             if sch is not None:
@@ -382,6 +387,8 @@ class ApplySchedules:
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         if self.schedule == NONE:
             return mod
+        if self.schedule == TUNED:
+            mod = self._apply_records(mod)
         updated = {}
         for gv, func in mod.functions_items():
             if not isinstance(func, tirx.PrimFunc) or func.attrs.get(SCHEDULED_ATTR, 0) == 1:
@@ -397,6 +404,16 @@ class ApplySchedules:
             self.origins[name] = origin
         for gv, func in updated.items():
             mod[gv] = func
+        return mod
+
+    def _apply_records(self, mod: tvm.IRModule) -> tvm.IRModule:
+        """Every kernel with a MetaSchedule record gets it (marked scheduled); the rest fall through to their
+        hand schedule, and are listed in ``untuned`` so the caller can say so."""
+        from .tune import apply_database
+
+        mod, applied, self.untuned = apply_database(mod, self.target, self.tuned_dir)
+        for name in applied:
+            self.traces[name], self.origins[name] = applied[name], f"tuned:{self.tuned_dir}"
         return mod
 
     def trace_script(self) -> str:

@@ -48,7 +48,7 @@ def test_every_peer_computes_the_case(case, peer):
     c, s = CASES[case], make_shapes("tiny")
     inputs = c.make_inputs(s, 1)
     actual = np.asarray(to_numpy(peer_runner(c, peer, inputs, s.eps)()), dtype=np.float32)
-    expected = to_numpy(c.golden(inputs, s)[c.chain[-1].output]).astype(np.float32)
+    expected = to_numpy(c.golden(inputs, s)[c.chain[-1].outputs[0].name]).astype(np.float32)
     assert ratio_allclose(atol=5e-2, rtol=5e-2, max_error_ratio=0.05)(actual, expected).passed
 
 
