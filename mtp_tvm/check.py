@@ -10,8 +10,9 @@ from pathlib import Path
 
 from .cases import Case
 from .compare import Comparison, check_logits_contract, ratio_allclose
-from .compiler import compile
+from .compiler import CompiledCase, compile
 from .config import Shapes
+from .dumps import update_index
 from .errors import UsageError
 from .target import target_json
 from .tensors import to_numpy
@@ -50,15 +51,23 @@ class CheckResult:
     build_seconds: float
     run_seconds: float
     dump_dir: str | None = None
+    repro_dir: str | None = None  # written when a check fails
+    gate: dict | None = None      # what --disable-pass / --bisect-limit did
+    pass_records: list = dataclasses.field(default_factory=list, repr=False)  # with time_passes / dumps
 
     @property
     def passed(self) -> bool:
         return all(o.passed for o in self.outputs.values())
 
+    @property
+    def failed_outputs(self) -> list[str]:
+        return [name for name, o in self.outputs.items() if not o.passed]
+
     def as_dict(self) -> dict:
         return {"case": self.case, "target": self.target, "preset": self.preset, "frontend": self.frontend,
                 "seed": self.seed, "shapes": self.shapes, "passed": self.passed,
                 "build_seconds": self.build_seconds, "run_seconds": self.run_seconds, "dump_dir": self.dump_dir,
+                "repro_dir": self.repro_dir, "gate": self.gate,
                 "outputs": {k: v.as_dict() for k, v in self.outputs.items()}}
 
     def write_report(self, path: str | os.PathLike) -> None:
@@ -92,24 +101,53 @@ def compare_outputs(case: Case, s: Shapes, actual: dict, expected: dict,
     return results
 
 
-def check(case: str = "tail", target="llvm", preset: str = "flash", frontend: str = "tir",
-          tokens: int | None = None, vocab_shard: int | None = None, seed: int = 0,
-          dump_passes: bool | str | os.PathLike | None = None, report: str | os.PathLike | None = None,
-          tolerance: dict | None = None, log=print) -> CheckResult:
-    """Build ``case``, run it on inputs drawn from ``seed``, and compare each stage with its torch golden."""
-    seed = validate_seed(seed)
-    compiled = compile(case=case, target=target, preset=preset, frontend=frontend, tokens=tokens,
-                       vocab_shard=vocab_shard, dump_passes=dump_passes)
+def golden_check(compiled: CompiledCase, seed: int, tolerance: dict | None = None,
+                 golden: tuple[dict, dict] | None = None) -> tuple[CheckResult, dict, dict]:
+    """Run a built case on the inputs drawn from ``seed`` and compare every output with its torch golden.
+    Returns the result, the inputs and the expected outputs (``golden``: both, already computed)."""
     c, s = compiled.case, compiled.shapes
-    log(f"[RUN] seed={seed}")
-    inputs = c.make_inputs(s, seed)
-    expected = c.golden(inputs, s)
+    inputs, expected = golden or seeded_golden(c, s, seed)
     t0 = time.perf_counter()
     actual = compiled.run({k: to_numpy(v) for k, v in inputs.items()})
     run_seconds = time.perf_counter() - t0
-    result = CheckResult(c.name, target_json(compiled.target), s.preset.name, frontend, seed, s.as_dict(),
-                         compare_outputs(c, s, actual, expected, tolerance), compiled.build_seconds,
-                         run_seconds, str(compiled.dump_dir) if compiled.dump_dir else None)
+    result = CheckResult(c.name, target_json(compiled.target), s.preset.name, compiled.frontend, seed, s.as_dict(),
+                         compare_outputs(c, s, actual, expected, tolerance), compiled.build_seconds, run_seconds,
+                         str(compiled.dump_dir) if compiled.dump_dir else None, gate=compiled.gate,
+                         pass_records=compiled.pass_records)
+    return result, inputs, expected
+
+
+def seeded_golden(case: Case, s: Shapes, seed: int) -> tuple[dict, dict]:
+    """The seeded inputs and the torch golden of every stage."""
+    inputs = case.make_inputs(s, validate_seed(seed))
+    return inputs, case.golden(inputs, s)
+
+
+def check(case: str = "tail", target="llvm", preset: str = "flash", frontend: str = "tir",
+          tokens: int | None = None, vocab_shard: int | None = None, seed: int = 0,
+          dump_passes: bool | str | os.PathLike | None = None, report: str | os.PathLike | None = None,
+          tolerance: dict | None = None, log=print, **compile_options) -> CheckResult:
+    """Build ``case``, run it on inputs drawn from ``seed``, and compare each stage with its torch golden.
+
+    ``compile_options`` are ``compile()``'s debugging keywords (``only_changed``, ``dump_filter``,
+    ``dump_func``, ``time_passes``, ``disable_passes``, ``bisect_limit``, ``extra_passes``). When the check
+    fails, a reproducer is written to ``repro/`` in the run folder (a new one under ``dumps/`` when not
+    dumping).
+    """
+    from .repro import write_repro
+
+    seed = validate_seed(seed)
+    compiled = compile(case=case, target=target, preset=preset, frontend=frontend, tokens=tokens,
+                       vocab_shard=vocab_shard, dump_passes=dump_passes, **compile_options)
+    log(f"[RUN] seed={seed}")
+    result, inputs, expected = golden_check(compiled, seed, tolerance)
+    if not result.passed:
+        root = None if dump_passes in (None, False, True) else dump_passes
+        result.repro_dir = str(write_repro(compiled, inputs, expected, seed, tolerance, result, root))
+    if compiled.dump_dir is not None:
+        repro = os.path.relpath(result.repro_dir, compiled.dump_dir) if result.repro_dir else None
+        update_index(compiled.dump_dir, check={"passed": result.passed, "seed": seed,
+                                               "failed_outputs": result.failed_outputs, "repro": repro})
     if report is not None:
         result.write_report(report)
     return result

@@ -22,20 +22,99 @@ def _add_build_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vocab-shard", type=int, default=None, help="vocab shard columns (default 512)")
     p.add_argument("--dump-passes", nargs="?", const=True, default=None, metavar="DIR",
                    help="dump the IR after every pass into a new run folder under DIR (default dumps/)")
+    p.add_argument("--dump-only-changed", action="store_true", help="dump files only for passes that changed the IR")
+    p.add_argument("--dump-filter", metavar="REGEX", help="dump files only for passes whose name matches REGEX")
+    p.add_argument("--dump-func", metavar="NAME", help="dump (and compare) only function NAME, not the whole module")
+    p.add_argument("--time-passes", action="store_true", help="print the passes taking the most time")
+    p.add_argument("--disable-pass", action="append", default=[], metavar="NAME",
+                   help="do not run pass NAME (repeatable; names as in the dump index)")
+    p.add_argument("--bisect-limit", type=int, metavar="N",
+                   help="run passes 1..N, then only required ones (LLVM's -opt-bisect-limit)")
+    p.add_argument("--pass-plugin", metavar="FILE",
+                   help="a Python file whose passes(target) returns {phase: [passes]} to add to the pipeline")
+
+
+def _build_options(args) -> dict:
+    """The dump, timing and bisect options of ``_add_build_args`` as ``compile()``/``check()`` keywords."""
+    from .pass_plugin import load_pass_plugin
+
+    return {"dump_passes": args.dump_passes, "only_changed": args.dump_only_changed,
+            "dump_filter": args.dump_filter, "dump_func": args.dump_func, "time_passes": args.time_passes,
+            "disable_passes": tuple(args.disable_pass), "bisect_limit": args.bisect_limit,
+            "extra_passes": load_pass_plugin(args.pass_plugin) if args.pass_plugin else None}
+
+
+def _print_debug_footer(args, records, gate, dump_dir) -> None:
+    """What the debugging options produced: the timing table, the gate's line, the run folder."""
+    from .dump_report import timing_table
+    from .pass_gate import describe_gate
+
+    if args.time_passes:
+        print(timing_table(records))
+    line = describe_gate(gate) if gate else None
+    if line:
+        print(line)
+    if dump_dir:
+        print(f"IR dumps: {dump_dir} (open {dump_dir}/index.html)")
 
 
 def _cmd_check(args) -> int:
     from .check import check, summary_table
 
     result = check(case=args.case, target=args.target, preset=args.preset, frontend=args.frontend,
-                   tokens=args.tokens, vocab_shard=args.vocab_shard, seed=args.seed,
-                   dump_passes=args.dump_passes, report=args.report)
+                   tokens=args.tokens, vocab_shard=args.vocab_shard, seed=args.seed, report=args.report,
+                   **_build_options(args))
     print(summary_table(result))
-    if result.dump_dir:
-        print(f"IR dumps: {result.dump_dir}")
+    _print_debug_footer(args, result.pass_records, result.gate, result.dump_dir)
+    if result.repro_dir:
+        print(f"reproducer: {result.repro_dir} (python {result.repro_dir}/repro.py)")
     if args.report:
         print(f"report: {args.report}")
     return 0 if result.passed else 1
+
+
+def _cmd_dumps(args) -> int:
+    from . import dump_browse
+
+    if args.dumps_command == "list":
+        print(dump_browse.list_runs(args.root))
+    elif args.dumps_command == "show":
+        print(dump_browse.show(dump_browse.find_run(args.run, args.root), args.pass_), end="")
+    else:
+        print(dump_browse.diff(dump_browse.find_run(args.run, args.root), args.a, args.b))
+    return 0
+
+
+def _cmd_bisect(args) -> int:
+    from .bisect import bisect_passes, bisect_schedule
+    from .errors import UsageError
+
+    opts = _build_options(args)
+    if opts["bisect_limit"] is not None:
+        raise UsageError("bisect chooses the --bisect-limit itself; drop it")
+    common = {"case": args.case, "target": args.target, "preset": args.preset, "frontend": args.frontend,
+              "tokens": args.tokens, "vocab_shard": args.vocab_shard, "seed": args.seed, "search": args.search}
+    if args.schedule_trace:
+        if not args.func:
+            raise UsageError("--schedule-trace needs --func NAME (the PrimFunc the trace schedules)")
+        try:
+            text = open(args.schedule_trace).read()
+        except OSError as e:
+            raise UsageError(f"cannot read schedule trace {args.schedule_trace}: {e.strerror}") from None
+        result = bisect_schedule(args.func, text, **common)
+    else:
+        result = bisect_passes(**common, extra_passes=opts["extra_passes"], disable_passes=opts["disable_passes"])
+    print(f"bisect over {result.candidates} candidate {result.kind}s, {len(result.probes)} builds "
+          f"(search: {result.search})")
+    print(("FOUND " if result.found else "NOT FOUND: ") + result.message)
+    if result.found and result.limits and args.dump_passes:
+        from .check import check
+
+        r = check(**{k: v for k, v in common.items() if k != "search"}, log=lambda *_: None,
+                  **{**opts, "bisect_limit": result.limits[1]})
+        stem = next(p.diff for p in r.pass_records if p.index == result.culprit["index"])
+        print(f"dumps of the first failing build: {r.dump_dir} (the culprit's diff: {r.dump_dir}/{stem})")
+    return 0 if result.found else 1
 
 
 def _cmd_list(_args) -> int:
@@ -61,6 +140,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_check)
     p = sub.add_parser("list", help="list cases, their tensors, and presets")
     p.set_defaults(func=_cmd_list)
+    p = sub.add_parser("dumps", help="read run folders written by --dump-passes")
+    p.set_defaults(func=_cmd_dumps)
+    p.add_argument("--root", default=None, help="the dumps root (default dumps/ or $MTP_TVM_DUMPS)")
+    dsub = p.add_subparsers(dest="dumps_command", required=True)
+    dsub.add_parser("list", help="every run folder: case, target, passes, status")
+    q = dsub.add_parser("show", help="a run's pass table, or one pass's dump")
+    q.add_argument("run", help="run folder, its name, a unique prefix, or 'latest'")
+    q.add_argument("pass_", nargs="?", metavar="PASS", help="pass number, name, 'input', or a file of the run")
+    q = dsub.add_parser("diff", help="unified diff between the modules after two passes")
+    q.add_argument("run", help="run folder, its name, a unique prefix, or 'latest'")
+    q.add_argument("a", metavar="A", help="pass number or name ('input' for the compiler's input)")
+    q.add_argument("b", metavar="B", help="pass number or name")
+    p = sub.add_parser("bisect", help="name the first pass (or schedule step) after which the golden check fails")
+    _add_build_args(p)
+    p.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
+    p.add_argument("--search", choices=("binary", "linear"), default="binary",
+                   help="binary: log2(n) builds, exact when failure is monotone; linear: every prefix")
+    p.add_argument("--schedule-trace", metavar="FILE",
+                   help="bisect the steps of this schedule trace (Python text of str(sch.trace)) instead of passes")
+    p.add_argument("--func", metavar="NAME", help="the PrimFunc that --schedule-trace schedules")
+    p.set_defaults(func=_cmd_bisect)
     return parser
 
 
