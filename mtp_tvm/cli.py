@@ -79,7 +79,8 @@ def _cmd_dumps(args) -> int:
     if args.dumps_command == "list":
         print(dump_browse.list_runs(args.root))
     elif args.dumps_command == "show":
-        print(dump_browse.show(dump_browse.find_run(args.run, args.root), args.pass_), end="")
+        print(dump_browse.show(dump_browse.find_run(args.run, args.root), args.pass_, args.changed, args.phase),
+              end="")
     else:
         print(dump_browse.diff(dump_browse.find_run(args.run, args.root), args.a, args.b))
     return 0
@@ -104,8 +105,8 @@ def _cmd_bisect(args) -> int:
         result = bisect_schedule(args.func, text, **common)
     else:
         result = bisect_passes(**common, extra_passes=opts["extra_passes"], disable_passes=opts["disable_passes"])
-    print(f"bisect over {result.candidates} candidate {result.kind}s, {len(result.probes)} builds "
-          f"(search: {result.search})")
+    kinds = "passes" if result.kind == "pass" else result.kind + "s"
+    print(f"bisect over {result.candidates} candidate {kinds}, {len(result.probes)} builds (search: {result.search})")
     print(("FOUND " if result.found else "NOT FOUND: ") + result.message)
     if result.found and result.limits and args.dump_passes:
         from .check import check
@@ -148,6 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
     q = dsub.add_parser("show", help="a run's pass table, or one pass's dump")
     q.add_argument("run", help="run folder, its name, a unique prefix, or 'latest'")
     q.add_argument("pass_", nargs="?", metavar="PASS", help="pass number, name, 'input', or a file of the run")
+    q.add_argument("--changed", action="store_true", help="in the table, only passes that changed the IR")
+    q.add_argument("--phase", help="in the table, only passes of this phase")
     q = dsub.add_parser("diff", help="unified diff between the modules after two passes")
     q.add_argument("run", help="run folder, its name, a unique prefix, or 'latest'")
     q.add_argument("a", metavar="A", help="pass number or name ('input' for the compiler's input)")

@@ -97,8 +97,8 @@ def _dump_file(run: Path, index: dict, spec: str) -> Path:
     return run / p["file"]
 
 
-def show(run: Path, spec: str | None = None) -> str:
-    """A run's pass table, or the dump of one pass (or any file of the run)."""
+def show(run: Path, spec: str | None = None, changed: bool = False, phase: str | None = None) -> str:
+    """A run's pass table (only changed passes, only one phase), or the dump of one pass (or a file of the run)."""
     index = load_index(run)
     if spec is None:
         gate = index["gate"]
@@ -107,7 +107,7 @@ def show(run: Path, spec: str | None = None) -> str:
                 + (f"; golden {'PASSED' if index['check']['passed'] else 'FAILED'}" if index.get("check") else "")
                 + (f"\nerror: {index['error']}" if index["error"] else "")
                 + (f"\nbisect-limit {gate['limit']}" if gate["limit"] is not None else ""))
-        return head + "\n" + pass_table(index)
+        return head + "\n" + pass_table(index, changed, phase) + "\n"
     return _dump_file(run, index, spec).read_text()
 
 

@@ -39,10 +39,13 @@ def timing_table(records, top: int = 15) -> str:
                       *_table(rows, {3, 4, 5}), f"per phase (self ms): {by_phase}; total {total:.1f} ms"])
 
 
-def pass_table(index: dict) -> str:
-    """A run's passes, one line each: number, phase, name (indented when run inside another pass), state."""
+def pass_table(index: dict, changed: bool = False, phase: str | None = None) -> str:
+    """A run's passes, one line each: number, phase, name (indented when run inside another pass), state;
+    only those that changed the IR with ``changed``, only one phase with ``phase``."""
     rows = [("#", "phase", "pass", "state", "+", "-", "ms", "file")]
     for p in index["passes"]:
+        if (changed and not p["changed"]) or (phase and p["phase"] != phase):
+            continue
         state = (f"skipped ({p['skipped']})" if p["skipped"] else "FAILED" if p["error"]
                  else "changed" if p["changed"] else "unchanged")
         rows.append((f"{p['index']:03d}", p["phase"], "  " * p["depth"] + p["name"], state,

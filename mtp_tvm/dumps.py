@@ -190,7 +190,7 @@ class PassRecorder:
         rec = frame.record
         if rec is not None:
             rec.ms, rec.self_ms = elapsed * 1e3, (elapsed - frame.nested) * 1e3
-            after = self._key(mod)
+            after = self._key(mod, fresh=True)  # the same object may come back edited in place (dlight does)
             rec.changed = after != frame.before
             self._steps[rec.index] = (frame.before, after)
         parent.overhead += time.perf_counter() - t_end
@@ -205,13 +205,18 @@ class PassRecorder:
             return mod
         return next((f for gv, f in mod.functions_items() if gv.name_hint == self.dump.func), None)
 
-    def _key(self, mod: tvm.IRModule):
-        if self._last is not None and self._last[0].same_as(mod):
+    def _key(self, mod: tvm.IRModule, fresh: bool = False):
+        """The state of ``mod``'s view (its structural hash); a new state is kept for printing after the build.
+        A pass's input is nearly always the previous pass's output object, untouched in between: looked up."""
+        if not fresh and self._last is not None and self._last[0].same_as(mod):
             return self._last[1]
         view = self._view(mod)
         key = _ABSENT if view is None else tvm_ffi.structural_hash(view)
-        if self.dump is not None:
-            self._states.setdefault(key, view)
+        if self.dump is not None and key not in self._states:
+            # a module may later be edited in place (``mod[gv] = f``): keep a copy of its function table
+            self._states[key] = view if self.dump.func else tvm.IRModule(
+                dict(view.functions_items()), attrs=dict(view.attrs) if view.attrs else None,
+                global_infos=dict(view.global_infos))
         self._last = (mod, key)
         return key
 

@@ -137,3 +137,19 @@ def test_two_concurrent_dumping_processes_write_two_complete_distinct_folders(tm
         assert (run / "complete").exists() and (run / "index.html").exists()
         assert all((run / p["file"]).exists() for p in index["passes"])
         assert all((run / f).exists() for f in index["codegen"])
+
+
+def test_a_pass_that_edits_its_input_in_place_is_seen_changed_and_earlier_dumps_stay_intact(tmp_path):
+    import tvm
+
+    @tvm.transform.module_pass(opt_level=0, name="EditInPlace")
+    def edit(mod, _ctx):  # as dlight's ApplyDefaultSchedule does: mod[gv] = f on the module it was given
+        gv = next(gv for gv in mod.get_global_vars() if gv.name_hint == "lm_head_logits")
+        mod[gv] = mod[gv].with_attr("edited_in_place", 1)
+        return mod
+
+    m = mtp_tvm.compile(case="logits", preset="tiny", dump_passes=tmp_path, extra_passes={"fuse": [edit]})
+    passes = {p["name"]: p for p in _index(m.dump_dir)["passes"]}
+    assert passes["EditInPlace"]["changed"] and passes["EditInPlace"]["lines_added"] == 1
+    assert '"edited_in_place": 1' in (m.dump_dir / passes["EditInPlace"]["diff"]).read_text()
+    assert "edited_in_place" not in (m.dump_dir / passes["FoldConstant"]["file"]).read_text()
