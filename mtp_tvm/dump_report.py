@@ -82,7 +82,7 @@ def write_html(run: Path, index: dict) -> Path:
     return path
 
 
-_PAGE = """<!doctype html>
+_PAGE = r"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>mtp_tvm passes: {{title}}</title>
 <style>
 body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; }
@@ -92,11 +92,14 @@ table { border-collapse: collapse; width: 100%; } th, td { padding: 2px 8px; tex
 th { border-bottom: 2px solid #999; position: sticky; top: 0; background: #fff; }
 tr.pass:nth-child(even) { background: #f5f5f5; } tr.pass.selected { background: #ffe9a8; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
-.changed { color: #0a6; } .unchanged { color: #999; } .skipped { color: #b60; } .failed { color: #c00; font-weight: bold; }
+.changed { color: #0a6; } .unchanged { color: #999; } .skipped { color: #b60; }
+.failed { color: #c00; font-weight: bold; }
 .nested { padding-left: 1.5em; } a { color: #05c; }
 pre#diff { background: #fafafa; border: 1px solid #ddd; padding: .6em; overflow-x: auto; font-size: 12.5px; }
-.d-add { background: #e6ffec; } .d-del { background: #ffebe9; } .d-hunk { color: #6f42c1; } .d-head { font-weight: bold; }
-.t-kw { color: #a626a4; } .t-str { color: #50a14f; } .t-num { color: #986801; } .t-com { color: #a0a1a7; font-style: italic; }
+.d-add { background: #e6ffec; } .d-del { background: #ffebe9; } .d-hunk { color: #6f42c1; }
+.d-head { font-weight: bold; }
+.t-kw { color: #a626a4; } .t-str { color: #50a14f; } .t-num { color: #986801; }
+.t-com { color: #a0a1a7; font-style: italic; }
 .t-ns { color: #4078f2; }
 </style></head>
 <body>
@@ -126,7 +129,9 @@ function stateOf(p) {
   return p.changed ? ["changed", "changed"] : ["unchanged", "unchanged"];
 }
 
-const TOKEN = /(#.*$)|("(?:[^"\\\\]|\\\\.)*")|\\b(def|class|for|in|with|if|elif|else|return|assert|and|or|not|lambda|True|False|None)\\b|\\b([TRI])\\.|\\b(\\d+(?:\\.\\d+)?(?:e[-+]?\\d+)?)\\b/g;
+const KEYWORDS = "def|class|for|in|with|if|elif|else|return|assert|and|or|not|lambda|True|False|None";
+const TOKEN = new RegExp('(#.*$)|("(?:[^"\\\\]|\\\\.)*")|\\b(' + KEYWORDS + ')\\b|\\b([TRI])\\.|' +
+                         '\\b(\\d+(?:\\.\\d+)?(?:e[-+]?\\d+)?)\\b', "g");
 function highlight(code) {
   let out = "", last = 0;
   code.replace(TOKEN, (m, com, str, kw, ns, num, at) => {
@@ -139,13 +144,13 @@ function highlight(code) {
   return out + esc(code.slice(last));
 }
 function renderDiff(text) {
-  return text.split("\\n").map((line) => {
+  return text.split("\n").map((line) => {
     if (line.startsWith("+++") || line.startsWith("---")) return `<span class="d-head">${esc(line)}</span>`;
     if (line.startsWith("@@")) return `<span class="d-hunk">${esc(line)}</span>`;
     const cls = line.startsWith("+") ? "d-add" : line.startsWith("-") ? "d-del" : "";
     const body = line.slice(0, 1) + highlight(line.slice(1));
     return cls ? `<span class="${cls}">${body}</span>` : body;
-  }).join("\\n");
+  }).join("\n");
 }
 
 function readState() {
@@ -176,7 +181,8 @@ function render() {
       `<td>${esc(p.phase)}</td><td class="${p.depth ? "nested" : ""}">${esc(p.name)}</td>` +
       `<td class="${cls}">${esc(text)}</td><td class="num">${p.lines_added ?? ""}</td>` +
       `<td class="num">${p.lines_removed ?? ""}</td><td class="num">${p.self_ms.toFixed(2)}</td>` +
-      `<td class="num">${p.ms.toFixed(2)}</td><td>${link(p.file, "py")}${p.input_file ? " " + link(p.input_file, "input") : ""}</td>` +
+      `<td class="num">${p.ms.toFixed(2)}</td>` +
+      `<td>${link(p.file, "py")}${p.input_file ? " " + link(p.input_file, "input") : ""}</td>` +
       `<td>${view}</td></tr>`;
   });
   document.querySelector("#passes tbody").innerHTML = rows.join("");
@@ -206,7 +212,8 @@ window.addEventListener("hashchange", render);
 
 const changed = index.passes.filter((p) => p.changed).length;
 const check = index.check ? ` &middot; golden check <b class="${index.check.passed ? "changed" : "failed"}">` +
-  `${index.check.passed ? "PASSED" : "FAILED"}</b>` + (index.check.repro ? ` (${link(index.check.repro, "reproducer")})` : "") : "";
+  `${index.check.passed ? "PASSED" : "FAILED"}</b>` +
+  (index.check.repro ? ` (${link(index.check.repro, "reproducer")})` : "") : "";
 $("summary").innerHTML = `preset ${esc(index.preset)} &middot; frontend ${esc(index.frontend)} &middot; ` +
   `${index.passes.length} passes, ${changed} changed &middot; status ${esc(index.status)}` +
   (index.build_seconds !== undefined ? ` &middot; build ${index.build_seconds.toFixed(2)} s` : "") + check +

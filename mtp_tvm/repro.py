@@ -34,8 +34,8 @@ from .tensors import NUMPY_DTYPES, dtype_name, to_numpy
 REPRO_DIR = "repro"
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
-_LAUNCHER = '''"""Reproducer written by mtp_tvm: rebuilds module.py for target.json, runs it on inputs.npz and compares with
-expected.npz. Exit 1: the failure reproduces; 0: it does not."""
+_LAUNCHER = '''"""Reproducer written by mtp_tvm: rebuilds module.py for target.json, runs it on inputs.npz and
+compares with expected.npz. Exit 1: the failure reproduces; 0: it does not."""
 import sys
 from pathlib import Path
 
@@ -148,7 +148,8 @@ def rerun(folder: Path, log=print) -> int:
                          compiled.build_seconds, time.perf_counter() - t0)
     log(summary_table(result))
     if result.passed:
-        log(f"NOT REPRODUCED: every output now meets its golden (the failure was in {', '.join(spec['failed_outputs'])})")
+        log("NOT REPRODUCED: every output now meets its golden (the failure was in "
+            f"{', '.join(spec['failed_outputs'])})")
         return 0
     log(f"REPRODUCED: {', '.join(result.failed_outputs)} fail{'s' if len(result.failed_outputs) == 1 else ''} "
         f"the golden check")

@@ -153,3 +153,15 @@ def test_a_pass_that_edits_its_input_in_place_is_seen_changed_and_earlier_dumps_
     assert passes["EditInPlace"]["changed"] and passes["EditInPlace"]["lines_added"] == 1
     assert '"edited_in_place": 1' in (m.dump_dir / passes["EditInPlace"]["diff"]).read_text()
     assert "edited_in_place" not in (m.dump_dir / passes["FoldConstant"]["file"]).read_text()
+
+
+def test_a_cuda_build_dumps_its_cuda_source_without_a_gpu(tmp_path):
+    m = mtp_tvm.compile(case="logits", preset="tiny", frontend="relax", target="cuda", dump_passes=tmp_path)
+    index = _index(m.dump_dir)
+    assert m.dump_dir.name.startswith("logits-cuda-")
+    assert "codegen_cuda.cu" in index["codegen"] and "codegen_llvm.ll" in index["codegen"]  # device + host
+    assert "__global__" in (m.dump_dir / "codegen_cuda.cu").read_text()
+    by_name = {p["name"]: p for p in index["passes"]}
+    assert by_name["ApplyDefaultSchedule"]["phase"] == "schedule" and by_name["ApplyDefaultSchedule"]["changed"]
+    assert not by_name["ApplyDefaultSchedule"]["optional"]  # threads must be bound on a GPU
+    assert "tir-device" in {p["phase"] for p in index["passes"]}

@@ -43,8 +43,9 @@ def test_disabled_names_skip_required_passes_too_and_extra_passes_are_their_own_
     assert decisions[5][1] == 6 and decisions[6][1] == 7  # the extra pass is a unit; the phase's own passes another
 
 
-def test_a_build_says_which_optional_pass_was_applied_last(compiled):
-    m = mtp_tvm.compile(case="logits", preset="tiny", frontend="relax", bisect_limit=10, disable_passes=["FoldConstant"])
+def test_a_build_says_which_optional_pass_was_applied_last():
+    m = mtp_tvm.compile(case="logits", preset="tiny", frontend="relax", bisect_limit=10,
+                        disable_passes=["FoldConstant"])
     gate = m.gate
     assert gate["limit"] == 10 and gate["disabled"] == ["FoldConstant"]
     assert gate["last_applied"]["name"] == "FuseOps" and gate["last_applied"]["index"] <= 10
