@@ -2,11 +2,14 @@
 with Apache TVM, dumped pass by pass, and golden-checked against torch.
 
 API: ``check(...)`` -> ``CheckResult``; ``compile(...)`` -> ``CompiledCase`` with ``input_specs``,
-``output_specs`` and ``run(inputs) -> outputs``.
+``output_specs`` and ``run(inputs) -> outputs``; ``build(out, ...)`` writes a target binary folder;
+``load(dir)`` -> ``Artifact`` with the same ``run``; ``check_artifact(dir)`` golden-checks one.
 """
 
+from .artifact import Artifact, build, check_artifact, load
 from .check import CheckResult, check
 from .compiler import CompiledCase, compile
 from .errors import BuildError, MtpError, UsageError
 
-__all__ = ["check", "CheckResult", "compile", "CompiledCase", "MtpError", "UsageError", "BuildError"]
+__all__ = ["check", "CheckResult", "compile", "CompiledCase", "MtpError", "UsageError", "BuildError",
+           "build", "load", "Artifact", "check_artifact"]

@@ -35,6 +35,7 @@ from .cases import get_case
 from .check import golden_check, seeded_golden
 from .config import make_shapes
 from .errors import MtpError, UsageError
+from .target import target_json
 
 SEARCHES = ("binary", "linear")
 SCHEDULE_PHASE = "schedule"
@@ -147,21 +148,30 @@ def _run_search(kind: str, labels: list[str], probe_fn: Callable[[int], tuple[st
 
 def _verdict(compiled_fn, golden, seed, tolerance) -> tuple[str, str]:
     try:
-        compiled = compiled_fn()
+        c = compiled_fn()
     except MtpError as e:
         return "error", str(e)
-    result, _, _ = golden_check(compiled, seed, tolerance, golden)
+    result = golden_check(c.run, c.case, c.shapes, target_json(c.target), c.frontend, seed, c.build_seconds,
+                          tolerance=tolerance, log=lambda *_: None, golden=golden)
     return ("pass", "") if result.passed else ("fail", "fails: " + ", ".join(result.failed_outputs))
+
+
+def _golden(build: dict, seed: int) -> tuple[dict, dict]:
+    """The seeded inputs and goldens, drawn once for every probe of a bisect."""
+    shapes = make_shapes(build["preset"], build["tokens"], build["vocab_shard"], build["owners"], build["tp"])
+    return seeded_golden(get_case(build["case"]), shapes, seed)
 
 
 def bisect_passes(case: str = "tail", target="llvm", preset: str = "flash", frontend: str = "tir",
                   tokens: int | None = None, vocab_shard: int | None = None, seed: int = 0,
                   extra_passes=None, disable_passes=(), tolerance: dict | None = None,
-                  search: str = "binary", progress=None) -> BisectResult:
+                  search: str = "binary", progress=None, owners: int | None = None,
+                  tp: int | None = None) -> BisectResult:
     """Name the first optional pass after which the golden check fails (see the module docstring)."""
     build = dict(case=case, target=target, preset=preset, frontend=frontend, tokens=tokens,
-                 vocab_shard=vocab_shard, extra_passes=extra_passes, disable_passes=disable_passes)
-    golden = seeded_golden(get_case(case), make_shapes(preset, tokens, vocab_shard), seed)
+                 vocab_shard=vocab_shard, owners=owners, tp=tp)
+    golden = _golden(build, seed)
+    build.update(extra_passes=extra_passes, disable_passes=disable_passes)
     reference = compiler.compile(**build, time_passes=True)
     verdict, detail = _verdict(lambda: reference, golden, seed, tolerance)
     records = reference.pass_records
@@ -241,12 +251,12 @@ def _prefix(trace: Trace, steps: int) -> Callable[[s_tir.Schedule], None]:
 def bisect_schedule(func: str, trace, case: str = "tail", target="llvm", preset: str = "flash",
                     frontend: str = "tir", tokens: int | None = None, vocab_shard: int | None = None,
                     seed: int = 0, tolerance: dict | None = None, search: str = "binary",
-                    progress=None) -> BisectResult:
+                    progress=None, owners: int | None = None, tp: int | None = None) -> BisectResult:
     """Name the first step of ``trace`` (applied to PrimFunc ``func`` in the ``schedule`` phase) after which
     the golden check fails (see the module docstring)."""
     build = dict(case=case, target=target, preset=preset, frontend=frontend, tokens=tokens,
-                 vocab_shard=vocab_shard)
-    golden = seeded_golden(get_case(case), make_shapes(preset, tokens, vocab_shard), seed)
+                 vocab_shard=vocab_shard, owners=owners, tp=tp)
+    golden = _golden(build, seed)
     seen: dict = {}
     apply = as_apply(trace)
     try:

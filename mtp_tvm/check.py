@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import numbers
 import os
 import time
 from pathlib import Path
 
 from .cases import Case
-from .compare import Comparison, check_logits_contract, ratio_allclose
-from .compiler import CompiledCase, compile
+from .compare import (Comparison, check_logits_contract, check_sampled_ids, device_hidden_logits_allclose,
+                      logits_tolerance, ratio_allclose)
+from .compiler import compile
 from .config import Shapes
 from .dumps import update_index
 from .errors import UsageError
@@ -19,6 +21,7 @@ from .tensors import to_numpy
 
 DEFAULT_TOLERANCE = {"atol": 1e-2, "rtol": 1e-2, "max_error_ratio": 0.02}
 LOGITS = "candidate_logits"
+LM_HEAD_LOGITS, SAMPLED_IDS = "logits", "sampled_ids"  # the TP-sharded LM head's outputs (spec §3)
 
 
 @dataclasses.dataclass
@@ -51,8 +54,9 @@ class CheckResult:
     build_seconds: float
     run_seconds: float
     dump_dir: str | None = None
-    repro_dir: str | None = None  # written when a check fails
-    gate: dict | None = None      # what --disable-pass / --bisect-limit did
+    perturbation: dict | None = None  # a deliberate error injected into the device logits (``perturb_logit``)
+    repro_dir: str | None = None      # written when a check fails
+    gate: dict | None = None          # what --disable-pass / --bisect-limit did
     pass_records: list = dataclasses.field(default_factory=list, repr=False)  # with time_passes / dumps
 
     @property
@@ -67,7 +71,7 @@ class CheckResult:
         return {"case": self.case, "target": self.target, "preset": self.preset, "frontend": self.frontend,
                 "seed": self.seed, "shapes": self.shapes, "passed": self.passed,
                 "build_seconds": self.build_seconds, "run_seconds": self.run_seconds, "dump_dir": self.dump_dir,
-                "repro_dir": self.repro_dir, "gate": self.gate,
+                "perturbation": self.perturbation, "repro_dir": self.repro_dir, "gate": self.gate,
                 "outputs": {k: v.as_dict() for k, v in self.outputs.items()}}
 
     def write_report(self, path: str | os.PathLike) -> None:
@@ -88,62 +92,92 @@ def validate_seed(seed) -> int:
     return seed
 
 
-def compare_outputs(case: Case, s: Shapes, actual: dict, expected: dict,
-                    tolerance: dict | None = None) -> dict[str, OutputCheck]:
-    """Every output through ``ratio_allclose``; the logits also through the logits contract."""
+def _lm_head_logits_check(case: Case, s: Shapes, actual: dict, expected: dict, inputs: dict | None,
+                          tolerance: dict | None) -> Comparison:
+    """The conditional comparator, its reference projected from the hidden state the device's LM head read."""
+    if inputs is None:
+        raise UsageError(f"checking the LM-head logits of case {case.name!r} needs the case inputs")
+    hidden = to_numpy(case.stage_input("lm_head", inputs, actual)).reshape(s.owners, -1, s.hidden)
+    cmp = device_hidden_logits_allclose(s.tp, **logits_tolerance(tolerance))
+    return cmp(actual[LM_HEAD_LOGITS], expected[LM_HEAD_LOGITS], hidden=hidden,
+               lm_head_weight=inputs["lm_head_weight"], logit_row_indices=inputs["logit_row_indices"])
+
+
+def compare_outputs(case: Case, s: Shapes, actual: dict, expected: dict, tolerance: dict | None = None,
+                    inputs: dict | None = None, logits_tol: dict | None = None) -> dict[str, OutputCheck]:
+    """Every output through ``ratio_allclose``; the local logits also through the logits contract; the LM
+    head's logits through the device-hidden comparator (``logits_tol`` over ``DEFAULT_LOGITS_TOLERANCE``,
+    needs ``inputs``) and its sampled ids against their argmax."""
     cmp = ratio_allclose(**(tolerance or DEFAULT_TOLERANCE))
     results = {}
     for name in case.output_specs(s):
-        checks = [cmp(actual[name], expected[name])]
+        if name == LM_HEAD_LOGITS:
+            checks = [_lm_head_logits_check(case, s, actual, expected, inputs, logits_tol)]
+        elif name == SAMPLED_IDS:
+            checks = [check_sampled_ids(actual[name], actual[LM_HEAD_LOGITS])]
+        else:
+            checks = [cmp(actual[name], expected[name])]
         if name == LOGITS:
             checks.append(check_logits_contract(actual[name], s.batch, s.seq, s.vocab_shard, expected[name]))
         results[name] = OutputCheck(name, checks)
     return results
 
 
-def golden_check(compiled: CompiledCase, seed: int, tolerance: dict | None = None,
-                 golden: tuple[dict, dict] | None = None) -> tuple[CheckResult, dict, dict]:
-    """Run a built case on the inputs drawn from ``seed`` and compare every output with its torch golden.
-    Returns the result, the inputs and the expected outputs (``golden``: both, already computed)."""
-    c, s = compiled.case, compiled.shapes
-    inputs, expected = golden or seeded_golden(c, s, seed)
-    t0 = time.perf_counter()
-    actual = compiled.run({k: to_numpy(v) for k, v in inputs.items()})
-    run_seconds = time.perf_counter() - t0
-    result = CheckResult(c.name, target_json(compiled.target), s.preset.name, compiled.frontend, seed, s.as_dict(),
-                         compare_outputs(c, s, actual, expected, tolerance), compiled.build_seconds, run_seconds,
-                         str(compiled.dump_dir) if compiled.dump_dir else None, gate=compiled.gate,
-                         pass_records=compiled.pass_records)
-    return result, inputs, expected
+def parse_logit_perturbation(text: str) -> tuple[int, int, int, float]:
+    """``"OWNER,ROW,COL[,DELTA]"`` (DELTA default 1.0) -> a tuple for ``check(perturb_logit=...)``."""
+    parts = [p.strip() for p in text.split(",")]
+    try:
+        if len(parts) not in (3, 4):
+            raise ValueError
+        return int(parts[0]), int(parts[1]), int(parts[2]), float(parts[3]) if len(parts) == 4 else 1.0
+    except ValueError:
+        raise UsageError(f"perturbation must be OWNER,ROW,COL[,DELTA] (integers, DELTA a number), got {text!r}"
+                         ) from None
 
 
-def seeded_golden(case: Case, s: Shapes, seed: int) -> tuple[dict, dict]:
-    """The seeded inputs and the torch golden of every stage."""
-    inputs = case.make_inputs(s, validate_seed(seed))
-    return inputs, case.golden(inputs, s)
+def _perturbation(where: tuple, shape: tuple) -> dict:
+    """``(owner, row, col[, delta])`` checked against the logits shape -> ``{"index": [...], "delta": d}``."""
+    in_range = all(isinstance(i, numbers.Integral) and 0 <= i < n for i, n in zip(where, shape))
+    if len(where) not in (3, 4) or not in_range or not isinstance(where[3] if len(where) == 4 else 1.0, numbers.Real):
+        raise UsageError(f"perturb_logit must be (owner, row, col[, delta]) inside logits {shape}, got {tuple(where)}")
+    return {"index": [int(i) for i in where[:3]], "delta": float(where[3]) if len(where) == 4 else 1.0}
 
 
 def check(case: str = "tail", target="llvm", preset: str = "flash", frontend: str = "tir",
           tokens: int | None = None, vocab_shard: int | None = None, seed: int = 0,
           dump_passes: bool | str | os.PathLike | None = None, report: str | os.PathLike | None = None,
-          tolerance: dict | None = None, log=print, **compile_options) -> CheckResult:
+          tolerance: dict | None = None, log=print, owners: int | None = None, tp: int | None = None,
+          logits_tol: dict | None = None, perturb_logit: tuple | None = None, **compile_options) -> CheckResult:
     """Build ``case``, run it on inputs drawn from ``seed``, and compare each stage with its torch golden.
+
+    For the LM-head cases: ``owners``/``tp`` size it, ``logits_tol`` overrides ``DEFAULT_LOGITS_TOLERANCE``
+    (atol, rtol, max_error_ratio, max_e2e_abs_diff), ``perturb_logit=(owner, row, col[, delta])`` adds delta
+    (default 1.0) to one device logit before the comparison.
 
     ``compile_options`` are ``compile()``'s debugging keywords (``only_changed``, ``dump_filter``,
     ``dump_func``, ``time_passes``, ``disable_passes``, ``bisect_limit``, ``extra_passes``). When the check
-    fails, a reproducer is written to ``repro/`` in the run folder (a new one under ``dumps/`` when not
-    dumping).
+    fails (and no perturbation caused it), a reproducer is written to ``repro/`` in the run folder (a new one
+    under ``dumps/`` when not dumping).
     """
     from .repro import write_repro
 
     seed = validate_seed(seed)
     compiled = compile(case=case, target=target, preset=preset, frontend=frontend, tokens=tokens,
-                       vocab_shard=vocab_shard, dump_passes=dump_passes, **compile_options)
-    log(f"[RUN] seed={seed}")
-    result, inputs, expected = golden_check(compiled, seed, tolerance)
-    if not result.passed:
+                       vocab_shard=vocab_shard, dump_passes=dump_passes, owners=owners, tp=tp, **compile_options)
+    c, s = compiled.case, compiled.shapes
+    if (logits_tol is not None or perturb_logit is not None) and LM_HEAD_LOGITS not in c.output_specs(s):
+        raise UsageError(f"LM-head logits options apply to cases with the lm_head stage; {c.name!r} has none")
+    if logits_tol is not None:  # a bad option fails before the run, not after it
+        device_hidden_logits_allclose(s.tp, **logits_tolerance(logits_tol))
+    perturbation = None if perturb_logit is None else _perturbation(
+        tuple(perturb_logit), c.output_specs(s)[LM_HEAD_LOGITS].shape)
+    golden = seeded_golden(c, s, seed)
+    result = golden_check(compiled.run, c, s, target_json(compiled.target), frontend, seed, compiled.build_seconds,
+                          compiled.dump_dir, tolerance, log, logits_tol, perturbation, golden)
+    result.gate, result.pass_records = compiled.gate, compiled.pass_records
+    if not result.passed and perturbation is None:
         root = None if dump_passes in (None, False, True) else dump_passes
-        result.repro_dir = str(write_repro(compiled, inputs, expected, seed, tolerance, result, root))
+        result.repro_dir = str(write_repro(compiled, *golden, seed, tolerance, logits_tol, result, root))
     if compiled.dump_dir is not None:
         repro = os.path.relpath(result.repro_dir, compiled.dump_dir) if result.repro_dir else None
         update_index(compiled.dump_dir, check={"passed": result.passed, "seed": seed,
@@ -151,6 +185,33 @@ def check(case: str = "tail", target="llvm", preset: str = "flash", frontend: st
     if report is not None:
         result.write_report(report)
     return result
+
+
+def golden_check(run, c: Case, s: Shapes, target: dict, frontend: str, seed: int, build_seconds: float,
+                 dump_dir=None, tolerance: dict | None = None, log=print, logits_tol: dict | None = None,
+                 perturbation: dict | None = None, golden: tuple[dict, dict] | None = None) -> CheckResult:
+    """Run ``run`` (named inputs -> named outputs) on inputs drawn from ``seed`` and compare every stage output
+    with its torch golden; shared by fresh builds and prebuilt artifacts. ``golden``: the seeded inputs and
+    expected outputs, already computed (``seeded_golden``)."""
+    seed = validate_seed(seed)
+    log(f"[RUN] seed={seed}")
+    inputs, expected = golden or seeded_golden(c, s, seed)
+    t0 = time.perf_counter()
+    actual = run({k: to_numpy(v) for k, v in inputs.items()})
+    run_seconds = time.perf_counter() - t0
+    if perturbation is not None:  # a debugging aid: one deliberately wrong device logit
+        actual[LM_HEAD_LOGITS] = actual[LM_HEAD_LOGITS].copy()
+        actual[LM_HEAD_LOGITS][tuple(perturbation["index"])] += perturbation["delta"]
+        log(f"[PERTURB] logits{tuple(perturbation['index'])} += {perturbation['delta']}")
+    return CheckResult(c.name, target, s.preset.name, frontend, seed, s.as_dict(),
+                       compare_outputs(c, s, actual, expected, tolerance, inputs, logits_tol), build_seconds,
+                       run_seconds, str(dump_dir) if dump_dir else None, perturbation)
+
+
+def seeded_golden(case: Case, s: Shapes, seed: int) -> tuple[dict, dict]:
+    """The inputs drawn from ``seed`` and every stage's torch golden."""
+    inputs = case.make_inputs(s, validate_seed(seed))
+    return inputs, case.golden(inputs, s)
 
 
 def summary_table(r: CheckResult) -> str:
@@ -167,6 +228,8 @@ def summary_table(r: CheckResult) -> str:
     head = (f"case={r.case} target={r.target['kind']} preset={r.preset} frontend={r.frontend} "
             f"T={r.shapes['tokens']} V={r.shapes['vocab_shard']} seed={r.seed} "
             f"build={r.build_seconds:.2f}s run={r.run_seconds * 1e3:.1f}ms")
+    if LM_HEAD_LOGITS in r.outputs:
+        head += f" owners={r.shapes['owners']} TP={r.shapes['tp']} VOCAB={r.shapes['tp'] * r.shapes['vocab_shard']}"
     details = [f"{o.name} / {cmp.comparator}:\n  " + cmp.detail.replace("\n", "\n  ")
                for o in r.outputs.values() for cmp in o.checks if not cmp.passed]
     return "\n".join([head, *lines, *details, f"{'PASSED' if r.passed else 'FAILED'}"])

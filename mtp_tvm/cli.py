@@ -9,7 +9,7 @@ import traceback
 
 from .cases import CASES
 from .config import PRESETS
-from .errors import MtpError
+from .errors import MtpError, UsageError
 from .kernels.frontend import FRONTENDS
 
 
@@ -20,6 +20,9 @@ def _add_build_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--frontend", default="tir", help=f"one of: {', '.join(FRONTENDS)} (default tir)")
     p.add_argument("--tokens", type=int, default=None, help="token count T (default: the preset's B*S = 8)")
     p.add_argument("--vocab-shard", type=int, default=None, help="vocab shard columns (default 512)")
+    p.add_argument("--owners", type=int, default=None, help="LM head: token owners (EP ranks) 2, 4 or 8 (default 2)")
+    p.add_argument("--tp", type=int, default=None,
+                   help="LM head: TP degree 2, 4, 8 or 16; VOCAB = TP x vocab shard (default 2)")
     p.add_argument("--dump-passes", nargs="?", const=True, default=None, metavar="DIR",
                    help="dump the IR after every pass into a new run folder under DIR (default dumps/)")
     p.add_argument("--dump-only-changed", action="store_true", help="dump files only for passes that changed the IR")
@@ -58,11 +61,43 @@ def _print_debug_footer(args, records, gate, dump_dir) -> None:
         print(f"IR dumps: {dump_dir} (open {dump_dir}/index.html)")
 
 
-def _cmd_check(args) -> int:
-    from .check import check, summary_table
 
-    result = check(case=args.case, target=args.target, preset=args.preset, frontend=args.frontend,
-                   tokens=args.tokens, vocab_shard=args.vocab_shard, seed=args.seed, report=args.report,
+def _add_arch_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--arch", default=None, metavar="SM",
+                   help="with --target cuda: sm_80, sm_90, or both comma-separated (default sm_90)")
+
+
+# options that --artifact takes from the artifact's manifest instead
+_MANIFEST_OPTIONS = ("case", "target", "preset", "frontend", "vocab_shard", "owners", "tp", "dump_passes", "arch",
+                     "compile_only")
+# the compile-time debugging options (besides --dump-passes), meaningless for a prebuilt artifact
+_DEBUG_OPTIONS = ("dump_only_changed", "dump_filter", "dump_func", "time_passes", "disable_pass", "bisect_limit",
+                  "pass_plugin")
+
+
+def _add_lm_head_check_args(p: argparse.ArgumentParser) -> None:
+    """The LM-head logits comparator's options (cases lm-head, tail-lm-head; spec §3.3)."""
+    p.add_argument("--max-error-ratio", type=float, default=None, help="LM-head logits outlier budget (default 0.01)")
+    p.add_argument("--atol", type=float, default=None, help="LM-head logits absolute tolerance (default 0.01)")
+    p.add_argument("--rtol", type=float, default=None, help="LM-head logits relative tolerance (default 0.01)")
+    p.add_argument("--max-e2e-abs-diff", type=float, default=None,
+                   help="LM-head logits end-to-end guard against the CPU golden (default 0.5)")
+    p.add_argument("--perturb-logit", default=None, metavar="OWNER,ROW,COL[,DELTA]",
+                   help="debugging: add DELTA (default 1.0) to one device logit before the comparison")
+
+
+def _cmd_check(args) -> int:
+    from .artifact import build_target, parse_archs
+    from .check import check, parse_logit_perturbation, summary_table
+
+    if args.artifact or args.compile_only:
+        return _cmd_check_prebuilt(args)
+    logits_tol = {k: getattr(args, k) for k in ("atol", "rtol", "max_error_ratio", "max_e2e_abs_diff")
+                  if getattr(args, k) is not None}
+    result = check(case=args.case, target=build_target(args.target, parse_archs(args.arch)), preset=args.preset,
+                   frontend=args.frontend, tokens=args.tokens, vocab_shard=args.vocab_shard, seed=args.seed,
+                   report=args.report, owners=args.owners, tp=args.tp, logits_tol=logits_tol or None,
+                   perturb_logit=parse_logit_perturbation(args.perturb_logit) if args.perturb_logit else None,
                    **_build_options(args))
     print(summary_table(result))
     _print_debug_footer(args, result.pass_records, result.gate, result.dump_dir)
@@ -71,6 +106,75 @@ def _cmd_check(args) -> int:
     if args.report:
         print(f"report: {args.report}")
     return 0 if result.passed else 1
+
+
+def _cmd_tune(args) -> int:
+    from .tune import tune
+
+    rpc = (args.rpc_tracker, args.rpc_key) if args.rpc_tracker else None
+    r = tune(case=args.case, target=args.target, preset=args.preset, frontend=args.frontend, trials=args.trials,
+             tokens=args.tokens, vocab_shard=args.vocab_shard, work_dir=args.work_dir, seed=args.seed, rpc=rpc,
+             log=lambda line: print(line, file=sys.stderr))
+    print(f"tuned {args.case} for {args.target}: {r.trials} trials in {r.seconds:.0f}s -> {r.work_dir}")
+    for name, ms in sorted(r.best_ms.items()):
+        print(f"  {name:40s} best {ms:.4g} ms")
+    return 0
+
+
+def _cmd_check_prebuilt(args) -> int:
+    """``check --compile-only`` (build the artifact, discard it) and ``check --artifact DIR`` (no compile)."""
+    from .artifact import build, check_artifact, describe
+    from .check import summary_table
+
+    if args.compile_only and not args.artifact:
+        built = build(None, case=args.case, target=args.target, arch=args.arch, preset=args.preset,
+                      frontend=args.frontend, tokens=args.tokens, vocab_shard=args.vocab_shard, owners=args.owners,
+                      tp=args.tp, **_build_options(args))
+        print(describe(built))
+        _print_debug_footer(args, built.compiled.pass_records, built.compiled.gate, built.compiled.dump_dir)
+        return 0
+    defaults = build_parser().parse_args(["check"])
+    given = [f"--{o.replace('_', '-')}" for o in _MANIFEST_OPTIONS if getattr(args, o) != getattr(defaults, o)]
+    if given:
+        raise UsageError(f"--artifact takes {', '.join(given)} from the artifact's manifest; drop them")
+    debugging = [f"--{o.replace('_', '-')}" for o in _DEBUG_OPTIONS if getattr(args, o) != getattr(defaults, o)]
+    if debugging:
+        raise UsageError(f"--artifact does not compile, so {', '.join(debugging)} cannot apply; drop them")
+    result = check_artifact(args.artifact, seed=args.seed, tokens=args.tokens, report=args.report)
+    print(summary_table(result))
+    if args.report:
+        print(f"report: {args.report}")
+    return 0 if result.passed else 1
+
+
+def _cmd_build(args) -> int:
+    from .artifact import build, describe
+    from .check import summary_table
+
+    built = build(args.out, case=args.case, target=args.target, arch=args.arch, preset=args.preset,
+                  frontend=args.frontend, tokens=args.tokens, vocab_shard=args.vocab_shard, force=args.force,
+                  check=args.check, seed=args.seed, owners=args.owners, tp=args.tp, **_build_options(args))
+    if built.check is not None:
+        print(summary_table(built.check))
+    print(describe(built))
+    _print_debug_footer(args, built.compiled.pass_records, built.compiled.gate, built.compiled.dump_dir)
+    if built.check is not None and not built.check.passed:
+        print("the artifact was written, but FAILED its golden check (recorded in its manifest)")
+        return 1
+    return 0
+
+
+def _cmd_run(args) -> int:
+    from .artifact import load
+    from .tensors import read_npz, write_npz
+
+    artifact = load(args.artifact)
+    outputs = artifact.run(read_npz(args.inputs, artifact.input_specs))
+    write_npz(args.out, outputs)
+    for name, a in outputs.items():
+        print(f"{name:20s} {str(a.shape):16s} {a.dtype}")
+    print(f"outputs: {args.out}")
+    return 0
 
 
 def _cmd_dumps(args) -> int:
@@ -94,7 +198,8 @@ def _cmd_bisect(args) -> int:
     if opts["bisect_limit"] is not None:
         raise UsageError("bisect chooses the --bisect-limit itself; drop it")
     common = {"case": args.case, "target": args.target, "preset": args.preset, "frontend": args.frontend,
-              "tokens": args.tokens, "vocab_shard": args.vocab_shard, "seed": args.seed, "search": args.search}
+              "tokens": args.tokens, "vocab_shard": args.vocab_shard, "owners": args.owners, "tp": args.tp,
+              "seed": args.seed, "search": args.search}
     if args.schedule_trace:
         if not args.func:
             raise UsageError("--schedule-trace needs --func NAME (the PrimFunc the trace schedules)")
@@ -138,7 +243,39 @@ def build_parser() -> argparse.ArgumentParser:
     _add_build_args(p)
     p.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
     p.add_argument("--report", default=None, metavar="FILE", help="write the result as JSON")
+    _add_arch_arg(p)
+    _add_lm_head_check_args(p)
+    p.add_argument("--artifact", default=None, metavar="DIR",
+                   help="golden-check a prebuilt artifact on fresh seeded inputs, without compiling")
+    p.add_argument("--compile-only", action="store_true",
+                   help="build the target binary (CUDA device code included) and stop: no inputs, no run")
     p.set_defaults(func=_cmd_check)
+    p = sub.add_parser("tune", help="tune a case's kernels with MetaSchedule (records in schedules/tuned/)")
+    for flag, default, text in (("--case", "logits", "case whose kernels to tune"), ("--target", "llvm", "target"),
+                                ("--preset", "tiny", "model preset"), ("--frontend", "tir", "frontend")):
+        p.add_argument(flag, default=default, help=f"{text} (default {default})")
+    p.add_argument("--tokens", type=int, default=None, help="static token count to tune for (default 8)")
+    p.add_argument("--vocab-shard", type=int, default=None, help="vocab shard columns (default 512)")
+    p.add_argument("--trials", type=int, default=64, help="trials over all kernels (default 64)")
+    p.add_argument("--work-dir", default=None, help="database folder (default schedules/tuned/<target>/<case>)")
+    p.add_argument("--seed", type=int, default=0, help="search seed (default 0)")
+    p.add_argument("--rpc-tracker", default=None, metavar="HOST:PORT", help="measure on a TVM RPC tracker's servers")
+    p.add_argument("--rpc-key", default="mtp", help="device key registered with the tracker (default mtp)")
+    p.set_defaults(func=_cmd_tune)
+    p = sub.add_parser("build", help="build a case into an artifact folder: library, generated source, manifest")
+    _add_build_args(p)
+    _add_arch_arg(p)
+    p.add_argument("--out", required=True, metavar="DIR", help="the artifact folder to create")
+    p.add_argument("--force", action="store_true", help="replace DIR if it is an existing artifact")
+    p.add_argument("--check", action="store_true",
+                   help="golden-check the written artifact before committing it; the result goes in its manifest")
+    p.add_argument("--seed", type=int, default=0, help="input seed for --check (default 0)")
+    p.set_defaults(func=_cmd_build)
+    p = sub.add_parser("run", help="run an artifact on named inputs from an .npz file")
+    p.add_argument("artifact", metavar="DIR", help="an artifact folder written by build")
+    p.add_argument("--inputs", required=True, metavar="IN.npz", help="one array per input name")
+    p.add_argument("--out", required=True, metavar="OUT.npz", help="where to write the outputs")
+    p.set_defaults(func=_cmd_run)
     p = sub.add_parser("list", help="list cases, their tensors, and presets")
     p.set_defaults(func=_cmd_list)
     p = sub.add_parser("dumps", help="read run folders written by --dump-passes")

@@ -14,7 +14,7 @@ import tvm
 from tvm import relax
 from tvm.target import Target
 
-from .cases import Case, TensorSpec, get_case
+from .cases import ROWS, TOKENS, Case, TensorSpec, get_case
 from .config import Shapes, make_shapes
 from .dumps import DumpOptions, PassRecord, PassRecorder, generated_code
 from .errors import BuildError, UsageError
@@ -23,7 +23,7 @@ from .pass_gate import PassGate, gate_summary
 from .pass_plugin import ExtraPasses, extra_pass_names, resolve_extra_passes
 from .pipeline import FIRST_LOWERING_PHASE, compile_module
 from .target import device_for, resolve_target, target_json, target_name
-from .tensors import NUMPY_DTYPES, dtype_name, to_device, to_numpy
+from .tensors import run_main, validate_inputs
 
 
 @dataclasses.dataclass
@@ -52,38 +52,15 @@ class CompiledCase:
     def output_specs(self) -> dict[str, TensorSpec]:
         return self.case.output_specs(self.shapes)
 
-    def _validated(self, inputs: dict) -> tuple[list[np.ndarray], int]:
-        specs = self.input_specs
-        missing, extra = sorted(set(specs) - set(inputs)), sorted(set(inputs) - set(specs))
-        if missing or extra:
-            raise UsageError(f"inputs do not match case {self.case.name!r}: missing {missing}, unexpected {extra}")
-        arrays, tokens = [], None
-        for name, spec in specs.items():
-            a = to_numpy(inputs[name])
-            if dtype_name(a) != spec.dtype:
-                raise UsageError(f"input {name!r} has dtype {dtype_name(a)}, expected {spec.dtype}")
-            if len(a.shape) != len(spec.shape):
-                raise UsageError(f"input {name!r} has shape {a.shape}, expected {spec.shape}")
-            for got, want in zip(a.shape, spec.shape):
-                if want == "T":
-                    tokens = got if tokens is None else tokens
-                    want = tokens
-                if got != want:
-                    raise UsageError(f"input {name!r} has shape {a.shape}, expected "
-                                     f"{spec.concrete(tokens if tokens is not None else 0)}")
-            arrays.append(a)
-        if tokens is not None and tokens < 1:
-            raise UsageError("inputs have 0 tokens; T must be >= 1")
-        return arrays, tokens
-
     def run(self, inputs: dict) -> dict[str, np.ndarray]:
         """Run on named inputs (numpy with ``ml_dtypes.bfloat16`` for BF16, or torch); returns numpy outputs."""
-        arrays, _ = self._validated(inputs)
+        arrays, bound = validate_inputs(self.input_specs, inputs, f"case {self.case.name!r}")
+        if bound:  # T directly, or R rows per owner
+            self.case.check_shapes(self.shapes, bound.get(TOKENS, bound.get(ROWS, 0) * self.shapes.owners))
+        dev = device_for(self.target)
         if self._vm is None:
-            self._vm = relax.VirtualMachine(self.executable, device_for(self.target))
-        dev = self._vm.devices[0] if hasattr(self._vm, "devices") else device_for(self.target)
-        outs = self._vm["main"](*[to_device(a, dev) for a in arrays])
-        return {name: outs[i].numpy() for i, name in enumerate(self.output_specs)}
+            self._vm = relax.VirtualMachine(self.executable, dev)
+        return run_main(self._vm, dev, arrays, self.output_specs)
 
 
 def _validate_limit(limit) -> int | None:
@@ -104,9 +81,10 @@ def compile(case: str = "tail", target: str | dict | Target = "llvm", preset: st
             frontend: str = "tir", tokens: int | None = None, vocab_shard: int | None = None,
             dump_passes: bool | str | os.PathLike | None = None, only_changed: bool = False,
             dump_filter: str | None = None, dump_func: str | None = None, time_passes: bool = False,
-            disable_passes=(), bisect_limit: int | None = None,
-            extra_passes: ExtraPasses | None = None) -> CompiledCase:
-    """Build ``case`` for ``target``.
+            disable_passes=(), bisect_limit: int | None = None, extra_passes: ExtraPasses | None = None,
+            owners: int | None = None, tp: int | None = None) -> CompiledCase:
+    """Build ``case`` for ``target``. ``owners`` and ``tp`` (default 2 and 2) size the TP-sharded LM head (cases
+    ``lm-head``, ``tail-lm-head``).
 
     Debugging: ``dump_passes`` = True dumps every pass into a new folder under ``dumps/``, a path dumps under
     it (``only_changed``, ``dump_filter`` regex on pass names, ``dump_func`` one function); ``time_passes``
@@ -115,7 +93,8 @@ def compile(case: str = "tail", target: str | dict | Target = "llvm", preset: st
     callable of the target) adds user passes at the start of an optimizing phase.
     """
     c = get_case(case)
-    shapes = make_shapes(preset, tokens, vocab_shard)
+    shapes = make_shapes(preset, tokens, vocab_shard, owners, tp)
+    c.check_shapes(shapes)
     get_frontend(frontend)
     tgt = resolve_target(target)
     extra = resolve_extra_passes(extra_passes, tgt)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from .config import INT8_AMAX_EPS, INT8_SCALE_MAX, K_CHUNK
+from .errors import UsageError
 
 
 def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
@@ -64,3 +65,27 @@ def shared_head_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tens
 def local_logits(x: torch.Tensor, lm_head_weight: torch.Tensor) -> torch.Tensor:
     """FP32 logits of BF16 hidden rows against one vocab shard: one FP32 matmul (spec §2.1)."""
     return x.float() @ lm_head_weight.float().T
+
+
+def compute_lm_head_logits(hidden: torch.Tensor, stacked_weight: torch.Tensor, row_indices: torch.Tensor,
+                           tp: int) -> torch.Tensor:
+    """The TP-sharded LM head's reference logits (spec §3.2): ``[owners, max_rows, tp * shard]`` FP32.
+
+    The owner count and row counts come from the tensors at run time, not from constants. Exactly one copy of
+    each TP shard is used: the first ``tp`` ranks of ``stacked_weight`` hold shards ``0..tp-1`` in order. A
+    row index of ``-1`` selects a zero row (its logits are exactly 0); other indices are clamped into range.
+    """
+    h = torch.as_tensor(hidden).float()
+    owners, rows, d = h.shape
+    if stacked_weight.shape[0] < tp:
+        raise UsageError(f"stacked weight holds {stacked_weight.shape[0]} ranks, fewer than tp={tp}")
+    weight = stacked_weight[:tp].float().reshape(-1, d)
+    idx = torch.as_tensor(row_indices).long()
+    selected = h[torch.arange(owners)[:, None], idx.clamp(0, rows - 1)]  # [owners, max_rows, d]
+    selected = torch.where((idx >= 0)[..., None], selected, torch.zeros((), dtype=selected.dtype))
+    return selected @ weight.T
+
+
+def sample_argmax(logits: torch.Tensor) -> torch.Tensor:
+    """Greedy sampling: the first column holding each row's maximum, as int32."""
+    return logits.argmax(dim=-1).to(torch.int32)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import tvm
 from tvm import relax, tirx
 
-from .cases import Case
+from .cases import ROWS, TOKENS, Case
 from .config import TOKEN_TILE, Shapes
 from .errors import UsageError
 from .kernels.frontend import FRONTENDS
@@ -25,13 +25,28 @@ def get_frontend(name: str):
         raise UsageError(f"unknown frontend {name!r}; choose one of {', '.join(FRONTENDS)}") from None
 
 
-def build_relax_module(case: Case, shapes: Shapes, frontend: str) -> tvm.IRModule:
-    """The case's Relax module; ``main(*inputs in spec order) -> tuple(stage outputs)``."""
+def _symbolic_sizes(specs: dict, owners: int) -> dict:
+    """The module's one free size: the token count, or the rows per owner when no input is token-major."""
+    if any(TOKENS in spec.shape for spec in specs.values()):
+        tokens = tirx.Var("tokens", "int64")  # not "T": that name clashes with TVMScript's T alias
+        return {TOKENS: tokens, ROWS: tokens // owners}
+    per_owner = tirx.Var("rows", "int64")
+    return {TOKENS: per_owner * owners, ROWS: per_owner}
+
+
+def build_relax_module(case: Case, shapes: Shapes, frontend: str, static_tokens: bool = False) -> tvm.IRModule:
+    """The case's Relax module; ``main(*inputs in spec order) -> tuple(stage outputs)``.
+
+    The token count is symbolic unless ``static_tokens``: then it is ``shapes.tokens`` (MetaSchedule tunes and
+    applies records only on static shapes).
+    """
     fe_cls = get_frontend(frontend)
-    tokens = tirx.Var("tokens", "int64")  # not "T": that name clashes with TVMScript's T alias
-    rows = (tokens + TOKEN_TILE - 1) // TOKEN_TILE * TOKEN_TILE
     specs = case.input_specs(shapes)
-    params = [relax.Var(name, relax.TensorType([tokens if d == "T" else d for d in spec.shape], spec.dtype))
+    sizes = ({TOKENS: shapes.tokens, ROWS: shapes.tokens // shapes.owners} if static_tokens
+             else _symbolic_sizes(specs, shapes.owners))
+    tokens = sizes[TOKENS]
+    rows = (tokens + TOKEN_TILE - 1) // TOKEN_TILE * TOKEN_TILE
+    params = [relax.Var(name, relax.TensorType([sizes.get(d, d) for d in spec.shape], spec.dtype))
               for name, spec in specs.items()]
     env = dict(zip(specs, params))
     d = shapes.hidden
@@ -43,6 +58,11 @@ def build_relax_module(case: Case, shapes: Shapes, frontend: str) -> tvm.IRModul
             x = padded.get("hidden_states")
             outputs = []
             for stage in case.chain:
+                if stage.name == "lm_head":  # token-major [T, D] in, static [owners, 8, ...] out: no padding
+                    hidden = outputs[-1] if outputs else bb.emit(
+                        relax.op.reshape(env[case.chain[0].hidden_input.name], (tokens, d)), "hidden_tokens")
+                    outputs += fe.lm_head(hidden, env["lm_head_weight"], env["logit_row_indices"], shapes)
+                    continue
                 if stage.name == "projection":
                     x = fe.projection(padded["hidden_states"], padded["prev_hidden_states"], env, rows, d, shapes.eps)
                 elif stage.name == "norm":
@@ -51,7 +71,8 @@ def build_relax_module(case: Case, shapes: Shapes, frontend: str) -> tvm.IRModul
                     x = fe.logits(x, env["lm_head_weight"], rows, d, shapes.vocab_shard)
                 else:  # pragma: no cover - STAGES and this dispatch are kept in step by test_every_stage_builds
                     raise AssertionError(stage.name)
-                outputs.append(fe.unpad_rows(x, tokens, stage.output_cols(shapes), stage.output_dtype, stage.output))
+                out = stage.outputs[0]
+                outputs.append(fe.unpad_rows(x, tokens, out.shape(shapes)[1], out.dtype, out.name))
             result = bb.emit_output(relax.Tuple(outputs))
         bb.emit_func_output(result)
     return bb.finalize()

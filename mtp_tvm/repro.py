@@ -59,14 +59,14 @@ def _load_arrays(path: Path, dtypes: dict[str, str]) -> dict[str, np.ndarray]:
         return {k: z[k].view(NUMPY_DTYPES[dt]) if dt == "bfloat16" else z[k] for k, dt in dtypes.items()}
 
 
-def cli_command(compiled, seed: int, tolerance: dict | None) -> str:
+def cli_command(compiled, seed: int, tolerance: dict | None, logits_tol: dict | None) -> str:
     """The ``mtp-tvm check`` command line that rebuilds this case with the same options."""
     tj = target_json(compiled.target)
     short = next((n for n in ("llvm", "cuda") if target_json(resolve_target(n)) == tj), None)
     s = compiled.shapes
     argv = ["mtp-tvm", "check", "--case", compiled.case.name, "--target", short or json.dumps(tj),
             "--preset", s.preset.name, "--frontend", compiled.frontend, "--tokens", str(s.tokens),
-            "--vocab-shard", str(s.vocab_shard), "--seed", str(seed)]
+            "--vocab-shard", str(s.vocab_shard), "--owners", str(s.owners), "--tp", str(s.tp), "--seed", str(seed)]
     gate = compiled.gate or {"disabled": [], "limit": None}
     for name in gate["disabled"]:
         argv += ["--disable-pass", name]
@@ -78,6 +78,8 @@ def cli_command(compiled, seed: int, tolerance: dict | None) -> str:
     elif compiled.extra_passes is not None:
         names = extra_pass_names(resolve_extra_passes(compiled.extra_passes, compiled.target))
         notes.append(f"# plus extra passes given through the Python API: {', '.join(names)}")
+    for flag, value in (logits_tol or {}).items():
+        argv += [f"--{flag.replace('_', '-')}", str(value)]
     if tolerance is not None:
         notes.append(f"# with tolerance {json.dumps(tolerance)} (Python API)")
     return "\n".join([shlex.join(argv), *notes]) + "\n"
@@ -95,8 +97,8 @@ def _lowering_gate(compiled) -> dict:
             "limit": None if limit is None else max(limit - offset, 0)}
 
 
-def write_repro(compiled, inputs: dict, expected: dict, seed: int, tolerance: dict | None, result,
-                root=None) -> Path:
+def write_repro(compiled, inputs: dict, expected: dict, seed: int, tolerance: dict | None,
+                logits_tol: dict | None, result, root=None) -> Path:
     """Write ``repro/`` into the build's run folder (a new run folder under ``root`` when it has none)."""
     run = compiled.dump_dir or new_run_dir(root, f"{compiled.case.name}-{compiled.target.kind.name}")
     final, tmp = run / REPRO_DIR, run / (REPRO_DIR + ".tmp")
@@ -105,14 +107,15 @@ def write_repro(compiled, inputs: dict, expected: dict, seed: int, tolerance: di
     s = compiled.shapes
     (tmp / "module.py").write_text(compiled.optimized_module.script())
     spec = {"case": compiled.case.name, "preset": s.preset.name, "frontend": compiled.frontend,
-            "tokens": s.tokens, "vocab_shard": s.vocab_shard, "seed": seed, "tolerance": tolerance,
+            "tokens": s.tokens, "vocab_shard": s.vocab_shard, "owners": s.owners, "tp": s.tp, "seed": seed,
+            "tolerance": tolerance, "logits_tol": logits_tol,
             "target": target_json(compiled.target), "gate": _lowering_gate(compiled),
             "inputs": _save_arrays(tmp / "inputs.npz", inputs),
             "outputs": _save_arrays(tmp / "expected.npz", expected),
             "failed_outputs": result.failed_outputs, "written": time.strftime("%Y-%m-%d %H:%M:%S")}
     (tmp / "target.json").write_text(json.dumps(spec["target"], indent=1) + "\n")
     (tmp / "repro.json").write_text(json.dumps(spec, indent=1) + "\n")
-    (tmp / "command.txt").write_text(cli_command(compiled, seed, tolerance))
+    (tmp / "command.txt").write_text(cli_command(compiled, seed, tolerance, logits_tol))
     (tmp / "repro.py").write_text(_LAUNCHER.format(root=str(PROJECT_ROOT)))
     tmp.replace(final)
     if compiled.dump_dir is None:
@@ -132,7 +135,7 @@ def rerun(folder: Path, log=print) -> int:
 
     spec = json.loads((folder / "repro.json").read_text())
     case = get_case(spec["case"])
-    shapes = make_shapes(spec["preset"], spec["tokens"], spec["vocab_shard"])
+    shapes = make_shapes(spec["preset"], spec["tokens"], spec["vocab_shard"], spec["owners"], spec["tp"])
     target = resolve_target(json.loads((folder / "target.json").read_text()))
     mod = tvm.script.from_source((folder / "module.py").read_text())
     gate = PassGate.for_target(target, spec["gate"]["disabled"], spec["gate"]["limit"])
@@ -141,10 +144,12 @@ def rerun(folder: Path, log=print) -> int:
         ex = compile_module(mod, target, first_phase=FIRST_LOWERING_PHASE)
     compiled = CompiledCase(case, shapes, target, spec["frontend"], ex, time.perf_counter() - t0)
     t0 = time.perf_counter()
-    actual = compiled.run(_load_arrays(folder / "inputs.npz", spec["inputs"]))
+    inputs = _load_arrays(folder / "inputs.npz", spec["inputs"])
+    actual = compiled.run(inputs)
     expected = _load_arrays(folder / "expected.npz", spec["outputs"])
     result = CheckResult(case.name, spec["target"], shapes.preset.name, spec["frontend"], spec["seed"],
-                         shapes.as_dict(), compare_outputs(case, shapes, actual, expected, spec["tolerance"]),
+                         shapes.as_dict(), compare_outputs(case, shapes, actual, expected, spec["tolerance"], inputs,
+                                                           spec["logits_tol"]),
                          compiled.build_seconds, time.perf_counter() - t0)
     log(summary_table(result))
     if result.passed:

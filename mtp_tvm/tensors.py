@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import ml_dtypes
 import numpy as np
 import torch
 import tvm
+
+from .errors import UsageError
 
 NUMPY_DTYPES = {"bfloat16": np.dtype(ml_dtypes.bfloat16), "float32": np.dtype(np.float32),
                 "float16": np.dtype(np.float16), "int8": np.dtype(np.int8), "int32": np.dtype(np.int32)}
@@ -33,3 +38,68 @@ def dtype_name(x: np.ndarray) -> str:
 
 def to_device(x: np.ndarray, dev) -> tvm.runtime.Tensor:
     return tvm.runtime.tensor(np.ascontiguousarray(x), dev)
+
+
+def _require_finite(name: str, a: np.ndarray) -> None:
+    """NaN/Inf in an input would surface as a confusing golden failure far downstream: name it here."""
+    if a.dtype.kind not in "fV" and dtype_name(a) != "bfloat16":
+        return
+    bad = ~np.isfinite(a.astype(np.float32))
+    if bad.any():
+        first = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise UsageError(f"input {name!r} has {int(bad.sum())} non-finite values (NaN/Inf), the first at {first}")
+
+
+def validate_inputs(specs: dict, inputs: dict, owner: str) -> tuple[list[np.ndarray], dict[str, int]]:
+    """Check named inputs against ``specs`` (anything with ``.shape`` and ``.dtype``; a ``str`` dim is symbolic
+    and binds to the first size seen) and return them as numpy arrays in spec order, with the bound dims.
+    Every message names the input and both shapes; ``owner`` says what the specs belong to."""
+    missing, extra = sorted(set(specs) - set(inputs)), sorted(set(inputs) - set(specs))
+    if missing or extra:
+        raise UsageError(f"inputs do not match {owner}: missing {missing}, unexpected {extra}")
+    arrays, bound = [], {}
+    for name, spec in specs.items():
+        a = to_numpy(inputs[name])
+        if dtype_name(a) != spec.dtype:
+            raise UsageError(f"input {name!r} has dtype {dtype_name(a)}, expected {spec.dtype}")
+        if len(a.shape) != len(spec.shape) or any(
+                got != (bound.setdefault(want, got) if isinstance(want, str) else want)
+                for got, want in zip(a.shape, spec.shape)):
+            expected = tuple(bound.get(d, d) if isinstance(d, str) else d for d in spec.shape)
+            raise UsageError(f"input {name!r} has shape {a.shape}, expected {expected}")
+        _require_finite(name, a)
+        arrays.append(a)
+    if bound.get("T", 1) < 1:
+        raise UsageError("inputs have 0 tokens; T must be >= 1")
+    return arrays, bound
+
+
+def run_main(vm, dev, arrays: list[np.ndarray], output_names) -> dict[str, np.ndarray]:
+    """Call the VM's ``main`` on ``arrays`` (copied to ``dev``) and name its tuple of outputs."""
+    outs = vm["main"](*[to_device(a, dev) for a in arrays])
+    return {name: outs[i].numpy() for i, name in enumerate(output_names)}
+
+
+def read_npz(path: str | os.PathLike, specs: dict) -> dict[str, np.ndarray]:
+    """Arrays from an ``.npz``; numpy stores ``ml_dtypes.bfloat16`` as 2-byte void (``|V2``), which is read
+    back as BF16 where ``specs`` says so."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except (OSError, ValueError) as e:
+        raise UsageError(f"cannot read {path}: {e}") from None
+    return {k: a.view(NUMPY_DTYPES["bfloat16"]) if a.dtype == np.dtype("V2") and k in specs
+            and specs[k].dtype == "bfloat16" else a for k, a in arrays.items()}
+
+
+def write_npz(path: str | os.PathLike, arrays: dict[str, np.ndarray]) -> None:
+    """Write ``arrays`` atomically (a temp file renamed into place); BF16 lands as ``|V2`` (see ``read_npz``)."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)
+        tmp.replace(path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise UsageError(f"cannot write {path}: {e.strerror}") from None

@@ -16,7 +16,7 @@ def _run_and_compare(compiled_case, tokens):
     s = make_shapes("tiny", tokens=tokens)
     inputs = case.make_inputs(s, seed=tokens)
     actual = compiled_case.run({k: to_numpy(v) for k, v in inputs.items()})
-    return actual, compare_outputs(case, s, actual, case.golden(inputs, s))
+    return actual, compare_outputs(case, s, actual, case.golden(inputs, s), inputs=inputs)
 
 
 @pytest.mark.parametrize("frontend", FRONTENDS)

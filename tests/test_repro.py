@@ -32,7 +32,7 @@ def test_a_failing_check_writes_the_reproducer_into_its_run_folder(failing):
     assert json.loads((repro / "target.json").read_text())["kind"] == "llvm"
     command = (repro / "command.txt").read_text()
     assert command.startswith("mtp-tvm check --case tail --target llvm --preset tiny --frontend tir --tokens 8 "
-                              "--vocab-shard 512 --seed 3 --pass-plugin ")
+                              "--vocab-shard 512 --owners 2 --tp 2 --seed 3 --pass-plugin ")
     assert "Int32LogitsAccumulator" not in (repro / "module.py").read_text()  # a module, not a pipeline
     assert '"int32"' in (repro / "module.py").read_text()  # ... with the broken pass's effect in it
     index = json.loads((Path(failing.dump_dir) / "index.json").read_text())

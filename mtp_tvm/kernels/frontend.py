@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from tvm import relax, te, tirx
 
-from ..config import INT8_AMAX_EPS, INT8_SCALE_MAX, K_CHUNK, TOKEN_TILE
+from ..config import INT8_AMAX_EPS, INT8_SCALE_MAX, K_CHUNK, MAX_LOGIT_ROWS, TOKEN_TILE, Shapes
 from . import tir as kernels
 
 R = relax.op
@@ -59,6 +59,14 @@ class TIRFrontend:
         return self.call(kernels.lm_head_logits(d, vocab_shard), "lm_head_logits", [x, weight],
                          _tensor((rows, vocab_shard), "float32"), "logits_padded")
 
+    def lm_head(self, hidden, weight, row_indices, s: Shapes):
+        """``[T, D]`` hidden -> ``[logits, sampled_ids]`` through one hand kernel."""
+        func = kernels.lm_head_tp(s.hidden, s.vocab_shard, s.tp, s.ranks, s.owners)
+        out = self.call(func, "lm_head_tp", [hidden, weight, row_indices],
+                        [_tensor((s.owners, MAX_LOGIT_ROWS, s.vocab), "float32"),
+                         _tensor((s.owners, MAX_LOGIT_ROWS), "int32")], "lm_head")
+        return [self.bb.emit(relax.TupleGetItem(out, i), name_hint=n) for i, n in enumerate(("logits", "sampled_ids"))]
+
 
 def _te_pad_rows(x, rows):
     return te.compute((rows, x.shape[1]), lambda i, k: tirx.if_then_else(
@@ -83,13 +91,26 @@ def _te_round_to_bf16(x):
     return te.compute(x.shape, rounded, name="round_to_bf16")
 
 
+def _te_select_rows(x, row_indices, owners: int):
+    """``[owners*rows, D]`` -> ``[owners, 8, D]``: each owner's indexed rows, -1 a zero row, others clamped."""
+    rows = x.shape[0] // owners
+
+    def select(o, j, k):
+        i = row_indices[o, j]
+        r = tirx.min(tirx.max(i.astype("int64"), tirx.const(0, "int64")), rows - 1)
+        return tirx.if_then_else(i < 0, tirx.const(0, x.dtype), x[o * rows + r, k])
+
+    return te.compute((owners, row_indices.shape[1], x.shape[1]), select, name="select_rows")
+
+
 def _te_round_half_even(x):
     return te.compute(x.shape, lambda *i: tirx.nearbyint(x(*i)), name="round_half_even")
 
 
 class RelaxFrontend:
     """Relax operators, legalised and fused by TVM; TE only where Relax lacks the operator (row padding with
-    a symbolic pad amount, and half-to-even rounding: ``R.round`` rounds half away from zero)."""
+    a symbolic pad amount, the LM head's row gather clamped into a symbolic row count, and half-to-even
+    rounding: ``R.round`` rounds half away from zero)."""
 
     name = "relax"
 
@@ -149,6 +170,15 @@ class RelaxFrontend:
 
     def logits(self, x, weight, rows, d: int, vocab_shard: int):
         return self.emit(R.matmul(x, R.permute_dims(weight, [1, 0]), out_dtype="float32"), "logits_padded")
+
+    def lm_head(self, hidden, weight, row_indices, s: Shapes):
+        """Gather the selected rows, multiply with one copy of each shard (ranks ``0..tp-1``), take the argmax."""
+        selected = self.bb.emit_te(_te_select_rows, hidden, row_indices, s.owners, primfunc_name_hint="select_rows",
+                                   name_hint="selected_rows")
+        shards = R.strided_slice(weight, axes=[0], begin=[0], end=[s.tp])
+        full = self.emit(R.reshape(shards, (s.vocab, s.hidden)), "lm_head_full_weight")
+        logits = self.emit(R.matmul(selected, R.permute_dims(full, [1, 0]), out_dtype="float32"), "logits")
+        return [logits, self.emit(R.astype(R.argmax(logits, axis=-1), "int32"), "sampled_ids")]
 
 
 FRONTENDS = {"relax": RelaxFrontend, "tir": TIRFrontend}

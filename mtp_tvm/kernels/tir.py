@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import functools
 
+from tvm import s_tir
 from tvm.script import tirx as T
 
-from ..config import INT8_AMAX_EPS, INT8_SCALE_MAX, K_CHUNK, TOKEN_TILE
+from ..config import INT8_AMAX_EPS, INT8_SCALE_MAX, K_CHUNK, MAX_LOGIT_ROWS, TOKEN_TILE
 
 # Relax's kOpaque op pattern: FuseOps leaves hand-written kernels alone; their boundaries are chosen by hand.
 OPAQUE = 8
@@ -227,3 +228,83 @@ def lm_head_logits(hidden: int, vocab_shard: int):
                 Y[vt, vv] = Y[vt, vv] + T.Cast("float32", X[vt, vk]) * T.Cast("float32", w[vv, vk])
 
     return lm_head_logits
+
+
+@functools.lru_cache(maxsize=None)
+def lm_head_tp(hidden: int, vocab_shard: int, tp: int, ranks: int, owners: int, cpu_schedule: bool = True):
+    """The TP-sharded LM head with greedy sampling (spec §3.2), all shards on one device.
+
+    ``x`` is token-major ``[n, D]`` with ``n = owners * rows``. ``select_rows`` gathers each owner's selected
+    rows (index -1: a zero row; others clamped into ``[0, rows)``); ``logits`` multiplies them with one copy
+    of every shard (ranks ``0..tp-1``; column ``v`` is row ``v % shard`` of shard ``v // shard``), BF16 x BF16
+    -> FP32 with K in chunk order, vocab outermost so each weight row is read from memory once for all 16
+    selected rows; ``row_max`` and ``argmax`` (the first column holding the maximum) sample greedily.
+
+    With ``cpu_schedule`` (the default) it comes scheduled for CPU by ``schedule_lm_head_tp_cpu``: the full
+    FLASH vocabulary is 17 GFLOP, too much for the unscheduled scalar loops.
+    """
+    vocab = tp * vocab_shard
+    chunks = hidden // K_CHUNK
+
+    @T.prim_func(s_tir=True, private=True)  # private: only the Relax main is an entry point
+    def lm_head_tp(x: T.handle, w: T.Buffer((ranks, vocab_shard, hidden), "bfloat16"),
+                   idx: T.Buffer((owners, MAX_LOGIT_ROWS), "int32"),
+                   logits: T.Buffer((owners, MAX_LOGIT_ROWS, vocab), "float32"),
+                   sampled: T.Buffer((owners, MAX_LOGIT_ROWS), "int32")):
+        T.func_attr({"tir.noalias": True, "op_pattern": OPAQUE})
+        n = T.int64()
+        X = T.match_buffer(x, (n, hidden), "bfloat16")
+        selected = T.sblock_alloc_buffer((owners, MAX_LOGIT_ROWS, hidden), "bfloat16")
+        row_max = T.sblock_alloc_buffer((owners, MAX_LOGIT_ROWS), "float32")
+        for o, j, k in T.grid(owners, MAX_LOGIT_ROWS, hidden):
+            with T.sblock("select_rows"):
+                vo, vj, vk = T.axis.remap("SSS", [o, j, k])
+                T.reads(idx[vo, vj], X[0:n, vk])
+                T.writes(selected[vo, vj, vk])
+                selected[vo, vj, vk] = T.if_then_else(idx[vo, vj] < 0, T.bfloat16(0), X[
+                    vo * (n // owners) + T.min(T.max(T.Cast("int64", idx[vo, vj]), T.int64(0)), n // owners - 1), vk])
+        for v, o, j, kc, ki in T.grid(vocab, owners, MAX_LOGIT_ROWS, chunks, K_CHUNK):
+            with T.sblock("logits"):
+                vv, vo, vj = T.axis.remap("SSS", [v, o, j])
+                vk = T.axis.reduce(hidden, kc * K_CHUNK + ki)
+                with T.init():
+                    logits[vo, vj, vv] = T.float32(0)
+                logits[vo, vj, vv] = logits[vo, vj, vv] + T.Cast("float32", selected[vo, vj, vk]) * T.Cast(
+                    "float32", w[vv // vocab_shard, vv % vocab_shard, vk])
+        for o, j, v in T.grid(owners, MAX_LOGIT_ROWS, vocab):
+            with T.sblock("row_max"):
+                vo, vj, vv = T.axis.remap("SSR", [o, j, v])
+                with T.init():
+                    row_max[vo, vj] = T.min_value("float32")
+                row_max[vo, vj] = T.max(row_max[vo, vj], logits[vo, vj, vv])
+        for o, j, v in T.grid(owners, MAX_LOGIT_ROWS, vocab):
+            with T.sblock("argmax"):
+                vo, vj, vv = T.axis.remap("SSR", [o, j, v])
+                with T.init():
+                    sampled[vo, vj] = vocab
+                sampled[vo, vj] = T.min(sampled[vo, vj], T.if_then_else(
+                    logits[vo, vj, vv] == row_max[vo, vj], T.Cast("int32", vv), vocab))
+
+    return schedule_lm_head_tp_cpu(lm_head_tp) if cpu_schedule else lm_head_tp
+
+
+def schedule_lm_head_tp_cpu(func):
+    """CPU schedule of ``lm_head_tp``: one AVX2 register holds an owner's 8 selected rows.
+
+    Steps: ``rows-innermost`` (the selected rows stored ``[owner, k, row]``), ``vocab-outer`` (loops vocab,
+    owner, K, row), ``register-accumulator`` (the 8 partial logits stay in a local tile, written once),
+    ``vectorize-rows``, ``parallel-vocab``, ``hoist-init``. Every row still sums K in chunk order, so the
+    logits are bitwise those of the unscheduled kernel.
+    """
+    sch = s_tir.Schedule(func)
+    sch.transform_layout(sch.get_sblock("select_rows"), ("write", 0), lambda o, j, k: (o, k, j))
+    logits = sch.get_sblock("logits")
+    v, o, j, kc, ki = sch.get_loops(logits)
+    sch.reorder(v, o, kc, ki, j)
+    acc = sch.cache_write(logits, 0, "local")
+    sch.reverse_compute_at(acc, o)
+    sch.vectorize(j)
+    sch.vectorize(sch.get_loops(acc)[-1])
+    sch.parallel(v)
+    sch.decompose_reduction(logits, kc)
+    return sch.mod["main"]

@@ -1,6 +1,6 @@
 """What dumping every pass costs, against the plain build of the same case (docs/benchmarks.md, "Dump overhead").
 
-    python benchmarks/dump_overhead.py [--case tail] [--preset flash] [--frontend tir] [--rounds 5]
+    python scripts/dump_overhead.py [--case tail] [--preset flash] [--frontend tir] [--rounds 5]
 
 Two measurements, plain and dumping runs alternated, medians reported:
 

@@ -1,0 +1,82 @@
+"""Determinism across processes, concurrent dumping runs, and inputs a user can get wrong."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import mtp_tvm
+from mtp_tvm.config import make_shapes
+from mtp_tvm.tensors import to_numpy
+
+ENV = {**os.environ, "PYTHONPATH": os.getcwd()}
+RUN_ONCE = """
+import hashlib, sys
+import mtp_tvm
+from mtp_tvm.tensors import to_numpy
+m = mtp_tvm.compile(case="tail-norm", preset="tiny", frontend=sys.argv[1])
+inputs = {k: to_numpy(v) for k, v in m.case.make_inputs(m.shapes, 1234).items()}
+digest = lambda arrays: {k: hashlib.sha256(a.tobytes()).hexdigest() for k, a in arrays.items()}
+print(digest(inputs)); print(digest(m.run(inputs)))
+"""
+
+
+@pytest.mark.parametrize("frontend", ["tir", "relax"])
+def test_same_seed_gives_bitwise_identical_inputs_and_outputs_across_processes(frontend):
+    runs = [subprocess.run([sys.executable, "-c", RUN_ONCE, frontend], capture_output=True, text=True, env=ENV,
+                           check=True).stdout.splitlines()[-2:] for _ in range(2)]
+    assert runs[0] == runs[1]
+
+
+def test_four_concurrent_dumping_checks_give_four_complete_distinct_runs(tmp_path):
+    cmd = [sys.executable, "-m", "mtp_tvm", "check", "--case", "logits", "--preset", "tiny",
+           "--dump-passes", str(tmp_path)]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV) for _ in range(4)]
+    assert all(p.wait(timeout=600) == 0 for p in procs)
+    runs = sorted(p for p in tmp_path.iterdir() if p.is_dir())
+    assert len(runs) == 4
+    for run in runs:
+        assert (run / "complete").exists()
+        index = json.loads((run / "index.json").read_text())
+        assert all((run / p["file"]).exists() for p in index["passes"] if p["file"])
+
+
+@pytest.fixture(scope="module")
+def logits_case(compiled):
+    m = compiled("logits", "tir")
+    return m, {k: to_numpy(v) for k, v in m.case.make_inputs(make_shapes("tiny"), 0).items()}
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_non_finite_input_is_named(logits_case, bad):
+    m, inputs = logits_case
+    hidden = inputs["hidden_states"].astype(np.float32)
+    hidden[3, 7] = bad
+    with pytest.raises(mtp_tvm.UsageError, match=r"input 'hidden_states' has 1 non-finite values.*\(3, 7\)"):
+        m.run({**inputs, "hidden_states": hidden.astype(inputs["hidden_states"].dtype)})
+
+
+def test_non_contiguous_inputs_are_accepted_and_give_the_same_result(logits_case):
+    m, inputs = logits_case
+    ref = m.run(inputs)["candidate_logits"]
+    w = torch.from_numpy(inputs["lm_head_weight"].view(np.int16)).view(torch.bfloat16)
+    transposed_back = w.T.contiguous().T  # same values, column-major storage
+    assert not transposed_back.is_contiguous()
+    got = m.run({**inputs, "lm_head_weight": transposed_back})["candidate_logits"]
+    np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda i: {**i, "hidden_states": i["hidden_states"].astype(np.float32)}, "dtype float32, expected bfloat16"),
+    (lambda i: {**i, "lm_head_weight": i["lm_head_weight"][:, :128]}, "'lm_head_weight' has shape"),
+    (lambda i: {k: v for k, v in i.items() if k != "lm_head_weight"}, "missing \\['lm_head_weight'\\]"),
+    (lambda i: {**i, "bogus": i["lm_head_weight"]}, "unexpected \\['bogus'\\]"),
+])
+def test_wrong_inputs_are_user_errors(logits_case, change, message):
+    m, inputs = logits_case
+    with pytest.raises(mtp_tvm.UsageError, match=message):
+        m.run(change(inputs))

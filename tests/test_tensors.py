@@ -1,0 +1,36 @@
+"""Input validation against specs (symbolic dims bind once), and .npz files that keep BF16."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from mtp_tvm.cases import TensorSpec
+from mtp_tvm.errors import UsageError
+from mtp_tvm.tensors import read_npz, validate_inputs, write_npz
+
+SPECS = {"x": TensorSpec("x", ("T", 8), "bfloat16"), "y": TensorSpec("y", ("T", 4), "float32")}
+
+
+def test_symbolic_dim_binds_to_the_first_input():
+    arrays, bound = validate_inputs(SPECS, {"x": np.zeros((3, 8), ml_dtypes.bfloat16),
+                                            "y": np.zeros((3, 4), np.float32)}, "case c")
+    assert bound == {"T": 3} and [a.shape for a in arrays] == [(3, 8), (3, 4)]
+    with pytest.raises(UsageError, match=r"input 'y' has shape \(4, 4\), expected \(3, 4\)"):
+        validate_inputs(SPECS, {"x": np.zeros((3, 8), ml_dtypes.bfloat16), "y": np.zeros((4, 4), np.float32)}, "c")
+
+
+def test_zero_tokens_and_wrong_rank_are_refused():
+    with pytest.raises(UsageError, match="0 tokens"):
+        validate_inputs(SPECS, {"x": np.zeros((0, 8), ml_dtypes.bfloat16), "y": np.zeros((0, 4), np.float32)}, "c")
+    with pytest.raises(UsageError, match=r"input 'x' has shape \(8,\), expected \('T', 8\)"):
+        validate_inputs(SPECS, {"x": np.zeros(8, ml_dtypes.bfloat16), "y": np.zeros((1, 4), np.float32)}, "c")
+
+
+def test_npz_keeps_bf16(tmp_path):
+    x = np.arange(16, dtype=np.float32).reshape(2, 8).astype(ml_dtypes.bfloat16)
+    write_npz(tmp_path / "a.npz", {"x": x, "y": np.ones((2, 4), np.float32)})
+    back = read_npz(tmp_path / "a.npz", SPECS)
+    assert back["x"].dtype == x.dtype and np.array_equal(back["x"].view(np.uint16), x.view(np.uint16))
+    assert back["y"].dtype == np.float32
+    with pytest.raises(UsageError, match="cannot read"):
+        read_npz(tmp_path / "missing.npz", SPECS)
