@@ -69,8 +69,8 @@ def validate_inputs(specs: dict, inputs: dict, owner: str) -> tuple[list[np.ndar
             raise UsageError(f"input {name!r} has shape {a.shape}, expected {expected}")
         _require_finite(name, a)
         arrays.append(a)
-    if bound.get("T", 1) < 1:
-        raise UsageError("inputs have 0 tokens; T must be >= 1")
+    if any(size < 1 for size in bound.values()):  # T, or R rows per owner
+        raise UsageError(f"inputs have 0 tokens ({', '.join(f'{d}={v}' for d, v in bound.items())}); need >= 1")
     return arrays, bound
 
 
