@@ -62,3 +62,13 @@ def test_bisect_names_the_broken_pass_and_dumps_its_failing_build(tmp_path, caps
 def test_bisect_says_when_there_is_nothing_to_find(capsys):
     assert main(["bisect", "--case", "logits", "--preset", "tiny"]) == 1
     assert "NOT FOUND: the golden check passes with every pass applied" in capsys.readouterr().out
+
+
+def test_build_takes_the_debugging_options_and_artifact_checks_refuse_them(tmp_path, capsys):
+    rc = main(["build", "--case", "logits", "--preset", "tiny", "--out", str(tmp_path / "art"), "--time-passes",
+               "--dump-passes", str(tmp_path / "dumps"), "--disable-pass", "FoldConstant"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "pass timing: top" in out and "disabled FoldConstant" in out
+    assert f"IR dumps: {tmp_path}/dumps/logits-llvm-" in out
+    assert main(["check", "--artifact", str(tmp_path / "art"), "--bisect-limit", "3"]) == 2
+    assert "--artifact does not compile, so --bisect-limit cannot apply" in capsys.readouterr().err
