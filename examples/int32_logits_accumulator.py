@@ -9,6 +9,8 @@ with dumps, a numeric bisect and a reproducer; the bisect tests use it as the pa
 import tvm
 from tvm import s_tir
 
+from mtp_tvm.schedule import fresh_copy  # s_tir.Schedule edits its input in place; the kernels are shared
+
 
 def int32_accumulator(kernel: str = "lm_head_logits", block: str = "logits") -> tvm.transform.Pass:
     """The broken pass for PrimFunc ``kernel`` (TIR frontend: ``lm_head_logits``); a no-op where it is absent."""
@@ -18,7 +20,7 @@ def int32_accumulator(kernel: str = "lm_head_logits", block: str = "logits") -> 
         gv = next((gv for gv in mod.get_global_vars() if gv.name_hint == kernel), None)
         if gv is None:
             return mod
-        sch = s_tir.Schedule(tvm.IRModule({kernel: mod[gv]}))
+        sch = s_tir.Schedule(tvm.IRModule({kernel: fresh_copy(mod[gv])}))
         b = sch.get_sblock(block, func_name=kernel)
         sch.cache_write(b, 0, "local")
         sch.unsafe_set_dtype(b, 0, "int32")  # the bug: an integer accumulator for floating-point products

@@ -37,12 +37,13 @@ from tvm.target import Target
 from . import embedded
 from .cases import TensorSpec, get_case
 from .check import CheckResult, golden_check, validate_seed
-from .compiler import CompiledCase, compile
+from .compiler import CompiledCase, WeightCache, compile, main_args
+from .model import leading_activations
 from .config import make_shapes
 from .cuda_binary import KERNEL_SOURCE, DeviceBinary, compile_fatbin
 from .errors import BuildError, UsageError
 from .target import CUDA_ARCHS, device_for, resolve_target, target_json
-from .tensors import NUMPY_DTYPES, run_main, validate_inputs
+from .tensors import NUMPY_DTYPES, validate_inputs
 
 FORMAT = "mtp-tvm-artifact/1"
 MANIFEST = "manifest.json"
@@ -398,7 +399,8 @@ def build(out: str | os.PathLike | None, case: str = "tail", target: str | dict 
           arch: str | list[str] | None = None, preset: str = "flash", frontend: str = "tir",
           tokens: int | None = None, vocab_shard: int | None = None,
           dump_passes: bool | str | os.PathLike | None = None, force: bool = False, check: bool = False,
-          seed: int = 0, log=print, owners: int | None = None, tp: int | None = None, **compile_options) -> Built:
+          seed: int = 0, log=print, owners: int | None = None, tp: int | None = None,
+          schedule: str = "default", **compile_options) -> Built:
     """Compile ``case`` for ``target`` (CUDA: for every arch in ``arch``) and write it to ``out`` (see
     ``export``). Refuses an existing ``out`` before compiling, unless ``force``. ``compile_options``: the
     debugging keywords of ``compile()`` (dump filters, timing, pass gate, extra passes)."""
@@ -410,7 +412,8 @@ def build(out: str | os.PathLike | None, case: str = "tail", target: str | dict 
         validate_seed(seed)
         _require_device(tgt)
     compiled = compile(case=case, target=tgt, preset=preset, frontend=frontend, tokens=tokens,
-                       vocab_shard=vocab_shard, dump_passes=dump_passes, owners=owners, tp=tp, **compile_options)
+                       vocab_shard=vocab_shard, dump_passes=dump_passes, owners=owners, tp=tp, schedule=schedule,
+                       **compile_options)
     return export(compiled, out, archs=archs, force=force, check=check, seed=seed, log=log)
 
 
@@ -429,6 +432,7 @@ class Artifact:
     module: tvm.runtime.Module
     device: tvm.runtime.Device
     _vm: relax.VirtualMachine | None = dataclasses.field(default=None, repr=False)
+    _weights: WeightCache = dataclasses.field(default_factory=WeightCache, repr=False)
 
     @property
     def input_specs(self) -> dict[str, TensorSpec]:
@@ -443,7 +447,9 @@ class Artifact:
         arrays, _ = validate_inputs(self.input_specs, inputs, f"artifact {self.path}")
         if self._vm is None:
             self._vm = relax.VirtualMachine(self.module, self.device)
-        return run_main(self._vm, self.device, arrays, self.output_specs)
+        args = main_args(self._vm, self.device, arrays, leading_activations(self.input_specs), self._weights)
+        outs = self._vm["main"](*args)
+        return {name: outs[i].numpy() for i, name in enumerate(self.output_specs)}
 
 
 def _runnable_device(path: Path, m: dict) -> tvm.runtime.Device:

@@ -35,6 +35,7 @@ from .cases import get_case
 from .check import golden_check, seeded_golden
 from .config import make_shapes
 from .errors import MtpError, UsageError
+from .schedule import fresh_copy
 from .target import target_json
 
 SEARCHES = ("binary", "linear")
@@ -166,10 +167,10 @@ def bisect_passes(case: str = "tail", target="llvm", preset: str = "flash", fron
                   tokens: int | None = None, vocab_shard: int | None = None, seed: int = 0,
                   extra_passes=None, disable_passes=(), tolerance: dict | None = None,
                   search: str = "binary", progress=None, owners: int | None = None,
-                  tp: int | None = None) -> BisectResult:
+                  tp: int | None = None, schedule: str = "default") -> BisectResult:
     """Name the first optional pass after which the golden check fails (see the module docstring)."""
     build = dict(case=case, target=target, preset=preset, frontend=frontend, tokens=tokens,
-                 vocab_shard=vocab_shard, owners=owners, tp=tp)
+                 vocab_shard=vocab_shard, owners=owners, tp=tp, schedule=schedule)
     golden = _golden(build, seed)
     build.update(extra_passes=extra_passes, disable_passes=disable_passes)
     reference = compiler.compile(**build, time_passes=True)
@@ -211,8 +212,8 @@ def trace_pass(func: str, apply: Callable[[s_tir.Schedule], None], seen: dict | 
         if gv is None:
             return mod
         if seen is not None:
-            seen["func"] = mod[gv]
-        sch = s_tir.Schedule(tvm.IRModule({func: mod[gv]}))
+            seen["func"] = fresh_copy(mod[gv])
+        sch = s_tir.Schedule(tvm.IRModule({func: fresh_copy(mod[gv])}))
         apply(sch)
         out = tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs)
         out[gv] = sch.mod[func].with_attr("tirx.is_scheduled", True)
@@ -251,11 +252,13 @@ def _prefix(trace: Trace, steps: int) -> Callable[[s_tir.Schedule], None]:
 def bisect_schedule(func: str, trace, case: str = "tail", target="llvm", preset: str = "flash",
                     frontend: str = "tir", tokens: int | None = None, vocab_shard: int | None = None,
                     seed: int = 0, tolerance: dict | None = None, search: str = "binary",
-                    progress=None, owners: int | None = None, tp: int | None = None) -> BisectResult:
+                    progress=None, owners: int | None = None, tp: int | None = None,
+                    schedule: str = "default") -> BisectResult:
     """Name the first step of ``trace`` (applied to PrimFunc ``func`` in the ``schedule`` phase) after which
-    the golden check fails (see the module docstring)."""
+    the golden check fails (see the module docstring). The function arrives unscheduled and leaves marked
+    scheduled, so ``schedule`` applies to the other kernels only."""
     build = dict(case=case, target=target, preset=preset, frontend=frontend, tokens=tokens,
-                 vocab_shard=vocab_shard, owners=owners, tp=tp)
+                 vocab_shard=vocab_shard, owners=owners, tp=tp, schedule=schedule)
     golden = _golden(build, seed)
     seen: dict = {}
     apply = as_apply(trace)
@@ -268,7 +271,7 @@ def bisect_schedule(func: str, trace, case: str = "tail", target="llvm", preset:
     if "func" not in seen:
         raise UsageError(f"no PrimFunc named {func!r} enters the schedule phase of case {case!r} "
                          f"({frontend} frontend)")
-    sch = s_tir.Schedule(tvm.IRModule({func: seen["func"]}))
+    sch = s_tir.Schedule(tvm.IRModule({func: fresh_copy(seen["func"])}))
     apply(sch)
     full_trace = sch.trace
     lines = list(full_trace.as_python())
@@ -277,7 +280,7 @@ def bisect_schedule(func: str, trace, case: str = "tail", target="llvm", preset:
     steps = []  # the prefixes (number of instructions) that change the function
     last = tvm_ffi.structural_hash(seen["func"])
     for k in range(1, len(insts) + 1):
-        s = s_tir.Schedule(tvm.IRModule({func: seen["func"]}))
+        s = s_tir.Schedule(tvm.IRModule({func: fresh_copy(seen["func"])}))
         _prefix(full_trace, k)(s)
         h = tvm_ffi.structural_hash(s.mod[func])
         if h != last:

@@ -55,6 +55,7 @@ class CheckResult:
     run_seconds: float
     dump_dir: str | None = None
     perturbation: dict | None = None  # a deliberate error injected into the device logits (``perturb_logit``)
+    schedule: str = "default"
     repro_dir: str | None = None      # written when a check fails
     gate: dict | None = None          # what --disable-pass / --bisect-limit did
     pass_records: list = dataclasses.field(default_factory=list, repr=False)  # with time_passes / dumps
@@ -71,7 +72,8 @@ class CheckResult:
         return {"case": self.case, "target": self.target, "preset": self.preset, "frontend": self.frontend,
                 "seed": self.seed, "shapes": self.shapes, "passed": self.passed,
                 "build_seconds": self.build_seconds, "run_seconds": self.run_seconds, "dump_dir": self.dump_dir,
-                "perturbation": self.perturbation, "repro_dir": self.repro_dir, "gate": self.gate,
+                "schedule": self.schedule, "perturbation": self.perturbation, "repro_dir": self.repro_dir,
+                "gate": self.gate,
                 "outputs": {k: v.as_dict() for k, v in self.outputs.items()}}
 
     def write_report(self, path: str | os.PathLike) -> None:
@@ -147,8 +149,10 @@ def check(case: str = "tail", target="llvm", preset: str = "flash", frontend: st
           tokens: int | None = None, vocab_shard: int | None = None, seed: int = 0,
           dump_passes: bool | str | os.PathLike | None = None, report: str | os.PathLike | None = None,
           tolerance: dict | None = None, log=print, owners: int | None = None, tp: int | None = None,
-          logits_tol: dict | None = None, perturb_logit: tuple | None = None, **compile_options) -> CheckResult:
-    """Build ``case``, run it on inputs drawn from ``seed``, and compare each stage with its torch golden.
+          logits_tol: dict | None = None, perturb_logit: tuple | None = None, schedule: str = "default",
+          **compile_options) -> CheckResult:
+    """Build ``case`` with the named schedule, run it on inputs drawn from ``seed``, and compare each stage with
+    its torch golden.
 
     For the LM-head cases: ``owners``/``tp`` size it, ``logits_tol`` overrides ``DEFAULT_LOGITS_TOLERANCE``
     (atol, rtol, max_error_ratio, max_e2e_abs_diff), ``perturb_logit=(owner, row, col[, delta])`` adds delta
@@ -163,8 +167,11 @@ def check(case: str = "tail", target="llvm", preset: str = "flash", frontend: st
 
     seed = validate_seed(seed)
     compiled = compile(case=case, target=target, preset=preset, frontend=frontend, tokens=tokens,
-                       vocab_shard=vocab_shard, dump_passes=dump_passes, owners=owners, tp=tp, **compile_options)
+                       vocab_shard=vocab_shard, dump_passes=dump_passes, owners=owners, tp=tp, schedule=schedule,
+                       **compile_options)
     c, s = compiled.case, compiled.shapes
+    if compiled.untuned:
+        log(f"[tuned] no MetaSchedule record for {', '.join(compiled.untuned)}: their hand schedule is used")
     if (logits_tol is not None or perturb_logit is not None) and LM_HEAD_LOGITS not in c.output_specs(s):
         raise UsageError(f"LM-head logits options apply to cases with the lm_head stage; {c.name!r} has none")
     if logits_tol is not None:  # a bad option fails before the run, not after it
@@ -173,7 +180,7 @@ def check(case: str = "tail", target="llvm", preset: str = "flash", frontend: st
         tuple(perturb_logit), c.output_specs(s)[LM_HEAD_LOGITS].shape)
     golden = seeded_golden(c, s, seed)
     result = golden_check(compiled.run, c, s, target_json(compiled.target), frontend, seed, compiled.build_seconds,
-                          compiled.dump_dir, tolerance, log, logits_tol, perturbation, golden)
+                          compiled.dump_dir, tolerance, log, logits_tol, perturbation, compiled.schedule, golden)
     result.gate, result.pass_records = compiled.gate, compiled.pass_records
     if not result.passed and perturbation is None:
         root = None if dump_passes in (None, False, True) else dump_passes
@@ -189,7 +196,8 @@ def check(case: str = "tail", target="llvm", preset: str = "flash", frontend: st
 
 def golden_check(run, c: Case, s: Shapes, target: dict, frontend: str, seed: int, build_seconds: float,
                  dump_dir=None, tolerance: dict | None = None, log=print, logits_tol: dict | None = None,
-                 perturbation: dict | None = None, golden: tuple[dict, dict] | None = None) -> CheckResult:
+                 perturbation: dict | None = None, schedule: str = "default",
+                 golden: tuple[dict, dict] | None = None) -> CheckResult:
     """Run ``run`` (named inputs -> named outputs) on inputs drawn from ``seed`` and compare every stage output
     with its torch golden; shared by fresh builds and prebuilt artifacts. ``golden``: the seeded inputs and
     expected outputs, already computed (``seeded_golden``)."""
@@ -205,7 +213,7 @@ def golden_check(run, c: Case, s: Shapes, target: dict, frontend: str, seed: int
         log(f"[PERTURB] logits{tuple(perturbation['index'])} += {perturbation['delta']}")
     return CheckResult(c.name, target, s.preset.name, frontend, seed, s.as_dict(),
                        compare_outputs(c, s, actual, expected, tolerance, inputs, logits_tol), build_seconds,
-                       run_seconds, str(dump_dir) if dump_dir else None, perturbation)
+                       run_seconds, str(dump_dir) if dump_dir else None, perturbation, schedule)
 
 
 def seeded_golden(case: Case, s: Shapes, seed: int) -> tuple[dict, dict]:
@@ -225,7 +233,7 @@ def summary_table(r: CheckResult) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    head = (f"case={r.case} target={r.target['kind']} preset={r.preset} frontend={r.frontend} "
+    head = (f"case={r.case} target={r.target['kind']} preset={r.preset} frontend={r.frontend} schedule={r.schedule} "
             f"T={r.shapes['tokens']} V={r.shapes['vocab_shard']} seed={r.seed} "
             f"build={r.build_seconds:.2f}s run={r.run_seconds * 1e3:.1f}ms")
     if LM_HEAD_LOGITS in r.outputs:

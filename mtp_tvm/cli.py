@@ -25,6 +25,9 @@ def _add_build_args(p: argparse.ArgumentParser) -> None:
                    help="LM head: TP degree 2, 4, 8 or 16; VOCAB = TP x vocab shard (default 2)")
     p.add_argument("--dump-passes", nargs="?", const=True, default=None, metavar="DIR",
                    help="dump the IR after every pass into a new run folder under DIR (default dumps/)")
+    p.add_argument("--schedule", default="default", metavar="NAME",
+                   help="default (the hand schedules in schedules/), none (plain lowering, CPU), dlight (CUDA), "
+                        "or another name a schedule file defines (default: default)")
     p.add_argument("--dump-only-changed", action="store_true", help="dump files only for passes that changed the IR")
     p.add_argument("--dump-filter", metavar="REGEX", help="dump files only for passes whose name matches REGEX")
     p.add_argument("--dump-func", metavar="NAME", help="dump (and compare) only function NAME, not the whole module")
@@ -61,15 +64,14 @@ def _print_debug_footer(args, records, gate, dump_dir) -> None:
         print(f"IR dumps: {dump_dir} (open {dump_dir}/index.html)")
 
 
-
 def _add_arch_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--arch", default=None, metavar="SM",
                    help="with --target cuda: sm_80, sm_90, or both comma-separated (default sm_90)")
 
 
 # options that --artifact takes from the artifact's manifest instead
-_MANIFEST_OPTIONS = ("case", "target", "preset", "frontend", "vocab_shard", "owners", "tp", "dump_passes", "arch",
-                     "compile_only")
+_MANIFEST_OPTIONS = ("case", "target", "preset", "frontend", "vocab_shard", "owners", "tp", "schedule",
+                     "dump_passes", "arch", "compile_only")
 # the compile-time debugging options (besides --dump-passes), meaningless for a prebuilt artifact
 _DEBUG_OPTIONS = ("dump_only_changed", "dump_filter", "dump_func", "time_passes", "disable_pass", "bisect_limit",
                   "pass_plugin")
@@ -98,7 +100,7 @@ def _cmd_check(args) -> int:
                    frontend=args.frontend, tokens=args.tokens, vocab_shard=args.vocab_shard, seed=args.seed,
                    report=args.report, owners=args.owners, tp=args.tp, logits_tol=logits_tol or None,
                    perturb_logit=parse_logit_perturbation(args.perturb_logit) if args.perturb_logit else None,
-                   **_build_options(args))
+                   schedule=args.schedule, **_build_options(args))
     print(summary_table(result))
     _print_debug_footer(args, result.pass_records, result.gate, result.dump_dir)
     if result.repro_dir:
@@ -129,7 +131,8 @@ def _cmd_check_prebuilt(args) -> int:
     if args.compile_only and not args.artifact:
         built = build(None, case=args.case, target=args.target, arch=args.arch, preset=args.preset,
                       frontend=args.frontend, tokens=args.tokens, vocab_shard=args.vocab_shard, owners=args.owners,
-                      tp=args.tp, **_build_options(args))
+                      tp=args.tp, schedule=args.schedule,
+                      **_build_options(args))
         print(describe(built))
         _print_debug_footer(args, built.compiled.pass_records, built.compiled.gate, built.compiled.dump_dir)
         return 0
@@ -153,7 +156,8 @@ def _cmd_build(args) -> int:
 
     built = build(args.out, case=args.case, target=args.target, arch=args.arch, preset=args.preset,
                   frontend=args.frontend, tokens=args.tokens, vocab_shard=args.vocab_shard, force=args.force,
-                  check=args.check, seed=args.seed, owners=args.owners, tp=args.tp, **_build_options(args))
+                  check=args.check, seed=args.seed, owners=args.owners, tp=args.tp, schedule=args.schedule,
+                  **_build_options(args))
     if built.check is not None:
         print(summary_table(built.check))
     print(describe(built))
@@ -199,7 +203,7 @@ def _cmd_bisect(args) -> int:
         raise UsageError("bisect chooses the --bisect-limit itself; drop it")
     common = {"case": args.case, "target": args.target, "preset": args.preset, "frontend": args.frontend,
               "tokens": args.tokens, "vocab_shard": args.vocab_shard, "owners": args.owners, "tp": args.tp,
-              "seed": args.seed, "search": args.search}
+              "schedule": args.schedule, "seed": args.seed, "search": args.search}
     if args.schedule_trace:
         if not args.func:
             raise UsageError("--schedule-trace needs --func NAME (the PrimFunc the trace schedules)")
@@ -221,6 +225,29 @@ def _cmd_bisect(args) -> int:
         stem = next(p.diff for p in r.pass_records if p.index == result.culprit["index"])
         print(f"dumps of the first failing build: {r.dump_dir} (the culprit's diff: {r.dump_dir}/{stem})")
     return 0 if result.found else 1
+
+
+OPENBLAS_SLOW_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")  # set on this host; they slow a current numpy
+
+
+def _cmd_bench(args) -> int:
+    import os
+
+    if any(v in os.environ for v in OPENBLAS_SLOW_VARS):  # numpy read them at import: re-run without them
+        env = {k: v for k, v in os.environ.items() if k not in OPENBLAS_SLOW_VARS}
+        os.execve(sys.executable, [sys.executable, "-m", "mtp_tvm", *sys.argv[1:]], env)
+    from .bench import bench
+
+    result = bench(case=args.case, target=args.target, preset=args.preset, vocab_shard=args.vocab_shard,
+                   schedule=args.schedule, tokens=args.tokens, rounds=args.rounds)
+    print(result.table())
+    if args.json:
+        result.write_json(args.json)
+        print(f"json: {args.json}")
+    if args.plot:
+        result.plot(args.plot)
+        print(f"plot: {args.plot}")
+    return 0
 
 
 def _cmd_list(_args) -> int:
@@ -276,6 +303,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--inputs", required=True, metavar="IN.npz", help="one array per input name")
     p.add_argument("--out", required=True, metavar="OUT.npz", help="where to write the outputs")
     p.set_defaults(func=_cmd_run)
+    p = sub.add_parser("bench", help="time a case against torch/numpy, interleaved, with measured peak and bandwidth")
+    p.add_argument("--case", default="logits", help="logits, projection, norm or tail (default logits)")
+    p.add_argument("--target", default="llvm", help="llvm, cuda, or a target JSON object (default llvm)")
+    p.add_argument("--preset", default="flash", help=f"one of: {', '.join(PRESETS)} (default flash)")
+    p.add_argument("--tokens", type=int, default=None, help="token count T (default: the preset's B*S = 8)")
+    p.add_argument("--vocab-shard", type=int, default=None, help="vocab shard columns (default 512)")
+    p.add_argument("--schedule", default="default", metavar="NAME", help="as for check (default: default)")
+    p.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds; medians over them (default 7)")
+    p.add_argument("--json", default=None, metavar="FILE", help="write the figures as JSON")
+    p.add_argument("--plot", default=None, metavar="PNG", help="write a bar chart (matplotlib)")
+    p.set_defaults(func=_cmd_bench)
     p = sub.add_parser("list", help="list cases, their tensors, and presets")
     p.set_defaults(func=_cmd_list)
     p = sub.add_parser("dumps", help="read run folders written by --dump-passes")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import hashlib
 import json
 import os
 import time
@@ -18,12 +19,16 @@ from .cases import ROWS, TOKENS, Case, TensorSpec, get_case
 from .config import Shapes, make_shapes
 from .dumps import DumpOptions, PassRecord, PassRecorder, generated_code
 from .errors import BuildError, UsageError
-from .model import build_relax_module, get_frontend
+from .model import build_relax_module, get_frontend, num_activations
 from .pass_gate import PassGate, gate_summary
 from .pass_plugin import ExtraPasses, extra_pass_names, resolve_extra_passes
 from .pipeline import FIRST_LOWERING_PHASE, compile_module
+from .schedule import TUNED, ApplySchedules
+from .tune import tuned_dir
 from .target import device_for, resolve_target, target_json, target_name
-from .tensors import run_main, validate_inputs
+from .tensors import to_device, validate_inputs
+
+TRANSFORM_PARAMS = "main_transform_params"  # made by LiftTransformParams from main's weight transforms
 
 
 @dataclasses.dataclass
@@ -37,12 +42,17 @@ class CompiledCase:
     executable: tvm.runtime.Executable
     build_seconds: float
     dump_dir: Path | None = None
-    pass_records: list[PassRecord] = dataclasses.field(default_factory=list, repr=False)
+    schedule: str = "default"
+    schedule_traces: dict[str, str] = dataclasses.field(default_factory=dict)  # PrimFunc -> str(sch.trace)
+    device_source: str | None = None  # the generated CUDA C of a GPU build
+    untuned: list[str] = dataclasses.field(default_factory=list)  # schedule "tuned": kernels without a record
+    pass_records: list[PassRecord] = dataclasses.field(default_factory=list, repr=False)  # time_passes, dumps
     gate: dict | None = None                   # what --disable-pass / --bisect-limit did (pass_gate.gate_summary)
     optimized_module: tvm.IRModule | None = dataclasses.field(default=None, repr=False)  # entering lowering
     extra_passes: ExtraPasses | None = dataclasses.field(default=None, repr=False)
     dump_seconds: float = 0.0                  # writing the dumps after the build
     _vm: relax.VirtualMachine | None = dataclasses.field(default=None, repr=False)
+    _weights: WeightCache = dataclasses.field(default_factory=lambda: WeightCache(), repr=False)
 
     @property
     def input_specs(self) -> dict[str, TensorSpec]:
@@ -52,15 +62,65 @@ class CompiledCase:
     def output_specs(self) -> dict[str, TensorSpec]:
         return self.case.output_specs(self.shapes)
 
+    @property
+    def num_input(self) -> int:
+        """How many leading inputs are activations; the weights after them go through ``main_transform_params``."""
+        return num_activations(self.case, self.shapes)
+
+    @property
+    def vm(self) -> relax.VirtualMachine:
+        if self._vm is None:
+            self._vm = relax.VirtualMachine(self.executable, device_for(self.target))
+        return self._vm
+
+    def device_args(self, arrays: list[np.ndarray]) -> list:
+        """``main``'s arguments (see ``main_args``)."""
+        return main_args(self.vm, device_for(self.target), arrays, self.num_input, self._weights)
+
     def run(self, inputs: dict) -> dict[str, np.ndarray]:
         """Run on named inputs (numpy with ``ml_dtypes.bfloat16`` for BF16, or torch); returns numpy outputs."""
         arrays, bound = validate_inputs(self.input_specs, inputs, f"case {self.case.name!r}")
         if bound:  # T directly, or R rows per owner
-            self.case.check_shapes(self.shapes, bound.get(TOKENS, bound.get(ROWS, 0) * self.shapes.owners))
-        dev = device_for(self.target)
-        if self._vm is None:
-            self._vm = relax.VirtualMachine(self.executable, dev)
-        return run_main(self._vm, dev, arrays, self.output_specs)
+            tokens = bound.get(TOKENS, bound.get(ROWS, 0) * self.shapes.owners)
+            self.case.check_shapes(self.shapes, tokens)
+            if self.schedule == TUNED and tokens != self.shapes.tokens:
+                raise UsageError(f"this binary was tuned for T={self.shapes.tokens} (tuning records are per shape); "
+                                 f"got T={tokens}: build it with --tokens {tokens}")
+        outs = self.vm["main"](*self.device_args(arrays))
+        return {name: outs[i].numpy() for i, name in enumerate(self.output_specs)}
+
+
+def main_args(vm: relax.VirtualMachine, dev, arrays: list[np.ndarray], num_input: int, cache: "WeightCache") -> list:
+    """``main``'s arguments: the activations on the device, then the weights as ``main_transform_params`` made
+    them (packed), transformed once per distinct set of weights. Shared by fresh builds and loaded artifacts."""
+    acts, weights = arrays[:num_input], arrays[num_input:]
+    if not vm.module.implements_function(TRANSFORM_PARAMS):
+        return [to_device(a, dev) for a in arrays]
+    packed = cache.get(weights, lambda: list(vm[TRANSFORM_PARAMS]([to_device(w, dev) for w in weights])))
+    return [to_device(a, dev) for a in acts] + packed
+
+
+class WeightCache:
+    """The transformed (packed) weights of the last weight set seen, keyed by a digest of the weights' bytes:
+    packing happens once per weight set, and a changed weight is never served stale."""
+
+    def __init__(self):
+        self._key: bytes | None = None
+        self._value: list | None = None
+
+    @staticmethod
+    def digest(weights: list[np.ndarray]) -> bytes:
+        h = hashlib.blake2b(digest_size=16)
+        for w in weights:
+            h.update(str((w.dtype.str, w.shape)).encode())
+            h.update(np.ascontiguousarray(w).view(np.uint8).data)
+        return h.digest()
+
+    def get(self, weights: list[np.ndarray], make) -> list:
+        key = self.digest(weights)
+        if key != self._key:
+            self._key, self._value = key, make()
+        return self._value
 
 
 def _validate_limit(limit) -> int | None:
@@ -80,31 +140,35 @@ def _check_disabled_names(gate: PassGate, records: list[PassRecord]) -> None:
 def compile(case: str = "tail", target: str | dict | Target = "llvm", preset: str = "flash",
             frontend: str = "tir", tokens: int | None = None, vocab_shard: int | None = None,
             dump_passes: bool | str | os.PathLike | None = None, only_changed: bool = False,
+            owners: int | None = None, tp: int | None = None, schedule: str = "default",
             dump_filter: str | None = None, dump_func: str | None = None, time_passes: bool = False,
-            disable_passes=(), bisect_limit: int | None = None, extra_passes: ExtraPasses | None = None,
-            owners: int | None = None, tp: int | None = None) -> CompiledCase:
-    """Build ``case`` for ``target``. ``owners`` and ``tp`` (default 2 and 2) size the TP-sharded LM head (cases
-    ``lm-head``, ``tail-lm-head``).
+            disable_passes=(), bisect_limit: int | None = None,
+            extra_passes: ExtraPasses | None = None) -> CompiledCase:
+    """Build ``case`` for ``target`` with the named schedule (``mtp_tvm.schedule``). ``owners`` and ``tp``
+    (default 2 and 2) size the TP-sharded LM head (cases ``lm-head``, ``tail-lm-head``).
 
     Debugging: ``dump_passes`` = True dumps every pass into a new folder under ``dumps/``, a path dumps under
-    it (``only_changed``, ``dump_filter`` regex on pass names, ``dump_func`` one function); ``time_passes``
-    keeps per-pass records (time, changed) on the result; ``disable_passes`` skips passes by name;
-    ``bisect_limit`` N skips every optional pass numbered after N; ``extra_passes`` ({phase: [Pass]}, or a
-    callable of the target) adds user passes at the start of an optimizing phase.
+    it (with ``schedule_trace.py`` and the generated code; ``only_changed``, ``dump_filter`` regex on pass
+    names, ``dump_func`` one function); ``time_passes`` keeps per-pass records (time, changed) on the result;
+    ``disable_passes`` skips passes by name; ``bisect_limit`` N skips every optional pass numbered after N;
+    ``extra_passes`` ({phase: [Pass]}, or a callable of the target) adds user passes at the start of an
+    optimizing phase.
     """
     c = get_case(case)
     shapes = make_shapes(preset, tokens, vocab_shard, owners, tp)
     c.check_shapes(shapes)
     get_frontend(frontend)
     tgt = resolve_target(target)
+    tuned = schedule == TUNED  # MetaSchedule records exist for static shapes only: T is fixed in this binary
+    applier = ApplySchedules(tgt, schedule, tuned_dir(tgt, c.name) if tuned else None)
     extra = resolve_extra_passes(extra_passes, tgt)
     gate = PassGate.for_target(tgt, disable_passes, _validate_limit(bisect_limit), extra_pass_names(extra))
     dump = DumpOptions(None if dump_passes is True else dump_passes, only_changed, dump_filter,
                        dump_func) if dump_passes else None
     recorder = PassRecorder(gate, dump) if dump or time_passes or gate.active else None
-    mod = build_relax_module(c, shapes, frontend)
+    mod = build_relax_module(c, shapes, frontend, static_tokens=tuned)
     meta = {"case": c.name, "target": target_json(tgt), "preset": shapes.preset.name, "frontend": frontend,
-            "shapes": shapes.as_dict()}
+            "schedule": schedule, "shapes": shapes.as_dict()}
     captured = {}
 
     def on_phase(name, m):
@@ -116,7 +180,7 @@ def compile(case: str = "tail", target: str | dict | Target = "llvm", preset: st
     t0 = time.perf_counter()
     try:
         with tvm.transform.PassContext(opt_level=3, instruments=[recorder] if recorder else []):
-            ex = compile_module(mod, tgt, extra, on_phase=on_phase)
+            ex = compile_module(mod, tgt, applier, extra, on_phase=on_phase)
     except UsageError:
         raise
     except Exception as e:  # TVM errors are multi-line C++ traces; keep the last line for the user
@@ -126,13 +190,21 @@ def compile(case: str = "tail", target: str | dict | Target = "llvm", preset: st
         where = f" (IR dumps: {run_dir})" if run_dir else ""
         raise BuildError(f"build of {c.name} for {target_name(tgt)} failed: {message}{where}") from e
     seconds = time.perf_counter() - t0
+    source = device_source(ex) if tgt.kind.name == "cuda" else None
     records = recorder.records if recorder is not None else []
     _check_disabled_names(gate, records)
     t1 = time.perf_counter()
     run_dir = None
     if recorder is not None:
-        run_dir = recorder.finish({**meta, "build_seconds": seconds},
-                                  codegen=generated_code(ex) if dump else None)
-    return CompiledCase(c, shapes, tgt, frontend, ex, seconds, run_dir, records,
-                        gate_summary(records, gate) if gate.active else None, captured.get("optimized"),
-                        extra_passes, time.perf_counter() - t1)
+        run_dir = recorder.finish({**meta, "build_seconds": seconds}, codegen=generated_code(ex, source) if dump else None,
+                                  attachments={"schedule_trace.py": applier.trace_script()})
+    return CompiledCase(c, shapes, tgt, frontend, ex, seconds, run_dir, schedule, dict(applier.traces), source,
+                        untuned=list(applier.untuned), pass_records=records,
+                        gate=gate_summary(records, gate) if gate.active else None,
+                        optimized_module=captured.get("optimized"), extra_passes=extra_passes,
+                        dump_seconds=time.perf_counter() - t1)
+
+
+def device_source(ex: tvm.runtime.Executable) -> str:
+    """The generated device code (CUDA C) of a Relax build: the host module's imported device module(s)."""
+    return "\n".join(m.inspect_source() for host in ex.mod.imports for m in host.imports)

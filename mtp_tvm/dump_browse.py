@@ -3,7 +3,7 @@
 
 RUN is a run folder's path, its name under the dumps root, a unique prefix of that name, or ``latest``.
 PASS is a pass number (``12`` or ``012``), ``0``/``input`` for the module given to the compiler, a pass name
-(it must be unique in the run, else use its number), or a file of the run folder (``codegen_llvm.s``).
+(it must be unique in the run, else use its number), or a file of the run folder (``host.s``).
 """
 
 from __future__ import annotations

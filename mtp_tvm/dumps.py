@@ -6,14 +6,16 @@ last ``mtp.phase.*`` marker, asks the ``PassGate`` whether it may run (``--disab
 times it (self and inclusive, minus the recorder's own work), and detects whether it changed the IR by
 structural hash. Records outlive the ``PassContext``.
 
-When dumping, the build only takes snapshots (the module objects, kept alive, so copy-on-write protects them);
-the text is printed after the build, once per distinct state, and the run folder is created then:
+When dumping, the build only takes snapshots (each new module state's function table, copied, since a pass may
+edit the module it was given); the text is printed after the build, once per distinct state, and the run
+folder is created then:
 
     000_input.py                  the module given to the compiler
     NNN_<phase>__<Pass>.py        the module after pass NNN (every pass, or changed ones with only_changed)
     NNN_<phase>__<Pass>.diff      unified diff of what pass NNN did to its own input (changed passes)
     NNN_<phase>__<Pass>.input.py  the input of the pass that failed, if the build failed
-    codegen.ll / codegen.s / codegen.cu   the final generated code
+    host.ll, host.s, device_source.cu   the generated code: LLVM IR, assembly, CUDA C (GPU builds)
+    schedule_trace.py             the applied schedules, replayable (``mtp_tvm.schedule``)
     index.json, index.html        every pass: number, phase, name, changed, +/- lines, ms, files
     complete                      written last: a folder without it is an interrupted run
 
@@ -23,7 +25,6 @@ what it did as a whole, theirs what each did inside it.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import datetime
 import difflib
@@ -297,22 +298,16 @@ class PassRecorder:
             first_file.setdefault(after, rec.file)
 
 
-def generated_code(executable) -> dict[str, str]:
-    """The final code of a build, file name -> text: LLVM IR and assembly of each LLVM module, the source of
-    each CUDA (or C) module. The assembly costs one more LLVM backend run."""
+def generated_code(executable, device_source: str | None = None) -> dict[str, str]:
+    """The final code of a build, file name -> text, named as in an artifact's ``source/``: the LLVM IR and
+    assembly of the host module (on a CPU target it holds the kernels) and a GPU build's device source. The
+    assembly costs one more LLVM backend run."""
     files: dict[str, str] = {}
-    seen: collections.Counter = collections.Counter()
-    queue = [executable.mod]
-    while queue:
-        mod = queue.pop(0)
-        queue.extend(mod.imports)
-        stem = f"codegen_{mod.kind}" + (f"_{seen[mod.kind]}" if seen[mod.kind] else "")
-        seen[mod.kind] += 1
-        if mod.kind == "llvm":
-            files[stem + ".ll"] = mod.inspect_source("ll")
-            files[stem + ".s"] = mod.inspect_source("asm")
-        elif mod.kind in ("cuda", "c"):
-            files[stem + (".cu" if mod.kind == "cuda" else ".c")] = mod.inspect_source("")
+    for i, mod in enumerate(m for m in executable.mod.imports if m.kind == "llvm"):
+        files[f"host{f'_{i}' if i else ''}.ll"] = mod.inspect_source("ll")
+        files[f"host{f'_{i}' if i else ''}.s"] = mod.inspect_source("asm")
+    if device_source is not None:
+        files["device_source.cu"] = device_source
     return files
 
 

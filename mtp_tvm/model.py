@@ -75,4 +75,20 @@ def build_relax_module(case: Case, shapes: Shapes, frontend: str, static_tokens:
                 outputs.append(fe.unpad_rows(x, tokens, out.shape(shapes)[1], out.dtype, out.name))
             result = bb.emit_output(relax.Tuple(outputs))
         bb.emit_func_output(result)
-    return bb.finalize()
+    mod = bb.finalize()
+    # Activations come first; the rest are weights, whose transforms (packing) LiftTransformParams hoists.
+    mod["main"] = mod["main"].with_attr("num_input", num_activations(case, shapes))
+    return mod
+
+
+def num_activations(case: Case, shapes: Shapes) -> int:
+    """How many leading inputs are per-call activations (``[T, ...]``); the weights follow them."""
+    return leading_activations(case.input_specs(shapes))
+
+
+def leading_activations(specs: dict) -> int:
+    """The count of leading token-major (``T``) specs; ``main_transform_params`` takes the inputs after them."""
+    token_major = ["T" in spec.shape for spec in specs.values()]
+    n = token_major.count(True)
+    assert token_major[:n] == [True] * n, "activations must precede weights in spec order"
+    return n

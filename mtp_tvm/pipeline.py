@@ -41,15 +41,27 @@ def fuse_passes(_target: Target) -> list:
     return [relax.transform.FuseOps(), relax.transform.FuseTIR()]
 
 
-def schedule_passes(target: Target) -> list:
-    """Give every PrimFunc a schedule: dlight's GPU rules on CUDA (kernels need thread bindings there); CPU
-    kernels lower as written."""
-    if target.kind.name != "cuda":
-        return []
-    from tvm.s_tir import dlight as dl
+def schedule_passes(target: Target, schedule="default") -> list:
+    """Give every PrimFunc its schedule (``mtp_tvm/schedule.py``: the declarative ones in ``schedules/``,
+    ``none``, or dlight), then move weight packing out of the per-call path (``lift_weight_packing``).
 
-    return [dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(),
-                                    dl.gpu.Fallback())]
+    ``schedule`` is a name or an ``ApplySchedules`` instance (whose ``traces`` the caller then reads)."""
+    from .schedule import ApplySchedules
+
+    applier = schedule if isinstance(schedule, ApplySchedules) else ApplySchedules(target, schedule)
+    return [applier, lift_weight_packing(applier)]
+
+
+def lift_weight_packing(applier) -> tvm.transform.Pass:
+    """``SplitLayoutRewritePreproc`` + ``LiftTransformParams``, only when ``applier`` packed a weight (the lift
+    would otherwise also hoist unrelated weight ops, and it cannot copy some Relax frontend shapes)."""
+    split, lift = relax.transform.SplitLayoutRewritePreproc(), relax.transform.LiftTransformParams()
+
+    @tvm.transform.module_pass(opt_level=0, name="LiftWeightPacking")
+    def _lift(mod, _ctx):
+        return lift(split(mod)) if applier.packs_weights else mod
+
+    return _lift
 
 
 def lower_dataflow_passes(_target: Target) -> list:
@@ -76,7 +88,8 @@ class Phase:
 RELAX_PHASES: tuple[Phase, ...] = (
     Phase("legalize", legalize_passes, "Relax ops -> TIR"),
     Phase("fuse", fuse_passes, "operator fusion"),
-    Phase("schedule", schedule_passes, "schedules (dlight on CUDA)", optional_on=frozenset({"llvm"})),
+    Phase("schedule", schedule_passes, "schedules from schedules/, weight packing lifted",
+          optional_on=frozenset({"llvm"})),  # CPU kernels lower unscheduled; GPU ones need thread bindings
     Phase("lower-dataflow", lower_dataflow_passes, "dataflow -> VM calls"),
     Phase("finalize", finalize_passes, "memory planning, VM shape lowering"),
 )
@@ -101,7 +114,7 @@ OPTIONAL_PASS_GROUPS: tuple[tuple[str, ...], ...] = (
 )
 
 
-def relax_pipeline(target: Target, extra_passes: dict[str, list] | None = None,
+def relax_pipeline(target: Target, schedule="default", extra_passes: dict[str, list] | None = None,
                    first_phase: str = RELAX_PHASES[0].name, on_phase=None) -> tvm.transform.Pass:
     """Every Relax phase from ``first_phase`` on, each opened by its marker, as one pass for
     ``tvm.compile(relax_pipeline=...)``. ``extra_passes`` (phase name -> passes) run first in their phase;
@@ -110,7 +123,8 @@ def relax_pipeline(target: Target, extra_passes: dict[str, list] | None = None,
     names = [ph.name for ph in RELAX_PHASES]
     passes = []
     for phase in RELAX_PHASES[names.index(first_phase):]:
-        passes += [phase_marker(phase.name, on_phase), *extra_passes.get(phase.name, ()), *phase.passes(target)]
+        phase_passes = phase.passes(target, schedule) if phase.passes is schedule_passes else phase.passes(target)
+        passes += [phase_marker(phase.name, on_phase), *extra_passes.get(phase.name, ()), *phase_passes]
     seq = tvm.transform.Sequential(passes, name="mtp.relax")
 
     @tvm.transform.module_pass(opt_level=0, name="mtp.relax_pipeline")
@@ -132,10 +146,11 @@ def _tir_pipeline():
 tvm.tirx.register_tir_pipeline(TIR_PIPELINE, _tir_pipeline)
 
 
-def compile_module(mod: tvm.IRModule, target: Target, extra_passes: dict[str, list] | None = None,
-                   first_phase: str = RELAX_PHASES[0].name, on_phase=None):
+def compile_module(mod: tvm.IRModule, target: Target, schedule="default",
+                   extra_passes: dict[str, list] | None = None, first_phase: str = RELAX_PHASES[0].name,
+                   on_phase=None):
     """``tvm.compile`` through our named phases (from ``first_phase`` on, for a module that already went through
     the earlier ones, e.g. a reproducer's)."""
     return tvm.compile(mod, target=target,
-                       relax_pipeline=relax_pipeline(target, extra_passes, first_phase, on_phase),
+                       relax_pipeline=relax_pipeline(target, schedule, extra_passes, first_phase, on_phase),
                        tir_pipeline=TIR_PIPELINE)

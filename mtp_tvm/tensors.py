@@ -74,12 +74,6 @@ def validate_inputs(specs: dict, inputs: dict, owner: str) -> tuple[list[np.ndar
     return arrays, bound
 
 
-def run_main(vm, dev, arrays: list[np.ndarray], output_names) -> dict[str, np.ndarray]:
-    """Call the VM's ``main`` on ``arrays`` (copied to ``dev``) and name its tuple of outputs."""
-    outs = vm["main"](*[to_device(a, dev) for a in arrays])
-    return {name: outs[i].numpy() for i, name in enumerate(output_names)}
-
-
 def read_npz(path: str | os.PathLike, specs: dict) -> dict[str, np.ndarray]:
     """Arrays from an ``.npz``; numpy stores ``ml_dtypes.bfloat16`` as 2-byte void (``|V2``), which is read
     back as BF16 where ``specs`` says so."""

@@ -30,7 +30,7 @@ from tvm.target import Target
 
 from .errors import UsageError
 
-TUNED_ROOT = Path("schedules") / "tuned"
+TUNED_ROOT_ENV = "MTP_TVM_TUNED_ROOT"  # overrides where tuning databases live (default schedules/tuned)
 _INTRINSICS = "tvm.s_tir.tensor_intrin"
 _MS_LOGGER = "tvm.s_tir.meta_schedule"  # its console handler prints at this logger's level
 
@@ -60,8 +60,11 @@ def fast_build(mod: tvm.IRModule, target: Target, _params):
     return tvm.compile(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod), target=target).mod
 
 
-def tuned_dir(target: Target, case: str, root: str | os.PathLike | None = None) -> Path:
-    return Path(root or TUNED_ROOT) / target.kind.name / case
+def tuned_dir(target: Target, case: str) -> Path:
+    """``schedules/tuned/<target>/<case>/`` in this checkout, or under ``$MTP_TVM_TUNED_ROOT``."""
+    from .schedule import SCHEDULES_DIR
+
+    return Path(os.environ.get(TUNED_ROOT_ENV) or SCHEDULES_DIR / "tuned") / target.kind.name / case
 
 
 def case_kernels(case: str, target: Target, preset: str, frontend: str, tokens: int | None,
@@ -164,10 +167,11 @@ def tune(case: str = "logits", target="llvm", preset: str = "tiny", frontend: st
     return TuneResult(out, trials, seconds, best)
 
 
-def apply_database(mod: tvm.IRModule, target: Target, work_dir: str | os.PathLike) -> tuple[tvm.IRModule, list, list]:
+def apply_database(mod: tvm.IRModule, target: Target, work_dir: str | os.PathLike) -> tuple[tvm.IRModule, dict, list]:
     """Replace every PrimFunc of a static-shape module that has a record in ``work_dir`` by its best schedule.
 
-    Returns (module, names scheduled from records, names without a record) so callers can fall back, and say so.
+    Returns (module, {name: trace of the applied record}, names without a record) so callers can fall back, and
+    say so.
     """
     from tvm.s_tir import meta_schedule as ms
 
@@ -177,7 +181,7 @@ def apply_database(mod: tvm.IRModule, target: Target, work_dir: str | os.PathLik
         raise UsageError(f"no tuning database in {work_dir}; run `mtp-tvm tune` first")
     database = ms.database.JSONDatabase(work_dir=str(work_dir), allow_missing=False)
     mod = specialize_to_call_sites(mod)
-    applied, missing = [], []
+    applied, missing = {}, []
     for gv, func in list(mod.functions_items()):
         if not isinstance(func, tirx.PrimFunc):
             continue
@@ -186,7 +190,7 @@ def apply_database(mod: tvm.IRModule, target: Target, work_dir: str | os.PathLik
             missing.append(gv.name_hint)
             continue
         mod[gv] = sch.mod["main"].without_attr("global_symbol").with_attr("tirx.is_scheduled", True)
-        applied.append(gv.name_hint)
+        applied[gv.name_hint] = str(sch.trace)
     return mod, applied, missing
 
 

@@ -11,6 +11,7 @@ from tvm import s_tir
 import mtp_tvm
 from mtp_tvm.bisect import Probe, _search, bisect_passes, bisect_schedule
 from mtp_tvm.kernels import tir as kernels
+from mtp_tvm.schedule import fresh_copy
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "int32_logits_accumulator.py"
 
@@ -78,11 +79,11 @@ def test_pass_bisect_reports_nothing_to_bisect_when_the_golden_passes():
 
 def _schedule_with_one_wrong_step():
     """A hand schedule of the LM head whose 5th transforming step (an INT32 accumulator) breaks numerics."""
-    sch = s_tir.Schedule(tvm.IRModule({"lm_head_logits": kernels.lm_head_logits(256, 512)}))
+    sch = s_tir.Schedule(tvm.IRModule({"lm_head_logits": fresh_copy(kernels.lm_head_logits(256, 512))}))
     block = sch.get_sblock("logits", func_name="lm_head_logits")
-    t, v, kc, ki = sch.get_loops(block)
+    tt, ti, v, kc, ki = sch.get_loops(block)
     vo, vi = sch.split(v, factors=[None, 16])
-    sch.reorder(t, vo, kc, ki, vi)
+    sch.reorder(tt, ti, vo, kc, ki, vi)
     acc = sch.cache_write(block, 0, "local")
     sch.reverse_compute_at(acc, vo)
     sch.unsafe_set_dtype(block, 0, "int32")  # the wrong step

@@ -60,7 +60,7 @@ def test_a_diff_is_shown_highlighted_with_links_to_the_files(run):
     assert viewer.startswith('<section id="viewer">')  # not hidden
     assert '<span class="d-add">' in viewer and '<span class="t-kw">def</span>' in viewer
     assert f'href="{legalize["file"]}"' in dom and f'href="{legalize["diff"]}"' in dom
-    assert 'href="codegen_llvm.s"' in dom
+    assert 'href="host.s"' in dom
 
 
 def test_pass_table_marks_nested_and_skipped_passes(run, tmp_path):

@@ -57,9 +57,9 @@ def test_a_pass_is_numbered_when_it_starts_and_its_diff_is_against_its_own_input
 def test_the_final_generated_code_is_dumped(relax_run):
     run = relax_run.dump_dir
     index = _index(run)
-    assert index["codegen"] == ["codegen_llvm.ll", "codegen_llvm.s"]
-    assert "define " in (run / "codegen_llvm.ll").read_text()
-    asm = (run / "codegen_llvm.s").read_text()
+    assert index["codegen"] == ["host.ll", "host.s"] and index["attachments"] == ["schedule_trace.py"]
+    assert "define " in (run / "host.ll").read_text()
+    asm = (run / "host.s").read_text()
     assert ".text" in asm and re.search(r"\.globl\s+__tvm_ffi_fused_\w*matmul", asm)
 
 
@@ -86,14 +86,14 @@ def test_only_changed_and_two_runs_never_share_a_folder(tmp_path):
 
 def test_filter_by_pass_name_and_by_function(tmp_path):
     m = mtp_tvm.compile(case="logits", preset="tiny", dump_passes=tmp_path, dump_filter=r"^tirx\.",
-                        dump_func="lm_head_logits")
+                        dump_func="pad_rows_bfloat16")
     index = _index(m.dump_dir)
-    assert index["dump"] == {"only_changed": False, "filter": r"^tirx\.", "func": "lm_head_logits"}
+    assert index["dump"] == {"only_changed": False, "filter": r"^tirx\.", "func": "pad_rows_bfloat16"}
     files = [p for p in index["passes"] if p["file"]]
     assert files and all(p["name"].startswith("tirx.") for p in files)
     assert len(files) < len(index["passes"])
     text = (m.dump_dir / next(p["file"] for p in files if p["name"] == "tirx.FlattenBuffer")).read_text()
-    assert "def lm_head_logits(" in text and "def main(" not in text and "def pad_rows" not in text
+    assert "def pad_rows_bfloat16(" in text and "def main(" not in text and "def lm_head" not in text
     # "changed" is about the function: the Relax-level lowering leaves it alone, the TIR lowering does not
     by_name = {p["name"]: p for p in index["passes"]}
     assert not by_name["CallTIRRewrite"]["changed"] and by_name["tirx.MakePackedAPI"]["changed"]
@@ -107,7 +107,7 @@ def test_a_failing_build_still_dumps_and_names_the_failing_pass(tmp_path):
     assert index["status"] == "build failed" and (run / "complete").exists()
     failed = [p for p in index["passes"] if p["error"]]
     assert len(failed) == 1 and "MakePackedAPI" in failed[0]["error"]
-    assert "def lm_head_logits(" in (run / failed[0]["input_file"]).read_text()
+    assert "def pad_rows_bfloat16(" in (run / failed[0]["input_file"]).read_text()
     assert next(p for p in index["passes"] if p["name"] == "tirx.MakePackedAPI")["skipped"] == "disabled"
 
 
@@ -159,9 +159,9 @@ def test_a_cuda_build_dumps_its_cuda_source_without_a_gpu(tmp_path):
     m = mtp_tvm.compile(case="logits", preset="tiny", frontend="relax", target="cuda", dump_passes=tmp_path)
     index = _index(m.dump_dir)
     assert m.dump_dir.name.startswith("logits-cuda-")
-    assert "codegen_cuda.cu" in index["codegen"] and "codegen_llvm.ll" in index["codegen"]  # device + host
-    assert "__global__" in (m.dump_dir / "codegen_cuda.cu").read_text()
+    assert "device_source.cu" in index["codegen"] and "host.ll" in index["codegen"]  # device + host
+    assert "__global__" in m.device_source and (m.dump_dir / "device_source.cu").read_text() == m.device_source
     by_name = {p["name"]: p for p in index["passes"]}
-    assert by_name["ApplyDefaultSchedule"]["phase"] == "schedule" and by_name["ApplyDefaultSchedule"]["changed"]
-    assert not by_name["ApplyDefaultSchedule"]["optional"]  # threads must be bound on a GPU
+    assert by_name["ApplySchedules"]["phase"] == "schedule" and by_name["ApplySchedules"]["changed"]
+    assert not by_name["ApplySchedules"]["optional"]  # threads must be bound on a GPU
     assert "tir-device" in {p["phase"] for p in index["passes"]}

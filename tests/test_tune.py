@@ -8,16 +8,10 @@ import time
 
 import pytest
 import tvm
-from tvm import relax
 
-from mtp_tvm.cases import get_case
-from mtp_tvm.check import compare_outputs
-from mtp_tvm.config import make_shapes
-from mtp_tvm.model import build_relax_module
-from mtp_tvm import pipeline
-from mtp_tvm.target import resolve_target
+import mtp_tvm
 from mtp_tvm.tensors import to_numpy
-from mtp_tvm.tune import apply_database, tune
+from mtp_tvm.tune import tune
 
 
 def _free_port() -> int:
@@ -55,9 +49,10 @@ def rpc_cluster(key: str, servers: int = 2):
                                "--port", str(port), "--port-end", str(port + 1), "--silent"], **quiet)]
     try:
         _wait("RPC tracker", lambda: _accepts(port))
-        procs += [subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_server", "--host", "127.0.0.1",
-                                    "--port", str(_free_port()), "--tracker", f"127.0.0.1:{port}", "--key", key,
-                                    "--silent"], **quiet) for _ in range(servers)]
+        for server_port in (_free_port() for _ in range(servers)):
+            procs.append(subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_server", "--host", "127.0.0.1",
+                                           "--port", str(server_port), "--port-end", str(server_port + 1),
+                                           "--tracker", f"127.0.0.1:{port}", "--key", key, "--silent"], **quiet))
         _wait(f"{servers} RPC servers", lambda: _free_servers(port, key) >= servers)
         yield f"127.0.0.1:{port}"
     finally:
@@ -67,30 +62,25 @@ def rpc_cluster(key: str, servers: int = 2):
             p.wait(timeout=30)
 
 
-def _golden_check_with_database(case_name, work_dir):
-    s, tgt, case = make_shapes("tiny"), resolve_target("llvm"), get_case(case_name)
-    mod = build_relax_module(case, s, "tir", static_tokens=True)
-    with tgt:
-        mod = tvm.transform.Sequential(pipeline.legalize_passes(tgt) + pipeline.fuse_passes(tgt))(mod)
-    mod, applied, missing = apply_database(mod, tgt, work_dir)
-    with tgt:
-        mod = tvm.transform.Sequential(pipeline.lower_dataflow_passes(tgt) + pipeline.finalize_passes(tgt))(mod)
-    vm = relax.VirtualMachine(relax.build(mod, tgt, relax_pipeline=None, tir_pipeline=pipeline.TIR_PIPELINE),
-                              tvm.cpu())
-    inputs = case.make_inputs(s, 0)
-    out = vm["main"](*[tvm.runtime.tensor(to_numpy(v)) for v in inputs.values()])
-    names = list(case.output_specs(s))
-    actual = {n: out[i].numpy() for i, n in enumerate(names)}
-    return applied, missing, compare_outputs(case, s, actual, case.golden(inputs, s))
-
-
 @pytest.mark.slow
-def test_tune_over_rpc_gives_a_database_whose_records_keep_the_golden(tmp_path):
+def test_tune_over_rpc_then_the_tuned_schedule_keeps_the_golden(tmp_path, monkeypatch):
+    monkeypatch.setenv("MTP_TVM_TUNED_ROOT", str(tmp_path))
     with rpc_cluster("mtp-test") as tracker:
-        r = tune("logits", "llvm", "tiny", "tir", trials=16, work_dir=tmp_path, rpc=(tracker, "mtp-test"),
-                 log=lambda _: None)
-    assert (tmp_path / "database_tuning_record.json").stat().st_size > 0
-    assert "lm_head_logits" in r.best_ms and r.best_ms["lm_head_logits"] > 0
-    applied, missing, checks = _golden_check_with_database("logits", tmp_path)
-    assert "lm_head_logits" in applied and not missing
-    assert all(c.passed for c in checks.values())
+        r = tune("logits", "llvm", "tiny", "tir", trials=16, rpc=(tracker, "mtp-test"), log=lambda _: None)
+    assert r.work_dir == tmp_path / "llvm" / "logits"
+    assert (r.work_dir / "database_tuning_record.json").stat().st_size > 0
+    assert r.best_ms["lm_head_logits"] > 0
+    lines = []
+    result = mtp_tvm.check(case="logits", preset="tiny", schedule="tuned", log=lines.append)
+    assert result.passed and result.schedule == "tuned"
+    m = mtp_tvm.compile(case="logits", preset="tiny", schedule="tuned")
+    assert "lm_head_logits" in m.schedule_traces and "lm_head_logits" not in m.untuned
+    with pytest.raises(mtp_tvm.UsageError, match="tuned for T=8"):
+        m.run({k: v[:5] if v.shape[0] == 8 else v for k, v in
+               ((k, to_numpy(v)) for k, v in m.case.make_inputs(m.shapes, 0).items())})
+
+
+def test_tuned_without_a_database_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("MTP_TVM_TUNED_ROOT", str(tmp_path))
+    with pytest.raises(mtp_tvm.UsageError, match="no tuning database"):
+        mtp_tvm.compile(case="logits", preset="tiny", schedule="tuned")

@@ -4,7 +4,9 @@ Each factory closes over the static sizes (hidden D, vocab shard V, eps) and ret
 count ``m`` is symbolic, so one binary serves any token count. Block names (``sumsq_chunk``, ``amax``,
 ``gemm_e`` ...) are stable: schedules, dumps and bisect reports refer to them.
 
-K is written as ``(k_chunk, k_inner)`` loops of ``K_CHUNK``, the reference's accumulation order.
+K is written as ``(k_chunk, k_inner)`` loops of ``K_CHUNK``, the reference's accumulation order. The GEMMs
+write their token loop as ``(m // TOKEN_TILE, TOKEN_TILE)``: ``m`` is always the padded row count, so the tile
+of 16 is a fact of the loop nest that schedules can block on without a bounds predicate.
 """
 
 from __future__ import annotations
@@ -149,14 +151,15 @@ def quantize_rows(hidden: int):
         for t, k in T.grid(m, hidden):
             with T.sblock("amax"):
                 vt, vk = T.axis.remap("SR", [t, k])
-                with T.init():
-                    amax[vt] = T.float32(INT8_AMAX_EPS)
+                with T.init():  # max's identity, so GPU schedules can reduce across threads; floored below
+                    amax[vt] = T.min_value("float32")
                 amax[vt] = T.max(amax[vt], T.fabs(T.Cast("float32", Y[vt, vk])))
         for t in range(m):
             with T.sblock("quant_scale"):
                 vt = T.axis.remap("S", [t])
-                scale_q[vt] = T.float32(INT8_SCALE_MAX) / amax[vt]
-                S[vt] = T.float32(1) / scale_q[vt]
+                # S is 1 / scale_q, recomputed rather than read back, so the block stays complete (bindable)
+                scale_q[vt] = T.float32(INT8_SCALE_MAX) / T.max(amax[vt], T.float32(INT8_AMAX_EPS))
+                S[vt] = T.float32(1) / (T.float32(INT8_SCALE_MAX) / T.max(amax[vt], T.float32(INT8_AMAX_EPS)))
         for t, k in T.grid(m, hidden):
             with T.sblock("quantize"):
                 vt, vk = T.axis.remap("SS", [t, k])
@@ -183,25 +186,28 @@ def w8a8_dual_gemm(hidden: int):
         SH = T.match_buffer(s_h, (m,), "float32")
         SP = T.match_buffer(s_p, (m,), "float32")
         OUT = T.match_buffer(out, (m, hidden), "bfloat16")
-        acc_e = T.sblock_alloc_buffer((m, hidden), "int32")
-        acc_h = T.sblock_alloc_buffer((m, hidden), "int32")
-        for t, n, kc, ki in T.grid(m, hidden, chunks, K_CHUNK):
+        acc_e = T.sblock_alloc_buffer((m // TOKEN_TILE * TOKEN_TILE, hidden), "int32")
+        acc_h = T.sblock_alloc_buffer((m // TOKEN_TILE * TOKEN_TILE, hidden), "int32")
+        for tt, ti, n, kc, ki in T.grid(m // TOKEN_TILE, T.int64(TOKEN_TILE), hidden, chunks, K_CHUNK):
             with T.sblock("gemm_e"):
-                vt, vn = T.axis.remap("SS", [t, n])
+                vt = T.axis.spatial(m // TOKEN_TILE * TOKEN_TILE, tt * TOKEN_TILE + ti)
+                vn = T.axis.spatial(hidden, n)
                 vk = T.axis.reduce(hidden, kc * K_CHUNK + ki)
                 with T.init():
                     acc_e[vt, vn] = 0
                 acc_e[vt, vn] = acc_e[vt, vn] + T.Cast("int32", QH[vt, vk]) * T.Cast("int32", e_w[vn, vk])
-        for t, n, kc, ki in T.grid(m, hidden, chunks, K_CHUNK):
+        for tt, ti, n, kc, ki in T.grid(m // TOKEN_TILE, T.int64(TOKEN_TILE), hidden, chunks, K_CHUNK):
             with T.sblock("gemm_h"):
-                vt, vn = T.axis.remap("SS", [t, n])
+                vt = T.axis.spatial(m // TOKEN_TILE * TOKEN_TILE, tt * TOKEN_TILE + ti)
+                vn = T.axis.spatial(hidden, n)
                 vk = T.axis.reduce(hidden, kc * K_CHUNK + ki)
                 with T.init():
                     acc_h[vt, vn] = 0
                 acc_h[vt, vn] = acc_h[vt, vn] + T.Cast("int32", QP[vt, vk]) * T.Cast("int32", h_w[vn, vk])
-        for t, n in T.grid(m, hidden):
+        for tt, ti, n in T.grid(m // TOKEN_TILE, T.int64(TOKEN_TILE), hidden):  # the GEMMs' rows, so they cover it
             with T.sblock("dequant_sum"):
-                vt, vn = T.axis.remap("SS", [t, n])
+                vt = T.axis.spatial(m // TOKEN_TILE * TOKEN_TILE, tt * TOKEN_TILE + ti)
+                vn = T.axis.spatial(hidden, n)
                 OUT[vt, vn] = T.Cast("bfloat16", T.Cast("float32", acc_e[vt, vn]) * SH[vt] * e_ws[vn]
                                      + T.Cast("float32", acc_h[vt, vn]) * SP[vt] * h_ws[vn])
 
@@ -219,9 +225,10 @@ def lm_head_logits(hidden: int, vocab_shard: int):
         m = T.int64()
         X = T.match_buffer(x, (m, hidden), "bfloat16")
         Y = T.match_buffer(y, (m, vocab_shard), "float32")
-        for t, v, kc, ki in T.grid(m, vocab_shard, chunks, K_CHUNK):
+        for tt, ti, v, kc, ki in T.grid(m // TOKEN_TILE, T.int64(TOKEN_TILE), vocab_shard, chunks, K_CHUNK):
             with T.sblock("logits"):
-                vt, vv = T.axis.remap("SS", [t, v])
+                vt = T.axis.spatial(m, tt * TOKEN_TILE + ti)
+                vv = T.axis.spatial(vocab_shard, v)
                 vk = T.axis.reduce(hidden, kc * K_CHUNK + ki)
                 with T.init():
                     Y[vt, vv] = T.float32(0)

@@ -1,0 +1,87 @@
+"""``bench`` on a tiny run: every contender timed, the figures and the JSON keys the issue names, the plot; the
+FLOP and byte counts it divides by. (Figures are measured, never asserted beyond being positive.)"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mtp_tvm.bench import BENCH_CASES, ProbePlan, bench, bytes_moved, flops, peer_runner
+from mtp_tvm.cases import CASES
+from mtp_tvm.compare import ratio_allclose
+from mtp_tvm.config import make_shapes
+from mtp_tvm.errors import UsageError
+from mtp_tvm.target import resolve_target
+from mtp_tvm.tensors import to_numpy
+
+ROOT = Path(__file__).resolve().parents[1]
+REQUIRED = {"tvm", "torch_bf16", "torch_fp32", "numpy_fp32"}
+
+
+@pytest.fixture(scope="module")
+def tiny_logits():
+    return bench(case="logits", preset="tiny", rounds=2)
+
+
+def test_bench_times_every_contender(tiny_logits, tmp_path):
+    d = tiny_logits.as_dict()
+    assert REQUIRED | {"torch_golden"} == set(d["median_ms"])
+    assert all(ms > 0 for ms in d["median_ms"].values())
+    assert all(len(v) == 2 for v in d["samples_ms"].values())  # one sample per interleaved round
+    assert d["peak_gflops"] > 0 and d["bandwidth_gbs"] > 0 and 0 < d["roofline_fraction"]
+    assert d["gflops"]["tvm"] > 0 and d["speedup"]["tvm"] == 1.0
+    tiny_logits.write_json(tmp_path / "b.json")
+    assert json.loads((tmp_path / "b.json").read_text())["median_ms"].keys() >= REQUIRED
+    tiny_logits.plot(tmp_path / "b.png")
+    assert (tmp_path / "b.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "tvm speed-up" in tiny_logits.table()
+
+
+@pytest.mark.parametrize("peer", ["torch_bf16", "torch_fp32", "numpy_fp32", "torch_golden"])
+@pytest.mark.parametrize("case", BENCH_CASES)
+def test_every_peer_computes_the_case(case, peer):
+    """The contenders compute the same math as the golden (to BF16-level tolerance), so the race is fair."""
+    c, s = CASES[case], make_shapes("tiny")
+    inputs = c.make_inputs(s, 1)
+    actual = np.asarray(to_numpy(peer_runner(c, peer, inputs, s.eps)()), dtype=np.float32)
+    expected = to_numpy(c.golden(inputs, s)[c.chain[-1].outputs[0].name]).astype(np.float32)
+    assert ratio_allclose(atol=5e-2, rtol=5e-2, max_error_ratio=0.05)(actual, expected).passed
+
+
+def test_flops_and_bytes_count_the_gemms():
+    s = make_shapes("tiny")  # D=256, V=512, T=8
+    assert flops(CASES["logits"], s, 16) == 2 * 16 * 256 * 512
+    assert flops(CASES["tail"], s, 8) == 2 * 8 * 256 * 512 + 2 * (2 * 8 * 256 * 256)
+    assert flops(CASES["norm"], s, 8) == 0
+
+    class Fake:  # bytes_moved reads only the specs
+        shapes, input_specs, output_specs = s, CASES["logits"].input_specs(s), CASES["logits"].output_specs(s)
+
+    assert bytes_moved(Fake) == 8 * 256 * 2 + 512 * 256 * 2 + 8 * 512 * 4
+
+
+@pytest.mark.parametrize("kwargs", [{"case": "shared-head-logits"}, {"case": "logits", "rounds": 0},
+                                    {"case": "logits", "contenders": ("numpy_fp32",)}])
+def test_bad_bench_arguments_are_usage_errors(kwargs):
+    with pytest.raises(UsageError):
+        bench(preset="tiny", **kwargs)
+
+
+def test_gpu_probes_build_without_a_gpu():
+    fma, stream = ProbePlan.for_target(resolve_target("cuda"), multiprocessors=4).build(resolve_target("cuda"))
+    assert "__global__" in fma.mod.imports[0].inspect_source() and stream.mod.imports
+
+
+def test_cli_bench_writes_json_and_plot(tmp_path):
+    """The command itself (in its own process: it re-executes without the OpenBLAS overrides)."""
+    out = subprocess.run([sys.executable, "-m", "mtp_tvm", "bench", "--case", "norm", "--preset", "tiny",
+                          "--rounds", "1", "--json", str(tmp_path / "n.json"), "--plot", str(tmp_path / "n.png")],
+                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+    assert out.returncode == 0, out.stderr
+    d = json.loads((tmp_path / "n.json").read_text())
+    assert d["case"] == "norm" and set(d["median_ms"]) >= REQUIRED and (tmp_path / "n.png").exists()
+    assert set(BENCH_CASES) == {"logits", "projection", "norm", "tail"}

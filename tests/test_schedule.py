@@ -1,0 +1,164 @@
+"""Every schedule keeps every golden; traces are saved and replay; weight packing is lifted out of the per-call
+path and done once per weight set; every case builds for CUDA sm_80 and sm_90 with its source saved."""
+
+import shutil
+
+import numpy as np
+import pytest
+import tvm
+import tvm_ffi
+from tvm import s_tir
+from tvm.script import tirx as T
+
+import mtp_tvm
+from mtp_tvm.cases import CASES
+from mtp_tvm.check import compare_outputs
+from mtp_tvm.compiler import TRANSFORM_PARAMS, WeightCache
+from mtp_tvm.config import make_shapes
+from mtp_tvm.kernels import tir as kernels
+from mtp_tvm.schedule import RULES, fresh_copy, kernel_of, load_schedules, schedule_names
+from mtp_tvm.target import resolve_target
+from mtp_tvm.tensors import to_numpy
+
+LLVM = resolve_target("llvm")
+FRONTENDS = ("tir", "relax")
+HAS_GPU = tvm.cuda(0).exist
+
+
+def _meets_goldens(compiled, tokens=17):
+    s = make_shapes("tiny", tokens=tokens)
+    inputs = compiled.case.make_inputs(s, seed=tokens)
+    actual = compiled.run({k: to_numpy(v) for k, v in inputs.items()})
+    for name, check in compare_outputs(compiled.case, s, actual, compiled.case.golden(inputs, s)).items():
+        assert check.passed, f"{compiled.case.name}/{compiled.schedule}/{name}: " + "; ".join(
+            c.detail for c in check.checks)
+
+
+@pytest.mark.parametrize("frontend", FRONTENDS)
+@pytest.mark.parametrize("schedule", [n for n in schedule_names(LLVM) if n != "default"])  # default: test_model
+@pytest.mark.parametrize("case", list(CASES))
+def test_every_llvm_schedule_meets_the_goldens(case, schedule, frontend):
+    _meets_goldens(mtp_tvm.compile(case=case, preset="tiny", frontend=frontend, schedule=schedule))
+
+
+@pytest.mark.parametrize("vocab_shard", [1000, 1001])  # column tiles shrink to a divisor: 8, then 1
+def test_a_vocab_shard_off_the_column_tile_still_schedules(vocab_shard):
+    m = mtp_tvm.compile(case="logits", preset="tiny", vocab_shard=vocab_shard)
+    s = make_shapes("tiny", tokens=5, vocab_shard=vocab_shard)
+    inputs = m.case.make_inputs(s, seed=1)
+    actual = m.run({k: to_numpy(v) for k, v in inputs.items()})
+    assert all(c.passed for c in compare_outputs(m.case, s, actual, m.case.golden(inputs, s)).values())
+    cuda = mtp_tvm.compile(case="logits", target="cuda", preset="tiny", vocab_shard=vocab_shard)
+    assert "lm_head_logits" in cuda.schedule_traces and "__global__" in cuda.device_source
+
+
+def test_schedule_files_are_well_formed():
+    for target in (LLVM, resolve_target("cuda")):
+        schedules = load_schedules(target)
+        assert {"lm_head_logits", "w8a8_dual_gemm", "rms_norm", "quantize_rows", "pad_rows"} <= set(schedules)
+        for per_kernel in schedules.values():
+            assert "default" in per_kernel
+            assert all(ks.rule in RULES for ks in per_kernel.values())
+    assert kernel_of("pad_rows_bfloat16") == "pad_rows" and kernel_of("rms_norm_smooth") == "rms_norm_smooth"
+
+
+def test_the_trace_is_recorded_and_replays(compiled):
+    m = compiled("tail", "tir")
+    assert m.schedule == "default"
+    assert {"lm_head_logits", "w8a8_dual_gemm", "rms_norm_smooth", "quantize_rows"} <= set(m.schedule_traces)
+    namespace = {"s_tir": s_tir, "T": T}
+    exec(m.schedule_traces["lm_head_logits"], namespace)  # noqa: S102 - our own trace text
+    func = kernels.lm_head_logits(256, 512)
+    replayed = s_tir.Schedule(tvm.IRModule({"lm_head_logits": fresh_copy(func)}))
+    namespace["apply_trace"](replayed)
+    direct = s_tir.Schedule(tvm.IRModule({"lm_head_logits": fresh_copy(func)}))
+    direct.work_on("lm_head_logits")
+    ks = load_schedules(LLVM)["lm_head_logits"]["default"]
+    RULES[ks.rule](direct, ks.knobs, LLVM)
+    assert tvm_ffi.structural_equal(replayed.mod, direct.mod)
+
+
+def test_dumps_hold_the_schedule_trace(tmp_path):
+    m = mtp_tvm.compile(case="logits", preset="tiny", dump_passes=tmp_path)
+    text = (m.dump_dir / "schedule_trace.py").read_text()
+    assert "def apply_lm_head_logits(sch" in text and "llvm/lm_head_logits.json#default" in text
+    compile(text, "schedule_trace.py", "exec")  # valid Python
+
+
+def test_scheduling_leaves_the_shared_kernels_untouched():
+    before = kernels.lm_head_logits(256, 512).script()
+    mtp_tvm.compile(case="logits", preset="tiny")
+    assert kernels.lm_head_logits(256, 512).script() == before
+
+
+def test_weight_packing_is_lifted_and_done_once(compiled):
+    m = compiled("logits", "tir")
+    assert m.vm.module.implements_function(TRANSFORM_PARAMS)
+    s = make_shapes("tiny")
+    arrays = [to_numpy(v) for v in m.case.make_inputs(s, 0).values()]
+    first, again = m.device_args(arrays), m.device_args(arrays)
+    assert first[1] is again[1]  # the packed weight is reused, not re-packed
+    assert tuple(first[1].shape) == (512 // 16, 256, 16)  # column-blocked [V/16, K, 16]
+    arrays[1] = arrays[1].copy()
+    arrays[1][0, 0] += 1
+    assert m.device_args(arrays)[1] is not first[1]  # a changed weight is packed anew
+
+
+def test_weight_cache_keys_on_content():
+    calls = []
+    cache = WeightCache()
+    w = np.arange(6, dtype=np.float32).reshape(2, 3)
+    for weights in ([w], [w.copy()], [w + 1], [w.reshape(3, 2)]):
+        cache.get(weights, lambda: calls.append(1) or [len(calls)])
+    assert len(calls) == 3  # equal content hits; new content or a new shape misses
+
+
+def test_unpacked_schedule_keeps_the_weight_layout():
+    m = mtp_tvm.compile(case="logits", preset="tiny", schedule="unpacked")
+    assert not m.vm.module.implements_function(TRANSFORM_PARAMS)
+
+
+@pytest.mark.parametrize("target, schedule", [("llvm", "bogus"), ("llvm", "dlight"), ("cuda", "none")])
+def test_unknown_or_wrong_target_schedule_is_a_usage_error(target, schedule):
+    with pytest.raises(mtp_tvm.UsageError, match="schedule"):
+        mtp_tvm.compile(case="logits", preset="tiny", target=target, schedule=schedule)
+
+
+def test_cli_schedule_option(capsys):
+    from mtp_tvm.cli import main
+
+    assert main(["check", "--case", "norm", "--preset", "tiny", "--schedule", "none"]) == 0
+    assert "schedule=none" in capsys.readouterr().out
+    assert main(["check", "--case", "norm", "--preset", "tiny", "--schedule", "bogus"]) == 2
+
+
+CUDA_BUILDS = ([(case, "tir", arch, "default") for case in CASES for arch in ("sm_80", "sm_90")]
+               + [(case, "tir", "sm_90", "dlight") for case in CASES]
+               + [(case, "relax", "sm_90", s) for case in ("logits", "shared-head-logits")
+                  for s in ("default", "dlight")])
+
+
+@pytest.mark.parametrize("case, frontend, arch, schedule", CUDA_BUILDS)
+def test_cuda_builds_and_saves_its_source(case, frontend, arch, schedule, tmp_path):
+    m = mtp_tvm.compile(case=case, target={"kind": "cuda", "arch": arch}, preset="tiny", frontend=frontend,
+                        schedule=schedule, dump_passes=tmp_path)
+    assert "__global__" in m.device_source
+    assert (m.dump_dir / "device_source.cu").read_text() == m.device_source
+    assert m.schedule_traces and all("sch." in t for t in m.schedule_traces.values())
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_cuda_source_compiles_with_nvcc(arch):
+    from tvm.support import nvcc
+
+    m = mtp_tvm.compile(case="tail-norm", target={"kind": "cuda", "arch": arch}, preset="tiny")
+    with m.target:
+        assert nvcc.compile_cuda(m.device_source, target_format="fatbin", compiler="nvcc")
+
+
+@pytest.mark.skipif(not HAS_GPU, reason="no CUDA GPU on this machine")
+@pytest.mark.parametrize("schedule", ["default", "dlight"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_cuda_meets_the_goldens(case, schedule):
+    _meets_goldens(mtp_tvm.compile(case=case, target="cuda", preset="tiny", schedule=schedule))
