@@ -40,7 +40,7 @@ from . import golden
 from .cases import Case
 from .compiler import CompiledCase, compile
 from .config import INT8_AMAX_EPS, INT8_SCALE_MAX, Shapes, padded_tokens
-from .errors import UsageError
+from .errors import MtpError, UsageError
 from .target import device_for, target_json
 from .tensors import NUMPY_DTYPES, to_numpy
 
@@ -313,8 +313,8 @@ class BenchResult:
             if ms is None:
                 rows.append((name, "-", "-", "-", self.unavailable[name]))
                 continue
-            rows.append((name, f"{ms:.3f}", f"{self.gflops[name]:.1f}", f"{self.gbs[name]:.1f}",
-                         "-" if name == "tvm" else f"{self.speedup[name]:.2f}x"))
+            rows.append((name if name != "tvm" else f"tvm:{self.schedule}", f"{ms:.3f}", f"{self.gflops[name]:.1f}",
+                         f"{self.gbs[name]:.1f}", "-" if name == "tvm" else f"{self.speedup[name]:.2f}x"))
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
         lines.insert(1, "  ".join("-" * w for w in widths))
@@ -388,8 +388,13 @@ def numpy_blas_info() -> list[dict]:
 
 def bench(case: str = "logits", target="llvm", preset: str = "flash", vocab_shard: int | None = None,
           schedule: str = "default", tokens: int | None = None, rounds: int = 7, number: int | None = None,
-          contenders: tuple[str, ...] = CONTENDERS, seed: int = 0) -> BenchResult:
-    """Build ``case``, then time every contender ``rounds`` times, interleaved; see the module docstring."""
+          contenders: tuple[str, ...] = CONTENDERS, seed: int = 0,
+          compare_schedules: tuple[str, ...] = ()) -> BenchResult:
+    """Build ``case``, then time every contender ``rounds`` times, interleaved; see the module docstring.
+
+    ``compare_schedules`` adds one TVM contender ``tvm:<name>`` per other schedule (``none``, ``tuned``,
+    ``dlight`` ...), timed in the same rounds; one that cannot be built here is listed as unavailable, with why.
+    """
     if case not in BENCH_CASES:
         raise UsageError(f"bench case must be one of {', '.join(BENCH_CASES)}, got {case!r}")
     unknown = sorted(set(contenders) - set(CONTENDERS))
@@ -414,12 +419,24 @@ def bench(case: str = "logits", target="llvm", preset: str = "flash", vocab_shar
     sync = torch.cuda.synchronize if gpu else (lambda: None)
     unavailable = {p: why for p in contenders if (why := peer_unavailable(p, gpu))}
     runners = {p: peer_runner(c, p, peer_inputs, s.eps) for p in contenders if p != "tvm" and p not in unavailable}
+    variants = {"tvm": (vm, args)}
+    for other in dict.fromkeys(compare_schedules):
+        if other == schedule:
+            continue
+        try:
+            alt = compile(case=case, target=target, preset=preset, tokens=tokens, vocab_shard=vocab_shard,
+                          schedule=other)
+        except MtpError as e:  # e.g. no tuning database yet, or dlight on a CPU target
+            unavailable[f"tvm:{other}"] = str(e)
+            continue
+        variants[f"tvm:{other}"] = (alt.vm, alt.device_args([to_numpy(inputs[k]) for k in alt.input_specs]))
     for r in runners.values():
         r()
     sync()
-    samples: dict[str, list[float]] = {p: [] for p in ("tvm", *runners)}
+    samples: dict[str, list[float]] = {p: [] for p in (*variants, *runners)}
     for _ in range(rounds):
-        samples["tvm"].append(vm.time_evaluator("main", dev, number=n, repeat=1)(*args).mean * 1e3)
+        for p, (v, a) in variants.items():
+            samples[p].append(v.time_evaluator("main", dev, number=n, repeat=1)(*a).mean * 1e3)
         for p, r in runners.items():
             samples[p].append(_time_python(r, n, sync) * 1e3)
     probes = measure_probes(tgt)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import numbers
@@ -84,7 +85,8 @@ class CheckResult:
             tmp.write_text(json.dumps(self.as_dict(), indent=1))
             tmp.replace(path)
         except OSError as e:
-            tmp.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                tmp.unlink()
             raise UsageError(f"cannot write report {path}: {e.strerror}") from None
 
 
@@ -166,6 +168,8 @@ def check(case: str = "tail", target="llvm", preset: str = "flash", frontend: st
     from .repro import write_repro
 
     seed = validate_seed(seed)
+    if report is not None and not Path(report).resolve().parent.is_dir():  # fail before the build, not after
+        raise UsageError(f"cannot write report {report}: {Path(report).parent} is not a directory")
     compiled = compile(case=case, target=target, preset=preset, frontend=frontend, tokens=tokens,
                        vocab_shard=vocab_shard, dump_passes=dump_passes, owners=owners, tp=tp, schedule=schedule,
                        **compile_options)

@@ -239,7 +239,8 @@ def _cmd_bench(args) -> int:
     from .bench import bench
 
     result = bench(case=args.case, target=args.target, preset=args.preset, vocab_shard=args.vocab_shard,
-                   schedule=args.schedule, tokens=args.tokens, rounds=args.rounds)
+                   schedule=args.schedule, tokens=args.tokens, rounds=args.rounds,
+                   compare_schedules=tuple(filter(None, (args.compare_schedules or "").split(","))))
     print(result.table())
     if args.json:
         result.write_json(args.json)
@@ -311,6 +312,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--vocab-shard", type=int, default=None, help="vocab shard columns (default 512)")
     p.add_argument("--schedule", default="default", metavar="NAME", help="as for check (default: default)")
     p.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds; medians over them (default 7)")
+    p.add_argument("--compare-schedules", default=None, metavar="A,B,...",
+                   help="also time TVM with these schedules in the same rounds, e.g. none,default,tuned,dlight")
     p.add_argument("--json", default=None, metavar="FILE", help="write the figures as JSON")
     p.add_argument("--plot", default=None, metavar="PNG", help="write a bar chart (matplotlib)")
     p.set_defaults(func=_cmd_bench)

@@ -80,3 +80,39 @@ def test_wrong_inputs_are_user_errors(logits_case, change, message):
     m, inputs = logits_case
     with pytest.raises(mtp_tvm.UsageError, match=message):
         m.run(change(inputs))
+
+
+# ---- the CLI's error vocabulary: one line on stderr, exit 2 for usage/input, no traceback (docs/reliability.md)
+
+@pytest.mark.parametrize("argv, message", [
+    (["check", "--case", "nope"], "unknown case 'nope'"),
+    (["check", "--preset", "huge"], "unknown preset 'huge'"),
+    (["check", "--target", "fpga", "--preset", "tiny"], "unknown target 'fpga'"),
+    (["check", "--frontend", "onnx", "--preset", "tiny"], "unknown frontend 'onnx'"),
+    (["check", "--schedule", "fastest", "--preset", "tiny"], "unknown schedule 'fastest'"),
+    (["check", "--tokens", "100000000", "--preset", "tiny"], "tokens must be an integer"),
+    (["check", "--vocab-shard", "-5", "--preset", "tiny"], "vocab shard must be an integer"),
+    (["check", "--seed", "-1", "--preset", "tiny", "--case", "logits"], "seed must be an integer"),
+    (["check", "--target", '{"kind": ', "--preset", "tiny"], "malformed target JSON"),
+    (["check", "--case", "logits", "--preset", "tiny", "--dump-passes", "/etc/passwd/dumps"],
+     "cannot create dump folder"),
+    (["check", "--case", "logits", "--preset", "tiny", "--report", "/etc/passwd/r.json"], "cannot write report"),
+    (["check", "--case", "logits", "--preset", "tiny", "--max-e2e-abs-diff", "0.1"], "LM-head logits options"),
+    (["check", "--target", "cuda", "--preset", "tiny", "--case", "norm"], "no cuda device on this machine"),
+    (["run", "/nonexistent/artifact", "--inputs", "x.npz", "--out", "y.npz"], "is not an mtp-tvm artifact"),
+])
+def test_cli_user_errors_are_one_line_and_exit_2(argv, message, capsys, tmp_path, monkeypatch):
+    from mtp_tvm.cli import main
+
+    monkeypatch.setenv("MTP_TVM_TUNED_ROOT", str(tmp_path))
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_cli_tuned_without_a_database(capsys, tmp_path, monkeypatch):
+    from mtp_tvm.cli import main
+
+    monkeypatch.setenv("MTP_TVM_TUNED_ROOT", str(tmp_path))
+    assert main(["check", "--case", "logits", "--preset", "tiny", "--schedule", "tuned"]) == 2
+    assert "no tuning database" in capsys.readouterr().err
