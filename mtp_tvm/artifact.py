@@ -241,6 +241,7 @@ class Built:
     path: Path | None
     manifest: dict
     check: CheckResult | None = None
+    compiled: CompiledCase | None = dataclasses.field(default=None, repr=False)  # its dumps, pass records
 
 
 def _require_device(target: Target) -> None:
@@ -391,7 +392,7 @@ def export(compiled: CompiledCase, out: str | os.PathLike | None, archs: tuple[s
             result = check_artifact(load(folder), seed=seed, log=log)
             manifest["golden"] = result.as_dict()
             _write_json(folder / MANIFEST, manifest)
-    return Built(None if out is None else Path(out), manifest, result)
+    return Built(None if out is None else Path(out), manifest, result, compiled)
 
 
 def build(out: str | os.PathLike | None, case: str = "tail", target: str | dict | Target = "llvm",
@@ -399,9 +400,10 @@ def build(out: str | os.PathLike | None, case: str = "tail", target: str | dict 
           tokens: int | None = None, vocab_shard: int | None = None,
           dump_passes: bool | str | os.PathLike | None = None, force: bool = False, check: bool = False,
           seed: int = 0, log=print, owners: int | None = None, tp: int | None = None,
-          schedule: str = "default") -> Built:
+          schedule: str = "default", **compile_options) -> Built:
     """Compile ``case`` for ``target`` (CUDA: for every arch in ``arch``) and write it to ``out`` (see
-    ``export``). Refuses an existing ``out`` before compiling, unless ``force``."""
+    ``export``). Refuses an existing ``out`` before compiling, unless ``force``. ``compile_options``: the
+    debugging keywords of ``compile()`` (dump filters, timing, pass gate, extra passes)."""
     archs = parse_archs(arch)
     tgt = build_target(target, archs)
     if out is not None:
@@ -410,7 +412,8 @@ def build(out: str | os.PathLike | None, case: str = "tail", target: str | dict 
         validate_seed(seed)
         _require_device(tgt)
     compiled = compile(case=case, target=tgt, preset=preset, frontend=frontend, tokens=tokens,
-                       vocab_shard=vocab_shard, dump_passes=dump_passes, owners=owners, tp=tp, schedule=schedule)
+                       vocab_shard=vocab_shard, dump_passes=dump_passes, owners=owners, tp=tp, schedule=schedule,
+                       **compile_options)
     return export(compiled, out, archs=archs, force=force, check=check, seed=seed, log=log)
 
 

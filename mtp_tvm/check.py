@@ -15,6 +15,7 @@ from .compare import (Comparison, check_logits_contract, check_sampled_ids, devi
                       logits_tolerance, ratio_allclose)
 from .compiler import compile
 from .config import Shapes
+from .dumps import update_index
 from .errors import UsageError
 from .target import target_json
 from .tensors import to_numpy
@@ -56,16 +57,24 @@ class CheckResult:
     dump_dir: str | None = None
     perturbation: dict | None = None  # a deliberate error injected into the device logits (``perturb_logit``)
     schedule: str = "default"
+    repro_dir: str | None = None      # written when a check fails
+    gate: dict | None = None          # what --disable-pass / --bisect-limit did
+    pass_records: list = dataclasses.field(default_factory=list, repr=False)  # with time_passes / dumps
 
     @property
     def passed(self) -> bool:
         return all(o.passed for o in self.outputs.values())
 
+    @property
+    def failed_outputs(self) -> list[str]:
+        return [name for name, o in self.outputs.items() if not o.passed]
+
     def as_dict(self) -> dict:
         return {"case": self.case, "target": self.target, "preset": self.preset, "frontend": self.frontend,
                 "seed": self.seed, "shapes": self.shapes, "passed": self.passed,
                 "build_seconds": self.build_seconds, "run_seconds": self.run_seconds, "dump_dir": self.dump_dir,
-                "schedule": self.schedule, "perturbation": self.perturbation,
+                "schedule": self.schedule, "perturbation": self.perturbation, "repro_dir": self.repro_dir,
+                "gate": self.gate,
                 "outputs": {k: v.as_dict() for k, v in self.outputs.items()}}
 
     def write_report(self, path: str | os.PathLike) -> None:
@@ -142,19 +151,28 @@ def check(case: str = "tail", target="llvm", preset: str = "flash", frontend: st
           tokens: int | None = None, vocab_shard: int | None = None, seed: int = 0,
           dump_passes: bool | str | os.PathLike | None = None, report: str | os.PathLike | None = None,
           tolerance: dict | None = None, log=print, owners: int | None = None, tp: int | None = None,
-          logits_tol: dict | None = None, perturb_logit: tuple | None = None, schedule: str = "default") -> CheckResult:
+          logits_tol: dict | None = None, perturb_logit: tuple | None = None, schedule: str = "default",
+          **compile_options) -> CheckResult:
     """Build ``case`` with the named schedule, run it on inputs drawn from ``seed``, and compare each stage with
     its torch golden.
 
     For the LM-head cases: ``owners``/``tp`` size it, ``logits_tol`` overrides ``DEFAULT_LOGITS_TOLERANCE``
     (atol, rtol, max_error_ratio, max_e2e_abs_diff), ``perturb_logit=(owner, row, col[, delta])`` adds delta
     (default 1.0) to one device logit before the comparison.
+
+    ``compile_options`` are ``compile()``'s debugging keywords (``only_changed``, ``dump_filter``,
+    ``dump_func``, ``time_passes``, ``disable_passes``, ``bisect_limit``, ``extra_passes``). When the check
+    fails (and no perturbation caused it), a reproducer is written to ``repro/`` in the run folder (a new one
+    under ``dumps/`` when not dumping).
     """
+    from .repro import write_repro
+
     seed = validate_seed(seed)
     if report is not None and not Path(report).resolve().parent.is_dir():  # fail before the build, not after
         raise UsageError(f"cannot write report {report}: {Path(report).parent} is not a directory")
     compiled = compile(case=case, target=target, preset=preset, frontend=frontend, tokens=tokens,
-                       vocab_shard=vocab_shard, dump_passes=dump_passes, owners=owners, tp=tp, schedule=schedule)
+                       vocab_shard=vocab_shard, dump_passes=dump_passes, owners=owners, tp=tp, schedule=schedule,
+                       **compile_options)
     c, s = compiled.case, compiled.shapes
     if compiled.untuned:
         log(f"[tuned] no MetaSchedule record for {', '.join(compiled.untuned)}: their hand schedule is used")
@@ -164,8 +182,17 @@ def check(case: str = "tail", target="llvm", preset: str = "flash", frontend: st
         device_hidden_logits_allclose(s.tp, **logits_tolerance(logits_tol))
     perturbation = None if perturb_logit is None else _perturbation(
         tuple(perturb_logit), c.output_specs(s)[LM_HEAD_LOGITS].shape)
+    golden = seeded_golden(c, s, seed)
     result = golden_check(compiled.run, c, s, target_json(compiled.target), frontend, seed, compiled.build_seconds,
-                          compiled.dump_dir, tolerance, log, logits_tol, perturbation, compiled.schedule)
+                          compiled.dump_dir, tolerance, log, logits_tol, perturbation, compiled.schedule, golden)
+    result.gate, result.pass_records = compiled.gate, compiled.pass_records
+    if not result.passed and perturbation is None:
+        root = None if dump_passes in (None, False, True) else dump_passes
+        result.repro_dir = str(write_repro(compiled, *golden, seed, tolerance, logits_tol, result, root))
+    if compiled.dump_dir is not None:
+        repro = os.path.relpath(result.repro_dir, compiled.dump_dir) if result.repro_dir else None
+        update_index(compiled.dump_dir, check={"passed": result.passed, "seed": seed,
+                                               "failed_outputs": result.failed_outputs, "repro": repro})
     if report is not None:
         result.write_report(report)
     return result
@@ -173,13 +200,14 @@ def check(case: str = "tail", target="llvm", preset: str = "flash", frontend: st
 
 def golden_check(run, c: Case, s: Shapes, target: dict, frontend: str, seed: int, build_seconds: float,
                  dump_dir=None, tolerance: dict | None = None, log=print, logits_tol: dict | None = None,
-                 perturbation: dict | None = None, schedule: str = "default") -> CheckResult:
+                 perturbation: dict | None = None, schedule: str = "default",
+                 golden: tuple[dict, dict] | None = None) -> CheckResult:
     """Run ``run`` (named inputs -> named outputs) on inputs drawn from ``seed`` and compare every stage output
-    with its torch golden; shared by fresh builds and prebuilt artifacts."""
+    with its torch golden; shared by fresh builds and prebuilt artifacts. ``golden``: the seeded inputs and
+    expected outputs, already computed (``seeded_golden``)."""
     seed = validate_seed(seed)
     log(f"[RUN] seed={seed}")
-    inputs = c.make_inputs(s, seed)
-    expected = c.golden(inputs, s)
+    inputs, expected = golden or seeded_golden(c, s, seed)
     t0 = time.perf_counter()
     actual = run({k: to_numpy(v) for k, v in inputs.items()})
     run_seconds = time.perf_counter() - t0
@@ -190,6 +218,12 @@ def golden_check(run, c: Case, s: Shapes, target: dict, frontend: str, seed: int
     return CheckResult(c.name, target, s.preset.name, frontend, seed, s.as_dict(),
                        compare_outputs(c, s, actual, expected, tolerance, inputs, logits_tol), build_seconds,
                        run_seconds, str(dump_dir) if dump_dir else None, perturbation, schedule)
+
+
+def seeded_golden(case: Case, s: Shapes, seed: int) -> tuple[dict, dict]:
+    """The inputs drawn from ``seed`` and every stage's torch golden."""
+    inputs = case.make_inputs(s, validate_seed(seed))
+    return inputs, case.golden(inputs, s)
 
 
 def summary_table(r: CheckResult) -> str:

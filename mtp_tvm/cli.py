@@ -28,6 +28,40 @@ def _add_build_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--schedule", default="default", metavar="NAME",
                    help="default (the hand schedules in schedules/), none (plain lowering, CPU), dlight (CUDA), "
                         "or another name a schedule file defines (default: default)")
+    p.add_argument("--dump-only-changed", action="store_true", help="dump files only for passes that changed the IR")
+    p.add_argument("--dump-filter", metavar="REGEX", help="dump files only for passes whose name matches REGEX")
+    p.add_argument("--dump-func", metavar="NAME", help="dump (and compare) only function NAME, not the whole module")
+    p.add_argument("--time-passes", action="store_true", help="print the passes taking the most time")
+    p.add_argument("--disable-pass", action="append", default=[], metavar="NAME",
+                   help="do not run pass NAME (repeatable; names as in the dump index)")
+    p.add_argument("--bisect-limit", type=int, metavar="N",
+                   help="run passes 1..N, then only required ones (LLVM's -opt-bisect-limit)")
+    p.add_argument("--pass-plugin", metavar="FILE",
+                   help="a Python file whose passes(target) returns {phase: [passes]} to add to the pipeline")
+
+
+def _build_options(args) -> dict:
+    """The dump, timing and bisect options of ``_add_build_args`` as ``compile()``/``check()`` keywords."""
+    from .pass_plugin import load_pass_plugin
+
+    return {"dump_passes": args.dump_passes, "only_changed": args.dump_only_changed,
+            "dump_filter": args.dump_filter, "dump_func": args.dump_func, "time_passes": args.time_passes,
+            "disable_passes": tuple(args.disable_pass), "bisect_limit": args.bisect_limit,
+            "extra_passes": load_pass_plugin(args.pass_plugin) if args.pass_plugin else None}
+
+
+def _print_debug_footer(args, records, gate, dump_dir) -> None:
+    """What the debugging options produced: the timing table, the gate's line, the run folder."""
+    from .dump_report import timing_table
+    from .pass_gate import describe_gate
+
+    if args.time_passes:
+        print(timing_table(records))
+    line = describe_gate(gate) if gate else None
+    if line:
+        print(line)
+    if dump_dir:
+        print(f"IR dumps: {dump_dir} (open {dump_dir}/index.html)")
 
 
 def _add_arch_arg(p: argparse.ArgumentParser) -> None:
@@ -38,6 +72,9 @@ def _add_arch_arg(p: argparse.ArgumentParser) -> None:
 # options that --artifact takes from the artifact's manifest instead
 _MANIFEST_OPTIONS = ("case", "target", "preset", "frontend", "vocab_shard", "owners", "tp", "schedule",
                      "dump_passes", "arch", "compile_only")
+# the compile-time debugging options (besides --dump-passes), meaningless for a prebuilt artifact
+_DEBUG_OPTIONS = ("dump_only_changed", "dump_filter", "dump_func", "time_passes", "disable_pass", "bisect_limit",
+                  "pass_plugin")
 
 
 def _add_lm_head_check_args(p: argparse.ArgumentParser) -> None:
@@ -61,13 +98,13 @@ def _cmd_check(args) -> int:
                   if getattr(args, k) is not None}
     result = check(case=args.case, target=build_target(args.target, parse_archs(args.arch)), preset=args.preset,
                    frontend=args.frontend, tokens=args.tokens, vocab_shard=args.vocab_shard, seed=args.seed,
-                   dump_passes=args.dump_passes, report=args.report, owners=args.owners, tp=args.tp,
-                   logits_tol=logits_tol or None,
+                   report=args.report, owners=args.owners, tp=args.tp, logits_tol=logits_tol or None,
                    perturb_logit=parse_logit_perturbation(args.perturb_logit) if args.perturb_logit else None,
-                   schedule=args.schedule)
+                   schedule=args.schedule, **_build_options(args))
     print(summary_table(result))
-    if result.dump_dir:
-        print(f"IR dumps: {result.dump_dir}")
+    _print_debug_footer(args, result.pass_records, result.gate, result.dump_dir)
+    if result.repro_dir:
+        print(f"reproducer: {result.repro_dir} (python {result.repro_dir}/repro.py)")
     if args.report:
         print(f"report: {args.report}")
     return 0 if result.passed else 1
@@ -92,15 +129,20 @@ def _cmd_check_prebuilt(args) -> int:
     from .check import summary_table
 
     if args.compile_only and not args.artifact:
-        print(describe(build(None, case=args.case, target=args.target, arch=args.arch, preset=args.preset,
-                             frontend=args.frontend, tokens=args.tokens, vocab_shard=args.vocab_shard,
-                             dump_passes=args.dump_passes, owners=args.owners, tp=args.tp,
-                             schedule=args.schedule)))
+        built = build(None, case=args.case, target=args.target, arch=args.arch, preset=args.preset,
+                      frontend=args.frontend, tokens=args.tokens, vocab_shard=args.vocab_shard, owners=args.owners,
+                      tp=args.tp, schedule=args.schedule,
+                      **_build_options(args))
+        print(describe(built))
+        _print_debug_footer(args, built.compiled.pass_records, built.compiled.gate, built.compiled.dump_dir)
         return 0
     defaults = build_parser().parse_args(["check"])
     given = [f"--{o.replace('_', '-')}" for o in _MANIFEST_OPTIONS if getattr(args, o) != getattr(defaults, o)]
     if given:
         raise UsageError(f"--artifact takes {', '.join(given)} from the artifact's manifest; drop them")
+    debugging = [f"--{o.replace('_', '-')}" for o in _DEBUG_OPTIONS if getattr(args, o) != getattr(defaults, o)]
+    if debugging:
+        raise UsageError(f"--artifact does not compile, so {', '.join(debugging)} cannot apply; drop them")
     result = check_artifact(args.artifact, seed=args.seed, tokens=args.tokens, report=args.report)
     print(summary_table(result))
     if args.report:
@@ -113,12 +155,13 @@ def _cmd_build(args) -> int:
     from .check import summary_table
 
     built = build(args.out, case=args.case, target=args.target, arch=args.arch, preset=args.preset,
-                  frontend=args.frontend, tokens=args.tokens, vocab_shard=args.vocab_shard,
-                  dump_passes=args.dump_passes, force=args.force, check=args.check, seed=args.seed,
-                  owners=args.owners, tp=args.tp, schedule=args.schedule)
+                  frontend=args.frontend, tokens=args.tokens, vocab_shard=args.vocab_shard, force=args.force,
+                  check=args.check, seed=args.seed, owners=args.owners, tp=args.tp, schedule=args.schedule,
+                  **_build_options(args))
     if built.check is not None:
         print(summary_table(built.check))
     print(describe(built))
+    _print_debug_footer(args, built.compiled.pass_records, built.compiled.gate, built.compiled.dump_dir)
     if built.check is not None and not built.check.passed:
         print("the artifact was written, but FAILED its golden check (recorded in its manifest)")
         return 1
@@ -136,6 +179,52 @@ def _cmd_run(args) -> int:
         print(f"{name:20s} {str(a.shape):16s} {a.dtype}")
     print(f"outputs: {args.out}")
     return 0
+
+
+def _cmd_dumps(args) -> int:
+    from . import dump_browse
+
+    if args.dumps_command == "list":
+        print(dump_browse.list_runs(args.root))
+    elif args.dumps_command == "show":
+        print(dump_browse.show(dump_browse.find_run(args.run, args.root), args.pass_, args.changed, args.phase),
+              end="")
+    else:
+        print(dump_browse.diff(dump_browse.find_run(args.run, args.root), args.a, args.b))
+    return 0
+
+
+def _cmd_bisect(args) -> int:
+    from .bisect import bisect_passes, bisect_schedule
+    from .errors import UsageError
+
+    opts = _build_options(args)
+    if opts["bisect_limit"] is not None:
+        raise UsageError("bisect chooses the --bisect-limit itself; drop it")
+    common = {"case": args.case, "target": args.target, "preset": args.preset, "frontend": args.frontend,
+              "tokens": args.tokens, "vocab_shard": args.vocab_shard, "owners": args.owners, "tp": args.tp,
+              "schedule": args.schedule, "seed": args.seed, "search": args.search}
+    if args.schedule_trace:
+        if not args.func:
+            raise UsageError("--schedule-trace needs --func NAME (the PrimFunc the trace schedules)")
+        try:
+            text = open(args.schedule_trace).read()
+        except OSError as e:
+            raise UsageError(f"cannot read schedule trace {args.schedule_trace}: {e.strerror}") from None
+        result = bisect_schedule(args.func, text, **common)
+    else:
+        result = bisect_passes(**common, extra_passes=opts["extra_passes"], disable_passes=opts["disable_passes"])
+    kinds = "passes" if result.kind == "pass" else result.kind + "s"
+    print(f"bisect over {result.candidates} candidate {kinds}, {len(result.probes)} builds (search: {result.search})")
+    print(("FOUND " if result.found else "NOT FOUND: ") + result.message)
+    if result.found and result.limits and args.dump_passes:
+        from .check import check
+
+        r = check(**{k: v for k, v in common.items() if k != "search"}, log=lambda *_: None,
+                  **{**opts, "bisect_limit": result.limits[1]})
+        stem = next(p.diff for p in r.pass_records if p.index == result.culprit["index"])
+        print(f"dumps of the first failing build: {r.dump_dir} (the culprit's diff: {r.dump_dir}/{stem})")
+    return 0 if result.found else 1
 
 
 OPENBLAS_SLOW_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")  # set on this host; they slow a current numpy
@@ -230,6 +319,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_bench)
     p = sub.add_parser("list", help="list cases, their tensors, and presets")
     p.set_defaults(func=_cmd_list)
+    p = sub.add_parser("dumps", help="read run folders written by --dump-passes")
+    p.set_defaults(func=_cmd_dumps)
+    p.add_argument("--root", default=None, help="the dumps root (default dumps/ or $MTP_TVM_DUMPS)")
+    dsub = p.add_subparsers(dest="dumps_command", required=True)
+    dsub.add_parser("list", help="every run folder: case, target, passes, status")
+    q = dsub.add_parser("show", help="a run's pass table, or one pass's dump")
+    q.add_argument("run", help="run folder, its name, a unique prefix, or 'latest'")
+    q.add_argument("pass_", nargs="?", metavar="PASS", help="pass number, name, 'input', or a file of the run")
+    q.add_argument("--changed", action="store_true", help="in the table, only passes that changed the IR")
+    q.add_argument("--phase", help="in the table, only passes of this phase")
+    q = dsub.add_parser("diff", help="unified diff between the modules after two passes")
+    q.add_argument("run", help="run folder, its name, a unique prefix, or 'latest'")
+    q.add_argument("a", metavar="A", help="pass number or name ('input' for the compiler's input)")
+    q.add_argument("b", metavar="B", help="pass number or name")
+    p = sub.add_parser("bisect", help="name the first pass (or schedule step) after which the golden check fails")
+    _add_build_args(p)
+    p.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
+    p.add_argument("--search", choices=("binary", "linear"), default="binary",
+                   help="binary: log2(n) builds, exact when failure is monotone; linear: every prefix")
+    p.add_argument("--schedule-trace", metavar="FILE",
+                   help="bisect the steps of this schedule trace (Python text of str(sch.trace)) instead of passes")
+    p.add_argument("--func", metavar="NAME", help="the PrimFunc that --schedule-trace schedules")
+    p.set_defaults(func=_cmd_bisect)
     return parser
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import hashlib
 import json
 import os
@@ -16,10 +17,12 @@ from tvm.target import Target
 
 from .cases import ROWS, TOKENS, Case, TensorSpec, get_case
 from .config import Shapes, make_shapes
-from .dumps import PassRecorder, new_run_dir
+from .dumps import DumpOptions, PassRecord, PassRecorder, generated_code
 from .errors import BuildError, UsageError
 from .model import build_relax_module, get_frontend, num_activations
-from .pipeline import compile_module
+from .pass_gate import PassGate, gate_summary
+from .pass_plugin import ExtraPasses, extra_pass_names, resolve_extra_passes
+from .pipeline import FIRST_LOWERING_PHASE, compile_module
 from .schedule import TUNED, ApplySchedules
 from .tune import tuned_dir
 from .target import device_for, resolve_target, target_json, target_name
@@ -43,6 +46,11 @@ class CompiledCase:
     schedule_traces: dict[str, str] = dataclasses.field(default_factory=dict)  # PrimFunc -> str(sch.trace)
     device_source: str | None = None  # the generated CUDA C of a GPU build
     untuned: list[str] = dataclasses.field(default_factory=list)  # schedule "tuned": kernels without a record
+    pass_records: list[PassRecord] = dataclasses.field(default_factory=list, repr=False)  # time_passes, dumps
+    gate: dict | None = None                   # what --disable-pass / --bisect-limit did (pass_gate.gate_summary)
+    optimized_module: tvm.IRModule | None = dataclasses.field(default=None, repr=False)  # entering lowering
+    extra_passes: ExtraPasses | None = dataclasses.field(default=None, repr=False)
+    dump_seconds: float = 0.0                  # writing the dumps after the build
     _vm: relax.VirtualMachine | None = dataclasses.field(default=None, repr=False)
     _weights: WeightCache = dataclasses.field(default_factory=lambda: WeightCache(), repr=False)
 
@@ -115,13 +123,37 @@ class WeightCache:
         return self._value
 
 
+def _validate_limit(limit) -> int | None:
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise UsageError(f"bisect limit must be an integer >= 0, got {limit!r}")
+    return limit
+
+
+def _check_disabled_names(gate: PassGate, records: list[PassRecord]) -> None:
+    ran = {r.name for r in records}
+    for name in sorted(gate.disabled - ran):
+        close = difflib.get_close_matches(name, ran, n=3, cutoff=0.5)
+        raise UsageError(f"--disable-pass {name}: no pass of that name runs"
+                         + (f"; did you mean {', '.join(close)}?" if close else ""))
+
+
 def compile(case: str = "tail", target: str | dict | Target = "llvm", preset: str = "flash",
             frontend: str = "tir", tokens: int | None = None, vocab_shard: int | None = None,
             dump_passes: bool | str | os.PathLike | None = None, only_changed: bool = False,
-            owners: int | None = None, tp: int | None = None, schedule: str = "default") -> CompiledCase:
-    """Build ``case`` for ``target`` with the named schedule (``mtp_tvm.schedule``). ``dump_passes`` = True
-    dumps into ``dumps/``, a path dumps under it (with ``schedule_trace.py`` and, on GPU, ``device_source.cu``).
-    ``owners`` and ``tp`` (default 2 and 2) size the TP-sharded LM head (cases ``lm-head``, ``tail-lm-head``)."""
+            owners: int | None = None, tp: int | None = None, schedule: str = "default",
+            dump_filter: str | None = None, dump_func: str | None = None, time_passes: bool = False,
+            disable_passes=(), bisect_limit: int | None = None,
+            extra_passes: ExtraPasses | None = None) -> CompiledCase:
+    """Build ``case`` for ``target`` with the named schedule (``mtp_tvm.schedule``). ``owners`` and ``tp``
+    (default 2 and 2) size the TP-sharded LM head (cases ``lm-head``, ``tail-lm-head``).
+
+    Debugging: ``dump_passes`` = True dumps every pass into a new folder under ``dumps/``, a path dumps under
+    it (with ``schedule_trace.py`` and the generated code; ``only_changed``, ``dump_filter`` regex on pass
+    names, ``dump_func`` one function); ``time_passes`` keeps per-pass records (time, changed) on the result;
+    ``disable_passes`` skips passes by name; ``bisect_limit`` N skips every optional pass numbered after N;
+    ``extra_passes`` ({phase: [Pass]}, or a callable of the target) adds user passes at the start of an
+    optimizing phase.
+    """
     c = get_case(case)
     shapes = make_shapes(preset, tokens, vocab_shard, owners, tp)
     c.check_shapes(shapes)
@@ -129,34 +161,48 @@ def compile(case: str = "tail", target: str | dict | Target = "llvm", preset: st
     tgt = resolve_target(target)
     tuned = schedule == TUNED  # MetaSchedule records exist for static shapes only: T is fixed in this binary
     applier = ApplySchedules(tgt, schedule, tuned_dir(tgt, c.name) if tuned else None)
+    extra = resolve_extra_passes(extra_passes, tgt)
+    gate = PassGate.for_target(tgt, disable_passes, _validate_limit(bisect_limit), extra_pass_names(extra))
+    dump = DumpOptions(None if dump_passes is True else dump_passes, only_changed, dump_filter,
+                       dump_func) if dump_passes else None
+    recorder = PassRecorder(gate, dump) if dump or time_passes or gate.active else None
     mod = build_relax_module(c, shapes, frontend, static_tokens=tuned)
-    run_dir = None
-    if dump_passes:
-        run_dir = new_run_dir(None if dump_passes is True else dump_passes, f"{c.name}-{target_name(tgt)}")
-    recorder = PassRecorder(run_dir, only_changed) if run_dir is not None else None
+    meta = {"case": c.name, "target": target_json(tgt), "preset": shapes.preset.name, "frontend": frontend,
+            "schedule": schedule, "shapes": shapes.as_dict()}
+    captured = {}
+
+    def on_phase(name, m):
+        if name == FIRST_LOWERING_PHASE:
+            captured["optimized"] = m
+
     if recorder is not None:
-        recorder.write_input(mod)
+        recorder.record_input(mod)
     t0 = time.perf_counter()
     try:
         with tvm.transform.PassContext(opt_level=3, instruments=[recorder] if recorder else []):
-            ex = compile_module(mod, tgt, applier)
+            ex = compile_module(mod, tgt, applier, extra, on_phase=on_phase)
     except UsageError:
         raise
     except Exception as e:  # TVM errors are multi-line C++ traces; keep the last line for the user
         lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
-        raise BuildError(f"build of {c.name} for {target_name(tgt)} failed: {lines[-1] if lines else type(e).__name__}"
-                         ) from e
+        message = lines[-1] if lines else type(e).__name__
+        run_dir = recorder.finish(meta, error=message) if recorder is not None else None
+        where = f" (IR dumps: {run_dir})" if run_dir else ""
+        raise BuildError(f"build of {c.name} for {target_name(tgt)} failed: {message}{where}") from e
     seconds = time.perf_counter() - t0
     source = device_source(ex) if tgt.kind.name == "cuda" else None
+    records = recorder.records if recorder is not None else []
+    _check_disabled_names(gate, records)
+    t1 = time.perf_counter()
+    run_dir = None
     if recorder is not None:
-        (run_dir / "schedule_trace.py").write_text(applier.trace_script())
-        if source is not None:
-            (run_dir / "device_source.cu").write_text(source)
-        recorder.finish({"case": c.name, "target": target_json(tgt), "preset": shapes.preset.name,
-                         "frontend": frontend, "schedule": schedule, "shapes": shapes.as_dict(),
-                         "build_seconds": seconds})
+        run_dir = recorder.finish({**meta, "build_seconds": seconds}, codegen=generated_code(ex, source) if dump else None,
+                                  attachments={"schedule_trace.py": applier.trace_script()})
     return CompiledCase(c, shapes, tgt, frontend, ex, seconds, run_dir, schedule, dict(applier.traces), source,
-                        untuned=list(applier.untuned))
+                        untuned=list(applier.untuned), pass_records=records,
+                        gate=gate_summary(records, gate) if gate.active else None,
+                        optimized_module=captured.get("optimized"), extra_passes=extra_passes,
+                        dump_seconds=time.perf_counter() - t1)
 
 
 def device_source(ex: tvm.runtime.Executable) -> str:

@@ -1,14 +1,26 @@
-"""Per-pass IR dumps: one numbered TVMScript file per pass, into a fresh run folder per build.
+"""Per-pass records and IR dumps: one numbered TVMScript file per pass, into a fresh run folder per build.
 
 ``PassRecorder`` is a TVM pass instrument. It numbers *leaf* passes in execution order (containers such as
-``sequential`` and our phase markers are not passes a user debugs), attributes each to the phase opened by
-the last ``mtp.phase.*`` marker, detects unchanged passes by structural hash, times every pass, and writes
+``sequential`` and our phase markers are not passes a user debugs), attributes each to the phase opened by the
+last ``mtp.phase.*`` marker, asks the ``PassGate`` whether it may run (``--disable-pass``, ``--bisect-limit``),
+times it (self and inclusive, minus the recorder's own work), and detects whether it changed the IR by
+structural hash. Records outlive the ``PassContext``.
+
+When dumping, the build only takes snapshots (each new module state's function table, copied, since a pass may
+edit the module it was given); the text is printed after the build, once per distinct state, and the run
+folder is created then:
 
     000_input.py                  the module given to the compiler
-    NNN_<phase>__<Pass>.py         the module after pass NNN (changed passes; all passes unless only_changed)
-    NNN_<phase>__<Pass>.diff       unified diff against the module before that pass (changed passes)
-    index.json                    every pass: number, phase, name, changed, +/- lines, ms, file, diff
+    NNN_<phase>__<Pass>.py        the module after pass NNN (every pass, or changed ones with only_changed)
+    NNN_<phase>__<Pass>.diff      unified diff of what pass NNN did to its own input (changed passes)
+    NNN_<phase>__<Pass>.input.py  the input of the pass that failed, if the build failed
+    host.ll, host.s, device_source.cu   the generated code: LLVM IR, assembly, CUDA C (GPU builds)
+    schedule_trace.py             the applied schedules, replayable (``mtp_tvm.schedule``)
+    index.json, index.html        every pass: number, phase, name, changed, +/- lines, ms, files
     complete                      written last: a folder without it is an interrupted run
+
+A pass's number is given when it starts, so a pass that runs others (FuseTIR) comes before them; its diff is
+what it did as a whole, theirs what each did inside it.
 """
 
 from __future__ import annotations
@@ -27,11 +39,19 @@ import tvm
 import tvm_ffi
 
 from .errors import UsageError
+from .pass_gate import PassGate, gate_summary
 from .pipeline import PHASE_MARKER_PREFIX
 
-DUMPS_ROOT = Path("dumps")
+DUMPS_ENV = "MTP_TVM_DUMPS"  # the default dumps root (``dumps/``), e.g. a temporary folder for tests
 CONTAINER_PASSES = {"sequential", "_pipeline", "mtp.relax", "mtp.relax_pipeline", "mtp.tir"}
 COMPLETE_MARKER = "complete"
+INDEX_FILE = "index.json"
+INPUT_FILE = "000_input.py"
+NO_TEXT_CHANGE = "# the module changed structurally but prints the same (a change TVMScript does not show)\n"
+
+
+def dumps_root(root: str | os.PathLike | None = None) -> Path:
+    return Path(root) if root is not None else Path(os.environ.get(DUMPS_ENV, "dumps"))
 
 
 def _safe(name: str) -> str:
@@ -40,7 +60,7 @@ def _safe(name: str) -> str:
 
 def new_run_dir(root: str | os.PathLike | None, label: str) -> Path:
     """Create ``<root>/<label>-<YYYYmmdd-HHMMSS>-<id>/``; never reuses a folder, even across processes."""
-    root = Path(root) if root is not None else DUMPS_ROOT
+    root = dumps_root(root)
     try:
         root.mkdir(parents=True, exist_ok=True)
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -51,85 +71,252 @@ def new_run_dir(root: str | os.PathLike | None, label: str) -> Path:
     return run
 
 
+def write_json(path: Path, data: dict) -> None:
+    """Write JSON atomically (a temp file renamed into place)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    tmp.replace(path)
+
+
+@dataclasses.dataclass(frozen=True)
+class DumpOptions:
+    """What to dump: ``root`` (default ``dumps/``), only changed passes, passes whose name matches
+    ``pass_filter`` (a regex, searched), and one function ``func`` instead of the whole module."""
+
+    root: str | os.PathLike | None = None
+    only_changed: bool = False
+    pass_filter: str | None = None
+    func: str | None = None
+
+    def __post_init__(self):
+        if self.pass_filter is not None:
+            try:
+                re.compile(self.pass_filter)
+            except re.error as e:
+                raise UsageError(f"bad --dump-filter regex {self.pass_filter!r}: {e}") from None
+
+    def wants(self, name: str) -> bool:
+        return self.pass_filter is None or re.search(self.pass_filter, name) is not None
+
+
 @dataclasses.dataclass
 class PassRecord:
     index: int
     phase: str
     name: str
-    changed: bool
-    ms: float
-    lines_added: int = 0
-    lines_removed: int = 0
+    depth: int = 0              # how many passes this one runs inside (FuseTIR's helpers: 1)
+    changed: bool = False
+    ms: float = 0.0             # inclusive wall time
+    self_ms: float = 0.0        # minus the passes it ran
+    lines_added: int | None = None
+    lines_removed: int | None = None
     file: str | None = None
     diff: str | None = None
+    skipped: str | None = None  # "disabled" / "bisect-limit": the pass did not run
+    optional: bool = False      # a bisect may skip it
+    unit: int | None = None     # the pass whose number decides this optional unit (FuseTIR -> FuseOps)
+    error: str | None = None    # the build failed in this pass
+    input_file: str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.index:03d} {self.phase}/{self.name}"
+
+
+@dataclasses.dataclass
+class _Frame:
+    record: PassRecord | None
+    before: object = None
+    start: float = 0.0
+    overhead: float = 0.0  # the recorder's own work inside this pass's span
+    nested: float = 0.0    # wall time of the passes run inside this one
+
+
+_ABSENT = ("absent",)
 
 
 @tvm.instrument.pass_instrument
 class PassRecorder:
-    """Records (and optionally dumps) every leaf pass of a compile."""
+    """Numbers, gates, times and snapshots every leaf pass of one build."""
 
-    def __init__(self, run_dir: Path | None = None, only_changed: bool = False):
-        self.run_dir = run_dir
-        self.only_changed = only_changed
+    def __init__(self, gate: PassGate, dump: DumpOptions | None = None):
+        self.gate = gate
+        self.dump = dump
         self.records: list[PassRecord] = []
         self.phase = "input"
-        self._stack: list[tuple[int, float]] = []
-        self._last_hash: int | None = None
-        self._last_text = ""
+        self._frames = [_Frame(None)]
+        self._pending: PassRecord | None = None
+        self._last: tuple[object, object] | None = None   # (module, key): a pass's input is mostly the last output
+        self._states: dict[object, object] = {}            # key -> module (or function) to print after the build
+        self._steps: dict[int, tuple[object, object]] = {}  # pass number -> (before key, after key)
+        self._input_key = None
 
-    def write_input(self, mod: tvm.IRModule) -> None:
-        self._last_hash, self._last_text = tvm_ffi.structural_hash(mod), mod.script()
-        if self.run_dir is not None:
-            (self.run_dir / "000_input.py").write_text(self._last_text)
+    # ---- during the build ----------------------------------------------------------------------------------
+
+    def record_input(self, mod: tvm.IRModule) -> None:
+        self._input_key = self._key(mod)
+
+    def should_run(self, mod, info):
+        t0 = time.perf_counter()
+        name, run = info.name, True
+        if self._is_leaf(name):
+            rec = PassRecord(len(self.records) + 1, self.phase, name, depth=sum(f.record is not None
+                                                                              for f in self._frames))
+            rec.skipped, rec.unit = self.gate.decide(rec.index, self.phase, name)
+            rec.optional = rec.unit is not None
+            self.records.append(rec)
+            self._pending, run = (rec, True) if rec.skipped is None else (None, False)
+        self._frames[-1].overhead += time.perf_counter() - t0
+        return run
 
     def run_before_pass(self, mod, info):
-        h = tvm_ffi.structural_hash(mod)
-        if self._last_hash is not None and h != self._last_hash and not self._is_container(info.name):
-            # A new module stream (Relax -> TIR, host/device split): diff against what this pass was given.
-            self._last_hash, self._last_text = h, mod.script()
-        self._stack.append((h, time.perf_counter()))
+        t0 = time.perf_counter()
+        rec, self._pending = (self._pending if self._is_leaf(info.name) else None), None
+        frame = _Frame(rec, self._key(mod) if rec is not None else None)
+        self._frames.append(frame)
+        frame.start = time.perf_counter()
+        self._frames[-2].overhead += frame.start - t0
 
     def run_after_pass(self, mod, info):
-        before, start = self._stack.pop()
-        ms = (time.perf_counter() - start) * 1e3
+        t_end = time.perf_counter()
+        frame = self._frames.pop()
+        elapsed = t_end - frame.start - frame.overhead
+        parent = self._frames[-1]
+        parent.nested += elapsed
         name = info.name
         if name.startswith(PHASE_MARKER_PREFIX):
             self.phase = name[len(PHASE_MARKER_PREFIX):]
-            return
-        if name == "mtp.relax_pipeline":  # tirx.build binds the target before the TIR pipeline's marker
+        elif name == "mtp.relax_pipeline":  # tirx.build binds the target before the TIR pipeline's marker
             self.phase = "tir-lower"
-        if self._is_container(name):
-            return
-        after = tvm_ffi.structural_hash(mod)
-        rec = PassRecord(len(self.records) + 1, self.phase, name, after != before, ms)
-        self.records.append(rec)
-        if not rec.changed and self.only_changed:
-            return
-        stem = f"{rec.index:03d}_{_safe(self.phase)}__{_safe(name)}"
-        text = mod.script() if rec.changed else self._last_text
-        if rec.changed:
-            diff = list(difflib.unified_diff(self._last_text.splitlines(), text.splitlines(),
-                                             f"before/{stem}", f"after/{stem}", lineterm=""))
-            rec.lines_added = sum(1 for ln in diff if ln.startswith("+") and not ln.startswith("+++"))
-            rec.lines_removed = sum(1 for ln in diff if ln.startswith("-") and not ln.startswith("---"))
-            if self.run_dir is not None:
-                rec.diff = stem + ".diff"
-                (self.run_dir / rec.diff).write_text("\n".join(diff) + "\n")
-            self._last_text, self._last_hash = text, after
-        if self.run_dir is not None:
-            rec.file = stem + ".py"
-            (self.run_dir / rec.file).write_text(text)
+        rec = frame.record
+        if rec is not None:
+            rec.ms, rec.self_ms = elapsed * 1e3, (elapsed - frame.nested) * 1e3
+            after = self._key(mod, fresh=True)  # the same object may come back edited in place (dlight does)
+            rec.changed = after != frame.before
+            self._steps[rec.index] = (frame.before, after)
+        parent.overhead += time.perf_counter() - t_end
 
     @staticmethod
-    def _is_container(name: str) -> bool:
-        return name in CONTAINER_PASSES or not name
+    def _is_leaf(name: str) -> bool:
+        return bool(name) and name not in CONTAINER_PASSES and not name.startswith(PHASE_MARKER_PREFIX)
 
-    def finish(self, meta: dict) -> None:
-        """Write ``index.json`` and then the ``complete`` marker."""
-        if self.run_dir is None:
-            return
-        index = {**meta, "passes": [dataclasses.asdict(r) for r in self.records]}
-        tmp = self.run_dir / "index.json.tmp"
-        tmp.write_text(json.dumps(index, indent=1))
-        tmp.replace(self.run_dir / "index.json")
-        (self.run_dir / COMPLETE_MARKER).write_text("")
+    def _view(self, mod: tvm.IRModule):
+        """What is compared and dumped: the module, or the one function ``--dump-func`` names."""
+        if self.dump is None or self.dump.func is None:
+            return mod
+        return next((f for gv, f in mod.functions_items() if gv.name_hint == self.dump.func), None)
+
+    def _key(self, mod: tvm.IRModule, fresh: bool = False):
+        """The state of ``mod``'s view (its structural hash); a new state is kept for printing after the build.
+        A pass's input is nearly always the previous pass's output object, untouched in between: looked up."""
+        if not fresh and self._last is not None and self._last[0].same_as(mod):
+            return self._last[1]
+        view = self._view(mod)
+        key = _ABSENT if view is None else tvm_ffi.structural_hash(view)
+        if self.dump is not None and key not in self._states:
+            # a module may later be edited in place (``mod[gv] = f``): keep a copy of its function table
+            self._states[key] = view if self.dump.func else tvm.IRModule(
+                dict(view.functions_items()), attrs=dict(view.attrs) if view.attrs else None,
+                global_infos=dict(view.global_infos))
+        self._last = (mod, key)
+        return key
+
+    def _failing_frame(self) -> _Frame | None:
+        """After a build error: the innermost pass that was running (its frame still holds its input)."""
+        return next((f for f in reversed(self._frames) if f.record is not None), None)
+
+    # ---- after the build -----------------------------------------------------------------------------------
+
+    def finish(self, meta: dict, error: str | None = None, codegen: dict[str, str] | None = None,
+               attachments: dict[str, str] | None = None) -> Path | None:
+        """Create the run folder and write every dump, the generated code, ``attachments`` (name -> text),
+        ``index.json`` and ``index.html``, then the ``complete`` marker. Returns the folder (None: no dumping)."""
+        failing = self._failing_frame() if error is not None else None
+        if failing is not None:
+            failing.record.error = error
+        if self.dump is None:
+            return None
+        from .dump_report import write_html
+
+        run = new_run_dir(self.dump.root, f"{meta['case']}-{meta['target']['kind']}")
+        texts: dict[object, str] = {}
+        (run / INPUT_FILE).write_text(self._text(self._input_key, texts))
+        if failing is not None:
+            failing.record.input_file = f"{self._stem(failing.record)}.input.py"
+            (run / failing.record.input_file).write_text(self._text(failing.before, texts))
+        self._write_passes(run, texts)
+        extra = {**(codegen or {}), **(attachments or {})}
+        for name, text in extra.items():
+            (run / name).write_text(text)
+        index = {**meta, "status": "build failed" if error else "ok", "error": error,
+                 "dump": {"only_changed": self.dump.only_changed, "filter": self.dump.pass_filter,
+                          "func": self.dump.func},
+                 "gate": gate_summary(self.records, self.gate), "input": INPUT_FILE,
+                 "codegen": sorted(codegen or {}), "attachments": sorted(attachments or {}),
+                 "passes": [dataclasses.asdict(r) for r in self.records]}
+        write_json(run / INDEX_FILE, index)
+        write_html(run, index)
+        (run / COMPLETE_MARKER).write_text("")
+        return run
+
+    def _stem(self, rec: PassRecord) -> str:
+        return f"{rec.index:03d}_{_safe(rec.phase)}__{_safe(rec.name)}"
+
+    def _text(self, key, texts: dict) -> str:
+        if key not in texts:
+            view = self._states.get(key)
+            texts[key] = (f"# function {self.dump.func} is not in this module\n" if key == _ABSENT
+                          else view.script())
+        return texts[key]
+
+    def _write_passes(self, run: Path, texts: dict) -> None:
+        first_file: dict[object, str] = {}  # state -> the first file holding it; later ones are hard links
+        for rec in self.records:
+            if rec.index not in self._steps or not self.dump.wants(rec.name):
+                continue
+            if self.dump.only_changed and not rec.changed:
+                continue
+            before, after = self._steps[rec.index]
+            stem = self._stem(rec)
+            rec.lines_added = rec.lines_removed = 0
+            if rec.changed:
+                diff = list(difflib.unified_diff(self._text(before, texts).splitlines(),
+                                                 self._text(after, texts).splitlines(),
+                                                 f"before/{stem}", f"after/{stem}", lineterm=""))
+                rec.lines_added = sum(1 for ln in diff if ln.startswith("+") and not ln.startswith("+++"))
+                rec.lines_removed = sum(1 for ln in diff if ln.startswith("-") and not ln.startswith("---"))
+                rec.diff = stem + ".diff"
+                (run / rec.diff).write_text("\n".join(diff) + "\n" if diff else NO_TEXT_CHANGE)
+            rec.file = stem + ".py"
+            if after in first_file:
+                try:
+                    os.link(run / first_file[after], run / rec.file)
+                    continue
+                except OSError:
+                    pass
+            (run / rec.file).write_text(self._text(after, texts))
+            first_file.setdefault(after, rec.file)
+
+
+def generated_code(executable, device_source: str | None = None) -> dict[str, str]:
+    """The final code of a build, file name -> text, named as in an artifact's ``source/``: the LLVM IR and
+    assembly of the host module (on a CPU target it holds the kernels) and a GPU build's device source. The
+    assembly costs one more LLVM backend run."""
+    files: dict[str, str] = {}
+    for i, mod in enumerate(m for m in executable.mod.imports if m.kind == "llvm"):
+        files[f"host{f'_{i}' if i else ''}.ll"] = mod.inspect_source("ll")
+        files[f"host{f'_{i}' if i else ''}.s"] = mod.inspect_source("asm")
+    if device_source is not None:
+        files["device_source.cu"] = device_source
+    return files
+
+
+def update_index(run: Path, **sections) -> dict:
+    """Add top-level sections (e.g. the golden check's verdict) to a finished run's index, and re-render it."""
+    from .dump_report import write_html
+
+    index = json.loads((run / INDEX_FILE).read_text())
+    index.update(sections)
+    write_json(run / INDEX_FILE, index)
+    write_html(run, index)
+    return index

@@ -20,9 +20,15 @@ PHASE_MARKER_PREFIX = "mtp.phase."
 TIR_PIPELINE = "mtp"
 
 
-def phase_marker(name: str) -> tvm.transform.Pass:
-    """A pass that does nothing but tell instruments that phase ``name`` begins."""
-    return tvm.transform.module_pass(lambda mod, _ctx: mod, opt_level=0, name=PHASE_MARKER_PREFIX + name)
+def phase_marker(name: str, on_enter: Callable[[str, tvm.IRModule], None] | None = None) -> tvm.transform.Pass:
+    """A pass that does nothing but tell instruments (and ``on_enter``) that phase ``name`` begins."""
+
+    def enter(mod, _ctx):
+        if on_enter is not None:
+            on_enter(name, mod)
+        return mod
+
+    return tvm.transform.module_pass(enter, opt_level=0, name=PHASE_MARKER_PREFIX + name)
 
 
 def legalize_passes(_target: Target) -> list:
@@ -76,24 +82,49 @@ class Phase:
     name: str
     passes: Callable[[Target], list]
     doc: str = ""
+    optional_on: frozenset[str] = frozenset()  # target kinds on which the whole phase may be skipped (bisect)
 
 
 RELAX_PHASES: tuple[Phase, ...] = (
     Phase("legalize", legalize_passes, "Relax ops -> TIR"),
     Phase("fuse", fuse_passes, "operator fusion"),
-    Phase("schedule", schedule_passes, "schedules from schedules/, weight packing lifted"),
+    Phase("schedule", schedule_passes, "schedules from schedules/, weight packing lifted",
+          optional_on=frozenset({"llvm"})),  # CPU kernels lower unscheduled; GPU ones need thread bindings
     Phase("lower-dataflow", lower_dataflow_passes, "dataflow -> VM calls"),
     Phase("finalize", finalize_passes, "memory planning, VM shape lowering"),
 )
 TIR_PHASES = ("tir-lower", "tir-host", "tir-device")
 
+# Phases that rewrite the dataflow program; user passes (``extra_passes``) may join them. The module leaving
+# them is what a reproducer stores: everything after is mechanical lowering.
+OPTIMIZING_PHASES = ("legalize", "fuse", "schedule")
+FIRST_LOWERING_PHASE = "lower-dataflow"
 
-def relax_pipeline(target: Target, schedule="default") -> tvm.transform.Pass:
-    """Every Relax phase, each opened by its marker, as one pass for ``tvm.compile(relax_pipeline=...)``."""
+# LLVM's "optional" passes (``-opt-bisect-limit``): the build stays correct without them, so a bisect may skip
+# them. A group is skipped or applied as a whole (FuseTIR only makes sense after FuseOps). Required passes
+# (legalisation, lowering, codegen preparation) always run.
+OPTIONAL_PASS_GROUPS: tuple[tuple[str, ...], ...] = (
+    ("FoldConstant",),
+    ("FuseOps", "FuseTIR"),
+    ("s_tir.LoopPartition",),
+    ("s_tir.HoistIfThenElse",),
+    ("tirx.UnrollLoop",),
+    ("tirx.CommonSubexprElim",),
+    ("s_tir.RenormalizeSplitPattern",),
+)
+
+
+def relax_pipeline(target: Target, schedule="default", extra_passes: dict[str, list] | None = None,
+                   first_phase: str = RELAX_PHASES[0].name, on_phase=None) -> tvm.transform.Pass:
+    """Every Relax phase from ``first_phase`` on, each opened by its marker, as one pass for
+    ``tvm.compile(relax_pipeline=...)``. ``extra_passes`` (phase name -> passes) run first in their phase;
+    ``on_phase(name, mod)`` sees the module entering each phase."""
+    extra_passes = extra_passes or {}
+    names = [ph.name for ph in RELAX_PHASES]
     passes = []
-    for phase in RELAX_PHASES:
+    for phase in RELAX_PHASES[names.index(first_phase):]:
         phase_passes = phase.passes(target, schedule) if phase.passes is schedule_passes else phase.passes(target)
-        passes += [phase_marker(phase.name), *phase_passes]
+        passes += [phase_marker(phase.name, on_phase), *extra_passes.get(phase.name, ()), *phase_passes]
     seq = tvm.transform.Sequential(passes, name="mtp.relax")
 
     @tvm.transform.module_pass(opt_level=0, name="mtp.relax_pipeline")
@@ -115,7 +146,11 @@ def _tir_pipeline():
 tvm.tirx.register_tir_pipeline(TIR_PIPELINE, _tir_pipeline)
 
 
-def compile_module(mod: tvm.IRModule, target: Target, schedule="default"):
-    """``tvm.compile`` through our named phases."""
-    return tvm.compile(mod, target=target, relax_pipeline=relax_pipeline(target, schedule),
+def compile_module(mod: tvm.IRModule, target: Target, schedule="default",
+                   extra_passes: dict[str, list] | None = None, first_phase: str = RELAX_PHASES[0].name,
+                   on_phase=None):
+    """``tvm.compile`` through our named phases (from ``first_phase`` on, for a module that already went through
+    the earlier ones, e.g. a reproducer's)."""
+    return tvm.compile(mod, target=target,
+                       relax_pipeline=relax_pipeline(target, schedule, extra_passes, first_phase, on_phase),
                        tir_pipeline=TIR_PIPELINE)

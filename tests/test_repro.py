@@ -1,0 +1,69 @@
+"""A failing golden check leaves a reproducer that rebuilds and re-checks the failing module on its own."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import mtp_tvm
+from mtp_tvm.repro import rerun
+
+PLUGIN = Path(__file__).parent.parent / "examples" / "int32_logits_accumulator.py"
+
+
+@pytest.fixture(scope="module")
+def failing(tmp_path_factory):
+    from mtp_tvm.pass_plugin import load_pass_plugin
+
+    return mtp_tvm.check(case="tail", preset="tiny", extra_passes=load_pass_plugin(PLUGIN), seed=3,
+                         dump_passes=tmp_path_factory.mktemp("dumps"), log=lambda *_: None)
+
+
+def test_a_failing_check_writes_the_reproducer_into_its_run_folder(failing):
+    assert not failing.passed and failing.failed_outputs == ["candidate_logits"]
+    repro = Path(failing.repro_dir)
+    assert repro.parent == Path(failing.dump_dir)
+    assert sorted(p.name for p in repro.iterdir()) == ["command.txt", "expected.npz", "inputs.npz", "module.py",
+                                                       "repro.json", "repro.py", "target.json"]
+    assert json.loads((repro / "target.json").read_text())["kind"] == "llvm"
+    command = (repro / "command.txt").read_text()
+    assert command.startswith("mtp-tvm check --case tail --target llvm --preset tiny --frontend tir --tokens 8 "
+                              "--vocab-shard 512 --owners 2 --tp 2 --seed 3 --pass-plugin ")
+    assert "Int32LogitsAccumulator" not in (repro / "module.py").read_text()  # a module, not a pipeline
+    assert '"int32"' in (repro / "module.py").read_text()  # ... with the broken pass's effect in it
+    index = json.loads((Path(failing.dump_dir) / "index.json").read_text())
+    assert index["check"] == {"passed": False, "seed": 3, "failed_outputs": ["candidate_logits"], "repro": "repro"}
+
+
+def test_repro_py_runs_standalone_and_reproduces(failing, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # it finds mtp_tvm by itself
+    out = subprocess.run([sys.executable, str(Path(failing.repro_dir) / "repro.py")], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert "REPRODUCED: candidate_logits fails the golden check" in out.stdout
+    assert "candidate_logits   ratio_allclose" in out.stdout
+
+
+def test_the_reproducer_tells_when_the_module_is_fixed(failing, tmp_path):
+    fixed = mtp_tvm.compile(case="tail", preset="tiny")  # the same case without the broken pass
+    folder = tmp_path / "repro"
+    shutil.copytree(failing.repro_dir, folder)
+    (folder / "module.py").write_text(fixed.optimized_module.script())
+    lines = []
+    assert rerun(folder, log=lines.append) == 0 and lines[-1].startswith("NOT REPRODUCED")
+
+
+def test_the_reproducer_keeps_the_gate_of_the_lowering_phases(tmp_path):
+    from mtp_tvm.pass_plugin import load_pass_plugin
+
+    r = mtp_tvm.check(case="logits", preset="tiny", extra_passes=load_pass_plugin(PLUGIN), bisect_limit=10,
+                      disable_passes=["FoldConstant", "tirx.UnrollLoop"], dump_passes=tmp_path, log=lambda *_: None)
+    spec = json.loads((Path(r.repro_dir) / "repro.json").read_text())
+    # FoldConstant ran before the captured module; the limit of 10 lies in the optimizing phases, so the
+    # lowering phases run with no optional pass: limit 0
+    assert spec["gate"] == {"disabled": ["tirx.UnrollLoop"], "limit": 0}
+    assert "--bisect-limit 10" in (Path(r.repro_dir) / "command.txt").read_text()
