@@ -141,7 +141,7 @@ def test_disk_full_during_a_dump_is_one_line_and_leaves_an_incomplete_run(tmp_pa
     assert len(listing) == 2 and run.name in listing[1] and "incomplete" in listing[1]
 
 
-def test_ctrl_c_during_a_dumping_build_exits_130_and_leaves_no_complete_run(tmp_path):
+def test_ctrl_c_exits_130_and_never_leaves_a_half_written_run_marked_complete(tmp_path):
     import signal
     import time
 
@@ -155,4 +155,7 @@ def test_ctrl_c_during_a_dumping_build_exits_130_and_leaves_no_complete_run(tmp_
         pytest.skip("the run finished before the interrupt arrived")
     assert proc.returncode == 130, err[-2000:]
     assert "interrupted" in err
-    assert not any((run / "complete").exists() for run in tmp_path.iterdir())
+    for run in tmp_path.iterdir():  # wherever the interrupt landed, a folder marked complete is complete
+        if (run / "complete").exists():
+            index = json.loads((run / "index.json").read_text())
+            assert all((run / p["file"]).exists() for p in index["passes"] if p.get("file"))
