@@ -186,7 +186,7 @@ def compile(case: str = "tail", target: str | dict | Target = "llvm", preset: st
     except Exception as e:  # TVM errors are multi-line C++ traces; keep the last line for the user
         lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
         message = lines[-1] if lines else type(e).__name__
-        run_dir = recorder.finish(meta, error=message) if recorder is not None else None
+        run_dir = _finish_dumps(recorder, meta, error=message) if recorder is not None else None
         where = f" (IR dumps: {run_dir})" if run_dir else ""
         raise BuildError(f"build of {c.name} for {target_name(tgt)} failed: {message}{where}") from e
     seconds = time.perf_counter() - t0
@@ -196,13 +196,23 @@ def compile(case: str = "tail", target: str | dict | Target = "llvm", preset: st
     t1 = time.perf_counter()
     run_dir = None
     if recorder is not None:
-        run_dir = recorder.finish({**meta, "build_seconds": seconds}, codegen=generated_code(ex, source) if dump else None,
-                                  attachments={"schedule_trace.py": applier.trace_script()})
+        run_dir = _finish_dumps(recorder, {**meta, "build_seconds": seconds},
+                                codegen=generated_code(ex, source) if dump else None,
+                                attachments={"schedule_trace.py": applier.trace_script()})
     return CompiledCase(c, shapes, tgt, frontend, ex, seconds, run_dir, schedule, dict(applier.traces), source,
                         untuned=list(applier.untuned), pass_records=records,
                         gate=gate_summary(records, gate) if gate.active else None,
                         optimized_module=captured.get("optimized"), extra_passes=extra_passes,
                         dump_seconds=time.perf_counter() - t1)
+
+
+def _finish_dumps(recorder: PassRecorder, meta: dict, **kwargs):
+    """Write the run folder; a full disk (or any write error) is a one-line error, and the folder it leaves has
+    no ``complete`` marker, so ``dumps list`` shows it as incomplete."""
+    try:
+        return recorder.finish(meta, **kwargs)
+    except OSError as e:
+        raise UsageError(f"cannot write IR dumps ({e.strerror}): {e.filename or 'the dump folder'}") from None
 
 
 def device_source(ex: tvm.runtime.Executable) -> str:
