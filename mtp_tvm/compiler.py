@@ -52,7 +52,7 @@ class CompiledCase:
     extra_passes: ExtraPasses | None = dataclasses.field(default=None, repr=False)
     dump_seconds: float = 0.0                  # writing the dumps after the build
     _vm: relax.VirtualMachine | None = dataclasses.field(default=None, repr=False)
-    _weights: WeightCache = dataclasses.field(default_factory=lambda: WeightCache(), repr=False)
+    _weights: WeightCache = dataclasses.field(default_factory=lambda: WeightCache(), repr=False)  # defined below
 
     @property
     def input_specs(self) -> dict[str, TensorSpec]:

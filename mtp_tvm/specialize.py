@@ -18,11 +18,6 @@ def _static_shape(sinfo) -> list[int]:
     return dims
 
 
-def _int_dtype(dim) -> str:
-    """The integer width of a shape dim (Var or IntImm): specialised loops keep their index type."""
-    return str(dim.ty)
-
-
 def _call_sites(main: relax.Function):
     call_tir = tvm.ir.Op.get("relax.call_tir")
     for block in main.body.blocks:
@@ -51,7 +46,8 @@ def specialize_to_call_sites(mod: tvm.IRModule) -> tvm.IRModule:
                 continue
             free = [d for d in ty.shape if isinstance(d, tirx.Var) and d not in known]
             if free:
-                dims = [tirx.IntImm(_int_dtype(d), v) for d, v in zip(ty.shape, shape)]
+                # each dim keeps its integer width (Var or IntImm), so specialised loops keep their index type
+                dims = [tirx.IntImm(str(d.ty), v) for d, v in zip(ty.shape, shape)]
                 bindings[param] = tirx.decl_buffer(dims, ty.dtype, name=param.name, elem_offset=ty.elem_offset)
                 known.update(d for d in ty.shape if isinstance(d, tirx.Var))
         out[gv] = func.specialize(bindings) if bindings else func

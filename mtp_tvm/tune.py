@@ -177,8 +177,6 @@ def apply_database(mod: tvm.IRModule, target: Target, work_dir: str | os.PathLik
 
     from .specialize import specialize_to_call_sites
 
-    if not (Path(work_dir) / "database_tuning_record.json").exists():
-        raise UsageError(f"no tuning database in {work_dir}; run `mtp-tvm tune` first")
     database = ms.database.JSONDatabase(work_dir=str(work_dir), allow_missing=False)
     mod = specialize_to_call_sites(mod)
     applied, missing = {}, []
