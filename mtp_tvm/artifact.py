@@ -27,6 +27,7 @@ import subprocess
 import tempfile
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +39,7 @@ from . import embedded
 from .cases import TensorSpec, get_case
 from .check import CheckResult, golden_check, validate_seed
 from .compiler import CompiledCase, WeightCache, compile, main_args
+from .dumps import write_assembly
 from .model import leading_activations
 from .config import make_shapes
 from .cuda_binary import KERNEL_SOURCE, DeviceBinary, compile_fatbin
@@ -346,14 +348,16 @@ def _write_artifact(folder: Path, compiled: CompiledCase, archs: tuple[str, ...]
     src.mkdir()
     host = _find_module(compiled.executable.mod, "llvm")
     (src / "host.ll").write_text(host.inspect_source("ll"))
-    (src / "host.s").write_text(host.inspect_source("asm"))
-    blob, device = None, None
-    if archs:
-        blob, binary = _compile_device_code(compiled.executable.mod, archs, src)
-        device = _device_section(binary)
-    triple = _target_triple(target)
-    lib = folder / ("library.so" if _cpu_arch(triple) == _cpu_arch(_host_triple()) else "library.tar")
-    _export_library(compiled.executable, lib, blob)
+    with ThreadPoolExecutor(1, thread_name_prefix="mtp-artifact-asm") as pool:  # one backend run beside another
+        assembly = pool.submit(write_assembly, src / "host.ll")
+        blob, device = None, None
+        if archs:
+            blob, binary = _compile_device_code(compiled.executable.mod, archs, src)
+            device = _device_section(binary)
+        triple = _target_triple(target)
+        lib = folder / ("library.so" if _cpu_arch(triple) == _cpu_arch(_host_triple()) else "library.tar")
+        _export_library(compiled.executable, lib, blob)
+        assembly.result()
     return {
         "format": FORMAT, "case": c.name, "description": c.description, "preset": s.preset.name,
         "frontend": compiled.frontend, "shapes": s.as_dict(), "symbolic_dims": SYMBOLIC_DIMS,

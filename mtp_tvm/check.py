@@ -170,6 +170,7 @@ def check(case: str = "tail", target="llvm", preset: str = "flash", frontend: st
     seed = validate_seed(seed)
     if report is not None and not Path(report).resolve().parent.is_dir():  # fail before the build, not after
         raise UsageError(f"cannot write report {report}: {Path(report).parent} is not a directory")
+    log(f"[BUILD] case={case} preset={preset} frontend={frontend} schedule={schedule}")
     compiled = compile(case=case, target=target, preset=preset, frontend=frontend, tokens=tokens,
                        vocab_shard=vocab_shard, dump_passes=dump_passes, owners=owners, tp=tp, schedule=schedule,
                        **compile_options)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import hashlib
@@ -25,7 +26,7 @@ from .pass_plugin import ExtraPasses, extra_pass_names, resolve_extra_passes
 from .pipeline import FIRST_LOWERING_PHASE, compile_module
 from .schedule import TUNED, ApplySchedules
 from .tune import tuned_dir
-from .target import device_for, resolve_target, target_json, target_name
+from .target import device_for, resolve_target, runs_here, target_json, target_name
 from .tensors import to_device, validate_inputs
 
 TRANSFORM_PARAMS = "main_transform_params"  # made by LiftTransformParams from main's weight transforms
@@ -50,7 +51,7 @@ class CompiledCase:
     gate: dict | None = None                   # what --disable-pass / --bisect-limit did (pass_gate.gate_summary)
     optimized_module: tvm.IRModule | None = dataclasses.field(default=None, repr=False)  # entering lowering
     extra_passes: ExtraPasses | None = dataclasses.field(default=None, repr=False)
-    dump_seconds: float = 0.0                  # writing the dumps after the build
+    dump_seconds: float = 0.0                  # writing the dumps after the build (and, meanwhile, the JIT)
     _vm: relax.VirtualMachine | None = dataclasses.field(default=None, repr=False)
     _weights: WeightCache = dataclasses.field(default_factory=lambda: WeightCache(), repr=False)  # defined below
 
@@ -169,41 +170,44 @@ def compile(case: str = "tail", target: str | dict | Target = "llvm", preset: st
     mod = build_relax_module(c, shapes, frontend, static_tokens=tuned)
     meta = {"case": c.name, "target": target_json(tgt), "preset": shapes.preset.name, "frontend": frontend,
             "schedule": schedule, "shapes": shapes.as_dict()}
-    captured = {}
+    with contextlib.closing(recorder) if recorder is not None else contextlib.nullcontext():  # its printer thread
+        captured = {}
 
-    def on_phase(name, m):
-        if name == FIRST_LOWERING_PHASE:
-            captured["optimized"] = m
+        def on_phase(name, m):
+            if name == FIRST_LOWERING_PHASE:
+                captured["optimized"] = m
 
-    if recorder is not None:
-        recorder.record_input(mod)
-    t0 = time.perf_counter()
-    try:
-        with tvm.transform.PassContext(opt_level=3, instruments=[recorder] if recorder else []):
-            ex = compile_module(mod, tgt, applier, extra, on_phase=on_phase)
-    except UsageError:
-        raise
-    except Exception as e:  # TVM errors are multi-line C++ traces; keep the last line for the user
-        lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
-        message = lines[-1] if lines else type(e).__name__
-        run_dir = _finish_dumps(recorder, meta, error=message) if recorder is not None else None
-        where = f" (IR dumps: {run_dir})" if run_dir else ""
-        raise BuildError(f"build of {c.name} for {target_name(tgt)} failed: {message}{where}") from e
-    seconds = time.perf_counter() - t0
-    source = device_source(ex) if tgt.kind.name == "cuda" else None
-    records = recorder.records if recorder is not None else []
-    _check_disabled_names(gate, records)
-    t1 = time.perf_counter()
-    run_dir = None
-    if recorder is not None:
-        run_dir = _finish_dumps(recorder, {**meta, "build_seconds": seconds},
-                                codegen=generated_code(ex, source) if dump else None,
-                                attachments={"schedule_trace.py": applier.trace_script()})
-    return CompiledCase(c, shapes, tgt, frontend, ex, seconds, run_dir, schedule, dict(applier.traces), source,
-                        untuned=list(applier.untuned), pass_records=records,
-                        gate=gate_summary(records, gate) if gate.active else None,
-                        optimized_module=captured.get("optimized"), extra_passes=extra_passes,
-                        dump_seconds=time.perf_counter() - t1)
+        if recorder is not None:
+            recorder.record_input(mod)
+        t0 = time.perf_counter()
+        try:
+            with tvm.transform.PassContext(opt_level=3, instruments=[recorder] if recorder else []):
+                ex = compile_module(mod, tgt, applier, extra, on_phase=on_phase)
+        except UsageError:
+            raise
+        except Exception as e:  # TVM errors are multi-line C++ traces; keep the last line for the user
+            lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
+            message = lines[-1] if lines else type(e).__name__
+            run_dir = _finish_dumps(recorder, meta, error=message) if recorder is not None else None
+            where = f" (IR dumps: {run_dir})" if run_dir else ""
+            raise BuildError(f"build of {c.name} for {target_name(tgt)} failed: {message}{where}") from e
+        seconds = time.perf_counter() - t0
+        source = device_source(ex) if tgt.kind.name == "cuda" else None
+        records = recorder.records if recorder is not None else []
+        _check_disabled_names(gate, records)
+        t1 = time.perf_counter()
+        run_dir, vm = None, {}
+        if recorder is not None:
+            jit = (lambda: vm.setdefault("vm", relax.VirtualMachine(ex, tvm.cpu(0)))) if dump and runs_here(tgt) \
+                else None  # generated while the dumps' assembly is: the returned binary is ready to run
+            run_dir = _finish_dumps(recorder, {**meta, "build_seconds": seconds},
+                                    codegen=generated_code(ex, source) if dump else None,
+                                    attachments={"schedule_trace.py": applier.trace_script()}, meanwhile=jit)
+        return CompiledCase(c, shapes, tgt, frontend, ex, seconds, run_dir, schedule, dict(applier.traces), source,
+                            untuned=list(applier.untuned), pass_records=records,
+                            gate=gate_summary(records, gate) if gate.active else None,
+                            optimized_module=captured.get("optimized"), extra_passes=extra_passes,
+                            dump_seconds=time.perf_counter() - t1, _vm=vm.get("vm"))
 
 
 def _finish_dumps(recorder: PassRecorder, meta: dict, **kwargs):

@@ -7,8 +7,11 @@ times it (self and inclusive, minus the recorder's own work), and detects whethe
 structural hash. Records outlive the ``PassContext``.
 
 When dumping, the build only takes snapshots (each new module state's function table, copied, since a pass may
-edit the module it was given); the text is printed after the build, once per distinct state, and the run
-folder is created then:
+edit the module it was given) and hands the states a dump needs to a printer thread, which prints each distinct
+state once while the build goes on (TVM's printer releases the GIL, so on a second core this is nearly free).
+After the build the run folder is created, the diffs are queued there too, and the assembly is generated from
+the dumped ``host.ll`` on another thread, in its own LLVM context, while the caller's ``meanwhile`` (the JIT of
+a CPU build) runs:
 
     000_input.py                  the module given to the compiler
     NNN_<phase>__<Pass>.py        the module after pass NNN (every pass, or changed ones with only_changed)
@@ -33,7 +36,9 @@ import os
 import re
 import time
 import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Callable
 
 import tvm
 import tvm_ffi
@@ -48,6 +53,7 @@ COMPLETE_MARKER = "complete"
 INDEX_FILE = "index.json"
 INPUT_FILE = "000_input.py"
 NO_TEXT_CHANGE = "# the module changed structurally but prints the same (a change TVMScript does not show)\n"
+DIFF_CONTEXT = 3
 
 
 def dumps_root(root: str | os.PathLike | None = None) -> Path:
@@ -147,7 +153,10 @@ class PassRecorder:
         self._frames = [_Frame(None)]
         self._pending: PassRecord | None = None
         self._last: tuple[object, object] | None = None   # (module, key): a pass's input is mostly the last output
-        self._states: dict[object, object] = {}            # key -> module (or function) to print after the build
+        self._states: dict[object, object] = {}            # key -> module (or function) to print
+        self._texts: dict[object, Future] = {}             # key -> its TVMScript, printed on the printer thread
+        self._diffs: dict[int, Future] = {}                # pass number -> its diff, made there after the build
+        self._printer = ThreadPoolExecutor(1, thread_name_prefix="mtp-dump-print") if dump is not None else None
         self._steps: dict[int, tuple[object, object]] = {}  # pass number -> (before key, after key)
         self._input_key = None
 
@@ -155,6 +164,8 @@ class PassRecorder:
 
     def record_input(self, mod: tvm.IRModule) -> None:
         self._input_key = self._key(mod)
+        if self.dump is not None:
+            self._print_soon(self._input_key)
 
     def should_run(self, mod, info):
         t0 = time.perf_counter()
@@ -194,6 +205,10 @@ class PassRecorder:
             after = self._key(mod, fresh=True)  # the same object may come back edited in place (dlight does)
             rec.changed = after != frame.before
             self._steps[rec.index] = (frame.before, after)
+            if self._dumped(rec):
+                self._print_soon(after)
+                if rec.changed:
+                    self._print_soon(frame.before)
         parent.overhead += time.perf_counter() - t_end
 
     @staticmethod
@@ -221,6 +236,30 @@ class PassRecorder:
         self._last = (mod, key)
         return key
 
+    def _print_soon(self, key) -> None:
+        """Queue a state's TVMScript on the printer thread (once per state)."""
+        if key != _ABSENT and key not in self._texts:
+            self._texts[key] = self._printer.submit(self._states[key].script)
+
+    def _dumped(self, rec: PassRecord) -> bool:
+        """Whether pass ``rec`` gets a file: dumping, its name passes the filter, and it changed the IR or every
+        pass is dumped."""
+        return self.dump is not None and rec.index in self._steps and self.dump.wants(rec.name) and (
+            rec.changed or not self.dump.only_changed)
+
+    def _diff(self, rec: PassRecord) -> list[str]:
+        """Pass ``rec``'s diff against its own input (on the printer thread, after both texts it queued)."""
+        before, after = self._steps[rec.index]
+        stem = self._stem(rec)
+        return unified_diff(self._text(before).splitlines(), self._text(after).splitlines(),
+                            f"before/{stem}", f"after/{stem}")
+
+    def close(self) -> None:
+        """Stop the printer thread, dropping queued prints (after the dumps are written, or when a build is
+        abandoned: an error, Ctrl-C)."""
+        if self._printer is not None:
+            self._printer.shutdown(wait=False, cancel_futures=True)
+
     def _failing_frame(self) -> _Frame | None:
         """After a build error: the innermost pass that was running (its frame still holds its input)."""
         return next((f for f in reversed(self._frames) if f.record is not None), None)
@@ -228,61 +267,67 @@ class PassRecorder:
     # ---- after the build -----------------------------------------------------------------------------------
 
     def finish(self, meta: dict, error: str | None = None, codegen: dict[str, str] | None = None,
-               attachments: dict[str, str] | None = None) -> Path | None:
-        """Create the run folder and write every dump, the generated code, ``attachments`` (name -> text),
-        ``index.json`` and ``index.html``, then the ``complete`` marker. Returns the folder (None: no dumping)."""
+               attachments: dict[str, str] | None = None, meanwhile: Callable[[], None] | None = None) -> Path | None:
+        """Create the run folder and write every dump, the generated code (``codegen``, name -> text; each
+        ``.ll`` also gets its assembly ``.s``), ``attachments`` (name -> text), ``index.json`` and
+        ``index.html``, then the ``complete`` marker. ``meanwhile`` runs on this thread while the assembly is
+        generated on another. Returns the folder (None: no dumping)."""
         failing = self._failing_frame() if error is not None else None
         if failing is not None:
             failing.record.error = error
         if self.dump is None:
+            if meanwhile is not None:
+                meanwhile()
             return None
         from .dump_report import write_html
 
         run = new_run_dir(self.dump.root, f"{meta['case']}-{meta['target']['kind']}")
-        texts: dict[object, str] = {}
-        (run / INPUT_FILE).write_text(self._text(self._input_key, texts))
-        if failing is not None:
-            failing.record.input_file = f"{self._stem(failing.record)}.input.py"
-            (run / failing.record.input_file).write_text(self._text(failing.before, texts))
-        self._write_passes(run, texts)
         extra = {**(codegen or {}), **(attachments or {})}
         for name, text in extra.items():
             (run / name).write_text(text)
+        with ThreadPoolExecutor(thread_name_prefix="mtp-dump-asm") as pool:
+            assembly = [pool.submit(write_assembly, run / name) for name in codegen or {} if name.endswith(".ll")]
+            # diffs are pure Python: queued now, not during the build, so they never hold the GIL the build's
+            # pass callbacks wait for; they run while ``meanwhile`` (C++, GIL released) does
+            self._diffs = {r.index: self._printer.submit(self._diff, r) for r in self.records
+                           if r.changed and self._dumped(r)}
+            if meanwhile is not None:
+                meanwhile()
+            (run / INPUT_FILE).write_text(self._text(self._input_key))
+            if failing is not None:
+                failing.record.input_file = f"{self._stem(failing.record)}.input.py"
+                (run / failing.record.input_file).write_text(self._text(failing.before))
+            self._write_passes(run)
+            generated = sorted([*(codegen or {}), *(f.result().name for f in assembly)])
         index = {**meta, "status": "build failed" if error else "ok", "error": error,
                  "dump": {"only_changed": self.dump.only_changed, "filter": self.dump.pass_filter,
                           "func": self.dump.func},
                  "gate": gate_summary(self.records, self.gate), "input": INPUT_FILE,
-                 "codegen": sorted(codegen or {}), "attachments": sorted(attachments or {}),
+                 "codegen": generated, "attachments": sorted(attachments or {}),
                  "passes": [dataclasses.asdict(r) for r in self.records]}
         write_json(run / INDEX_FILE, index)
         write_html(run, index)
         (run / COMPLETE_MARKER).write_text("")
+        self.close()
         return run
 
     def _stem(self, rec: PassRecord) -> str:
         return f"{rec.index:03d}_{_safe(rec.phase)}__{_safe(rec.name)}"
 
-    def _text(self, key, texts: dict) -> str:
-        if key not in texts:
-            view = self._states.get(key)
-            texts[key] = (f"# function {self.dump.func} is not in this module\n" if key == _ABSENT
-                          else view.script())
-        return texts[key]
+    def _text(self, key) -> str:
+        if key == _ABSENT:
+            return f"# function {self.dump.func} is not in this module\n"
+        self._print_soon(key)
+        return self._texts[key].result()
 
-    def _write_passes(self, run: Path, texts: dict) -> None:
+    def _write_passes(self, run: Path) -> None:
         first_file: dict[object, str] = {}  # state -> the first file holding it; later ones are hard links
-        for rec in self.records:
-            if rec.index not in self._steps or not self.dump.wants(rec.name):
-                continue
-            if self.dump.only_changed and not rec.changed:
-                continue
-            before, after = self._steps[rec.index]
+        for rec in filter(self._dumped, self.records):
+            after = self._steps[rec.index][1]
             stem = self._stem(rec)
             rec.lines_added = rec.lines_removed = 0
             if rec.changed:
-                diff = list(difflib.unified_diff(self._text(before, texts).splitlines(),
-                                                 self._text(after, texts).splitlines(),
-                                                 f"before/{stem}", f"after/{stem}", lineterm=""))
+                diff = self._diffs[rec.index].result()
                 rec.lines_added = sum(1 for ln in diff if ln.startswith("+") and not ln.startswith("+++"))
                 rec.lines_removed = sum(1 for ln in diff if ln.startswith("-") and not ln.startswith("---"))
                 rec.diff = stem + ".diff"
@@ -294,21 +339,45 @@ class PassRecorder:
                     continue
                 except OSError:
                     pass
-            (run / rec.file).write_text(self._text(after, texts))
+            (run / rec.file).write_text(self._text(after))
             first_file.setdefault(after, rec.file)
 
 
+def unified_diff(a: list[str], b: list[str], a_name: str, b_name: str) -> list[str]:
+    """``difflib.unified_diff`` of two line lists, fast for dumps: consecutive module states share most of their
+    text, so the common head and tail (less the context) are cut before difflib indexes the lines, and the hunk
+    line numbers are shifted back."""
+    head = len(os.path.commonprefix([a, b]))
+    tail = len(os.path.commonprefix([a[head:][::-1], b[head:][::-1]]))
+    lo = max(head - DIFF_CONTEXT, 0)
+    cut_tail = max(tail - DIFF_CONTEXT, 0)
+    lines = list(difflib.unified_diff(a[lo:len(a) - cut_tail], b[lo:len(b) - cut_tail], a_name, b_name,
+                                      n=DIFF_CONTEXT, lineterm=""))
+    if lo == 0:
+        return lines
+    shift = lambda m: str(int(m.group(0)) + lo)  # noqa: E731
+    return [re.sub(r"(?<=[-+])\d+", shift, ln, count=2) if ln.startswith("@@ ") else ln for ln in lines]
+
+
 def generated_code(executable, device_source: str | None = None) -> dict[str, str]:
-    """The final code of a build, file name -> text, named as in an artifact's ``source/``: the LLVM IR and
-    assembly of the host module (on a CPU target it holds the kernels) and a GPU build's device source. The
-    assembly costs one more LLVM backend run."""
+    """The final code of a build, file name -> text, named as in an artifact's ``source/``: the LLVM IR of the
+    host module (on a CPU target it holds the kernels; ``finish`` adds its assembly) and a GPU build's device
+    source."""
     files: dict[str, str] = {}
     for i, mod in enumerate(m for m in executable.mod.imports if m.kind == "llvm"):
         files[f"host{f'_{i}' if i else ''}.ll"] = mod.inspect_source("ll")
-        files[f"host{f'_{i}' if i else ''}.s"] = mod.inspect_source("asm")
     if device_source is not None:
         files["device_source.cu"] = device_source
     return files
+
+
+def write_assembly(ll_file: Path) -> Path:
+    """Write the assembly of an LLVM IR file next to it (``host.ll`` -> ``host.s``). The IR is parsed into a
+    fresh module in its own LLVM context, so this may run on a thread while the build's own module is JIT
+    compiled; the text equals ``inspect_source("asm")`` of the built module (same IR, same target metadata)."""
+    out = ll_file.with_suffix(".s")
+    out.write_text(tvm.runtime.load_module(str(ll_file)).inspect_source("asm"))
+    return out
 
 
 def update_index(run: Path, **sections) -> dict:

@@ -15,3 +15,16 @@ class BuildError(MtpError):
     """TVM could not lower or build the module for the requested target."""
 
     exit_code = 3
+
+
+def _keep_ctrl_c_a_keyboard_interrupt() -> None:
+    """Ctrl-C during a build lands in a Python callback TVM runs (a pass, an instrument). tvm-ffi carries the
+    exception back through C++ by its registered name and rebuilds it on return, so an unregistered
+    ``KeyboardInterrupt`` came back as an empty ``RuntimeError``: a "build failed" (exit 3) instead of an
+    interrupt (exit 130). Registering the name keeps it a ``KeyboardInterrupt``."""
+    import tvm_ffi
+
+    tvm_ffi.error.register_error("KeyboardInterrupt", KeyboardInterrupt)
+
+
+_keep_ctrl_c_a_keyboard_interrupt()

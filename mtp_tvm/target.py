@@ -63,3 +63,11 @@ def device_for(target: Target):
         raise UsageError(f"no {target.kind.name} device on this machine: cannot run (build with `mtp-tvm build` "
                          "and run it where the device is)")
     return dev
+
+
+def runs_here(target: Target) -> bool:
+    """Whether a build for ``target`` runs in this process: a CPU target for this host's architecture (an
+    ``mtriple`` for another is a cross build)."""
+    triple = str(target.attrs.get("mtriple", "") or "")
+    host = tvm.target.codegen.llvm_get_system_triple()
+    return target.kind.name == "llvm" and (not triple or triple.split("-", 1)[0] == host.split("-", 1)[0])

@@ -1,13 +1,19 @@
+import difflib
 import json
 import re
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import mtp_tvm
 from mtp_tvm.dump_report import timing_table
+from mtp_tvm.dumps import unified_diff
 from mtp_tvm.pipeline import RELAX_PHASES, TIR_PHASES
 
 DUMP_NAME = re.compile(r"^(\d{3})_([a-z-]+)__(.+)\.(py|diff)$")
@@ -61,6 +67,17 @@ def test_the_final_generated_code_is_dumped(relax_run):
     assert "define " in (run / "host.ll").read_text()
     asm = (run / "host.s").read_text()
     assert ".text" in asm and re.search(r"\.globl\s+__tvm_ffi_fused_\w*matmul", asm)
+    # made from the dumped host.ll on another thread, it is the built module's own assembly
+    built = next(m for m in relax_run.executable.mod.imports if m.kind == "llvm")
+    assert asm == built.inspect_source("asm")
+
+
+def test_a_dumping_build_returns_its_binary_jit_compiled_and_stops_its_threads(relax_run):
+    assert relax_run._vm is not None  # the JIT ran while the dumps were written
+    deadline = time.monotonic() + 10
+    while any(t.name.startswith("mtp-dump") for t in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("mtp-dump")]
 
 
 def test_timing_outlives_the_pass_context_self_within_inclusive(relax_run):
@@ -165,3 +182,43 @@ def test_a_cuda_build_dumps_its_cuda_source_without_a_gpu(tmp_path):
     assert by_name["ApplySchedules"]["phase"] == "schedule" and by_name["ApplySchedules"]["changed"]
     assert not by_name["ApplySchedules"]["optional"]  # threads must be bound on a GPU
     assert "tir-device" in {p["phase"] for p in index["passes"]}
+
+
+def _apply(a: list[str], diff: list[str]) -> list[str]:
+    """Apply a unified diff to ``a``, checking every context and removed line and both sides' hunk numbers."""
+    out, i = [], 0
+    for ln in diff[2:]:
+        if ln.startswith("@@ "):
+            m = re.fullmatch(r"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@", ln)
+            old_first = int(m[1]) - (1 if m[2] != "0" else 0)   # 0-based; a count of 0 names the line before
+            new_first = int(m[3]) - (1 if m[4] != "0" else 0)
+            out += a[i:old_first]
+            i = old_first
+            assert len(out) == new_first
+        elif ln[0] in " -":
+            assert a[i] == ln[1:]
+            i += 1
+            if ln[0] == " ":
+                out.append(ln[1:])
+        else:
+            out.append(ln[1:])
+    return out + a[i:]
+
+
+lines = st.lists(st.sampled_from(["a", "b", "c", "    def f():", "x = 1"]), max_size=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(lines, lines, lines, lines)
+def test_the_trimmed_unified_diff_is_a_correct_patch(head, old, new, tail):
+    a, b = head + old + tail, head + new + tail
+    diff = unified_diff(a, b, "before", "after")
+    assert (diff == []) == (a == b)
+    assert diff == [] or diff[:2] == ["--- before", "+++ after"]
+    assert _apply(a, diff) == b
+
+
+def test_the_trimmed_unified_diff_equals_difflib_on_a_local_change():
+    a = [f"line {i}" for i in range(400)]
+    b = a[:200] + ["changed"] + a[201:350] + ["new", "lines"] + a[350:]
+    assert unified_diff(a, b, "x", "y") == list(difflib.unified_diff(a, b, "x", "y", lineterm=""))

@@ -141,14 +141,36 @@ def test_disk_full_during_a_dump_is_one_line_and_leaves_an_incomplete_run(tmp_pa
     assert len(listing) == 2 and run.name in listing[1] and "incomplete" in listing[1]
 
 
-def test_ctrl_c_exits_130_and_never_leaves_a_half_written_run_marked_complete(tmp_path):
+def test_ctrl_c_inside_a_tvm_pass_stays_a_keyboard_interrupt(tmp_path):
+    import tvm
+
+    @tvm.transform.module_pass(opt_level=0, name="InterruptedByTheUser")
+    def interrupted(mod, _ctx):
+        raise KeyboardInterrupt  # what SIGINT raises in whichever Python callback TVM is running
+
+    with pytest.raises(KeyboardInterrupt):  # not a BuildError: the CLI exits 130, not 3
+        mtp_tvm.compile(case="norm", preset="tiny", extra_passes={"fuse": [interrupted]}, dump_passes=tmp_path)
+    assert not any((run / "complete").exists() for run in tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("moment", ["build", "dump"])
+def test_ctrl_c_exits_130_and_never_leaves_a_half_written_run_marked_complete(tmp_path, moment):
+    """Ctrl-C during the build (just after the check starts) or while the run folder is written (as soon as it
+    appears): exit 130, and a folder marked complete is complete."""
     import signal
     import time
 
     cmd = [sys.executable, "-m", "mtp_tvm", "check", "--case", "tail-norm", "--preset", "flash",
            "--frontend", "relax", "--dump-passes", str(tmp_path)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV, text=True)
-    time.sleep(12)  # into the import / build / dump
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**ENV, "PYTHONUNBUFFERED": "1"})
+    if moment == "build":
+        assert proc.stdout.readline().startswith("[BUILD]")  # printed as the build starts
+        time.sleep(0.2)
+    else:
+        deadline = time.monotonic() + 120
+        while not any(tmp_path.iterdir()) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=300)
     if proc.returncode == 0:
