@@ -43,9 +43,10 @@ from .dumps import write_assembly
 from .model import leading_activations
 from .config import make_shapes
 from .cuda_binary import KERNEL_SOURCE, DeviceBinary, compile_fatbin
-from .errors import BuildError, UsageError
-from .target import CUDA_ARCHS, device_for, resolve_target, target_json
+from .errors import BuildError, UsageError, last_line
+from .target import CUDA_ARCHS, cpu_arch, device_for, host_triple, resolve_target, target_json, target_triple
 from .tensors import NUMPY_DTYPES, validate_inputs
+from .text_table import text_table
 
 FORMAT = "mtp-tvm-artifact/1"
 MANIFEST = "manifest.json"
@@ -83,18 +84,6 @@ def _device_archs(target: Target, archs: tuple[str, ...]) -> tuple[str, ...]:
     if archs and own not in archs:
         raise UsageError(f"target arch {own} is not among the requested archs {', '.join(archs)}")
     return archs or (own,)
-
-
-def _cpu_arch(triple: str) -> str:
-    return triple.split("-", 1)[0]
-
-
-def _host_triple() -> str:
-    return tvm.target.codegen.llvm_get_system_triple()
-
-
-def _target_triple(target: dict) -> str:
-    return str(target.get("mtriple") or _host_triple())
 
 
 # ---- provenance ---------------------------------------------------------------------------------------------
@@ -335,8 +324,7 @@ def _export_library(ex, lib: Path, blob: bytes | None) -> None:
         else:
             ex.export_library(str(lib), fpack_imports=embedded.object_packer(blob))
     except Exception as e:  # the C++ toolchain or TVM: keep the last line for the user
-        lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
-        raise BuildError(f"export of {lib.name} failed: {lines[-1] if lines else type(e).__name__}") from e
+        raise BuildError(f"export of {lib.name} failed: {last_line(e)}") from e
     if blob is not None and embedded.read_library_blob(str(lib)) != blob:
         raise BuildError(f"{lib.name} does not embed the compiled device code")
 
@@ -354,8 +342,8 @@ def _write_artifact(folder: Path, compiled: CompiledCase, archs: tuple[str, ...]
         if archs:
             blob, binary = _compile_device_code(compiled.executable.mod, archs, src)
             device = _device_section(binary)
-        triple = _target_triple(target)
-        lib = folder / ("library.so" if _cpu_arch(triple) == _cpu_arch(_host_triple()) else "library.tar")
+        triple = target_triple(target)
+        lib = folder / ("library.so" if cpu_arch(triple) == cpu_arch(host_triple()) else "library.tar")
         _export_library(compiled.executable, lib, blob)
         assembly.result()
     return {
@@ -467,8 +455,8 @@ def _runnable_device(path: Path, m: dict) -> tvm.runtime.Device:
         if here not in archs:
             raise UsageError(f"{path} has device code for {', '.join(archs)}; this GPU is {here}")
         return dev
-    built_for, here = m["library"]["triple"], _host_triple()
-    if _cpu_arch(built_for) != _cpu_arch(here):
+    built_for, here = m["library"]["triple"], host_triple()
+    if cpu_arch(built_for) != cpu_arch(here):
         raise UsageError(f"{path} is built for {built_for}; this machine is {here}")
     return tvm.cpu(0)
 
@@ -489,8 +477,7 @@ def load(path: str | os.PathLike) -> Artifact:
     try:
         module = tvm.runtime.load_module(str(lib))
     except Exception as e:  # the dynamic loader or a missing TVM runtime: its last line says which
-        lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
-        raise UsageError(f"cannot load {lib}: {lines[-1] if lines else type(e).__name__}") from None
+        raise UsageError(f"cannot load {lib}: {last_line(e)}") from None
     return Artifact(path, m, module, dev)
 
 
@@ -527,7 +514,6 @@ def describe(built: Built) -> str:
         rows += [(k, a, str(r["registers"]), str(r["shared_memory_bytes"]),
                   f"{r['spill_store_bytes']}/{r['spill_load_bytes']}")
                  for k, per_arch in device["kernels"].items() for a, r in per_arch.items()]
-        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-        lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+        lines += text_table(rows, rule=False)
     lines.append(f"artifact: {built.path}" if built.path else "compile only: nothing written")
     return "\n".join(lines)

@@ -37,12 +37,14 @@ import tvm
 from tvm.script import tirx as T
 
 from . import golden
+from .atomic_file import write_user_file
 from .cases import Case
 from .compiler import CompiledCase, compile
 from .config import INT8_AMAX_EPS, INT8_SCALE_MAX, Shapes, padded_tokens
 from .errors import MtpError, UsageError
 from .target import device_for, target_json
 from .tensors import NUMPY_DTYPES, to_numpy
+from .text_table import text_table
 
 CONTENDERS = ("tvm", "torch_bf16", "torch_fp32", "numpy_fp32", "torch_golden")
 TORCH_DTYPES = {"torch_bf16": torch.bfloat16, "torch_fp32": torch.float32}
@@ -305,7 +307,7 @@ class BenchResult:
         return dataclasses.asdict(self)
 
     def write_json(self, path: str | os.PathLike) -> None:
-        _atomic_write(Path(path), lambda p: p.write_text(json.dumps(self.as_dict(), indent=1)))
+        write_user_file(path, lambda p: p.write_text(json.dumps(self.as_dict(), indent=1)))
 
     def table(self) -> str:
         rows = [("contender", "median ms", "GFLOP/s", "GB/s", "tvm speed-up")]
@@ -315,9 +317,7 @@ class BenchResult:
                 continue
             rows.append((name if name != "tvm" else f"tvm:{self.schedule}", f"{ms:.3f}", f"{self.gflops[name]:.1f}",
                          f"{self.gbs[name]:.1f}", "-" if name == "tvm" else f"{self.speedup[name]:.2f}x"))
-        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
-        lines.insert(1, "  ".join("-" * w for w in widths))
+        lines = text_table(rows)
         s = self.shapes
         head = (f"case={self.case} target={self.target['kind']} preset={self.preset} schedule={self.schedule} "
                 f"T={s['tokens']} (padded {s['tokens_padded']}) D={s['hidden']} V={s['vocab_shard']} "
@@ -345,18 +345,8 @@ class BenchResult:
                      f"(schedule {self.schedule})", fontsize=9)
         ax.margins(y=0.25)
         fig.tight_layout()
-        _atomic_write(Path(path), lambda p: fig.savefig(p, format="png", dpi=120))
+        write_user_file(path, lambda p: fig.savefig(p, format="png", dpi=120))
         plt.close(fig)
-
-
-def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        write(tmp)
-        tmp.replace(path)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise UsageError(f"cannot write {path}: {e.strerror}") from None
 
 
 def peer_unavailable(peer: str, gpu: bool) -> str | None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import numbers
@@ -10,6 +9,7 @@ import os
 import time
 from pathlib import Path
 
+from .atomic_file import write_user_file
 from .cases import Case
 from .compare import (Comparison, check_logits_contract, check_sampled_ids, device_hidden_logits_allclose,
                       logits_tolerance, ratio_allclose)
@@ -19,6 +19,7 @@ from .dumps import update_index
 from .errors import UsageError
 from .target import target_json
 from .tensors import to_numpy
+from .text_table import text_table
 
 DEFAULT_TOLERANCE = {"atol": 1e-2, "rtol": 1e-2, "max_error_ratio": 0.02}
 LOGITS = "candidate_logits"
@@ -79,15 +80,7 @@ class CheckResult:
 
     def write_report(self, path: str | os.PathLike) -> None:
         """Write the JSON report atomically (a temp file renamed into place)."""
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        try:
-            tmp.write_text(json.dumps(self.as_dict(), indent=1))
-            tmp.replace(path)
-        except OSError as e:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            raise UsageError(f"cannot write report {path}: {e.strerror}") from None
+        write_user_file(path, lambda p: p.write_text(json.dumps(self.as_dict(), indent=1)), what="report ")
 
 
 def validate_seed(seed) -> int:
@@ -235,9 +228,7 @@ def summary_table(r: CheckResult) -> str:
             rows.append((o.name, cmp.comparator.split("(")[0], f"{cmp.mismatches}/{cmp.numel}",
                          f"{cmp.max_abs_diff:.3g}", str(cmp.worst_index if cmp.worst_index is not None else "-"),
                          "PASS" if cmp.passed else "FAIL"))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+    lines = text_table(rows)
     head = (f"case={r.case} target={r.target['kind']} preset={r.preset} frontend={r.frontend} schedule={r.schedule} "
             f"T={r.shapes['tokens']} V={r.shapes['vocab_shard']} seed={r.seed} "
             f"build={r.build_seconds:.2f}s run={r.run_seconds * 1e3:.1f}ms")

@@ -105,6 +105,11 @@ def _cmd_check(args) -> int:
     _print_debug_footer(args, result.pass_records, result.gate, result.dump_dir)
     if result.repro_dir:
         print(f"reproducer: {result.repro_dir} (python {result.repro_dir}/repro.py)")
+    return _check_exit(args, result)
+
+
+def _check_exit(args, result) -> int:
+    """Where the report went, and the exit code of a check: 0 passed, 1 failed."""
     if args.report:
         print(f"report: {args.report}")
     return 0 if result.passed else 1
@@ -137,17 +142,19 @@ def _cmd_check_prebuilt(args) -> int:
         _print_debug_footer(args, built.compiled.pass_records, built.compiled.gate, built.compiled.dump_dir)
         return 0
     defaults = build_parser().parse_args(["check"])
-    given = [f"--{o.replace('_', '-')}" for o in _MANIFEST_OPTIONS if getattr(args, o) != getattr(defaults, o)]
-    if given:
-        raise UsageError(f"--artifact takes {', '.join(given)} from the artifact's manifest; drop them")
-    debugging = [f"--{o.replace('_', '-')}" for o in _DEBUG_OPTIONS if getattr(args, o) != getattr(defaults, o)]
-    if debugging:
-        raise UsageError(f"--artifact does not compile, so {', '.join(debugging)} cannot apply; drop them")
+
+    def given(options) -> list[str]:
+        return [f"--{o.replace('_', '-')}" for o in options if getattr(args, o) != getattr(defaults, o)]
+
+    if given(_MANIFEST_OPTIONS):
+        raise UsageError(f"--artifact takes {', '.join(given(_MANIFEST_OPTIONS))} from the artifact's manifest; "
+                         "drop them")
+    if given(_DEBUG_OPTIONS):
+        raise UsageError(f"--artifact does not compile, so {', '.join(given(_DEBUG_OPTIONS))} cannot apply; "
+                         "drop them")
     result = check_artifact(args.artifact, seed=args.seed, tokens=args.tokens, report=args.report)
     print(summary_table(result))
-    if args.report:
-        print(f"report: {args.report}")
-    return 0 if result.passed else 1
+    return _check_exit(args, result)
 
 
 def _cmd_build(args) -> int:

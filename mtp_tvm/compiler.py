@@ -6,7 +6,6 @@ import contextlib
 import dataclasses
 import difflib
 import hashlib
-import json
 import os
 import time
 from pathlib import Path
@@ -19,7 +18,7 @@ from tvm.target import Target
 from .cases import ROWS, TOKENS, Case, TensorSpec, get_case
 from .config import Shapes, make_shapes
 from .dumps import DumpOptions, PassRecord, PassRecorder, generated_code
-from .errors import BuildError, UsageError
+from .errors import BuildError, UsageError, last_line
 from .model import build_relax_module, get_frontend, num_activations
 from .pass_gate import PassGate, gate_summary
 from .pass_plugin import ExtraPasses, extra_pass_names, resolve_extra_passes
@@ -186,8 +185,7 @@ def compile(case: str = "tail", target: str | dict | Target = "llvm", preset: st
         except UsageError:
             raise
         except Exception as e:  # TVM errors are multi-line C++ traces; keep the last line for the user
-            lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
-            message = lines[-1] if lines else type(e).__name__
+            message = last_line(e)
             run_dir = _finish_dumps(recorder, meta, error=message) if recorder is not None else None
             where = f" (IR dumps: {run_dir})" if run_dir else ""
             raise BuildError(f"build of {c.name} for {target_name(tgt)} failed: {message}{where}") from e
@@ -195,19 +193,19 @@ def compile(case: str = "tail", target: str | dict | Target = "llvm", preset: st
         source = device_source(ex) if tgt.kind.name == "cuda" else None
         records = recorder.records if recorder is not None else []
         _check_disabled_names(gate, records)
-        t1 = time.perf_counter()
-        run_dir, vm = None, {}
+        compiled = CompiledCase(c, shapes, tgt, frontend, ex, seconds, None, schedule, dict(applier.traces), source,
+                                untuned=list(applier.untuned), pass_records=records,
+                                gate=gate_summary(records, gate) if gate.active else None,
+                                optimized_module=captured.get("optimized"), extra_passes=extra_passes)
         if recorder is not None:
-            jit = (lambda: vm.setdefault("vm", relax.VirtualMachine(ex, tvm.cpu(0)))) if dump and runs_here(tgt) \
-                else None  # generated while the dumps' assembly is: the returned binary is ready to run
-            run_dir = _finish_dumps(recorder, {**meta, "build_seconds": seconds},
-                                    codegen=generated_code(ex, source) if dump else None,
-                                    attachments={"schedule_trace.py": applier.trace_script()}, meanwhile=jit)
-        return CompiledCase(c, shapes, tgt, frontend, ex, seconds, run_dir, schedule, dict(applier.traces), source,
-                            untuned=list(applier.untuned), pass_records=records,
-                            gate=gate_summary(records, gate) if gate.active else None,
-                            optimized_module=captured.get("optimized"), extra_passes=extra_passes,
-                            dump_seconds=time.perf_counter() - t1, _vm=vm.get("vm"))
+            t1 = time.perf_counter()
+            jit = (lambda: compiled.vm) if dump and runs_here(tgt) else None  # made while the assembly is
+            compiled.dump_dir = _finish_dumps(recorder, {**meta, "build_seconds": seconds},
+                                              codegen=generated_code(ex, source) if dump else None,
+                                              attachments={"schedule_trace.py": applier.trace_script()},
+                                              meanwhile=jit)
+            compiled.dump_seconds = time.perf_counter() - t1
+        return compiled
 
 
 def _finish_dumps(recorder: PassRecorder, meta: dict, **kwargs):

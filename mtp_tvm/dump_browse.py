@@ -15,6 +15,7 @@ from pathlib import Path
 from .dump_report import pass_table
 from .dumps import COMPLETE_MARKER, INDEX_FILE, dumps_root
 from .errors import UsageError
+from .text_table import text_table
 
 
 def _runs(root=None) -> list[Path]:
@@ -48,8 +49,7 @@ def list_runs(root=None) -> str:
                      index["status"] if (run / COMPLETE_MARKER).exists() else "incomplete", golden))
     if len(rows) == 1:
         return f"no runs under {dumps_root(root)}"
-    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+    return "\n".join(text_table(rows, rule=False))
 
 
 def find_run(spec: str, root=None) -> Path:

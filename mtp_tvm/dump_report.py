@@ -12,15 +12,11 @@ import html
 import json
 from pathlib import Path
 
+from . import atomic_file
+from .text_table import text_table
+
 HTML_FILE = "index.html"
 DIFF_LINES_EMBEDDED = 400  # longer diffs are cut in the page; the .diff file is linked for the rest
-
-
-def _table(rows: list[tuple], align_right: set[int] = frozenset()) -> list[str]:
-    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
-    fmt = lambda r: "  ".join(str(c).rjust(w) if i in align_right else str(c).ljust(w)  # noqa: E731
-                              for i, (c, w) in enumerate(zip(r, widths))).rstrip()
-    return [fmt(rows[0]), "  ".join("-" * w for w in widths), *map(fmt, rows[1:])]
 
 
 def timing_table(records, top: int = 15) -> str:
@@ -36,7 +32,7 @@ def timing_table(records, top: int = 15) -> str:
         phases[r.phase] = phases.get(r.phase, 0.0) + r.self_ms
     by_phase = ", ".join(f"{p} {ms:.1f}" for p, ms in phases.items())
     return "\n".join([f"pass timing: top {min(top, len(ran))} of {len(ran)} passes by self time",
-                      *_table(rows, {3, 4, 5}), f"per phase (self ms): {by_phase}; total {total:.1f} ms"])
+                      *text_table(rows, {3, 4, 5}), f"per phase (self ms): {by_phase}; total {total:.1f} ms"])
 
 
 def pass_table(index: dict, changed: bool = False, phase: str | None = None) -> str:
@@ -51,7 +47,7 @@ def pass_table(index: dict, changed: bool = False, phase: str | None = None) -> 
         rows.append((f"{p['index']:03d}", p["phase"], "  " * p["depth"] + p["name"], state,
                      "" if p["lines_added"] is None else p["lines_added"],
                      "" if p["lines_removed"] is None else p["lines_removed"], f"{p['ms']:.2f}", p["file"] or ""))
-    return "\n".join(_table(rows, {4, 5, 6}))
+    return "\n".join(text_table(rows, {4, 5, 6}))
 
 
 def _embedded_diffs(run: Path, index: dict) -> dict[str, str]:
@@ -76,9 +72,7 @@ def write_html(run: Path, index: dict) -> Path:
     page = _PAGE.replace("{{title}}", html.escape(title)).replace(
         "{{data}}", _json_script("index-data", index) + _json_script("diff-data", _embedded_diffs(run, index)))
     path = run / HTML_FILE
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(page)
-    tmp.replace(path)
+    atomic_file.write_text(path, page)
     return path
 
 

@@ -43,6 +43,7 @@ from typing import Callable
 import tvm
 import tvm_ffi
 
+from . import atomic_file
 from .errors import UsageError
 from .pass_gate import PassGate, gate_summary
 from .pipeline import PHASE_MARKER_PREFIX
@@ -79,9 +80,7 @@ def new_run_dir(root: str | os.PathLike | None, label: str) -> Path:
 
 def write_json(path: Path, data: dict) -> None:
     """Write JSON atomically (a temp file renamed into place)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    tmp.replace(path)
+    atomic_file.write_text(path, json.dumps(data, indent=1))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -255,8 +254,8 @@ class PassRecorder:
                             f"before/{stem}", f"after/{stem}")
 
     def close(self) -> None:
-        """Stop the printer thread, dropping queued prints (after the dumps are written, or when a build is
-        abandoned: an error, Ctrl-C)."""
+        """Stop the printer thread, dropping queued prints: the owner of the build calls it when the build is
+        over, dumps written or abandoned (an error, Ctrl-C)."""
         if self._printer is not None:
             self._printer.shutdown(wait=False, cancel_futures=True)
 
@@ -267,7 +266,7 @@ class PassRecorder:
     # ---- after the build -----------------------------------------------------------------------------------
 
     def finish(self, meta: dict, error: str | None = None, codegen: dict[str, str] | None = None,
-               attachments: dict[str, str] | None = None, meanwhile: Callable[[], None] | None = None) -> Path | None:
+               attachments: dict[str, str] | None = None, meanwhile: Callable[[], object] | None = None) -> Path | None:
         """Create the run folder and write every dump, the generated code (``codegen``, name -> text; each
         ``.ll`` also gets its assembly ``.s``), ``attachments`` (name -> text), ``index.json`` and
         ``index.html``, then the ``complete`` marker. ``meanwhile`` runs on this thread while the assembly is
@@ -276,8 +275,6 @@ class PassRecorder:
         if failing is not None:
             failing.record.error = error
         if self.dump is None:
-            if meanwhile is not None:
-                meanwhile()
             return None
         from .dump_report import write_html
 
@@ -308,7 +305,6 @@ class PassRecorder:
         write_json(run / INDEX_FILE, index)
         write_html(run, index)
         (run / COMPLETE_MARKER).write_text("")
-        self.close()
         return run
 
     def _stem(self, rec: PassRecord) -> str:

@@ -17,6 +17,13 @@ class BuildError(MtpError):
     exit_code = 3
 
 
+def last_line(error: BaseException) -> str:
+    """The line of a TVM error a user reads: its C++ traces are many lines, the message the last one (the
+    exception's type name when it has no text)."""
+    lines = [ln for ln in str(error).strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else type(error).__name__
+
+
 def _keep_ctrl_c_a_keyboard_interrupt() -> None:
     """Ctrl-C during a build lands in a Python callback TVM runs (a pass, an instrument). tvm-ffi carries the
     exception back through C++ by its registered name and rebuilds it on return, so an unregistered

@@ -12,15 +12,27 @@ import os
 import tvm
 from tvm.target import Target
 
-from .errors import UsageError
+from .errors import UsageError, last_line
 
 CUDA_ARCHS = ("sm_80", "sm_90")
 
 
 def host_cpu() -> str:
     cpu = tvm.target.codegen.llvm_get_system_cpu()
-    return cpu if cpu and tvm.target.codegen.llvm_is_valid_cpu(cpu, tvm.target.codegen.llvm_get_system_triple()) \
-        else "generic"
+    return cpu if cpu and tvm.target.codegen.llvm_is_valid_cpu(cpu, host_triple()) else "generic"
+
+
+def host_triple() -> str:
+    return tvm.target.codegen.llvm_get_system_triple()
+
+
+def target_triple(target: dict) -> str:
+    """The LLVM triple a target (as JSON, ``target_json``) compiles for: its ``mtriple``, or this host's."""
+    return str(target.get("mtriple") or host_triple())
+
+
+def cpu_arch(triple: str) -> str:
+    return triple.split("-", 1)[0]
 
 
 def resolve_target(spec: str | dict | Target, arch: str = "sm_90") -> Target:
@@ -43,7 +55,7 @@ def resolve_target(spec: str | dict | Target, arch: str = "sm_90") -> Target:
     try:
         return Target(spec)
     except Exception as e:  # TVM raises ValueError/TVMError with multi-line text
-        raise UsageError(f"invalid target {json.dumps(spec)}: {str(e).strip().splitlines()[-1]}") from None
+        raise UsageError(f"invalid target {json.dumps(spec)}: {last_line(e)}") from None
 
 
 def target_name(target: Target) -> str:
@@ -68,6 +80,4 @@ def device_for(target: Target):
 def runs_here(target: Target) -> bool:
     """Whether a build for ``target`` runs in this process: a CPU target for this host's architecture (an
     ``mtriple`` for another is a cross build)."""
-    triple = str(target.attrs.get("mtriple", "") or "")
-    host = tvm.target.codegen.llvm_get_system_triple()
-    return target.kind.name == "llvm" and (not triple or triple.split("-", 1)[0] == host.split("-", 1)[0])
+    return target.kind.name == "llvm" and cpu_arch(target_triple(target_json(target))) == cpu_arch(host_triple())

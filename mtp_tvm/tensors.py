@@ -10,6 +10,7 @@ import numpy as np
 import torch
 import tvm
 
+from .atomic_file import write_user_file
 from .errors import UsageError
 
 NUMPY_DTYPES = {"bfloat16": np.dtype(ml_dtypes.bfloat16), "float32": np.dtype(np.float32),
@@ -88,12 +89,8 @@ def read_npz(path: str | os.PathLike, specs: dict) -> dict[str, np.ndarray]:
 
 def write_npz(path: str | os.PathLike, arrays: dict[str, np.ndarray]) -> None:
     """Write ``arrays`` atomically (a temp file renamed into place); BF16 lands as ``|V2`` (see ``read_npz``)."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
+    def save(tmp: Path) -> None:
         with open(tmp, "wb") as f:
             np.savez(f, **arrays)
-        tmp.replace(path)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise UsageError(f"cannot write {path}: {e.strerror}") from None
+
+    write_user_file(path, save)

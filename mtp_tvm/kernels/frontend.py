@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from tvm import relax, te, tirx
 
-from ..config import INT8_AMAX_EPS, INT8_SCALE_MAX, K_CHUNK, MAX_LOGIT_ROWS, TOKEN_TILE, Shapes
+from ..config import INT8_AMAX_EPS, INT8_SCALE_MAX, K_CHUNK, MAX_LOGIT_ROWS, Shapes
 from . import tir as kernels
 
 R = relax.op
