@@ -9,7 +9,7 @@ with dumps, a numeric bisect and a reproducer; the bisect tests use it as the pa
 import tvm
 from tvm import s_tir
 
-from mtp_tvm.schedule import fresh_copy  # s_tir.Schedule edits its input in place; the kernels are shared
+from mtp_tvm.schedule.apply import fresh_copy
 
 
 def int32_accumulator(kernel: str = "lm_head_logits", block: str = "logits") -> tvm.transform.Pass:

@@ -6,10 +6,12 @@ API: ``check(...)`` -> ``CheckResult``; ``compile(...)`` -> ``CompiledCase`` wit
 ``load(dir)`` -> ``Artifact`` with the same ``run``; ``check_artifact(dir)`` golden-checks one.
 """
 
-from .artifact import Artifact, build, check_artifact, load
-from .check import CheckResult, check
-from .compiler import CompiledCase, compile
-from .errors import BuildError, MtpError, UsageError
+from .artifact.export import build
+from .artifact.load import Artifact, check_artifact, load
+from .compiler.driver import CompiledCase, compile
+from .support.errors import BuildError, MtpError, UsageError
+from .tools.check import check
+from .verify.results import CheckResult
 
 __all__ = ["check", "CheckResult", "compile", "CompiledCase", "MtpError", "UsageError", "BuildError",
            "build", "load", "Artifact", "check_artifact"]

@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 
-from .cases import CASES
-from .config import PRESETS
-from .errors import MtpError, UsageError
-from .kernels.frontend import FRONTENDS
+from .ir.frontends import FRONTENDS
+from .spec.cases import CASES
+from .spec.presets import PRESETS
+from .support.errors import MtpError, UsageError
 
 
 def _add_build_args(p: argparse.ArgumentParser) -> None:
@@ -42,7 +43,7 @@ def _add_build_args(p: argparse.ArgumentParser) -> None:
 
 def _build_options(args) -> dict:
     """The dump, timing and bisect options of ``_add_build_args`` as ``compile()``/``check()`` keywords."""
-    from .pass_plugin import load_pass_plugin
+    from .passes.plugins import load_pass_plugin
 
     return {"dump_passes": args.dump_passes, "only_changed": args.dump_only_changed,
             "dump_filter": args.dump_filter, "dump_func": args.dump_func, "time_passes": args.time_passes,
@@ -52,8 +53,8 @@ def _build_options(args) -> dict:
 
 def _print_debug_footer(args, records, gate, dump_dir) -> None:
     """What the debugging options produced: the timing table, the gate's line, the run folder."""
-    from .dump_report import timing_table
-    from .pass_gate import describe_gate
+    from .instrument.report import timing_table
+    from .passes.gate import describe_gate
 
     if args.time_passes:
         print(timing_table(records))
@@ -72,6 +73,8 @@ def _add_arch_arg(p: argparse.ArgumentParser) -> None:
 # options that --artifact takes from the artifact's manifest instead
 _MANIFEST_OPTIONS = ("case", "target", "preset", "frontend", "vocab_shard", "owners", "tp", "schedule",
                      "dump_passes", "arch", "compile_only")
+
+
 # the compile-time debugging options (besides --dump-passes), meaningless for a prebuilt artifact
 _DEBUG_OPTIONS = ("dump_only_changed", "dump_filter", "dump_func", "time_passes", "disable_pass", "bisect_limit",
                   "pass_plugin")
@@ -89,8 +92,9 @@ def _add_lm_head_check_args(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_check(args) -> int:
-    from .artifact import build_target, parse_archs
-    from .check import check, parse_logit_perturbation, summary_table
+    from .artifact.export import build_target, parse_archs
+    from .tools.check import check
+    from .verify.results import summary_table
 
     if args.artifact or args.compile_only:
         return _cmd_check_prebuilt(args)
@@ -116,7 +120,7 @@ def _check_exit(args, result) -> int:
 
 
 def _cmd_tune(args) -> int:
-    from .tune import tune
+    from .tools.tune import tune
 
     rpc = (args.rpc_tracker, args.rpc_key) if args.rpc_tracker else None
     r = tune(case=args.case, target=args.target, preset=args.preset, frontend=args.frontend, trials=args.trials,
@@ -130,8 +134,9 @@ def _cmd_tune(args) -> int:
 
 def _cmd_check_prebuilt(args) -> int:
     """``check --compile-only`` (build the artifact, discard it) and ``check --artifact DIR`` (no compile)."""
-    from .artifact import build, check_artifact, describe
-    from .check import summary_table
+    from .artifact.export import build, describe
+    from .artifact.load import check_artifact
+    from .verify.results import summary_table
 
     if args.compile_only and not args.artifact:
         built = build(None, case=args.case, target=args.target, arch=args.arch, preset=args.preset,
@@ -158,8 +163,8 @@ def _cmd_check_prebuilt(args) -> int:
 
 
 def _cmd_build(args) -> int:
-    from .artifact import build, describe
-    from .check import summary_table
+    from .artifact.export import build, describe
+    from .verify.results import summary_table
 
     built = build(args.out, case=args.case, target=args.target, arch=args.arch, preset=args.preset,
                   frontend=args.frontend, tokens=args.tokens, vocab_shard=args.vocab_shard, force=args.force,
@@ -176,8 +181,8 @@ def _cmd_build(args) -> int:
 
 
 def _cmd_run(args) -> int:
-    from .artifact import load
-    from .tensors import read_npz, write_npz
+    from .artifact.load import load
+    from .compiler.tensors import read_npz, write_npz
 
     artifact = load(args.artifact)
     outputs = artifact.run(read_npz(args.inputs, artifact.input_specs))
@@ -189,7 +194,7 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_dumps(args) -> int:
-    from . import dump_browse
+    from .tools import dumps_browse as dump_browse
 
     if args.dumps_command == "list":
         print(dump_browse.list_runs(args.root))
@@ -202,8 +207,8 @@ def _cmd_dumps(args) -> int:
 
 
 def _cmd_bisect(args) -> int:
-    from .bisect import bisect_passes, bisect_schedule
-    from .errors import UsageError
+    from .support.errors import UsageError
+    from .tools.bisection import bisect_passes, bisect_schedule
 
     opts = _build_options(args)
     if opts["bisect_limit"] is not None:
@@ -225,7 +230,7 @@ def _cmd_bisect(args) -> int:
     print(f"bisect over {result.candidates} candidate {kinds}, {len(result.probes)} builds (search: {result.search})")
     print(("FOUND " if result.found else "NOT FOUND: ") + result.message)
     if result.found and result.limits and args.dump_passes:
-        from .check import check
+        from .tools.check import check
 
         r = check(**{k: v for k, v in common.items() if k != "search"}, log=lambda *_: None,
                   **{**opts, "bisect_limit": result.limits[1]})
@@ -238,12 +243,11 @@ OPENBLAS_SLOW_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")  # set on this ho
 
 
 def _cmd_bench(args) -> int:
-    import os
 
     if any(v in os.environ for v in OPENBLAS_SLOW_VARS):  # numpy read them at import: re-run without them
         env = {k: v for k, v in os.environ.items() if k not in OPENBLAS_SLOW_VARS}
         os.execve(sys.executable, [sys.executable, "-m", "mtp_tvm", *sys.argv[1:]], env)
-    from .bench import bench
+    from .tools.bench import bench
 
     result = bench(case=args.case, target=args.target, preset=args.preset, vocab_shard=args.vocab_shard,
                    schedule=args.schedule, tokens=args.tokens, rounds=args.rounds,
@@ -259,7 +263,7 @@ def _cmd_bench(args) -> int:
 
 
 def _cmd_list(_args) -> int:
-    from .config import make_shapes
+    from .spec.presets import make_shapes
 
     for name, case in CASES.items():
         print(f"{name:20s} {case.description}")
@@ -369,3 +373,15 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
+
+
+def parse_logit_perturbation(text: str) -> tuple[int, int, int, float]:
+    """``"OWNER,ROW,COL[,DELTA]"`` (DELTA default 1.0) -> a tuple for ``check(perturb_logit=...)``."""
+    parts = [p.strip() for p in text.split(",")]
+    try:
+        if len(parts) not in (3, 4):
+            raise ValueError
+        return int(parts[0]), int(parts[1]), int(parts[2]), float(parts[3]) if len(parts) == 4 else 1.0
+    except ValueError:
+        raise UsageError(f"perturbation must be OWNER,ROW,COL[,DELTA] (integers, DELTA a number), got {text!r}"
+                         ) from None

@@ -17,10 +17,11 @@ import torch
 import tvm
 
 import mtp_tvm
-from mtp_tvm import artifact, embedded
-from mtp_tvm.cases import CASES
+from mtp_tvm.artifact import export, manifest
+from mtp_tvm.artifact import embedded
+from mtp_tvm.spec.cases import CASES
 from mtp_tvm.cli import main
-from mtp_tvm.errors import UsageError
+from mtp_tvm.support.errors import UsageError
 
 # CUDA builds that work today. The CUDA schedules of the other cases are being fixed in parallel (issue 3);
 # extend this list to every (case, frontend) once they build, and every test below covers them.
@@ -40,14 +41,14 @@ HAS_GPU = tvm.cuda(0).exist
 def llvm_artifacts(compiled, tmp_path_factory):
     """Every case (TIR frontend, tiny preset) exported for LLVM; the builds are the session's shared ones."""
     root = tmp_path_factory.mktemp("llvm")
-    return {case: artifact.export(compiled(case, "tir"), root / case).path for case in CASES}
+    return {case: export.export(compiled(case, "tir"), root / case).path for case in CASES}
 
 
 @pytest.fixture(scope="module")
 def cuda_artifacts(tmp_path_factory):
     """Every CUDA_CASES entry built once for both archs (one fatbin)."""
     root = tmp_path_factory.mktemp("cuda")
-    return {(case, fe): artifact.build(root / f"{case}-{fe}", case=case, target="cuda", arch=",".join(CUDA_ARCHS),
+    return {(case, fe): export.build(root / f"{case}-{fe}", case=case, target="cuda", arch=",".join(CUDA_ARCHS),
                                        preset="tiny", frontend=fe).path for case, fe in CUDA_CASES}
 
 
@@ -77,11 +78,11 @@ def _embedded_cuda(lib) -> embedded.CudaPayload:
 def test_every_case_reloads_in_a_fresh_process_and_meets_its_golden(llvm_artifacts):
     script = textwrap.dedent("""
         import json, sys
-        import mtp_tvm, mtp_tvm.artifact as a
+        import mtp_tvm, mtp_tvm.artifact.export as e, mtp_tvm.compiler.driver as d
 
         def no_compiling(*_a, **_k):
             raise AssertionError("an artifact must run without compiling")
-        a.compile = mtp_tvm.compiler.compile = no_compiling
+        e.compile = d.compile = no_compiling
         out = {}
         for path in sys.argv[1:]:
             tokens = 6 if "lm-head" in path else 5  # the LM-head cases split T over 2 owners
@@ -101,13 +102,13 @@ def test_every_case_reloads_in_a_fresh_process_and_meets_its_golden(llvm_artifac
 
 def test_llvm_manifest_describes_the_build(llvm_artifacts):
     path = llvm_artifacts["tail"]
-    m = artifact.read_manifest(path)
-    assert artifact.validate_manifest(m) == []
+    m = manifest.read_manifest(path)
+    assert manifest.validate_manifest(m) == []
     assert m["case"] == "tail" and m["preset"] == "tiny" and m["frontend"] == "tir" and m["device"] is None
     assert m["inputs"]["hidden_states"] == {"shape": ["T", 256], "dtype": "bfloat16"}
     assert m["outputs"]["candidate_logits"] == {"shape": ["T", 512], "dtype": "float32"}
     assert m["target"]["kind"] == "llvm" and m["versions"]["tvm"] == tvm.__version__
-    assert m["library"]["sha256"] == artifact.sha256_file(path / m["library"]["file"])
+    assert m["library"]["sha256"] == manifest.sha256_file(path / m["library"]["file"])
     assert m["schedule"]["name"] and "trace_sha256" in m["schedule"]
     assert {"source/host.ll", "source/host.s"} <= set(m["sources"])
     assert "define" in (path / "source/host.ll").read_text() and ".text" in (path / "source/host.s").read_text()
@@ -149,7 +150,7 @@ def test_invalid_manifest_is_refused(llvm_artifacts, tmp_path):
     m = json.loads((copy / "manifest.json").read_text())
     m["inputs"]["hidden_states"]["shape"] = ["N", 256]  # a symbolic dim the manifest does not name
     del m["library"]["sha256"]
-    assert len(artifact.validate_manifest(m)) == 2
+    assert len(manifest.validate_manifest(m)) == 2
     (copy / "manifest.json").write_text(json.dumps(m))
     with pytest.raises(UsageError, match="not a valid manifest"):
         mtp_tvm.load(copy)
@@ -159,16 +160,16 @@ def test_invalid_manifest_is_refused(llvm_artifacts, tmp_path):
 
 def test_existing_folder_is_refused_unless_forced(compiled, tmp_path):
     out = tmp_path / "a"
-    first = artifact.export(compiled("norm", "tir"), out).manifest["build"]["finished_utc"]
+    first = export.export(compiled("norm", "tir"), out).manifest["build"]["finished_utc"]
     with pytest.raises(UsageError, match="already exists; pass --force"):
-        artifact.export(compiled("norm", "tir"), out)
-    artifact.export(compiled("logits", "tir"), out, force=True)
-    assert artifact.read_manifest(out)["case"] == "logits" and first
+        export.export(compiled("norm", "tir"), out)
+    export.export(compiled("logits", "tir"), out, force=True)
+    assert manifest.read_manifest(out)["case"] == "logits" and first
     precious = tmp_path / "precious"
     precious.mkdir()
     (precious / "notes.txt").write_text("keep me")
     with pytest.raises(UsageError, match="not an mtp-tvm artifact"):
-        artifact.export(compiled("norm", "tir"), precious, force=True)
+        export.export(compiled("norm", "tir"), precious, force=True)
     assert (precious / "notes.txt").read_text() == "keep me"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "precious"]  # no temp folders left
 
@@ -178,16 +179,16 @@ def test_a_failed_build_leaves_nothing_behind(compiled, tmp_path, monkeypatch):
         (folder / "library.so").write_bytes(b"half")
         raise mtp_tvm.BuildError("export failed half way")
 
-    monkeypatch.setattr(artifact, "_write_artifact", broken)
+    monkeypatch.setattr(export, "_write_artifact", broken)
     with pytest.raises(mtp_tvm.BuildError):
-        artifact.export(compiled("norm", "tir"), tmp_path / "new" / "deeper" / "a")
+        export.export(compiled("norm", "tir"), tmp_path / "new" / "deeper" / "a")
     assert list(tmp_path.iterdir()) == []  # neither the folder, nor its temp folder, nor the parents made for it
 
 
 def test_build_check_records_the_golden(tmp_path):
     built = mtp_tvm.build(tmp_path / "a", case="norm", preset="tiny", check=True, seed=3, log=lambda *_: None)
     assert built.check.passed
-    golden = artifact.read_manifest(tmp_path / "a")["golden"]
+    golden = manifest.read_manifest(tmp_path / "a")["golden"]
     assert golden["passed"] and golden["seed"] == 3 and golden["case"] == "norm"
 
 
@@ -198,7 +199,7 @@ def test_cross_target_writes_an_object_archive_with_its_manifest(tmp_path):
     built = mtp_tvm.build(out, case="tail", preset="tiny",
                           target={"kind": "llvm", "mtriple": "aarch64-linux-gnu"})
     m = built.manifest
-    assert artifact.validate_manifest(m) == [] and m["library"]["file"] == "library.tar"
+    assert manifest.validate_manifest(m) == [] and m["library"]["file"] == "library.tar"
     assert m["library"]["triple"] == "aarch64-linux-gnu" and m["target"]["mtriple"] == "aarch64-linux-gnu"
     with tarfile.open(out / "library.tar") as tar:
         objects = [tar.extractfile(n).read() for n in tar.getnames() if n.endswith(".o")]
@@ -213,8 +214,8 @@ def test_cross_target_writes_an_object_archive_with_its_manifest(tmp_path):
 @pytest.mark.parametrize("case, frontend", CUDA_CASES)
 def test_cuda_artifact_embeds_sass_for_every_arch(cuda_artifacts, case, frontend):
     path = cuda_artifacts[(case, frontend)]
-    m = artifact.read_manifest(path)
-    assert artifact.validate_manifest(m) == [] and m["target"]["kind"] == "cuda"
+    m = manifest.read_manifest(path)
+    assert manifest.validate_manifest(m) == [] and m["target"]["kind"] == "cuda"
     device = m["device"]
     assert device["archs"] == list(CUDA_ARCHS)
     payload = _embedded_cuda(path / m["library"]["file"])
@@ -252,11 +253,11 @@ def test_cuda_artifact_runs_where_a_gpu_is_and_is_refused_elsewhere(cuda_artifac
 
 def test_arch_options_are_checked():
     with pytest.raises(UsageError, match="unsupported CUDA arch sm_70"):
-        artifact.parse_archs("sm_80,sm_70")
+        export.parse_archs("sm_80,sm_70")
     with pytest.raises(UsageError, match="--arch applies to --target cuda"):
-        artifact.build_target("llvm", ("sm_80",))
-    assert artifact.parse_archs("sm_90, sm_80,sm_90") == ("sm_80", "sm_90")
-    assert artifact.build_target("cuda", ("sm_80", "sm_90")).attrs["arch"] == "sm_80"
+        export.build_target("llvm", ("sm_80",))
+    assert export.parse_archs("sm_90, sm_80,sm_90") == ("sm_80", "sm_90")
+    assert export.build_target("cuda", ("sm_80", "sm_90")).attrs["arch"] == "sm_80"
 
 
 # ---- command line -------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 import pytest
 
-from mtp_tvm.atomic_file import atomic_write, write_text, write_user_file
-from mtp_tvm.errors import UsageError
+from mtp_tvm.support.atomic_file import atomic_write, write_text, write_user_file
+from mtp_tvm.support.errors import UsageError
 
 
 def test_a_write_lands_whole_and_leaves_no_temp_file(tmp_path):

@@ -10,13 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mtp_tvm.bench import BENCH_CASES, ProbePlan, bench, bytes_moved, flops, peer_runner
-from mtp_tvm.cases import CASES
-from mtp_tvm.compare import ratio_allclose
-from mtp_tvm.config import make_shapes
-from mtp_tvm.errors import UsageError
-from mtp_tvm.target import resolve_target
-from mtp_tvm.tensors import to_numpy
+from mtp_tvm.tools.bench import BENCH_CASES, ProbePlan, bench, bytes_moved, flops, peer_runner
+from mtp_tvm.spec.cases import CASES
+from mtp_tvm.verify.comparators import ratio_allclose
+from mtp_tvm.spec.presets import make_shapes
+from mtp_tvm.support.errors import UsageError
+from mtp_tvm.passes.target import resolve_target
+from mtp_tvm.compiler.tensors import to_numpy
 
 ROOT = Path(__file__).resolve().parents[1]
 REQUIRED = {"tvm", "torch_bf16", "torch_fp32", "numpy_fp32"}

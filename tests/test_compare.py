@@ -2,10 +2,9 @@ import numpy as np
 import pytest
 import torch
 
-from mtp_tvm.compare import (check_logits_contract, check_sampled_ids, device_hidden_logits_allclose,
-                             logits_tolerance, ratio_allclose)
-from mtp_tvm.errors import UsageError
-from mtp_tvm.golden import compute_lm_head_logits
+from mtp_tvm.verify.comparators import check_logits_contract, check_sampled_ids, device_hidden_logits_allclose, logits_tolerance, ratio_allclose
+from mtp_tvm.support.errors import UsageError
+from mtp_tvm.spec.golden import compute_lm_head_logits
 
 
 def _ref(n=100, value=2.0):

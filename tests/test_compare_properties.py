@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from mtp_tvm.compare import ratio_allclose
+from mtp_tvm.verify.comparators import ratio_allclose
 
 finite = st.floats(-1e3, 1e3, allow_nan=False, allow_infinity=False, width=32)
 shapes = st.integers(1, 64)

@@ -1,7 +1,7 @@
 import pytest
 
-from mtp_tvm.config import PRESETS, Preset, make_shapes, padded_tokens, tp_vocab_shard
-from mtp_tvm.errors import UsageError
+from mtp_tvm.spec.presets import PRESETS, Preset, make_shapes, padded_tokens, tp_vocab_shard
+from mtp_tvm.support.errors import UsageError
 
 
 def test_presets_match_the_spec():

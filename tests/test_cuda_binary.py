@@ -4,9 +4,9 @@ import shutil
 
 import pytest
 
-from mtp_tvm import cuda_binary
-from mtp_tvm.cuda_binary import KernelResources, compile_fatbin, parse_ptxas_info
-from mtp_tvm.errors import BuildError
+from mtp_tvm.artifact import cuda_binary
+from mtp_tvm.artifact.cuda_binary import KernelResources, compile_fatbin, parse_ptxas_info
+from mtp_tvm.support.errors import BuildError
 
 PTXAS = """\
 ptxas info    : 0 bytes gmem

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 import mtp_tvm
-from mtp_tvm.dump_report import pass_table
+from mtp_tvm.instrument.report import pass_table
 
 ROW = re.compile(r'<tr class="pass[^"]*" data-index="(\d+)">')
 

@@ -5,7 +5,7 @@ import re
 import pytest
 
 import mtp_tvm
-from mtp_tvm import embedded
+from mtp_tvm.artifact import embedded
 
 
 def test_module_tree_round_trips(compiled):

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from mtp_tvm import golden
-from mtp_tvm.config import INT8_AMAX_EPS
+from mtp_tvm.spec import golden
+from mtp_tvm.spec.presets import INT8_AMAX_EPS
 
 
 def test_quantize_rows_rounds_half_to_even_and_floors_amax():

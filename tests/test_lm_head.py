@@ -10,14 +10,14 @@ import torch
 import tvm
 
 import mtp_tvm
-from mtp_tvm.cases import get_case
+from mtp_tvm.spec.cases import get_case
 from mtp_tvm.cli import main
-from mtp_tvm.config import make_shapes
-from mtp_tvm.errors import UsageError
-from mtp_tvm.golden import compute_lm_head_logits, sample_argmax
-from mtp_tvm.kernels import tir as kernels
-from mtp_tvm.target import resolve_target
-from mtp_tvm.tensors import to_numpy
+from mtp_tvm.spec.presets import make_shapes
+from mtp_tvm.support.errors import UsageError
+from mtp_tvm.spec.golden import compute_lm_head_logits, sample_argmax
+from mtp_tvm.ir import tir_kernels as kernels
+from mtp_tvm.passes.target import resolve_target
+from mtp_tvm.compiler.tensors import to_numpy
 
 FRONTENDS = ("tir", "relax")
 QUIET = {"log": lambda *_: None}

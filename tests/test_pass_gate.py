@@ -1,8 +1,8 @@
 """The gate's decisions pass by pass: disabled names, LLVM-style limits, optional units decided as a whole."""
 
 import mtp_tvm
-from mtp_tvm.pass_gate import SKIP_DISABLED, SKIP_LIMIT, PassGate, describe_gate
-from mtp_tvm.target import resolve_target
+from mtp_tvm.passes.gate import SKIP_DISABLED, SKIP_LIMIT, PassGate, describe_gate
+from mtp_tvm.passes.target import resolve_target
 
 # (phase, name) in the order a build runs them; numbers are 1-based positions.
 PIPELINE = [("legalize", "LegalizeOps"), ("legalize", "FoldConstant"), ("fuse", "FuseOps"),

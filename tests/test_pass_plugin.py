@@ -3,9 +3,9 @@
 import pytest
 import tvm
 
-from mtp_tvm.errors import UsageError
-from mtp_tvm.pass_plugin import load_pass_plugin, resolve_extra_passes
-from mtp_tvm.target import resolve_target
+from mtp_tvm.support.errors import UsageError
+from mtp_tvm.passes.plugins import load_pass_plugin, resolve_extra_passes
+from mtp_tvm.passes.target import resolve_target
 
 
 def test_a_plugin_file_gives_passes_per_phase():

@@ -10,14 +10,14 @@ import pytest
 import torch
 
 import mtp_tvm
-from mtp_tvm.config import make_shapes
-from mtp_tvm.tensors import to_numpy
+from mtp_tvm.spec.presets import make_shapes
+from mtp_tvm.compiler.tensors import to_numpy
 
 ENV = {**os.environ, "PYTHONPATH": os.getcwd()}
 RUN_ONCE = """
 import hashlib, sys
 import mtp_tvm
-from mtp_tvm.tensors import to_numpy
+from mtp_tvm.compiler.tensors import to_numpy
 m = mtp_tvm.compile(case="tail-norm", preset="tiny", frontend=sys.argv[1])
 inputs = {k: to_numpy(v) for k, v in m.case.make_inputs(m.shapes, 1234).items()}
 digest = lambda arrays: {k: hashlib.sha256(a.tobytes()).hexdigest() for k, a in arrays.items()}
@@ -121,7 +121,7 @@ def test_disk_full_during_a_dump_is_one_line_and_leaves_an_incomplete_run(tmp_pa
     import errno
     import pathlib
 
-    from mtp_tvm.dump_browse import list_runs
+    from mtp_tvm.tools.dumps_browse import list_runs
 
     real_write, calls = pathlib.Path.write_text, []
 

@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 
 import mtp_tvm
-from mtp_tvm.repro import rerun
+from mtp_tvm.tools.repro import rerun
 
 PLUGIN = Path(__file__).parent.parent / "examples" / "int32_logits_accumulator.py"
 
 
 @pytest.fixture(scope="module")
 def failing(tmp_path_factory):
-    from mtp_tvm.pass_plugin import load_pass_plugin
+    from mtp_tvm.passes.plugins import load_pass_plugin
 
     return mtp_tvm.check(case="tail", preset="tiny", extra_passes=load_pass_plugin(PLUGIN), seed=3,
                          dump_passes=tmp_path_factory.mktemp("dumps"), log=lambda *_: None)
@@ -58,7 +58,7 @@ def test_the_reproducer_tells_when_the_module_is_fixed(failing, tmp_path):
 
 
 def test_the_reproducer_keeps_the_gate_of_the_lowering_phases(tmp_path):
-    from mtp_tvm.pass_plugin import load_pass_plugin
+    from mtp_tvm.passes.plugins import load_pass_plugin
 
     r = mtp_tvm.check(case="logits", preset="tiny", extra_passes=load_pass_plugin(PLUGIN), bisect_limit=10,
                       disable_passes=["FoldConstant", "tirx.UnrollLoop"], dump_passes=tmp_path, log=lambda *_: None)

@@ -11,14 +11,15 @@ from tvm import s_tir
 from tvm.script import tirx as T
 
 import mtp_tvm
-from mtp_tvm.cases import CASES
-from mtp_tvm.check import compare_outputs
-from mtp_tvm.compiler import TRANSFORM_PARAMS, WeightCache
-from mtp_tvm.config import make_shapes
-from mtp_tvm.kernels import tir as kernels
-from mtp_tvm.schedule import RULES, fresh_copy, kernel_of, load_schedules, schedule_names
-from mtp_tvm.target import resolve_target
-from mtp_tvm.tensors import to_numpy
+from mtp_tvm.spec.cases import CASES
+from mtp_tvm.verify.golden_check import compare_outputs
+from mtp_tvm.compiler.runtime import TRANSFORM_PARAMS, WeightCache
+from mtp_tvm.spec.presets import make_shapes
+from mtp_tvm.ir import tir_kernels as kernels
+from mtp_tvm.schedule.apply import RULES, fresh_copy
+from mtp_tvm.schedule.files import kernel_of, load_schedules, schedule_names
+from mtp_tvm.passes.target import resolve_target
+from mtp_tvm.compiler.tensors import to_numpy
 
 LLVM = resolve_target("llvm")
 FRONTENDS = ("tir", "relax")

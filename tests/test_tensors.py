@@ -4,9 +4,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from mtp_tvm.cases import TensorSpec
-from mtp_tvm.errors import UsageError
-from mtp_tvm.tensors import read_npz, validate_inputs, write_npz
+from mtp_tvm.spec.cases import TensorSpec
+from mtp_tvm.support.errors import UsageError
+from mtp_tvm.compiler.tensors import read_npz, validate_inputs, write_npz
 
 SPECS = {"x": TensorSpec("x", ("T", 8), "bfloat16"), "y": TensorSpec("y", ("T", 4), "float32")}
 

@@ -1,4 +1,4 @@
-from mtp_tvm.text_table import text_table
+from mtp_tvm.support.text_table import text_table
 
 
 def test_columns_line_up_with_a_rule_under_the_header_and_no_trailing_spaces():

@@ -10,8 +10,8 @@ import pytest
 import tvm
 
 import mtp_tvm
-from mtp_tvm.tensors import to_numpy
-from mtp_tvm.tune import tune
+from mtp_tvm.compiler.tensors import to_numpy
+from mtp_tvm.tools.tune import tune
 
 
 def _free_port() -> int:

@@ -1,0 +1,278 @@
+"""TODO docstring for artifact/export"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import hashlib
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from tvm.target import Target
+
+from ..artifact import embedded
+from ..artifact.cuda_binary import KERNEL_SOURCE, DeviceBinary, compile_fatbin
+from ..artifact.load import check_artifact, load
+from ..artifact.manifest import (
+    FORMAT,
+    MANIFEST,
+    SOURCE_DIR,
+    SYMBOLIC_DIMS,
+    _write_json,
+    git_revision,
+    sha256_file,
+    trace_sha256,
+    versions,
+)
+from ..compiler.driver import CompiledCase, compile
+from ..passes.codegen import write_assembly
+from ..passes.target import (
+    CUDA_ARCHS,
+    cpu_arch,
+    device_for,
+    host_triple,
+    resolve_target,
+    target_json,
+    target_triple,
+)
+from ..support.errors import BuildError, UsageError, last_line
+from ..support.text_table import text_table
+from ..verify.golden_check import validate_seed
+from ..verify.results import CheckResult
+
+
+def parse_archs(arch: str | list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
+    """``"sm_80,sm_90"`` (or a list) -> sorted unique archs; empty when none was asked for."""
+    if arch is None:
+        return ()
+    names = arch.split(",") if isinstance(arch, str) else list(arch)
+    archs = tuple(sorted({a.strip() for a in names if a.strip()}))
+    bad = [a for a in archs if a not in CUDA_ARCHS]
+    if bad or not archs:
+        raise UsageError(f"unsupported CUDA arch {', '.join(bad) or repr(arch)}; choose from {', '.join(CUDA_ARCHS)}")
+    return archs
+
+
+def build_target(target: str | dict | Target, archs: tuple[str, ...]) -> Target:
+    """The target to compile for: with several archs, the CUDA C is generated for the lowest one and nvcc
+    compiles it for each."""
+    if archs and target != "cuda":
+        raise UsageError("--arch applies to --target cuda (a target JSON object names its own arch)")
+    return resolve_target(target, archs[0]) if archs else resolve_target(target)
+
+
+def _device_archs(target: Target, archs: tuple[str, ...]) -> tuple[str, ...]:
+    if target.kind.name != "cuda":
+        return ()
+    own = str(target.attrs.get("arch", "")) or "sm_90"
+    if archs and own not in archs:
+        raise UsageError(f"target arch {own} is not among the requested archs {', '.join(archs)}")
+    return archs or (own,)
+
+
+@dataclasses.dataclass
+class Built:
+    """A written artifact: its folder (None for a compile-only build), manifest, and golden check if run."""
+
+    path: Path | None
+    manifest: dict
+    check: CheckResult | None = None
+    compiled: CompiledCase | None = dataclasses.field(default=None, repr=False)  # its dumps, pass records
+
+
+def _require_device(target: Target) -> None:
+    try:
+        device_for(target)
+    except UsageError:
+        raise UsageError(f"--check runs the artifact, and this machine has no {target.kind.name} device: build "
+                         "without it and run `mtp-tvm check --artifact DIR` where the device is") from None
+
+
+def _find_module(mod, kind: str):
+    stack = [mod]
+    while stack:
+        m = stack.pop()
+        if m.kind == kind:
+            return m
+        stack.extend(m.imports)
+    return None
+
+
+def _refuse_existing(out: Path, force: bool) -> None:
+    if not (out.exists() or out.is_symlink()):
+        return
+    if not force:
+        raise UsageError(f"{out} already exists; pass --force to replace it")
+    if out.is_symlink() or not out.is_dir() or (any(out.iterdir()) and not (out / MANIFEST).is_file()):
+        raise UsageError(f"{out} exists and is not an mtp-tvm artifact; refusing to replace it")
+
+
+@contextlib.contextmanager
+def _staged(out: Path | None, force: bool):
+    """A fresh folder to write into; renamed to ``out`` on success, removed (with any parents it created) on
+    failure. ``out`` None: a temporary folder, always removed (compile-only builds)."""
+    if out is None:
+        with tempfile.TemporaryDirectory(prefix="mtp-tvm-build-") as d:
+            yield Path(d)
+        return
+    _refuse_existing(out, force)
+    created = [p for p in (out.parent, *out.parent.parents) if not p.exists()]
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    except OSError as e:
+        raise UsageError(f"cannot create {out}: {e.strerror}") from None
+    try:
+        yield tmp
+        _refuse_existing(out, force)  # it may have appeared while building
+        if out.exists():
+            old = out.with_name(f".{out.name}.old-{uuid.uuid4().hex[:8]}")
+            os.rename(out, old)
+            os.rename(tmp, out)
+            shutil.rmtree(old)
+        else:
+            os.rename(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        for p in created:
+            with contextlib.suppress(OSError):
+                p.rmdir()
+        raise
+
+
+def _compile_device_code(mod, archs: tuple[str, ...], src: Path) -> tuple[bytes, DeviceBinary]:
+    """nvcc the CUDA module's source for ``archs`` and return the import blob with the fatbin in its place."""
+    tree = embedded.ModuleTree.parse(embedded.pack_imports(mod))
+    index, payload = embedded.cuda_payload(tree)
+    # Without a CUDA runtime TVM keeps the source as the code; with one it has already JIT-compiled it and
+    # kept the source for inspection only.
+    source = payload.code.decode() if payload.fmt == "cuda" else _find_module(mod, "cuda").inspect_source("cuda")
+    with tempfile.TemporaryDirectory(prefix="mtp-tvm-nvcc-") as work:
+        binary = compile_fatbin(source, archs, list(payload.kernels), Path(work))
+    (src / KERNEL_SOURCE).write_text(source)
+    for arch, ptx in binary.ptx.items():
+        (src / f"kernels.{arch}.ptx").write_text(ptx)
+    tree.modules[index] = (embedded.CUDA_KIND, payload.with_code("fatbin", binary.fatbin).to_bytes())
+    return tree.to_bytes(), binary
+
+
+def _device_section(binary: DeviceBinary) -> dict:
+    return {"format": "fatbin", "archs": list(binary.archs), "sha256": hashlib.sha256(binary.fatbin).hexdigest(),
+            "bytes": len(binary.fatbin), "compiler": {"nvcc": binary.nvcc_version, "command": " ".join(binary.command)},
+            "kernels": {k: {a: r.as_dict() for a, r in per_arch.items()} for k, per_arch in binary.kernels.items()}}
+
+
+def _export_library(ex, lib: Path, blob: bytes | None) -> None:
+    try:
+        if blob is None:
+            ex.export_library(str(lib))
+        else:
+            ex.export_library(str(lib), fpack_imports=embedded.object_packer(blob))
+    except Exception as e:  # the C++ toolchain or TVM: keep the last line for the user
+        raise BuildError(f"export of {lib.name} failed: {last_line(e)}") from e
+    if blob is not None and embedded.read_library_blob(str(lib)) != blob:
+        raise BuildError(f"{lib.name} does not embed the compiled device code")
+
+
+def _write_artifact(folder: Path, compiled: CompiledCase, archs: tuple[str, ...]) -> dict:
+    t0 = time.perf_counter()
+    c, s, target = compiled.case, compiled.shapes, target_json(compiled.target)
+    src = folder / SOURCE_DIR
+    src.mkdir()
+    host = _find_module(compiled.executable.mod, "llvm")
+    (src / "host.ll").write_text(host.inspect_source("ll"))
+    with ThreadPoolExecutor(1, thread_name_prefix="mtp-artifact-asm") as pool:  # one backend run beside another
+        assembly = pool.submit(write_assembly, src / "host.ll")
+        blob, device = None, None
+        if archs:
+            blob, binary = _compile_device_code(compiled.executable.mod, archs, src)
+            device = _device_section(binary)
+        triple = target_triple(target)
+        lib = folder / ("library.so" if cpu_arch(triple) == cpu_arch(host_triple()) else "library.tar")
+        _export_library(compiled.executable, lib, blob)
+        assembly.result()
+    return {
+        "format": FORMAT, "case": c.name, "description": c.description, "preset": s.preset.name,
+        "frontend": compiled.frontend, "shapes": s.as_dict(), "symbolic_dims": SYMBOLIC_DIMS,
+        "inputs": {n: spec.as_dict() for n, spec in compiled.input_specs.items()},
+        "outputs": {n: spec.as_dict() for n, spec in compiled.output_specs.items()},
+        "target": target,
+        "schedule": {"name": str(getattr(compiled, "schedule", "none")),
+                     "trace_sha256": trace_sha256(getattr(compiled, "schedule_traces", {}))},
+        "versions": versions(), "git": git_revision(),
+        "library": {"file": lib.name, "format": lib.suffix[1:], "triple": triple, "bytes": lib.stat().st_size,
+                    "sha256": sha256_file(lib)},
+        "sources": sorted(str(p.relative_to(folder)) for p in src.iterdir()),
+        "device": device,
+        "build": {"compile_seconds": round(compiled.build_seconds, 3),
+                  "export_seconds": round(time.perf_counter() - t0, 3),
+                  "finished_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")},
+        "golden": None,
+    }
+
+
+def export(compiled: CompiledCase, out: str | os.PathLike | None, archs: tuple[str, ...] = (), force: bool = False,
+           check: bool = False, seed: int = 0, log=print) -> Built:
+    """Write ``compiled`` as an artifact folder ``out`` (None: build in a temporary folder and discard it).
+    CUDA device code is compiled for ``archs`` (default: the target's arch). With ``check`` the written
+    artifact is loaded back and golden-checked before the folder is renamed into place, and the result is
+    recorded in the manifest (a failed check is recorded too: the caller decides what it means)."""
+    archs = _device_archs(compiled.target, tuple(archs))
+    if check:
+        validate_seed(seed)
+        _require_device(compiled.target)
+    with _staged(None if out is None else Path(out), force) as folder:
+        manifest = _write_artifact(folder, compiled, archs)
+        _write_json(folder / MANIFEST, manifest)
+        result = None
+        if check:
+            result = check_artifact(load(folder), seed=seed, log=log)
+            manifest["golden"] = result.as_dict()
+            _write_json(folder / MANIFEST, manifest)
+    return Built(None if out is None else Path(out), manifest, result, compiled)
+
+
+def build(out: str | os.PathLike | None, case: str = "tail", target: str | dict | Target = "llvm",
+          arch: str | list[str] | None = None, preset: str = "flash", frontend: str = "tir",
+          tokens: int | None = None, vocab_shard: int | None = None,
+          dump_passes: bool | str | os.PathLike | None = None, force: bool = False, check: bool = False,
+          seed: int = 0, log=print, owners: int | None = None, tp: int | None = None,
+          schedule: str = "default", **compile_options) -> Built:
+    """Compile ``case`` for ``target`` (CUDA: for every arch in ``arch``) and write it to ``out`` (see
+    ``export``). Refuses an existing ``out`` before compiling, unless ``force``. ``compile_options``: the
+    debugging keywords of ``compile()`` (dump filters, timing, pass gate, extra passes)."""
+    archs = parse_archs(arch)
+    tgt = build_target(target, archs)
+    if out is not None:
+        _refuse_existing(Path(out), force)
+    if check:
+        validate_seed(seed)
+        _require_device(tgt)
+    compiled = compile(case=case, target=tgt, preset=preset, frontend=frontend, tokens=tokens,
+                       vocab_shard=vocab_shard, dump_passes=dump_passes, owners=owners, tp=tp, schedule=schedule,
+                       **compile_options)
+    return export(compiled, out, archs=archs, force=force, check=check, seed=seed, log=log)
+
+
+def describe(built: Built) -> str:
+    """What a build wrote: library, size, hash, and per kernel resources for CUDA."""
+    m = built.manifest
+    lib, device = m["library"], m["device"]
+    archs = f" ({', '.join(device['archs'])})" if device else ""
+    lines = [f"built {m['case']} for {m['target']['kind']}{archs} preset={m['preset']} frontend={m['frontend']} "
+             f"compile={m['build']['compile_seconds']:.2f}s export={m['build']['export_seconds']:.2f}s",
+             f"library {lib['file']} ({lib['triple']}) {lib['bytes']} bytes sha256 {lib['sha256']}"]
+    if device:
+        rows = [("kernel", "arch", "registers", "smem bytes", "spill st/ld bytes")]
+        rows += [(k, a, str(r["registers"]), str(r["shared_memory_bytes"]),
+                  f"{r['spill_store_bytes']}/{r['spill_load_bytes']}")
+                 for k, per_arch in device["kernels"].items() for a, r in per_arch.items()]
+        lines += text_table(rows, rule=False)
+    lines.append(f"artifact: {built.path}" if built.path else "compile only: nothing written")
+    return "\n".join(lines)

@@ -1,0 +1,112 @@
+"""TODO docstring for artifact/load"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from ..artifact.manifest import read_manifest, sha256_file
+from ..compiler.runtime import WeightCache, main_args
+from ..compiler.tensors import validate_inputs
+from ..ir.model import leading_activations
+from ..passes.target import cpu_arch, host_triple
+from ..spec.cases import TensorSpec, get_case
+from ..spec.presets import make_shapes
+from ..support.errors import UsageError, last_line
+from ..verify.golden_check import golden_check
+from ..verify.results import CheckResult
+
+
+def _specs(section: dict) -> dict[str, TensorSpec]:
+    return {n: TensorSpec(n, tuple(d["shape"]), d["dtype"]) for n, d in section.items()}
+
+
+@dataclasses.dataclass
+class Artifact:
+    """A loaded artifact: ``run(inputs) -> outputs`` validated against the manifest's tensors."""
+
+    path: Path
+    manifest: dict
+    module: tvm.runtime.Module
+    device: tvm.runtime.Device
+    _vm: relax.VirtualMachine | None = dataclasses.field(default=None, repr=False)
+    _weights: WeightCache = dataclasses.field(default_factory=WeightCache, repr=False)
+
+    @property
+    def input_specs(self) -> dict[str, TensorSpec]:
+        return _specs(self.manifest["inputs"])
+
+    @property
+    def output_specs(self) -> dict[str, TensorSpec]:
+        return _specs(self.manifest["outputs"])
+
+    def run(self, inputs: dict) -> dict[str, np.ndarray]:
+        """Run on named inputs (numpy with ``ml_dtypes.bfloat16`` for BF16, or torch); returns numpy outputs."""
+        arrays, _ = validate_inputs(self.input_specs, inputs, f"artifact {self.path}")
+        if self._vm is None:
+            self._vm = relax.VirtualMachine(self.module, self.device)
+        args = main_args(self._vm, self.device, arrays, leading_activations(self.input_specs), self._weights)
+        outs = self._vm["main"](*args)
+        return {name: outs[i].numpy() for i, name in enumerate(self.output_specs)}
+
+
+def _runnable_device(path: Path, m: dict) -> tvm.runtime.Device:
+    """The device this artifact runs on here, or a one-line reason why it cannot."""
+    if m["target"]["kind"] == "cuda":
+        archs = m["device"]["archs"]
+        dev = tvm.cuda(0)
+        if not dev.exist:
+            raise UsageError(f"{path} is a CUDA artifact ({', '.join(archs)}) and this machine has no CUDA GPU")
+        here = "sm_" + dev.compute_version.replace(".", "")
+        if here not in archs:
+            raise UsageError(f"{path} has device code for {', '.join(archs)}; this GPU is {here}")
+        return dev
+    built_for, here = m["library"]["triple"], host_triple()
+    if cpu_arch(built_for) != cpu_arch(here):
+        raise UsageError(f"{path} is built for {built_for}; this machine is {here}")
+    return tvm.cpu(0)
+
+
+def load(path: str | os.PathLike) -> Artifact:
+    """Load an artifact folder; refuses a library that does not match its manifest's sha256, and an artifact
+    whose device is not here, each with a one-line reason."""
+    path = Path(path)
+    m = read_manifest(path)
+    lib = path / m["library"]["file"]
+    if not lib.is_file():
+        raise UsageError(f"{path}: library {lib.name} is missing")
+    digest = sha256_file(lib)
+    if digest != m["library"]["sha256"]:
+        raise UsageError(f"{lib} does not match its manifest (sha256 {digest[:16]}..., manifest "
+                         f"{m['library']['sha256'][:16]}...): refusing to load a modified library")
+    dev = _runnable_device(path, m)
+    try:
+        module = tvm.runtime.load_module(str(lib))
+    except Exception as e:  # the dynamic loader or a missing TVM runtime: its last line says which
+        raise UsageError(f"cannot load {lib}: {last_line(e)}") from None
+    return Artifact(path, m, module, dev)
+
+
+def check_artifact(artifact: Artifact | str | os.PathLike, seed: int = 0, tokens: int | None = None,
+                   tolerance: dict | None = None, report: str | os.PathLike | None = None,
+                   log=print) -> CheckResult:
+    """Golden-check a prebuilt artifact on fresh seeded inputs (any ``tokens``: T is symbolic), no compile."""
+    a = artifact if isinstance(artifact, Artifact) else load(artifact)
+    m = a.manifest
+    c = get_case(m["case"])
+    s = make_shapes(m["preset"], m["shapes"]["tokens"] if tokens is None else tokens, m["shapes"]["vocab_shard"],
+                    m["shapes"].get("owners"), m["shapes"].get("tp"))
+    drawn = {n: spec.as_dict() for n, spec in c.input_specs(s).items()}
+    if drawn != m["inputs"]:
+        raise UsageError(f"{a.path}: its inputs differ from case {c.name!r} in this mtp_tvm; cannot draw its "
+                         "golden inputs")
+    result = golden_check(a.run, c, s, m["target"], m["frontend"], seed, m["build"]["compile_seconds"],
+                          tolerance=tolerance, log=log)
+    if report is not None:
+        result.write_report(report)
+    return result

@@ -1,0 +1,163 @@
+"""TODO docstring for artifact/manifest"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import tvm
+
+from ..compiler.tensors import NUMPY_DTYPES
+from ..support.errors import UsageError
+
+FORMAT = "mtp-tvm-artifact/1"
+
+
+MANIFEST = "manifest.json"
+
+
+SOURCE_DIR = "source"
+
+
+SYMBOLIC_DIMS = {"T": "token count: the rows of every token-major tensor; one binary serves any T >= 1",
+                 "R": "rows per owner of an owner-major tensor (T / owners); one binary serves any R >= 1"}
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def trace_sha256(traces: dict) -> str | None:
+    """One hash over every PrimFunc's schedule trace (sorted by name), None when nothing was traced."""
+    if not traces:
+        return None
+    return hashlib.sha256(json.dumps(sorted((str(k), str(v)) for k, v in traces.items())).encode()).hexdigest()
+
+
+def git_revision() -> dict:
+    """The commit the package was built from, and whether tracked files differed from it."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                                capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return {"revision": None, "dirty": None}
+    if rev.returncode != 0:
+        return {"revision": None, "dirty": None}
+    return {"revision": rev.stdout.strip(), "dirty": bool(status.stdout.strip())}
+
+
+def versions() -> dict:
+    import torch
+    import tvm_ffi
+
+    return {"tvm": tvm.__version__, "tvm_ffi": tvm_ffi.__version__, "torch": torch.__version__,
+            "numpy": np.__version__, "python": platform.python_version()}
+
+
+_RESOURCE_FIELDS = ("registers", "shared_memory_bytes", "spill_store_bytes", "spill_load_bytes",
+                    "stack_frame_bytes", "barriers")
+
+
+_TOP_LEVEL = {"format": str, "case": str, "preset": str, "frontend": str, "shapes": dict, "symbolic_dims": dict,
+              "inputs": dict, "outputs": dict, "target": dict, "schedule": dict, "versions": dict, "git": dict,
+              "library": dict, "sources": list, "device": (dict, type(None)), "build": dict,
+              "golden": (dict, type(None))}
+
+
+def _is_sha256(v) -> bool:
+    return isinstance(v, str) and len(v) == 64 and all(ch in "0123456789abcdef" for ch in v)
+
+
+def _tensor_problems(where: str, specs, symbolic: dict) -> list[str]:
+    if not isinstance(specs, dict) or not specs:
+        return [f"{where}: expected a non-empty object of tensors"]
+    out = []
+    for name, spec in specs.items():
+        shape, dtype = (spec.get("shape"), spec.get("dtype")) if isinstance(spec, dict) else (None, None)
+        if not isinstance(shape, list) or not all(
+                (isinstance(d, int) and not isinstance(d, bool) and d > 0) or d in symbolic for d in shape):
+            out.append(f"{where}.{name}.shape: expected sizes and named symbolic dims, got {shape!r}")
+        if dtype not in NUMPY_DTYPES:
+            out.append(f"{where}.{name}.dtype: unknown dtype {dtype!r}")
+    return out
+
+
+def _device_problems(device: dict) -> list[str]:
+    out = []
+    archs = device.get("archs")
+    if not isinstance(archs, list) or not archs or not all(isinstance(a, str) for a in archs):
+        return ["device.archs: expected a non-empty list of archs"]
+    if device.get("format") != "fatbin" or not _is_sha256(device.get("sha256")):
+        out.append("device: expected format 'fatbin' and its sha256")
+    kernels = device.get("kernels")
+    if not isinstance(kernels, dict) or not kernels:
+        return out + ["device.kernels: expected the ptxas report of every kernel"]
+    for name, per_arch in kernels.items():
+        if not isinstance(per_arch, dict) or sorted(per_arch) != sorted(archs):
+            out.append(f"device.kernels.{name}: expected one report per arch {archs}")
+            continue
+        for arch, res in per_arch.items():
+            if not isinstance(res, dict) or not all(isinstance(res.get(f), int) for f in _RESOURCE_FIELDS):
+                out.append(f"device.kernels.{name}.{arch}: expected integers {', '.join(_RESOURCE_FIELDS)}")
+    return out
+
+
+def validate_manifest(m) -> list[str]:
+    """Every problem with a manifest, as one line each (empty: valid)."""
+    if not isinstance(m, dict):
+        return ["manifest: expected a JSON object"]
+    out = [f"{k}: missing or not {t.__name__ if isinstance(t, type) else ' or '.join(x.__name__ for x in t)}"
+           for k, t in _TOP_LEVEL.items() if not isinstance(m.get(k), t) or (k not in m)]
+    if out:
+        return out
+    if m["format"] != FORMAT:
+        out.append(f"format: {m['format']!r} is not {FORMAT!r}")
+    symbolic = m["symbolic_dims"]
+    out += _tensor_problems("inputs", m["inputs"], symbolic) + _tensor_problems("outputs", m["outputs"], symbolic)
+    lib = m["library"]
+    if not isinstance(lib.get("file"), str) or "/" in lib["file"] or not _is_sha256(lib.get("sha256")) \
+            or not isinstance(lib.get("triple"), str):
+        out.append("library: expected a file name in the folder, its sha256 and its target triple")
+    if not all(isinstance(m["shapes"].get(k), int) for k in ("tokens", "vocab_shard")):
+        out.append("shapes: expected the integer tokens and vocab_shard")
+    if not isinstance(m["target"].get("kind"), str):
+        out.append("target.kind: missing")
+    if not isinstance(m["schedule"].get("name"), str) or not (
+            m["schedule"].get("trace_sha256") is None or _is_sha256(m["schedule"]["trace_sha256"])):
+        out.append("schedule: expected a name and a trace sha256 (or null)")
+    if m["target"].get("kind") == "cuda":
+        out += ["device: a CUDA artifact needs its device code section"] if m["device"] is None \
+            else _device_problems(m["device"])
+    if not isinstance(m["build"].get("finished_utc"), str) or not isinstance(m["build"].get("compile_seconds"),
+                                                                            (int, float)):
+        out.append("build: expected finished_utc and compile_seconds")
+    return out
+
+
+def read_manifest(path: str | os.PathLike) -> dict:
+    f = Path(path) / MANIFEST
+    try:
+        m = json.loads(f.read_text())
+    except FileNotFoundError:
+        raise UsageError(f"{path} is not an mtp-tvm artifact: no {MANIFEST}") from None
+    except (OSError, json.JSONDecodeError) as e:
+        raise UsageError(f"cannot read {f}: {e}") from None
+    problems = validate_manifest(m)
+    if problems:
+        raise UsageError(f"{f} is not a valid manifest: {problems[0]}")
+    return m
+
+
+def _write_json(path: Path, data: dict) -> None:
+    path.write_text(json.dumps(data, indent=1) + "\n")

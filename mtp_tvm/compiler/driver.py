@@ -1,0 +1,190 @@
+"""TODO docstring for compiler/driver"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import difflib
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm.target import Target
+
+from ..compiler.runtime import WeightCache, main_args
+from ..compiler.tensors import validate_inputs
+from ..instrument.recorder import DumpOptions, PassRecord, PassRecorder
+from ..ir.model import build_relax_module, get_frontend, num_activations
+from ..passes.codegen import device_source, generated_code
+from ..passes.gate import PassGate, gate_summary
+from ..passes.pipeline import FIRST_LOWERING_PHASE, compile_module
+from ..passes.plugins import ExtraPasses, extra_pass_names, resolve_extra_passes
+from ..passes.target import (
+    device_for,
+    resolve_target,
+    runs_here,
+    target_json,
+    target_name,
+)
+from ..schedule.apply import ApplySchedules
+from ..schedule.files import TUNED
+from ..schedule.tuned import tuned_dir
+from ..spec.cases import ROWS, TOKENS, Case, TensorSpec, get_case
+from ..spec.presets import Shapes, make_shapes
+from ..support.errors import BuildError, UsageError, last_line
+
+
+@dataclasses.dataclass
+class CompiledCase:
+    """One built case. ``run`` takes any token count T (the binary's token dim is symbolic)."""
+
+    case: Case
+    shapes: Shapes
+    target: Target
+    frontend: str
+    executable: tvm.runtime.Executable
+    build_seconds: float
+    dump_dir: Path | None = None
+    schedule: str = "default"
+    schedule_traces: dict[str, str] = dataclasses.field(default_factory=dict)  # PrimFunc -> str(sch.trace)
+    device_source: str | None = None  # the generated CUDA C of a GPU build
+    untuned: list[str] = dataclasses.field(default_factory=list)  # schedule "tuned": kernels without a record
+    pass_records: list[PassRecord] = dataclasses.field(default_factory=list, repr=False)  # time_passes, dumps
+    gate: dict | None = None                   # what --disable-pass / --bisect-limit did (pass_gate.gate_summary)
+    optimized_module: tvm.IRModule | None = dataclasses.field(default=None, repr=False)  # entering lowering
+    extra_passes: ExtraPasses | None = dataclasses.field(default=None, repr=False)
+    dump_seconds: float = 0.0                  # writing the dumps after the build (and, meanwhile, the JIT)
+    _vm: relax.VirtualMachine | None = dataclasses.field(default=None, repr=False)
+    _weights: WeightCache = dataclasses.field(default_factory=lambda: WeightCache(), repr=False)  # defined below
+
+    @property
+    def input_specs(self) -> dict[str, TensorSpec]:
+        return self.case.input_specs(self.shapes)
+
+    @property
+    def output_specs(self) -> dict[str, TensorSpec]:
+        return self.case.output_specs(self.shapes)
+
+    @property
+    def num_input(self) -> int:
+        """How many leading inputs are activations; the weights after them go through ``main_transform_params``."""
+        return num_activations(self.case, self.shapes)
+
+    @property
+    def vm(self) -> relax.VirtualMachine:
+        if self._vm is None:
+            self._vm = relax.VirtualMachine(self.executable, device_for(self.target))
+        return self._vm
+
+    def device_args(self, arrays: list[np.ndarray]) -> list:
+        """``main``'s arguments (see ``main_args``)."""
+        return main_args(self.vm, device_for(self.target), arrays, self.num_input, self._weights)
+
+    def run(self, inputs: dict) -> dict[str, np.ndarray]:
+        """Run on named inputs (numpy with ``ml_dtypes.bfloat16`` for BF16, or torch); returns numpy outputs."""
+        arrays, bound = validate_inputs(self.input_specs, inputs, f"case {self.case.name!r}")
+        if bound:  # T directly, or R rows per owner
+            tokens = bound.get(TOKENS, bound.get(ROWS, 0) * self.shapes.owners)
+            self.case.check_shapes(self.shapes, tokens)
+            if self.schedule == TUNED and tokens != self.shapes.tokens:
+                raise UsageError(f"this binary was tuned for T={self.shapes.tokens} (tuning records are per shape); "
+                                 f"got T={tokens}: build it with --tokens {tokens}")
+        outs = self.vm["main"](*self.device_args(arrays))
+        return {name: outs[i].numpy() for i, name in enumerate(self.output_specs)}
+
+
+def _validate_limit(limit) -> int | None:
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise UsageError(f"bisect limit must be an integer >= 0, got {limit!r}")
+    return limit
+
+
+def _check_disabled_names(gate: PassGate, records: list[PassRecord]) -> None:
+    ran = {r.name for r in records}
+    for name in sorted(gate.disabled - ran):
+        close = difflib.get_close_matches(name, ran, n=3, cutoff=0.5)
+        raise UsageError(f"--disable-pass {name}: no pass of that name runs"
+                         + (f"; did you mean {', '.join(close)}?" if close else ""))
+
+
+def compile(case: str = "tail", target: str | dict | Target = "llvm", preset: str = "flash",
+            frontend: str = "tir", tokens: int | None = None, vocab_shard: int | None = None,
+            dump_passes: bool | str | os.PathLike | None = None, only_changed: bool = False,
+            owners: int | None = None, tp: int | None = None, schedule: str = "default",
+            dump_filter: str | None = None, dump_func: str | None = None, time_passes: bool = False,
+            disable_passes=(), bisect_limit: int | None = None,
+            extra_passes: ExtraPasses | None = None) -> CompiledCase:
+    """Build ``case`` for ``target`` with the named schedule (``mtp_tvm.schedule``). ``owners`` and ``tp``
+    (default 2 and 2) size the TP-sharded LM head (cases ``lm-head``, ``tail-lm-head``).
+
+    Debugging: ``dump_passes`` = True dumps every pass into a new folder under ``dumps/``, a path dumps under
+    it (with ``schedule_trace.py`` and the generated code; ``only_changed``, ``dump_filter`` regex on pass
+    names, ``dump_func`` one function); ``time_passes`` keeps per-pass records (time, changed) on the result;
+    ``disable_passes`` skips passes by name; ``bisect_limit`` N skips every optional pass numbered after N;
+    ``extra_passes`` ({phase: [Pass]}, or a callable of the target) adds user passes at the start of an
+    optimizing phase.
+    """
+    c = get_case(case)
+    shapes = make_shapes(preset, tokens, vocab_shard, owners, tp)
+    c.check_shapes(shapes)
+    get_frontend(frontend)
+    tgt = resolve_target(target)
+    tuned = schedule == TUNED  # MetaSchedule records exist for static shapes only: T is fixed in this binary
+    applier = ApplySchedules(tgt, schedule, tuned_dir(tgt, c.name) if tuned else None)
+    extra = resolve_extra_passes(extra_passes, tgt)
+    gate = PassGate.for_target(tgt, disable_passes, _validate_limit(bisect_limit), extra_pass_names(extra))
+    dump = DumpOptions(None if dump_passes is True else dump_passes, only_changed, dump_filter,
+                       dump_func) if dump_passes else None
+    recorder = PassRecorder(gate, dump) if dump or time_passes or gate.active else None
+    mod = build_relax_module(c, shapes, frontend, static_tokens=tuned)
+    meta = {"case": c.name, "target": target_json(tgt), "preset": shapes.preset.name, "frontend": frontend,
+            "schedule": schedule, "shapes": shapes.as_dict()}
+    with contextlib.closing(recorder) if recorder is not None else contextlib.nullcontext():  # its printer thread
+        captured = {}
+
+        def on_phase(name, m):
+            if name == FIRST_LOWERING_PHASE:
+                captured["optimized"] = m
+
+        if recorder is not None:
+            recorder.record_input(mod)
+        t0 = time.perf_counter()
+        try:
+            with tvm.transform.PassContext(opt_level=3, instruments=[recorder] if recorder else []):
+                ex = compile_module(mod, tgt, applier, extra, on_phase=on_phase)
+        except UsageError:
+            raise
+        except Exception as e:  # TVM errors are multi-line C++ traces; keep the last line for the user
+            message = last_line(e)
+            run_dir = _finish_dumps(recorder, meta, error=message) if recorder is not None else None
+            where = f" (IR dumps: {run_dir})" if run_dir else ""
+            raise BuildError(f"build of {c.name} for {target_name(tgt)} failed: {message}{where}") from e
+        seconds = time.perf_counter() - t0
+        source = device_source(ex) if tgt.kind.name == "cuda" else None
+        records = recorder.records if recorder is not None else []
+        _check_disabled_names(gate, records)
+        compiled = CompiledCase(c, shapes, tgt, frontend, ex, seconds, None, schedule, dict(applier.traces), source,
+                                untuned=list(applier.untuned), pass_records=records,
+                                gate=gate_summary(records, gate) if gate.active else None,
+                                optimized_module=captured.get("optimized"), extra_passes=extra_passes)
+        if recorder is not None:
+            t1 = time.perf_counter()
+            jit = (lambda: compiled.vm) if dump and runs_here(tgt) else None  # made while the assembly is
+            compiled.dump_dir = _finish_dumps(recorder, {**meta, "build_seconds": seconds},
+                                              codegen=generated_code(ex, source) if dump else None,
+                                              attachments={"schedule_trace.py": applier.trace_script()},
+                                              meanwhile=jit)
+            compiled.dump_seconds = time.perf_counter() - t1
+        return compiled
+
+
+def _finish_dumps(recorder: PassRecorder, meta: dict, **kwargs):
+    """Write the run folder; a full disk (or any write error) is a one-line error, and the folder it leaves has
+    no ``complete`` marker, so ``dumps list`` shows it as incomplete."""
+    try:
+        return recorder.finish(meta, **kwargs)
+    except OSError as e:
+        raise UsageError(f"cannot write IR dumps ({e.strerror}): {e.filename or 'the dump folder'}") from None

@@ -1,0 +1,96 @@
+"""Moving tensors between torch, numpy and TVM without copies through FP32 (BF16 stays BF16)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import torch
+import tvm
+
+from ..support.atomic_file import write_user_file
+from ..support.errors import UsageError
+
+NUMPY_DTYPES = {"bfloat16": np.dtype(ml_dtypes.bfloat16), "float32": np.dtype(np.float32),
+                "float16": np.dtype(np.float16), "int8": np.dtype(np.int8), "int32": np.dtype(np.int32)}
+
+
+def to_numpy(x) -> np.ndarray:
+    """A torch tensor or numpy array as numpy; torch BF16 becomes ``ml_dtypes.bfloat16`` bit-exactly."""
+    if isinstance(x, torch.Tensor):
+        x = x.detach().cpu()
+        if x.dtype == torch.bfloat16:
+            return x.contiguous().view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+        return x.numpy()
+    return np.asarray(x)
+
+
+def to_torch(x: np.ndarray) -> torch.Tensor:
+    if x.dtype == NUMPY_DTYPES["bfloat16"]:
+        return torch.from_numpy(np.ascontiguousarray(x).view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(np.ascontiguousarray(x))
+
+
+def dtype_name(x: np.ndarray) -> str:
+    return "bfloat16" if x.dtype == NUMPY_DTYPES["bfloat16"] else str(x.dtype)
+
+
+def to_device(x: np.ndarray, dev) -> tvm.runtime.Tensor:
+    return tvm.runtime.tensor(np.ascontiguousarray(x), dev)
+
+
+def _require_finite(name: str, a: np.ndarray) -> None:
+    """NaN/Inf in an input would surface as a confusing golden failure far downstream: name it here."""
+    if a.dtype.kind != "f" and dtype_name(a) != "bfloat16":
+        return
+    bad = ~np.isfinite(a.astype(np.float32))
+    if bad.any():
+        first = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise UsageError(f"input {name!r} has {int(bad.sum())} non-finite values (NaN/Inf), the first at {first}")
+
+
+def validate_inputs(specs: dict, inputs: dict, owner: str) -> tuple[list[np.ndarray], dict[str, int]]:
+    """Check named inputs against ``specs`` (anything with ``.shape`` and ``.dtype``; a ``str`` dim is symbolic
+    and binds to the first size seen) and return them as numpy arrays in spec order, with the bound dims.
+    Every message names the input and both shapes; ``owner`` says what the specs belong to."""
+    missing, extra = sorted(set(specs) - set(inputs)), sorted(set(inputs) - set(specs))
+    if missing or extra:
+        raise UsageError(f"inputs do not match {owner}: missing {missing}, unexpected {extra}")
+    arrays, bound = [], {}
+    for name, spec in specs.items():
+        a = to_numpy(inputs[name])
+        if dtype_name(a) != spec.dtype:
+            raise UsageError(f"input {name!r} has dtype {dtype_name(a)}, expected {spec.dtype}")
+        if len(a.shape) != len(spec.shape) or any(
+                got != (bound.setdefault(want, got) if isinstance(want, str) else want)
+                for got, want in zip(a.shape, spec.shape)):
+            expected = tuple(bound.get(d, d) if isinstance(d, str) else d for d in spec.shape)
+            raise UsageError(f"input {name!r} has shape {a.shape}, expected {expected}")
+        _require_finite(name, a)
+        arrays.append(a)
+    if any(size < 1 for size in bound.values()):  # T, or R rows per owner
+        raise UsageError(f"inputs have 0 tokens ({', '.join(f'{d}={v}' for d, v in bound.items())}); need >= 1")
+    return arrays, bound
+
+
+def read_npz(path: str | os.PathLike, specs: dict) -> dict[str, np.ndarray]:
+    """Arrays from an ``.npz``; numpy stores ``ml_dtypes.bfloat16`` as 2-byte void (``|V2``), which is read
+    back as BF16 where ``specs`` says so."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except (OSError, ValueError) as e:
+        raise UsageError(f"cannot read {path}: {e}") from None
+    return {k: a.view(NUMPY_DTYPES["bfloat16"]) if a.dtype == np.dtype("V2") and k in specs
+            and specs[k].dtype == "bfloat16" else a for k, a in arrays.items()}
+
+
+def write_npz(path: str | os.PathLike, arrays: dict[str, np.ndarray]) -> None:
+    """Write ``arrays`` atomically (a temp file renamed into place); BF16 lands as ``|V2`` (see ``read_npz``)."""
+    def save(tmp: Path) -> None:
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)
+
+    write_user_file(path, save)

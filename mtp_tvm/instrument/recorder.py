@@ -1,0 +1,310 @@
+"""TODO docstring for instrument/recorder"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import re
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable
+
+import tvm
+import tvm_ffi
+
+from ..instrument.run_folder import (
+    COMPLETE_MARKER,
+    INDEX_FILE,
+    _safe,
+    new_run_dir,
+    write_json,
+)
+from ..passes.codegen import write_assembly
+from ..passes.gate import PassGate, gate_summary
+from ..passes.pipeline import PHASE_MARKER_PREFIX
+from ..support.errors import UsageError
+
+CONTAINER_PASSES = {"sequential", "_pipeline", "mtp.relax", "mtp.relax_pipeline", "mtp.tir"}
+
+
+INPUT_FILE = "000_input.py"
+
+
+NO_TEXT_CHANGE = "# the module changed structurally but prints the same (a change TVMScript does not show)\n"
+
+
+DIFF_CONTEXT = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class DumpOptions:
+    """What to dump: ``root`` (default ``dumps/``), only changed passes, passes whose name matches
+    ``pass_filter`` (a regex, searched), and one function ``func`` instead of the whole module."""
+
+    root: str | os.PathLike | None = None
+    only_changed: bool = False
+    pass_filter: str | None = None
+    func: str | None = None
+
+    def __post_init__(self):
+        if self.pass_filter is not None:
+            try:
+                re.compile(self.pass_filter)
+            except re.error as e:
+                raise UsageError(f"bad --dump-filter regex {self.pass_filter!r}: {e}") from None
+
+    def wants(self, name: str) -> bool:
+        return self.pass_filter is None or re.search(self.pass_filter, name) is not None
+
+
+@dataclasses.dataclass
+class PassRecord:
+    index: int
+    phase: str
+    name: str
+    depth: int = 0              # how many passes this one runs inside (FuseTIR's helpers: 1)
+    changed: bool = False
+    ms: float = 0.0             # inclusive wall time
+    self_ms: float = 0.0        # minus the passes it ran
+    lines_added: int | None = None
+    lines_removed: int | None = None
+    file: str | None = None
+    diff: str | None = None
+    skipped: str | None = None  # "disabled" / "bisect-limit": the pass did not run
+    optional: bool = False      # a bisect may skip it
+    unit: int | None = None     # the pass whose number decides this optional unit (FuseTIR -> FuseOps)
+    error: str | None = None    # the build failed in this pass
+    input_file: str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.index:03d} {self.phase}/{self.name}"
+
+
+@dataclasses.dataclass
+class _Frame:
+    record: PassRecord | None
+    before: object = None
+    start: float = 0.0
+    overhead: float = 0.0  # the recorder's own work inside this pass's span
+    nested: float = 0.0    # wall time of the passes run inside this one
+
+
+_ABSENT = ("absent",)
+
+
+@tvm.instrument.pass_instrument
+class PassRecorder:
+    """Numbers, gates, times and snapshots every leaf pass of one build."""
+
+    def __init__(self, gate: PassGate, dump: DumpOptions | None = None):
+        self.gate = gate
+        self.dump = dump
+        self.records: list[PassRecord] = []
+        self.phase = "input"
+        self._frames = [_Frame(None)]
+        self._pending: PassRecord | None = None
+        self._last: tuple[object, object] | None = None   # (module, key): a pass's input is mostly the last output
+        self._states: dict[object, object] = {}            # key -> module (or function) to print
+        self._texts: dict[object, Future] = {}             # key -> its TVMScript, printed on the printer thread
+        self._diffs: dict[int, Future] = {}                # pass number -> its diff, made there after the build
+        self._printer = ThreadPoolExecutor(1, thread_name_prefix="mtp-dump-print") if dump is not None else None
+        self._steps: dict[int, tuple[object, object]] = {}  # pass number -> (before key, after key)
+        self._input_key = None
+
+    # ---- during the build ----------------------------------------------------------------------------------
+
+    def record_input(self, mod: tvm.IRModule) -> None:
+        self._input_key = self._key(mod)
+        if self.dump is not None:
+            self._print_soon(self._input_key)
+
+    def should_run(self, mod, info):
+        t0 = time.perf_counter()
+        name, run = info.name, True
+        if self._is_leaf(name):
+            rec = PassRecord(len(self.records) + 1, self.phase, name, depth=sum(f.record is not None
+                                                                              for f in self._frames))
+            rec.skipped, rec.unit = self.gate.decide(rec.index, self.phase, name)
+            rec.optional = rec.unit is not None
+            self.records.append(rec)
+            self._pending, run = (rec, True) if rec.skipped is None else (None, False)
+        self._frames[-1].overhead += time.perf_counter() - t0
+        return run
+
+    def run_before_pass(self, mod, info):
+        t0 = time.perf_counter()
+        rec, self._pending = (self._pending if self._is_leaf(info.name) else None), None
+        frame = _Frame(rec, self._key(mod) if rec is not None else None)
+        self._frames.append(frame)
+        frame.start = time.perf_counter()
+        self._frames[-2].overhead += frame.start - t0
+
+    def run_after_pass(self, mod, info):
+        t_end = time.perf_counter()
+        frame = self._frames.pop()
+        elapsed = t_end - frame.start - frame.overhead
+        parent = self._frames[-1]
+        parent.nested += elapsed
+        name = info.name
+        if name.startswith(PHASE_MARKER_PREFIX):
+            self.phase = name[len(PHASE_MARKER_PREFIX):]
+        elif name == "mtp.relax_pipeline":  # tirx.build binds the target before the TIR pipeline's marker
+            self.phase = "tir-lower"
+        rec = frame.record
+        if rec is not None:
+            rec.ms, rec.self_ms = elapsed * 1e3, (elapsed - frame.nested) * 1e3
+            after = self._key(mod, fresh=True)  # the same object may come back edited in place (dlight does)
+            rec.changed = after != frame.before
+            self._steps[rec.index] = (frame.before, after)
+            if self._dumped(rec):
+                self._print_soon(after)
+                if rec.changed:
+                    self._print_soon(frame.before)
+        parent.overhead += time.perf_counter() - t_end
+
+    @staticmethod
+    def _is_leaf(name: str) -> bool:
+        return bool(name) and name not in CONTAINER_PASSES and not name.startswith(PHASE_MARKER_PREFIX)
+
+    def _view(self, mod: tvm.IRModule):
+        """What is compared and dumped: the module, or the one function ``--dump-func`` names."""
+        if self.dump is None or self.dump.func is None:
+            return mod
+        return next((f for gv, f in mod.functions_items() if gv.name_hint == self.dump.func), None)
+
+    def _key(self, mod: tvm.IRModule, fresh: bool = False):
+        """The state of ``mod``'s view (its structural hash); a new state is kept for printing after the build.
+        A pass's input is nearly always the previous pass's output object, untouched in between: looked up."""
+        if not fresh and self._last is not None and self._last[0].same_as(mod):
+            return self._last[1]
+        view = self._view(mod)
+        key = _ABSENT if view is None else tvm_ffi.structural_hash(view)
+        if self.dump is not None and key not in self._states:
+            # a module may later be edited in place (``mod[gv] = f``): keep a copy of its function table
+            self._states[key] = view if self.dump.func else tvm.IRModule(
+                dict(view.functions_items()), attrs=dict(view.attrs) if view.attrs else None,
+                global_infos=dict(view.global_infos))
+        self._last = (mod, key)
+        return key
+
+    def _print_soon(self, key) -> None:
+        """Queue a state's TVMScript on the printer thread (once per state)."""
+        if key != _ABSENT and key not in self._texts:
+            self._texts[key] = self._printer.submit(self._states[key].script)
+
+    def _dumped(self, rec: PassRecord) -> bool:
+        """Whether pass ``rec`` gets a file: dumping, its name passes the filter, and it changed the IR or every
+        pass is dumped."""
+        return self.dump is not None and rec.index in self._steps and self.dump.wants(rec.name) and (
+            rec.changed or not self.dump.only_changed)
+
+    def _diff(self, rec: PassRecord) -> list[str]:
+        """Pass ``rec``'s diff against its own input (on the printer thread, after both texts it queued)."""
+        before, after = self._steps[rec.index]
+        stem = self._stem(rec)
+        return unified_diff(self._text(before).splitlines(), self._text(after).splitlines(),
+                            f"before/{stem}", f"after/{stem}")
+
+    def close(self) -> None:
+        """Stop the printer thread, dropping queued prints: the owner of the build calls it when the build is
+        over, dumps written or abandoned (an error, Ctrl-C)."""
+        if self._printer is not None:
+            self._printer.shutdown(wait=False, cancel_futures=True)
+
+    def _failing_frame(self) -> _Frame | None:
+        """After a build error: the innermost pass that was running (its frame still holds its input)."""
+        return next((f for f in reversed(self._frames) if f.record is not None), None)
+
+    # ---- after the build -----------------------------------------------------------------------------------
+
+    def finish(self, meta: dict, error: str | None = None, codegen: dict[str, str] | None = None,
+               attachments: dict[str, str] | None = None, meanwhile: Callable[[], object] | None = None) -> Path | None:
+        """Create the run folder and write every dump, the generated code (``codegen``, name -> text; each
+        ``.ll`` also gets its assembly ``.s``), ``attachments`` (name -> text), ``index.json`` and
+        ``index.html``, then the ``complete`` marker. ``meanwhile`` runs on this thread while the assembly is
+        generated on another. Returns the folder (None: no dumping)."""
+        failing = self._failing_frame() if error is not None else None
+        if failing is not None:
+            failing.record.error = error
+        if self.dump is None:
+            return None
+        from ..instrument.report import write_html
+
+        run = new_run_dir(self.dump.root, f"{meta['case']}-{meta['target']['kind']}")
+        extra = {**(codegen or {}), **(attachments or {})}
+        for name, text in extra.items():
+            (run / name).write_text(text)
+        with ThreadPoolExecutor(thread_name_prefix="mtp-dump-asm") as pool:
+            assembly = [pool.submit(write_assembly, run / name) for name in codegen or {} if name.endswith(".ll")]
+            # diffs are pure Python: queued now, not during the build, so they never hold the GIL the build's
+            # pass callbacks wait for; they run while ``meanwhile`` (C++, GIL released) does
+            self._diffs = {r.index: self._printer.submit(self._diff, r) for r in self.records
+                           if r.changed and self._dumped(r)}
+            if meanwhile is not None:
+                meanwhile()
+            (run / INPUT_FILE).write_text(self._text(self._input_key))
+            if failing is not None:
+                failing.record.input_file = f"{self._stem(failing.record)}.input.py"
+                (run / failing.record.input_file).write_text(self._text(failing.before))
+            self._write_passes(run)
+            generated = sorted([*(codegen or {}), *(f.result().name for f in assembly)])
+        index = {**meta, "status": "build failed" if error else "ok", "error": error,
+                 "dump": {"only_changed": self.dump.only_changed, "filter": self.dump.pass_filter,
+                          "func": self.dump.func},
+                 "gate": gate_summary(self.records, self.gate), "input": INPUT_FILE,
+                 "codegen": generated, "attachments": sorted(attachments or {}),
+                 "passes": [dataclasses.asdict(r) for r in self.records]}
+        write_json(run / INDEX_FILE, index)
+        write_html(run, index)
+        (run / COMPLETE_MARKER).write_text("")
+        return run
+
+    def _stem(self, rec: PassRecord) -> str:
+        return f"{rec.index:03d}_{_safe(rec.phase)}__{_safe(rec.name)}"
+
+    def _text(self, key) -> str:
+        if key == _ABSENT:
+            return f"# function {self.dump.func} is not in this module\n"
+        self._print_soon(key)
+        return self._texts[key].result()
+
+    def _write_passes(self, run: Path) -> None:
+        first_file: dict[object, str] = {}  # state -> the first file holding it; later ones are hard links
+        for rec in filter(self._dumped, self.records):
+            after = self._steps[rec.index][1]
+            stem = self._stem(rec)
+            rec.lines_added = rec.lines_removed = 0
+            if rec.changed:
+                diff = self._diffs[rec.index].result()
+                rec.lines_added = sum(1 for ln in diff if ln.startswith("+") and not ln.startswith("+++"))
+                rec.lines_removed = sum(1 for ln in diff if ln.startswith("-") and not ln.startswith("---"))
+                rec.diff = stem + ".diff"
+                (run / rec.diff).write_text("\n".join(diff) + "\n" if diff else NO_TEXT_CHANGE)
+            rec.file = stem + ".py"
+            if after in first_file:
+                try:
+                    os.link(run / first_file[after], run / rec.file)
+                    continue
+                except OSError:
+                    pass
+            (run / rec.file).write_text(self._text(after))
+            first_file.setdefault(after, rec.file)
+
+
+def unified_diff(a: list[str], b: list[str], a_name: str, b_name: str) -> list[str]:
+    """``difflib.unified_diff`` of two line lists, fast for dumps: consecutive module states share most of their
+    text, so the common head and tail (less the context) are cut before difflib indexes the lines, and the hunk
+    line numbers are shifted back."""
+    head = len(os.path.commonprefix([a, b]))
+    tail = len(os.path.commonprefix([a[head:][::-1], b[head:][::-1]]))
+    lo = max(head - DIFF_CONTEXT, 0)
+    cut_tail = max(tail - DIFF_CONTEXT, 0)
+    lines = list(difflib.unified_diff(a[lo:len(a) - cut_tail], b[lo:len(b) - cut_tail], a_name, b_name,
+                                      n=DIFF_CONTEXT, lineterm=""))
+    if lo == 0:
+        return lines
+    shift = lambda m: str(int(m.group(0)) + lo)  # noqa: E731
+    return [re.sub(r"(?<=[-+])\d+", shift, ln, count=2) if ln.startswith("@@ ") else ln for ln in lines]

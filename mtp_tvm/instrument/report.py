@@ -1,0 +1,221 @@
+"""Reports over pass records: the terminal tables (timing top-N, a run's passes) and a run's ``index.html``.
+
+``index.html`` is one self-contained file (no network, no external script): the index and the diffs are
+embedded as JSON, a small script renders the pass table, filters it by phase / changed / name (the filter
+state lives in the URL fragment, e.g. ``index.html#phase=fuse&changed=1``, so a view can be linked), links
+every dump and diff, and shows a pass's diff syntax-highlighted below the table.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+
+from ..support import atomic_file
+from ..support.text_table import text_table
+
+HTML_FILE = "index.html"
+DIFF_LINES_EMBEDDED = 400  # longer diffs are cut in the page; the .diff file is linked for the rest
+
+
+def timing_table(records, top: int = 15) -> str:
+    """The ``top`` passes by self time, then the total per phase (``records``: ``dumps.PassRecord``s)."""
+    ran = [r for r in records if r.skipped is None]
+    total = sum(r.self_ms for r in ran) or 1e-9
+    rows = [("#", "phase", "pass", "self ms", "incl ms", "self %")]
+    for r in sorted(ran, key=lambda r: -r.self_ms)[:top]:
+        rows.append((f"{r.index:03d}", r.phase, r.name, f"{r.self_ms:.2f}", f"{r.ms:.2f}",
+                     f"{100 * r.self_ms / total:.1f}"))
+    phases: dict[str, float] = {}
+    for r in ran:
+        phases[r.phase] = phases.get(r.phase, 0.0) + r.self_ms
+    by_phase = ", ".join(f"{p} {ms:.1f}" for p, ms in phases.items())
+    return "\n".join([f"pass timing: top {min(top, len(ran))} of {len(ran)} passes by self time",
+                      *text_table(rows, {3, 4, 5}), f"per phase (self ms): {by_phase}; total {total:.1f} ms"])
+
+
+def pass_table(index: dict, changed: bool = False, phase: str | None = None) -> str:
+    """A run's passes, one line each: number, phase, name (indented when run inside another pass), state;
+    only those that changed the IR with ``changed``, only one phase with ``phase``."""
+    rows = [("#", "phase", "pass", "state", "+", "-", "ms", "file")]
+    for p in index["passes"]:
+        if (changed and not p["changed"]) or (phase and p["phase"] != phase):
+            continue
+        state = (f"skipped ({p['skipped']})" if p["skipped"] else "FAILED" if p["error"]
+                 else "changed" if p["changed"] else "unchanged")
+        rows.append((f"{p['index']:03d}", p["phase"], "  " * p["depth"] + p["name"], state,
+                     "" if p["lines_added"] is None else p["lines_added"],
+                     "" if p["lines_removed"] is None else p["lines_removed"], f"{p['ms']:.2f}", p["file"] or ""))
+    return "\n".join(text_table(rows, {4, 5, 6}))
+
+
+def _embedded_diffs(run: Path, index: dict) -> dict[str, str]:
+    diffs = {}
+    for p in index["passes"]:
+        if p["diff"]:
+            lines = (run / p["diff"]).read_text().splitlines()
+            cut = len(lines) - DIFF_LINES_EMBEDDED
+            diffs[str(p["index"])] = "\n".join(lines[:DIFF_LINES_EMBEDDED]) + (
+                f"\n... {cut} more lines in {p['diff']}" if cut > 0 else "")
+    return diffs
+
+
+def _json_script(element_id: str, data) -> str:
+    text = json.dumps(data).replace("</", "<\\/")  # a JSON string may not close the script element
+    return f'<script type="application/json" id="{element_id}">{text}</script>'
+
+
+def write_html(run: Path, index: dict) -> Path:
+    """Render ``index.html`` for a run folder from its index (atomically)."""
+    title = f"{index['case']} on {index['target']['kind']}"
+    page = _PAGE.replace("{{title}}", html.escape(title)).replace(
+        "{{data}}", _json_script("index-data", index) + _json_script("diff-data", _embedded_diffs(run, index)))
+    path = run / HTML_FILE
+    atomic_file.write_text(path, page)
+    return path
+
+
+_PAGE = r"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>mtp_tvm passes: {{title}}</title>
+<style>
+body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; }
+h1 { font-size: 1.3em; margin: 0 0 .3em; } #summary { color: #555; margin: 0 0 1em; }
+nav { display: flex; gap: 1.2em; align-items: center; margin-bottom: .6em; }
+table { border-collapse: collapse; width: 100%; } th, td { padding: 2px 8px; text-align: left; }
+th { border-bottom: 2px solid #999; position: sticky; top: 0; background: #fff; }
+tr.pass:nth-child(even) { background: #f5f5f5; } tr.pass.selected { background: #ffe9a8; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.changed { color: #0a6; } .unchanged { color: #999; } .skipped { color: #b60; }
+.failed { color: #c00; font-weight: bold; }
+.nested { padding-left: 1.5em; } a { color: #05c; }
+pre#diff { background: #fafafa; border: 1px solid #ddd; padding: .6em; overflow-x: auto; font-size: 12.5px; }
+.d-add { background: #e6ffec; } .d-del { background: #ffebe9; } .d-hunk { color: #6f42c1; }
+.d-head { font-weight: bold; }
+.t-kw { color: #a626a4; } .t-str { color: #50a14f; } .t-num { color: #986801; }
+.t-com { color: #a0a1a7; font-style: italic; }
+.t-ns { color: #4078f2; }
+</style></head>
+<body>
+<h1>{{title}}</h1><p id="summary"></p>
+<nav>
+ <label>phase <select id="phase"><option value="">all</option></select></label>
+ <label><input type="checkbox" id="changed"> changed only</label>
+ <label>pass <input id="q" placeholder="regex"></label>
+ <span id="count"></span>
+</nav>
+<table id="passes"><thead><tr><th>#</th><th>phase</th><th>pass</th><th>state</th><th>+</th><th>&minus;</th>
+<th>self ms</th><th>ms</th><th>dump</th><th>diff</th></tr></thead><tbody></tbody></table>
+<section id="viewer" hidden><h2 id="diff-title"></h2><pre id="diff"></pre></section>
+<h2>Files</h2><ul id="files"></ul>
+{{data}}
+<script>
+"use strict";
+const index = JSON.parse(document.getElementById("index-data").textContent);
+const diffs = JSON.parse(document.getElementById("diff-data").textContent);
+const $ = (id) => document.getElementById(id);
+const esc = (s) => s.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+const link = (href, text) => href ? `<a href="${encodeURI(href)}">${esc(text)}</a>` : "";
+
+function stateOf(p) {
+  if (p.skipped) return ["skipped", "skipped (" + p.skipped + ")"];
+  if (p.error) return ["failed", "FAILED: " + p.error];
+  return p.changed ? ["changed", "changed"] : ["unchanged", "unchanged"];
+}
+
+const KEYWORDS = "def|class|for|in|with|if|elif|else|return|assert|and|or|not|lambda|True|False|None";
+const TOKEN = new RegExp('(#.*$)|("(?:[^"\\\\]|\\\\.)*")|\\b(' + KEYWORDS + ')\\b|\\b([TRI])\\.|' +
+                         '\\b(\\d+(?:\\.\\d+)?(?:e[-+]?\\d+)?)\\b', "g");
+function highlight(code) {
+  let out = "", last = 0;
+  code.replace(TOKEN, (m, com, str, kw, ns, num, at) => {
+    out += esc(code.slice(last, at));
+    const cls = com ? "t-com" : str ? "t-str" : kw ? "t-kw" : ns ? "t-ns" : "t-num";
+    out += `<span class="${cls}">${esc(m)}</span>`;
+    last = at + m.length;
+    return m;
+  });
+  return out + esc(code.slice(last));
+}
+function renderDiff(text) {
+  return text.split("\n").map((line) => {
+    if (line.startsWith("+++") || line.startsWith("---")) return `<span class="d-head">${esc(line)}</span>`;
+    if (line.startsWith("@@")) return `<span class="d-hunk">${esc(line)}</span>`;
+    const cls = line.startsWith("+") ? "d-add" : line.startsWith("-") ? "d-del" : "";
+    const body = line.slice(0, 1) + highlight(line.slice(1));
+    return cls ? `<span class="${cls}">${body}</span>` : body;
+  }).join("\n");
+}
+
+function readState() {
+  const s = new URLSearchParams(location.hash.slice(1));
+  return {phase: s.get("phase") || "", changed: s.get("changed") === "1", q: s.get("q") || "", show: s.get("show")};
+}
+function writeState(st) {
+  const s = new URLSearchParams();
+  if (st.phase) s.set("phase", st.phase);
+  if (st.changed) s.set("changed", "1");
+  if (st.q) s.set("q", st.q);
+  if (st.show) s.set("show", st.show);
+  history.replaceState(null, "", "#" + s.toString());
+}
+function matches(p, st) {
+  if (st.phase && p.phase !== st.phase) return false;
+  if (st.changed && !p.changed) return false;
+  if (st.q) { try { return new RegExp(st.q).test(p.name); } catch (e) { return p.name.includes(st.q); } }
+  return true;
+}
+function render() {
+  const st = readState();
+  $("phase").value = st.phase; $("changed").checked = st.changed; $("q").value = st.q;
+  const rows = index.passes.filter((p) => matches(p, st)).map((p) => {
+    const [cls, text] = stateOf(p);
+    const view = diffs[p.index] ? `<a href="#" data-show="${p.index}">view</a> &middot; ${link(p.diff, "file")}` : "";
+    return `<tr class="pass" data-index="${p.index}"><td class="num">${String(p.index).padStart(3, "0")}</td>` +
+      `<td>${esc(p.phase)}</td><td class="${p.depth ? "nested" : ""}">${esc(p.name)}</td>` +
+      `<td class="${cls}">${esc(text)}</td><td class="num">${p.lines_added ?? ""}</td>` +
+      `<td class="num">${p.lines_removed ?? ""}</td><td class="num">${p.self_ms.toFixed(2)}</td>` +
+      `<td class="num">${p.ms.toFixed(2)}</td>` +
+      `<td>${link(p.file, "py")}${p.input_file ? " " + link(p.input_file, "input") : ""}</td>` +
+      `<td>${view}</td></tr>`;
+  });
+  document.querySelector("#passes tbody").innerHTML = rows.join("");
+  $("count").textContent = `${rows.length} of ${index.passes.length} passes`;
+  const shown = st.show && diffs[st.show];
+  $("viewer").hidden = !shown;
+  if (shown) {
+    const p = index.passes.find((q) => String(q.index) === st.show);
+    $("diff-title").textContent = `${String(p.index).padStart(3, "0")} ${p.phase} / ${p.name}`;
+    $("diff").innerHTML = renderDiff(diffs[st.show]);
+    const row = document.querySelector(`tr.pass[data-index="${st.show}"]`);
+    if (row) row.classList.add("selected");
+  }
+}
+function update(change) { writeState({...readState(), ...change}); render(); }
+
+const phases = [...new Set(index.passes.map((p) => p.phase))];
+$("phase").innerHTML += phases.map((p) => `<option value="${esc(p)}">${esc(p)}</option>`).join("");
+$("phase").addEventListener("change", (e) => update({phase: e.target.value}));
+$("changed").addEventListener("change", (e) => update({changed: e.target.checked}));
+$("q").addEventListener("input", (e) => update({q: e.target.value}));
+document.querySelector("#passes tbody").addEventListener("click", (e) => {
+  const a = e.target.closest("a[data-show]");
+  if (a) { e.preventDefault(); update({show: a.dataset.show}); $("viewer").scrollIntoView(); }
+});
+window.addEventListener("hashchange", render);
+
+const changed = index.passes.filter((p) => p.changed).length;
+const check = index.check ? ` &middot; golden check <b class="${index.check.passed ? "changed" : "failed"}">` +
+  `${index.check.passed ? "PASSED" : "FAILED"}</b>` +
+  (index.check.repro ? ` (${link(index.check.repro, "reproducer")})` : "") : "";
+$("summary").innerHTML = `preset ${esc(index.preset)} &middot; frontend ${esc(index.frontend)} &middot; ` +
+  `${index.passes.length} passes, ${changed} changed &middot; status ${esc(index.status)}` +
+  (index.build_seconds !== undefined ? ` &middot; build ${index.build_seconds.toFixed(2)} s` : "") + check +
+  (index.error ? `<br><span class="failed">${esc(index.error)}</span>` : "");
+const files = [["input module", index.input], ...index.codegen.map((f) => ["generated code", f]),
+               ...index.attachments.map((f) => ["attachment", f]), ["index (JSON)", "index.json"]];
+$("files").innerHTML = files.map(([what, f]) => `<li>${esc(what)}: ${link(f, f)}</li>`).join("");
+render();
+</script>
+</body></html>
+"""

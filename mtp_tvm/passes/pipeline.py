@@ -1,0 +1,170 @@
+"""The compile flow as named phases, in the style of TVM's ``relax/pipeline.py``: each phase is a function
+returning a pass list, and a no-op marker pass named ``mtp.phase.<name>`` opens it, so instruments (dumps,
+timing, bisect) can attribute every pass to its phase by name.
+
+Relax phases (ours): ``legalize`` -> ``fuse`` -> ``schedule`` -> ``lower-dataflow`` -> ``finalize``.
+TIR phases (TVM's ``s_tir`` passes, wrapped in the registered TIR pipeline ``mtp``): ``tir-lower``, then
+``tir-host`` / ``tir-device`` after the host/device split.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Callable
+
+import tvm
+import tvm_ffi
+from tvm import relax
+from tvm.target import Target
+
+PHASE_MARKER_PREFIX = "mtp.phase."
+
+
+TIR_PIPELINE = "mtp"
+
+
+def phase_marker(name: str, on_enter: Callable[[str, tvm.IRModule], None] | None = None) -> tvm.transform.Pass:
+    """A pass that does nothing but tell instruments (and ``on_enter``) that phase ``name`` begins."""
+
+    def enter(mod, _ctx):
+        if on_enter is not None:
+            on_enter(name, mod)
+        return mod
+
+    return tvm.transform.module_pass(enter, opt_level=0, name=PHASE_MARKER_PREFIX + name)
+
+
+def legalize_passes(_target: Target) -> list:
+    """Relax operators -> TIR PrimFuncs (a no-op for calls that already are ``call_tir``)."""
+    return [relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(), relax.transform.FoldConstant()]
+
+
+def fuse_passes(_target: Target) -> list:
+    """Group elementwise/injective PrimFuncs with their producers."""
+    return [relax.transform.FuseOps(), relax.transform.FuseTIR()]
+
+
+def schedule_passes(_target: Target, applier: tvm.transform.Pass) -> list:
+    """Give every PrimFunc its schedule (``applier``: the schedule layer's ``ApplySchedules``, whose traces the
+    caller reads afterwards), then move weight packing out of the per-call path (``lift_weight_packing``)."""
+    return [applier, lift_weight_packing(applier)]
+
+
+def lift_weight_packing(applier) -> tvm.transform.Pass:
+    """``SplitLayoutRewritePreproc`` + ``LiftTransformParams``, only when ``applier`` packed a weight (the lift
+    would otherwise also hoist unrelated weight ops, and it cannot copy some Relax frontend shapes)."""
+    split, lift = relax.transform.SplitLayoutRewritePreproc(), relax.transform.LiftTransformParams()
+
+    @tvm.transform.module_pass(opt_level=0, name="LiftWeightPacking")
+    def _lift(mod, _ctx):
+        return lift(split(mod)) if applier.packs_weights else mod
+
+    return _lift
+
+
+def lower_dataflow_passes(_target: Target) -> list:
+    return [relax.transform.RewriteDataflowReshape(), relax.transform.ToNonDataflow(),
+            relax.transform.RemovePurityChecking(), relax.transform.CallTIRRewrite()]
+
+
+def finalize_passes(target: Target) -> list:
+    """Memory planning and VM lowering."""
+    cuda_graph = [relax.transform.RewriteCUDAGraph()] if target.kind.name == "cuda" else []
+    return [relax.transform.StaticPlanBlockMemory(), *cuda_graph, relax.transform.LowerAllocTensor(),
+            relax.transform.KillAfterLastUse(), relax.transform.LowerRuntimeBuiltin(),
+            relax.transform.ComputePrimValue(), relax.transform.VMShapeLower(), relax.transform.AttachGlobalSymbol()]
+
+
+@dataclasses.dataclass(frozen=True)
+class Phase:
+    name: str
+    passes: Callable[..., list]  # (target) -> passes; the schedule phase also takes the schedule applier
+    optional_on: frozenset[str] = frozenset()  # target kinds on which the whole phase may be skipped (bisect)
+
+
+RELAX_PHASES: tuple[Phase, ...] = (
+    Phase("legalize", legalize_passes),
+    Phase("fuse", fuse_passes),
+    Phase("schedule", schedule_passes, optional_on=frozenset({"llvm"})),  # CPU kernels lower unscheduled; GPU ones need thread bindings
+    Phase("lower-dataflow", lower_dataflow_passes),
+    Phase("finalize", finalize_passes),
+)
+
+
+TIR_PHASES = ("tir-lower", "tir-host", "tir-device")
+
+
+# Phases that rewrite the dataflow program; user passes (``extra_passes``) may join them. The module leaving
+# them is what a reproducer stores: everything after is mechanical lowering.
+OPTIMIZING_PHASES = ("legalize", "fuse", "schedule")
+
+
+FIRST_LOWERING_PHASE = "lower-dataflow"
+
+
+# LLVM's "optional" passes (``-opt-bisect-limit``): the build stays correct without them, so a bisect may skip
+# them. A group is skipped or applied as a whole (FuseTIR only makes sense after FuseOps). Required passes
+# (legalisation, lowering, codegen preparation) always run.
+OPTIONAL_PASS_GROUPS: tuple[tuple[str, ...], ...] = (
+    ("FoldConstant",),
+    ("FuseOps", "FuseTIR"),
+    ("s_tir.LoopPartition",),
+    ("s_tir.HoistIfThenElse",),
+    ("tirx.UnrollLoop",),
+    ("tirx.CommonSubexprElim",),
+    ("s_tir.RenormalizeSplitPattern",),
+)
+
+
+def relax_pipeline(target: Target, applier: tvm.transform.Pass | None, extra_passes: dict[str, list] | None = None,
+                   first_phase: str = RELAX_PHASES[0].name, on_phase=None) -> tvm.transform.Pass:
+    """Every Relax phase from ``first_phase`` on, each opened by its marker, as one pass for
+    ``tvm.compile(relax_pipeline=...)``. ``extra_passes`` (phase name -> passes) run first in their phase;
+    ``on_phase(name, mod)`` sees the module entering each phase; ``applier`` is the schedule phase's pass."""
+    extra_passes = extra_passes or {}
+    names = [ph.name for ph in RELAX_PHASES]
+    passes = []
+    for phase in RELAX_PHASES[names.index(first_phase):]:
+        if phase.passes is schedule_passes and applier is None:
+            raise ValueError("a pipeline that runs the schedule phase needs its schedule applier")
+        phase_passes = phase.passes(target, applier) if phase.passes is schedule_passes else phase.passes(target)
+        passes += [phase_marker(phase.name, on_phase), *extra_passes.get(phase.name, ()), *phase_passes]
+    seq = tvm.transform.Sequential(passes, name="mtp.relax")
+
+    @tvm.transform.module_pass(opt_level=0, name="mtp.relax_pipeline")
+    def _pipeline(mod, _ctx):
+        with target:  # dlight rules read the target from the context
+            return seq(mod)
+
+    return _pipeline
+
+
+def _tir_pipeline():
+    """TVM's ``s_tir`` lowering with phase markers; registered under the name ``mtp``."""
+    lower, host, device = tvm.tirx.get_tir_pipeline("s_tir")
+    return (tvm.transform.Sequential([phase_marker("tir-lower"), lower], name="mtp.tir"),
+            lambda: tvm.transform.Sequential([phase_marker("tir-host"), host()]),
+            lambda: tvm.transform.Sequential([phase_marker("tir-device"), device()]))
+
+
+@functools.cache
+def _register_with_tvm() -> None:
+    """Once per process, before the first build: our TIR pipeline under its name, and ``KeyboardInterrupt``
+    with tvm-ffi. Ctrl-C during a build lands in a Python callback TVM runs (a pass, an instrument); tvm-ffi
+    carries the exception back through C++ by its registered name, so an unregistered ``KeyboardInterrupt``
+    came back as an empty ``RuntimeError``: a "build failed" (exit 3) instead of an interrupt (exit 130)."""
+    tvm.tirx.register_tir_pipeline(TIR_PIPELINE, _tir_pipeline)
+    tvm_ffi.error.register_error("KeyboardInterrupt", KeyboardInterrupt)
+
+
+def compile_module(mod: tvm.IRModule, target: Target, applier: tvm.transform.Pass | None,
+                   extra_passes: dict[str, list] | None = None, first_phase: str = RELAX_PHASES[0].name,
+                   on_phase=None):
+    """``tvm.compile`` through our named phases (from ``first_phase`` on, for a module that already went through
+    the earlier ones, e.g. a reproducer's: then ``applier`` is None); ``applier`` schedules the kernels
+    (``schedule.apply``)."""
+    _register_with_tvm()
+    return tvm.compile(mod, target=target,
+                       relax_pipeline=relax_pipeline(target, applier, extra_passes, first_phase, on_phase),
+                       tir_pipeline=TIR_PIPELINE)

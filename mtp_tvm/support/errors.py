@@ -1,0 +1,26 @@
+"""TODO docstring for support/errors"""
+
+from __future__ import annotations
+
+
+class MtpError(Exception):
+    """A user-caused error (bad case, shape, dtype, target, path ...). The CLI prints it and exits 2."""
+
+    exit_code = 2
+
+
+class UsageError(MtpError):
+    """Bad command-line or API arguments."""
+
+
+class BuildError(MtpError):
+    """TVM could not lower or build the module for the requested target."""
+
+    exit_code = 3
+
+
+def last_line(error: BaseException) -> str:
+    """The line of a TVM error a user reads: its C++ traces are many lines, the message the last one (the
+    exception's type name when it has no text)."""
+    lines = [ln for ln in str(error).strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else type(error).__name__

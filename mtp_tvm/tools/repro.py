@@ -1,0 +1,162 @@
+"""Reproducers: when a golden check fails, ``repro/`` in the run folder holds everything to rebuild and re-check
+the failing module on its own, without the case machinery, the original command or its pass plugin:
+
+    module.py      the failing module as TVMScript: the case's module after the optimizing phases (legalize,
+                   fuse, schedule and any user passes), i.e. exactly what the lowering phases were given
+    inputs.npz     the seeded inputs (BF16 stored as its uint16 bits; repro.json has the dtypes)
+    expected.npz   the torch goldens
+    target.json    the target
+    command.txt    the exact command that failed
+    repro.json     case, shapes, seed, tolerance, and the pass gate of the lowering phases
+    repro.py       rebuilds module.py from the ``lower-dataflow`` phase on, runs it and compares; exits 1 when
+                   the failure reproduces, 0 when it does not
+
+The folder appears atomically (written under a temporary name, then renamed).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import tvm
+
+from ..compiler.tensors import NUMPY_DTYPES, dtype_name, to_numpy
+from ..instrument.run_folder import new_run_dir
+from ..passes.pipeline import FIRST_LOWERING_PHASE, OPTIMIZING_PHASES
+from ..passes.plugins import PassPlugin, extra_pass_names, resolve_extra_passes
+from ..passes.target import resolve_target, target_json
+
+REPRO_DIR = "repro"
+PROJECT_ROOT = Path(__file__).resolve().parents[2]  # the folder holding the mtp_tvm package
+
+_LAUNCHER = '''"""Reproducer written by mtp_tvm: rebuilds module.py for target.json, runs it on inputs.npz and
+compares with expected.npz. Exit 1: the failure reproduces; 0: it does not."""
+import sys
+from pathlib import Path
+
+if Path({root!r}, "mtp_tvm").is_dir():  # the mtp_tvm that wrote this reproducer
+    sys.path.insert(0, {root!r})
+from mtp_tvm.tools.repro import rerun  # noqa: E402
+
+sys.exit(rerun(Path(__file__).resolve().parent))
+'''
+
+
+def _save_arrays(path: Path, arrays: dict) -> dict[str, str]:
+    """``np.savez`` with BF16 as its uint16 bits (npz has no BF16); returns name -> dtype."""
+    arrays = {k: to_numpy(v) for k, v in arrays.items()}
+    np.savez(path, **{k: a.view(np.uint16) if dtype_name(a) == "bfloat16" else a for k, a in arrays.items()})
+    return {k: dtype_name(a) for k, a in arrays.items()}
+
+
+def _load_arrays(path: Path, dtypes: dict[str, str]) -> dict[str, np.ndarray]:
+    with np.load(path) as z:
+        return {k: z[k].view(NUMPY_DTYPES[dt]) if dt == "bfloat16" else z[k] for k, dt in dtypes.items()}
+
+
+def cli_command(compiled, seed: int, tolerance: dict | None, logits_tol: dict | None) -> str:
+    """The ``mtp-tvm check`` command line that rebuilds this case with the same options."""
+    tj = target_json(compiled.target)
+    short = next((n for n in ("llvm", "cuda") if target_json(resolve_target(n)) == tj), None)
+    s = compiled.shapes
+    argv = ["mtp-tvm", "check", "--case", compiled.case.name, "--target", short or json.dumps(tj),
+            "--preset", s.preset.name, "--frontend", compiled.frontend, "--tokens", str(s.tokens),
+            "--vocab-shard", str(s.vocab_shard), "--owners", str(s.owners), "--tp", str(s.tp), "--seed", str(seed)]
+    gate = compiled.gate or {"disabled": [], "limit": None}
+    for name in gate["disabled"]:
+        argv += ["--disable-pass", name]
+    if gate["limit"] is not None:
+        argv += ["--bisect-limit", str(gate["limit"])]
+    notes = []
+    if isinstance(compiled.extra_passes, PassPlugin):
+        argv += ["--pass-plugin", str(compiled.extra_passes.path)]
+    elif compiled.extra_passes is not None:
+        names = extra_pass_names(resolve_extra_passes(compiled.extra_passes, compiled.target))
+        notes.append(f"# plus extra passes given through the Python API: {', '.join(names)}")
+    for flag, value in (logits_tol or {}).items():
+        argv += [f"--{flag.replace('_', '-')}", str(value)]
+    if tolerance is not None:
+        notes.append(f"# with tolerance {json.dumps(tolerance)} (Python API)")
+    return "\n".join([shlex.join(argv), *notes]) + "\n"
+
+
+def _lowering_gate(compiled) -> dict:
+    """The gate of the failing build, restated for a build that starts at the lowering phases: the passes there
+    are numbered from 1, so the limit moves down by the number of passes of the optimizing phases."""
+    gate = compiled.gate or {"disabled": [], "limit": None}
+    records = compiled.pass_records
+    offset = sum(1 for r in records if r.phase in OPTIMIZING_PHASES)
+    lowering = {r.name for r in records if r.phase not in OPTIMIZING_PHASES}
+    limit = gate["limit"]
+    return {"disabled": [n for n in gate["disabled"] if n in lowering],
+            "limit": None if limit is None else max(limit - offset, 0)}
+
+
+def write_repro(compiled, inputs: dict, expected: dict, seed: int, tolerance: dict | None,
+                logits_tol: dict | None, result, root=None) -> Path:
+    """Write ``repro/`` into the build's run folder (a new run folder under ``root`` when it has none)."""
+    run = compiled.dump_dir or new_run_dir(root, f"{compiled.case.name}-{compiled.target.kind.name}")
+    final, tmp = run / REPRO_DIR, run / (REPRO_DIR + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    s = compiled.shapes
+    (tmp / "module.py").write_text(compiled.optimized_module.script())
+    spec = {"case": compiled.case.name, "preset": s.preset.name, "frontend": compiled.frontend,
+            "tokens": s.tokens, "vocab_shard": s.vocab_shard, "owners": s.owners, "tp": s.tp, "seed": seed,
+            "tolerance": tolerance, "logits_tol": logits_tol,
+            "target": target_json(compiled.target), "gate": _lowering_gate(compiled),
+            "inputs": _save_arrays(tmp / "inputs.npz", inputs),
+            "outputs": _save_arrays(tmp / "expected.npz", expected),
+            "failed_outputs": result.failed_outputs, "written": time.strftime("%Y-%m-%d %H:%M:%S")}
+    (tmp / "target.json").write_text(json.dumps(spec["target"], indent=1) + "\n")
+    (tmp / "repro.json").write_text(json.dumps(spec, indent=1) + "\n")
+    (tmp / "command.txt").write_text(cli_command(compiled, seed, tolerance, logits_tol))
+    (tmp / "repro.py").write_text(_LAUNCHER.format(root=str(PROJECT_ROOT)))
+    tmp.replace(final)
+    if compiled.dump_dir is None:
+        (run / "complete").write_text("")
+    return final
+
+
+def rerun(folder: Path, log=print) -> int:
+    """Rebuild and re-check a reproducer folder; 1 when the failure reproduces, 0 when it does not."""
+    from ..compiler.driver import CompiledCase
+    from ..instrument.recorder import PassRecorder
+    from ..passes.gate import PassGate
+    from ..passes.pipeline import compile_module
+    from ..spec.cases import get_case
+    from ..spec.presets import make_shapes
+    from ..verify.golden_check import compare_outputs
+    from ..verify.results import CheckResult, summary_table
+
+    spec = json.loads((folder / "repro.json").read_text())
+    case = get_case(spec["case"])
+    shapes = make_shapes(spec["preset"], spec["tokens"], spec["vocab_shard"], spec["owners"], spec["tp"])
+    target = resolve_target(json.loads((folder / "target.json").read_text()))
+    mod = tvm.script.from_source((folder / "module.py").read_text())
+    gate = PassGate.for_target(target, spec["gate"]["disabled"], spec["gate"]["limit"])
+    t0 = time.perf_counter()
+    with tvm.transform.PassContext(opt_level=3, instruments=[PassRecorder(gate)] if gate.active else []):
+        ex = compile_module(mod, target, None, first_phase=FIRST_LOWERING_PHASE)
+    compiled = CompiledCase(case, shapes, target, spec["frontend"], ex, time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    inputs = _load_arrays(folder / "inputs.npz", spec["inputs"])
+    actual = compiled.run(inputs)
+    expected = _load_arrays(folder / "expected.npz", spec["outputs"])
+    result = CheckResult(case.name, spec["target"], shapes.preset.name, spec["frontend"], spec["seed"],
+                         shapes.as_dict(), compare_outputs(case, shapes, actual, expected, spec["tolerance"], inputs,
+                                                           spec["logits_tol"]),
+                         compiled.build_seconds, time.perf_counter() - t0)
+    log(summary_table(result))
+    if result.passed:
+        log("NOT REPRODUCED: every output now meets its golden (the failure was in "
+            f"{', '.join(spec['failed_outputs'])})")
+        return 0
+    log(f"REPRODUCED: {', '.join(result.failed_outputs)} fail{'s' if len(result.failed_outputs) == 1 else ''} "
+        f"the golden check")
+    return 1

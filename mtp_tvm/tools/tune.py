@@ -1,0 +1,155 @@
+"""TODO docstring for tools/tune"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import logging
+import os
+import sys
+import time
+import types
+from pathlib import Path
+from typing import Callable
+
+import tvm
+from tvm import tirx
+from tvm.target import Target
+
+from ..schedule.tuned import tuned_dir, workload
+from ..support.errors import UsageError
+
+_INTRINSICS = "tvm.s_tir.tensor_intrin"
+
+
+_MS_LOGGER = "tvm.s_tir.meta_schedule"  # its console handler prints at this logger's level
+
+
+def load_tensor_intrinsics(target: Target) -> None:
+    """Register only ``target``'s tensor intrinsics, and make ``import tvm.s_tir.tensor_intrin`` a no-op."""
+    if _INTRINSICS not in sys.modules:
+        spec = importlib.util.find_spec(_INTRINSICS)
+        shell = types.ModuleType(_INTRINSICS)
+        shell.__path__ = list(spec.submodule_search_locations)
+        shell.__package__ = _INTRINSICS
+        sys.modules[_INTRINSICS] = shell
+    importlib.import_module(f"{_INTRINSICS}.{'cuda' if target.kind.name == 'cuda' else 'x86'}")
+
+
+def fast_build(mod: tvm.IRModule, target: Target, _params):
+    """MetaSchedule builder function: a plain ``tvm.compile`` (no tensor-intrinsic import in the worker)."""
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    return tvm.compile(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod), target=target).mod
+
+
+def case_kernels(case: str, target: Target, preset: str, frontend: str, tokens: int | None,
+                 vocab_shard: int | None) -> tvm.IRModule:
+    """The case's kernels as an IRModule of static PrimFuncs, named as in the built module."""
+    from ..ir.model import build_relax_module
+    from ..passes.pipeline import fuse_passes, legalize_passes
+    from ..schedule.specialize import specialize_to_call_sites
+    from ..spec.cases import get_case
+    from ..spec.presets import make_shapes
+
+    shapes = make_shapes(preset, tokens, vocab_shard)
+    mod = build_relax_module(get_case(case), shapes, frontend, static_tokens=True)
+    with target:
+        mod = tvm.transform.Sequential(legalize_passes(target) + fuse_passes(target))(mod)
+    mod = specialize_to_call_sites(mod)
+    return tvm.IRModule({gv: f for gv, f in mod.functions_items() if isinstance(f, tirx.PrimFunc)})
+
+
+@dataclasses.dataclass
+class KernelProgress:
+    trials: int = 0
+    best_ms: float = float("inf")
+
+
+class ProgressCallback:
+    """A ``PyMeasureCallback`` body: after every measured batch, report trials and best latency per kernel."""
+
+    def __init__(self, total: int, log: Callable[[str], None]):
+        self.total, self.log = total, log
+        self.kernels: dict[str, KernelProgress] = {}
+        self.start = time.perf_counter()
+
+    def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results):
+        if not runner_results:  # a task whose space is exhausted still gets scheduled: nothing new to say
+            return
+        name = task_scheduler.tasks_[task_id].ctx.task_name
+        prog = self.kernels.setdefault(name, KernelProgress())
+        for res in runner_results:
+            prog.trials += 1
+            if res.run_secs:
+                prog.best_ms = min(prog.best_ms, 1e3 * sum(float(s) for s in res.run_secs) / len(res.run_secs))
+        done = sum(k.trials for k in self.kernels.values())
+        self.log(f"[tune] {done}/{self.total} trials, {time.perf_counter() - self.start:.0f}s | {name}: "
+                 f"{prog.trials} trials, best {prog.best_ms:.4g} ms")
+
+
+@dataclasses.dataclass
+class TuneResult:
+    work_dir: Path
+    trials: int
+    seconds: float
+    best_ms: dict[str, float]  # kernel -> best measured latency over all records in the database
+
+
+def _runner(rpc: tuple[str, str] | None):
+    from tvm.s_tir import meta_schedule as ms
+
+    evaluator = ms.runner.EvaluatorConfig(number=3, repeat=1, min_repeat_ms=0, enable_cpu_cache_flush=False)
+    if rpc is None:
+        return ms.runner.LocalRunner(evaluator_config=evaluator)
+    host, _, port = rpc[0].rpartition(":")
+    if not host or not port.isdigit():
+        raise UsageError(f"--rpc-tracker must be HOST:PORT, got {rpc[0]!r}")
+    return ms.runner.RPCRunner(ms.runner.RPCConfig(tracker_host=host, tracker_port=int(port), tracker_key=rpc[1],
+                                                   session_timeout_sec=120), evaluator)
+
+
+def tune(case: str = "logits", target="llvm", preset: str = "tiny", frontend: str = "tir", trials: int = 16,
+         tokens: int | None = None, vocab_shard: int | None = None, work_dir: str | os.PathLike | None = None,
+         seed: int = 0, rpc: tuple[str, str] | None = None, log: Callable[[str], None] = print) -> TuneResult:
+    """Tune ``case``'s kernels for ``trials`` trials in all; warm-starts from the database in ``work_dir``."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from ..passes.target import resolve_target
+
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
+        raise UsageError(f"trials must be a positive integer, got {trials!r}")
+    tgt = resolve_target(target)
+    if tgt.kind.name == "llvm" and "num-cores" not in tgt.export():
+        raise UsageError("MetaSchedule needs the llvm target's num-cores; use --target llvm or set it in the JSON")
+    kernels = case_kernels(case, tgt, preset, frontend, tokens, vocab_shard)
+    out = Path(work_dir) if work_dir is not None else tuned_dir(tgt, case)
+    out.mkdir(parents=True, exist_ok=True)
+    load_tensor_intrinsics(tgt)
+    logging.getLogger(_MS_LOGGER).setLevel(logging.WARNING)  # full logs still go to <work_dir>/logs
+    progress = ProgressCallback(trials, log)
+    callbacks = [*ms.measure_callback.MeasureCallback.create("default"), _py_callback(progress)]
+    t0 = time.perf_counter()
+    database = ms.tune_tir(kernels, tgt, str(out), max_trials_global=trials, num_trials_per_iter=min(trials, 16),
+                           builder=ms.builder.LocalBuilder(f_build=fast_build, timeout_sec=120),
+                           runner=_runner(rpc), database=ms.database.JSONDatabase(work_dir=str(out)),
+                           measure_callbacks=callbacks, seed=seed, num_tuning_cores=os.cpu_count() or 1)
+    seconds = time.perf_counter() - t0
+    best = {}
+    for gv, func in kernels.functions_items():
+        rec = database.query_tuning_record(workload(func), tgt, "main")
+        if rec is not None and rec.run_secs:
+            best[gv.name_hint] = 1e3 * min(float(s) for s in rec.run_secs)
+    return TuneResult(out, trials, seconds, best)
+
+
+def _py_callback(progress: ProgressCallback):
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir import meta_schedule as ms
+
+    @derived_object
+    class _Progress(ms.measure_callback.PyMeasureCallback):
+        def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results):
+            progress.apply(task_scheduler, task_id, measure_candidates, builder_results, runner_results)
+
+    return _Progress()

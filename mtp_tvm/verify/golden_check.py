@@ -1,0 +1,99 @@
+"""TODO docstring for verify/golden_check"""
+
+from __future__ import annotations
+
+import numbers
+import time
+
+from ..compiler.tensors import to_numpy
+from ..spec.cases import LM_HEAD_LOGITS, LOGITS, SAMPLED_IDS, Case
+from ..spec.presets import Shapes
+from ..support.errors import UsageError
+from ..verify.comparators import (
+    Comparison,
+    check_logits_contract,
+    check_sampled_ids,
+    device_hidden_logits_allclose,
+    logits_tolerance,
+    ratio_allclose,
+)
+from ..verify.results import CheckResult, OutputCheck
+
+DEFAULT_TOLERANCE = {"atol": 1e-2, "rtol": 1e-2, "max_error_ratio": 0.02}
+
+
+
+
+
+
+def validate_seed(seed) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+        raise UsageError(f"seed must be an integer in [0, 2**63), got {seed!r}")
+    return seed
+
+
+def _lm_head_logits_check(case: Case, s: Shapes, actual: dict, expected: dict, inputs: dict | None,
+                          tolerance: dict | None) -> Comparison:
+    """The conditional comparator, its reference projected from the hidden state the device's LM head read."""
+    if inputs is None:
+        raise UsageError(f"checking the LM-head logits of case {case.name!r} needs the case inputs")
+    hidden = to_numpy(case.stage_input("lm_head", inputs, actual)).reshape(s.owners, -1, s.hidden)
+    cmp = device_hidden_logits_allclose(s.tp, **logits_tolerance(tolerance))
+    return cmp(actual[LM_HEAD_LOGITS], expected[LM_HEAD_LOGITS], hidden=hidden,
+               lm_head_weight=inputs["lm_head_weight"], logit_row_indices=inputs["logit_row_indices"])
+
+
+def compare_outputs(case: Case, s: Shapes, actual: dict, expected: dict, tolerance: dict | None = None,
+                    inputs: dict | None = None, logits_tol: dict | None = None) -> dict[str, OutputCheck]:
+    """Every output through ``ratio_allclose``; the local logits also through the logits contract; the LM
+    head's logits through the device-hidden comparator (``logits_tol`` over ``DEFAULT_LOGITS_TOLERANCE``,
+    needs ``inputs``) and its sampled ids against their argmax."""
+    cmp = ratio_allclose(**(tolerance or DEFAULT_TOLERANCE))
+    results = {}
+    for name in case.output_specs(s):
+        if name == LM_HEAD_LOGITS:
+            checks = [_lm_head_logits_check(case, s, actual, expected, inputs, logits_tol)]
+        elif name == SAMPLED_IDS:
+            checks = [check_sampled_ids(actual[name], actual[LM_HEAD_LOGITS])]
+        else:
+            checks = [cmp(actual[name], expected[name])]
+        if name == LOGITS:
+            checks.append(check_logits_contract(actual[name], s.batch, s.seq, s.vocab_shard, expected[name]))
+        results[name] = OutputCheck(name, checks)
+    return results
+
+
+def _perturbation(where: tuple, shape: tuple) -> dict:
+    """``(owner, row, col[, delta])`` checked against the logits shape -> ``{"index": [...], "delta": d}``."""
+    in_range = all(isinstance(i, numbers.Integral) and 0 <= i < n for i, n in zip(where, shape))
+    if len(where) not in (3, 4) or not in_range or not isinstance(where[3] if len(where) == 4 else 1.0, numbers.Real):
+        raise UsageError(f"perturb_logit must be (owner, row, col[, delta]) inside logits {shape}, got {tuple(where)}")
+    return {"index": [int(i) for i in where[:3]], "delta": float(where[3]) if len(where) == 4 else 1.0}
+
+
+def golden_check(run, c: Case, s: Shapes, target: dict, frontend: str, seed: int, build_seconds: float,
+                 dump_dir=None, tolerance: dict | None = None, log=print, logits_tol: dict | None = None,
+                 perturbation: dict | None = None, schedule: str = "default",
+                 golden: tuple[dict, dict] | None = None) -> CheckResult:
+    """Run ``run`` (named inputs -> named outputs) on inputs drawn from ``seed`` and compare every stage output
+    with its torch golden; shared by fresh builds and prebuilt artifacts. ``golden``: the seeded inputs and
+    expected outputs, already computed (``seeded_golden``)."""
+    seed = validate_seed(seed)
+    log(f"[RUN] seed={seed}")
+    inputs, expected = golden or seeded_golden(c, s, seed)
+    t0 = time.perf_counter()
+    actual = run({k: to_numpy(v) for k, v in inputs.items()})
+    run_seconds = time.perf_counter() - t0
+    if perturbation is not None:  # a debugging aid: one deliberately wrong device logit
+        actual[LM_HEAD_LOGITS] = actual[LM_HEAD_LOGITS].copy()
+        actual[LM_HEAD_LOGITS][tuple(perturbation["index"])] += perturbation["delta"]
+        log(f"[PERTURB] logits{tuple(perturbation['index'])} += {perturbation['delta']}")
+    return CheckResult(c.name, target, s.preset.name, frontend, seed, s.as_dict(),
+                       compare_outputs(c, s, actual, expected, tolerance, inputs, logits_tol), build_seconds,
+                       run_seconds, str(dump_dir) if dump_dir else None, perturbation, schedule)
+
+
+def seeded_golden(case: Case, s: Shapes, seed: int) -> tuple[dict, dict]:
+    """The inputs drawn from ``seed`` and every stage's torch golden."""
+    inputs = case.make_inputs(s, validate_seed(seed))
+    return inputs, case.golden(inputs, s)

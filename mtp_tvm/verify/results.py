@@ -1,0 +1,88 @@
+"""TODO docstring for verify/results"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+from ..spec.cases import LM_HEAD_LOGITS
+from ..support.atomic_file import write_user_file
+from ..support.text_table import text_table
+from ..verify.comparators import Comparison
+
+
+@dataclasses.dataclass
+class OutputCheck:
+    """All comparator verdicts for one output; the first is the numeric comparison."""
+
+    name: str
+    checks: list[Comparison]
+
+    @property
+    def passed(self) -> bool:
+        return all(c.passed for c in self.checks)
+
+    def as_dict(self) -> dict:
+        main = self.checks[0].as_dict()
+        return {**main, "passed": self.passed, "checks": [c.as_dict() for c in self.checks]}
+
+
+@dataclasses.dataclass
+class CheckResult:
+    """What ``mtp-tvm check`` reports, and what ``--report`` writes as JSON."""
+
+    case: str
+    target: dict
+    preset: str
+    frontend: str
+    seed: int
+    shapes: dict
+    outputs: dict[str, OutputCheck]
+    build_seconds: float
+    run_seconds: float
+    dump_dir: str | None = None
+    perturbation: dict | None = None  # a deliberate error injected into the device logits (``perturb_logit``)
+    schedule: str = "default"
+    repro_dir: str | None = None      # written when a check fails
+    gate: dict | None = None          # what --disable-pass / --bisect-limit did
+    pass_records: list = dataclasses.field(default_factory=list, repr=False)  # with time_passes / dumps
+
+    @property
+    def passed(self) -> bool:
+        return all(o.passed for o in self.outputs.values())
+
+    @property
+    def failed_outputs(self) -> list[str]:
+        return [name for name, o in self.outputs.items() if not o.passed]
+
+    def as_dict(self) -> dict:
+        return {"case": self.case, "target": self.target, "preset": self.preset, "frontend": self.frontend,
+                "seed": self.seed, "shapes": self.shapes, "passed": self.passed,
+                "build_seconds": self.build_seconds, "run_seconds": self.run_seconds, "dump_dir": self.dump_dir,
+                "schedule": self.schedule, "perturbation": self.perturbation, "repro_dir": self.repro_dir,
+                "gate": self.gate,
+                "outputs": {k: v.as_dict() for k, v in self.outputs.items()}}
+
+    def write_report(self, path: str | os.PathLike) -> None:
+        """Write the JSON report atomically (a temp file renamed into place)."""
+        write_user_file(path, lambda p: p.write_text(json.dumps(self.as_dict(), indent=1)), what="report ")
+
+
+def summary_table(r: CheckResult) -> str:
+    """A fixed-width table: one row per comparator per output."""
+    rows = [("output", "comparator", "mismatches", "max |diff|", "at", "result")]
+    for o in r.outputs.values():
+        for cmp in o.checks:
+            rows.append((o.name, cmp.comparator.split("(")[0], f"{cmp.mismatches}/{cmp.numel}",
+                         f"{cmp.max_abs_diff:.3g}", str(cmp.worst_index if cmp.worst_index is not None else "-"),
+                         "PASS" if cmp.passed else "FAIL"))
+    lines = text_table(rows)
+    head = (f"case={r.case} target={r.target['kind']} preset={r.preset} frontend={r.frontend} schedule={r.schedule} "
+            f"T={r.shapes['tokens']} V={r.shapes['vocab_shard']} seed={r.seed} "
+            f"build={r.build_seconds:.2f}s run={r.run_seconds * 1e3:.1f}ms")
+    if LM_HEAD_LOGITS in r.outputs:
+        head += f" owners={r.shapes['owners']} TP={r.shapes['tp']} VOCAB={r.shapes['tp'] * r.shapes['vocab_shard']}"
+    details = [f"{o.name} / {cmp.comparator}:\n  " + cmp.detail.replace("\n", "\n  ")
+               for o in r.outputs.values() for cmp in o.checks if not cmp.passed]
+    return "\n".join([head, *lines, *details, f"{'PASSED' if r.passed else 'FAILED'}"])
