@@ -8,6 +8,7 @@ import os
 import sys
 import traceback
 
+from .compiler.options import BuildSpec, DebugOptions
 from .ir.frontends import FRONTENDS
 from .spec.cases import CASES
 from .spec.presets import PRESETS
@@ -41,14 +42,21 @@ def _add_build_args(p: argparse.ArgumentParser) -> None:
                    help="a Python file whose passes(target) returns {phase: [passes]} to add to the pipeline")
 
 
-def _build_options(args) -> dict:
-    """The dump, timing and bisect options of ``_add_build_args`` as ``compile()``/``check()`` keywords."""
+def _build_spec(args, target=None) -> BuildSpec:
+    """The binary ``_add_build_args`` describes; ``target`` replaces ``--target`` (e.g. resolved with --arch)."""
+    return BuildSpec(case=args.case, target=args.target if target is None else target, preset=args.preset,
+                     frontend=args.frontend, tokens=args.tokens, vocab_shard=args.vocab_shard,
+                     schedule=args.schedule, owners=args.owners, tp=args.tp)
+
+
+def _debug_options(args) -> DebugOptions:
+    """The dump, timing, gate and plugin options of ``_add_build_args``."""
     from .passes.plugins import load_pass_plugin
 
-    return {"dump_passes": args.dump_passes, "only_changed": args.dump_only_changed,
-            "dump_filter": args.dump_filter, "dump_func": args.dump_func, "time_passes": args.time_passes,
-            "disable_passes": tuple(args.disable_pass), "bisect_limit": args.bisect_limit,
-            "extra_passes": load_pass_plugin(args.pass_plugin) if args.pass_plugin else None}
+    return DebugOptions(dump_passes=args.dump_passes, only_changed=args.dump_only_changed,
+                        dump_filter=args.dump_filter, dump_func=args.dump_func, time_passes=args.time_passes,
+                        disable_passes=tuple(args.disable_pass), bisect_limit=args.bisect_limit,
+                        extra_passes=load_pass_plugin(args.pass_plugin) if args.pass_plugin else None)
 
 
 def _print_debug_footer(args, records, gate, dump_dir) -> None:
@@ -100,11 +108,9 @@ def _cmd_check(args) -> int:
         return _cmd_check_prebuilt(args)
     logits_tol = {k: getattr(args, k) for k in ("atol", "rtol", "max_error_ratio", "max_e2e_abs_diff")
                   if getattr(args, k) is not None}
-    result = check(case=args.case, target=build_target(args.target, parse_archs(args.arch)), preset=args.preset,
-                   frontend=args.frontend, tokens=args.tokens, vocab_shard=args.vocab_shard, seed=args.seed,
-                   report=args.report, owners=args.owners, tp=args.tp, logits_tol=logits_tol or None,
-                   perturb_logit=parse_logit_perturbation(args.perturb_logit) if args.perturb_logit else None,
-                   schedule=args.schedule, **_build_options(args))
+    result = check(_build_spec(args, build_target(args.target, parse_archs(args.arch))), _debug_options(args),
+                   seed=args.seed, report=args.report, logits_tol=logits_tol or None,
+                   perturb_logit=parse_logit_perturbation(args.perturb_logit) if args.perturb_logit else None)
     print(summary_table(result))
     _print_debug_footer(args, result.pass_records, result.gate, result.dump_dir)
     if result.repro_dir:
@@ -139,10 +145,7 @@ def _cmd_check_prebuilt(args) -> int:
     from .verify.results import summary_table
 
     if args.compile_only and not args.artifact:
-        built = build(None, case=args.case, target=args.target, arch=args.arch, preset=args.preset,
-                      frontend=args.frontend, tokens=args.tokens, vocab_shard=args.vocab_shard, owners=args.owners,
-                      tp=args.tp, schedule=args.schedule,
-                      **_build_options(args))
+        built = build(None, _build_spec(args), _debug_options(args), arch=args.arch)
         print(describe(built))
         _print_debug_footer(args, built.compiled.pass_records, built.compiled.gate, built.compiled.dump_dir)
         return 0
@@ -166,10 +169,8 @@ def _cmd_build(args) -> int:
     from .artifact.export import build, describe
     from .verify.results import summary_table
 
-    built = build(args.out, case=args.case, target=args.target, arch=args.arch, preset=args.preset,
-                  frontend=args.frontend, tokens=args.tokens, vocab_shard=args.vocab_shard, force=args.force,
-                  check=args.check, seed=args.seed, owners=args.owners, tp=args.tp, schedule=args.schedule,
-                  **_build_options(args))
+    built = build(args.out, _build_spec(args), _debug_options(args), arch=args.arch, force=args.force,
+                  check=args.check, seed=args.seed)
     if built.check is not None:
         print(summary_table(built.check))
     print(describe(built))
@@ -210,12 +211,9 @@ def _cmd_bisect(args) -> int:
     from .support.errors import UsageError
     from .tools.bisection import bisect_passes, bisect_schedule
 
-    opts = _build_options(args)
-    if opts["bisect_limit"] is not None:
+    spec, debug = _build_spec(args), _debug_options(args)
+    if debug.bisect_limit is not None:
         raise UsageError("bisect chooses the --bisect-limit itself; drop it")
-    common = {"case": args.case, "target": args.target, "preset": args.preset, "frontend": args.frontend,
-              "tokens": args.tokens, "vocab_shard": args.vocab_shard, "owners": args.owners, "tp": args.tp,
-              "schedule": args.schedule, "seed": args.seed, "search": args.search}
     if args.schedule_trace:
         if not args.func:
             raise UsageError("--schedule-trace needs --func NAME (the PrimFunc the trace schedules)")
@@ -223,17 +221,16 @@ def _cmd_bisect(args) -> int:
             text = open(args.schedule_trace).read()
         except OSError as e:
             raise UsageError(f"cannot read schedule trace {args.schedule_trace}: {e.strerror}") from None
-        result = bisect_schedule(args.func, text, **common)
+        result = bisect_schedule(args.func, text, spec, seed=args.seed, search=args.search)
     else:
-        result = bisect_passes(**common, extra_passes=opts["extra_passes"], disable_passes=opts["disable_passes"])
+        result = bisect_passes(spec, debug.replace(dump_passes=None), seed=args.seed, search=args.search)
     kinds = "passes" if result.kind == "pass" else result.kind + "s"
     print(f"bisect over {result.candidates} candidate {kinds}, {len(result.probes)} builds (search: {result.search})")
     print(("FOUND " if result.found else "NOT FOUND: ") + result.message)
     if result.found and result.limits and args.dump_passes:
         from .tools.check import check
 
-        r = check(**{k: v for k, v in common.items() if k != "search"}, log=lambda *_: None,
-                  **{**opts, "bisect_limit": result.limits[1]})
+        r = check(spec, debug.replace(bisect_limit=result.limits[1]), seed=args.seed, log=lambda *_: None)
         stem = next(p.diff for p in r.pass_records if p.index == result.culprit["index"])
         print(f"dumps of the first failing build: {r.dump_dir} (the culprit's diff: {r.dump_dir}/{stem})")
     return 0 if result.found else 1
@@ -288,7 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="golden-check a prebuilt artifact on fresh seeded inputs, without compiling")
     p.add_argument("--compile-only", action="store_true",
                    help="build the target binary (CUDA device code included) and stop: no inputs, no run")
-    p.set_defaults(func=_cmd_check)
+    p.set_defaults(handler=_cmd_check)
     p = sub.add_parser("tune", help="tune a case's kernels with MetaSchedule (records in schedules/tuned/)")
     for flag, default, text in (("--case", "logits", "case whose kernels to tune"), ("--target", "llvm", "target"),
                                 ("--preset", "tiny", "model preset"), ("--frontend", "tir", "frontend")):
@@ -300,7 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="search seed (default 0)")
     p.add_argument("--rpc-tracker", default=None, metavar="HOST:PORT", help="measure on a TVM RPC tracker's servers")
     p.add_argument("--rpc-key", default="mtp", help="device key registered with the tracker (default mtp)")
-    p.set_defaults(func=_cmd_tune)
+    p.set_defaults(handler=_cmd_tune)
     p = sub.add_parser("build", help="build a case into an artifact folder: library, generated source, manifest")
     _add_build_args(p)
     _add_arch_arg(p)
@@ -309,12 +306,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--check", action="store_true",
                    help="golden-check the written artifact before committing it; the result goes in its manifest")
     p.add_argument("--seed", type=int, default=0, help="input seed for --check (default 0)")
-    p.set_defaults(func=_cmd_build)
+    p.set_defaults(handler=_cmd_build)
     p = sub.add_parser("run", help="run an artifact on named inputs from an .npz file")
     p.add_argument("artifact", metavar="DIR", help="an artifact folder written by build")
     p.add_argument("--inputs", required=True, metavar="IN.npz", help="one array per input name")
     p.add_argument("--out", required=True, metavar="OUT.npz", help="where to write the outputs")
-    p.set_defaults(func=_cmd_run)
+    p.set_defaults(handler=_cmd_run)
     p = sub.add_parser("bench", help="time a case against torch/numpy, interleaved, with measured peak and bandwidth")
     p.add_argument("--case", default="logits", help="logits, projection, norm or tail (default logits)")
     p.add_argument("--target", default="llvm", help="llvm, cuda, or a target JSON object (default llvm)")
@@ -327,11 +324,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also time TVM with these schedules in the same rounds, e.g. none,default,tuned,dlight")
     p.add_argument("--json", default=None, metavar="FILE", help="write the figures as JSON")
     p.add_argument("--plot", default=None, metavar="PNG", help="write a bar chart (matplotlib)")
-    p.set_defaults(func=_cmd_bench)
+    p.set_defaults(handler=_cmd_bench)
     p = sub.add_parser("list", help="list cases, their tensors, and presets")
-    p.set_defaults(func=_cmd_list)
+    p.set_defaults(handler=_cmd_list)
     p = sub.add_parser("dumps", help="read run folders written by --dump-passes")
-    p.set_defaults(func=_cmd_dumps)
+    p.set_defaults(handler=_cmd_dumps)
     p.add_argument("--root", default=None, help="the dumps root (default dumps/ or $MTP_TVM_DUMPS)")
     dsub = p.add_subparsers(dest="dumps_command", required=True)
     dsub.add_parser("list", help="every run folder: case, target, passes, status")
@@ -352,7 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--schedule-trace", metavar="FILE",
                    help="bisect the steps of this schedule trace (Python text of str(sch.trace)) instead of passes")
     p.add_argument("--func", metavar="NAME", help="the PrimFunc that --schedule-trace schedules")
-    p.set_defaults(func=_cmd_bisect)
+    p.set_defaults(handler=_cmd_bisect)
     return parser
 
 
@@ -360,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return args.func(args)
+        return args.handler(args)
     except MtpError as e:
         if args.debug:
             traceback.print_exc()

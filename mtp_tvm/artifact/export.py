@@ -31,6 +31,7 @@ from ..artifact.manifest import (
     versions,
 )
 from ..compiler.driver import CompiledCase, compile
+from ..compiler.options import BuildSpec, DebugOptions, split_options
 from ..passes.codegen import write_assembly
 from ..passes.target import (
     CUDA_ARCHS,
@@ -238,26 +239,21 @@ def export(compiled: CompiledCase, out: str | os.PathLike | None, archs: tuple[s
     return Built(None if out is None else Path(out), manifest, result, compiled)
 
 
-def build(out: str | os.PathLike | None, case: str = "tail", target: str | dict | Target = "llvm",
-          arch: str | list[str] | None = None, preset: str = "flash", frontend: str = "tir",
-          tokens: int | None = None, vocab_shard: int | None = None,
-          dump_passes: bool | str | os.PathLike | None = None, force: bool = False, check: bool = False,
-          seed: int = 0, log=print, owners: int | None = None, tp: int | None = None,
-          schedule: str = "default", **compile_options) -> Built:
-    """Compile ``case`` for ``target`` (CUDA: for every arch in ``arch``) and write it to ``out`` (see
-    ``export``). Refuses an existing ``out`` before compiling, unless ``force``. ``compile_options``: the
-    debugging keywords of ``compile()`` (dump filters, timing, pass gate, extra passes)."""
+def build(out: str | os.PathLike | None, spec: BuildSpec | None = None, debug: DebugOptions | None = None, *,
+          arch: str | list[str] | None = None, force: bool = False, check: bool = False, seed: int = 0, log=print,
+          **options) -> Built:
+    """Compile ``spec`` (keywords: the fields of ``BuildSpec`` and ``DebugOptions``, as for ``compile``; for
+    CUDA, for every arch in ``arch``) and write it to ``out`` (see ``export``). Refuses an existing ``out``
+    before compiling, unless ``force``."""
+    spec, debug = split_options(spec, debug, options, "build")
     archs = parse_archs(arch)
-    tgt = build_target(target, archs)
+    spec = dataclasses.replace(spec, target=build_target(spec.target, archs))
     if out is not None:
         _refuse_existing(Path(out), force)
     if check:
         validate_seed(seed)
-        _require_device(tgt)
-    compiled = compile(case=case, target=tgt, preset=preset, frontend=frontend, tokens=tokens,
-                       vocab_shard=vocab_shard, dump_passes=dump_passes, owners=owners, tp=tp, schedule=schedule,
-                       **compile_options)
-    return export(compiled, out, archs=archs, force=force, check=check, seed=seed, log=log)
+        _require_device(spec.target)
+    return export(compile(spec, debug), out, archs=archs, force=force, check=check, seed=seed, log=log)
 
 
 def describe(built: Built) -> str:

@@ -18,7 +18,7 @@ from ..passes.target import cpu_arch, host_triple
 from ..spec.cases import TensorSpec, get_case
 from ..spec.presets import make_shapes
 from ..support.errors import UsageError, last_line
-from ..verify.golden_check import golden_check
+from ..verify.golden_check import GoldenOptions, Provenance, golden_check
 from ..verify.results import CheckResult
 
 
@@ -105,8 +105,9 @@ def check_artifact(artifact: Artifact | str | os.PathLike, seed: int = 0, tokens
     if drawn != m["inputs"]:
         raise UsageError(f"{a.path}: its inputs differ from case {c.name!r} in this mtp_tvm; cannot draw its "
                          "golden inputs")
-    result = golden_check(a.run, c, s, m["target"], m["frontend"], seed, m["build"]["compile_seconds"],
-                          tolerance=tolerance, log=log)
+    built = Provenance(m["target"], m["frontend"], m["schedule"]["name"],
+                       m["build"]["compile_seconds"])
+    result = golden_check(a.run, c, s, built, GoldenOptions(seed, tolerance), log=log)
     if report is not None:
         result.write_report(report)
     return result

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
-import os
 import time
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from ..ir.model import build_relax_module, get_frontend, num_activations
 from ..passes.codegen import device_source, generated_code
 from ..passes.gate import PassGate, gate_summary
 from ..passes.pipeline import FIRST_LOWERING_PHASE, compile_module
-from ..passes.plugins import ExtraPasses, extra_pass_names, resolve_extra_passes
+from ..passes.plugins import extra_pass_names, resolve_extra_passes
 from ..passes.target import (
     device_for,
     resolve_target,
@@ -35,6 +34,7 @@ from ..schedule.tuned import tuned_dir
 from ..spec.cases import ROWS, TOKENS, Case, TensorSpec, get_case
 from ..spec.presets import Shapes, make_shapes
 from ..support.errors import BuildError, UsageError, last_line
+from .options import BuildSpec, DebugOptions, split_options
 
 
 @dataclasses.dataclass
@@ -55,7 +55,8 @@ class CompiledCase:
     pass_records: list[PassRecord] = dataclasses.field(default_factory=list, repr=False)  # time_passes, dumps
     gate: dict | None = None                   # what --disable-pass / --bisect-limit did (pass_gate.gate_summary)
     optimized_module: tvm.IRModule | None = dataclasses.field(default=None, repr=False)  # entering lowering
-    extra_passes: ExtraPasses | None = dataclasses.field(default=None, repr=False)
+    spec: BuildSpec = dataclasses.field(default_factory=BuildSpec)  # as asked (sizes may be None: defaults)
+    debug: DebugOptions = dataclasses.field(default_factory=DebugOptions, repr=False)
     dump_seconds: float = 0.0                  # writing the dumps after the build (and, meanwhile, the JIT)
     _vm: relax.VirtualMachine | None = dataclasses.field(default=None, repr=False)
     _weights: WeightCache = dataclasses.field(default_factory=lambda: WeightCache(), repr=False)  # defined below
@@ -96,12 +97,6 @@ class CompiledCase:
         return {name: outs[i].numpy() for i, name in enumerate(self.output_specs)}
 
 
-def _validate_limit(limit) -> int | None:
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
-        raise UsageError(f"bisect limit must be an integer >= 0, got {limit!r}")
-    return limit
-
-
 def _check_disabled_names(gate: PassGate, records: list[PassRecord]) -> None:
     ran = {r.name for r in records}
     for name in sorted(gate.disabled - ran):
@@ -110,35 +105,24 @@ def _check_disabled_names(gate: PassGate, records: list[PassRecord]) -> None:
                          + (f"; did you mean {', '.join(close)}?" if close else ""))
 
 
-def compile(case: str = "tail", target: str | dict | Target = "llvm", preset: str = "flash",
-            frontend: str = "tir", tokens: int | None = None, vocab_shard: int | None = None,
-            dump_passes: bool | str | os.PathLike | None = None, only_changed: bool = False,
-            owners: int | None = None, tp: int | None = None, schedule: str = "default",
-            dump_filter: str | None = None, dump_func: str | None = None, time_passes: bool = False,
-            disable_passes=(), bisect_limit: int | None = None,
-            extra_passes: ExtraPasses | None = None) -> CompiledCase:
-    """Build ``case`` for ``target`` with the named schedule (``mtp_tvm.schedule``). ``owners`` and ``tp``
-    (default 2 and 2) size the TP-sharded LM head (cases ``lm-head``, ``tail-lm-head``).
-
-    Debugging: ``dump_passes`` = True dumps every pass into a new folder under ``dumps/``, a path dumps under
-    it (with ``schedule_trace.py`` and the generated code; ``only_changed``, ``dump_filter`` regex on pass
-    names, ``dump_func`` one function); ``time_passes`` keeps per-pass records (time, changed) on the result;
-    ``disable_passes`` skips passes by name; ``bisect_limit`` N skips every optional pass numbered after N;
-    ``extra_passes`` ({phase: [Pass]}, or a callable of the target) adds user passes at the start of an
-    optimizing phase.
-    """
-    c = get_case(case)
-    shapes = make_shapes(preset, tokens, vocab_shard, owners, tp)
+def compile(spec: BuildSpec | None = None, debug: DebugOptions | None = None, **options) -> CompiledCase:
+    """Build ``spec.case`` for ``spec.target`` with the named schedule (``mtp_tvm.schedule``), recording what
+    ``debug`` asks for. Keywords are the fields of ``BuildSpec`` and ``DebugOptions`` (``compile(case="tail",
+    preset="tiny", dump_passes=True)``) and override ``spec``/``debug``."""
+    spec, debug = split_options(spec, debug, options, "compile")
+    c = get_case(spec.case)
+    shapes = make_shapes(spec.preset, spec.tokens, spec.vocab_shard, spec.owners, spec.tp)
     c.check_shapes(shapes)
+    frontend, schedule = spec.frontend, spec.schedule
     get_frontend(frontend)
-    tgt = resolve_target(target)
+    tgt = resolve_target(spec.target)
     tuned = schedule == TUNED  # MetaSchedule records exist for static shapes only: T is fixed in this binary
     applier = ApplySchedules(tgt, schedule, tuned_dir(tgt, c.name) if tuned else None)
-    extra = resolve_extra_passes(extra_passes, tgt)
-    gate = PassGate.for_target(tgt, disable_passes, _validate_limit(bisect_limit), extra_pass_names(extra))
-    dump = DumpOptions(None if dump_passes is True else dump_passes, only_changed, dump_filter,
-                       dump_func) if dump_passes else None
-    recorder = PassRecorder(gate, dump) if dump or time_passes or gate.active else None
+    extra = resolve_extra_passes(debug.extra_passes, tgt)
+    gate = PassGate.for_target(tgt, debug.disable_passes, debug.bisect_limit, extra_pass_names(extra))
+    dump = DumpOptions(debug.dump_root, debug.only_changed, debug.dump_filter,
+                       debug.dump_func) if debug.dump_passes else None
+    recorder = PassRecorder(gate, dump) if dump or debug.time_passes or gate.active else None
     mod = build_relax_module(c, shapes, frontend, static_tokens=tuned)
     meta = {"case": c.name, "target": target_json(tgt), "preset": shapes.preset.name, "frontend": frontend,
             "schedule": schedule, "shapes": shapes.as_dict()}
@@ -169,7 +153,7 @@ def compile(case: str = "tail", target: str | dict | Target = "llvm", preset: st
         compiled = CompiledCase(c, shapes, tgt, frontend, ex, seconds, None, schedule, dict(applier.traces), source,
                                 untuned=list(applier.untuned), pass_records=records,
                                 gate=gate_summary(records, gate) if gate.active else None,
-                                optimized_module=captured.get("optimized"), extra_passes=extra_passes)
+                                optimized_module=captured.get("optimized"), spec=spec, debug=debug)
         if recorder is not None:
             t1 = time.perf_counter()
             jit = (lambda: compiled.vm) if dump and runs_here(tgt) else None  # made while the assembly is

@@ -31,12 +31,13 @@ from tvm import s_tir
 from tvm.s_tir.schedule import Trace
 
 from ..compiler import driver
+from ..compiler.options import BuildSpec, DebugOptions, split_options
 from ..passes.target import target_json
 from ..schedule.apply import fresh_copy
 from ..spec.cases import get_case
 from ..spec.presets import make_shapes
 from ..support.errors import MtpError, UsageError
-from ..verify.golden_check import golden_check, seeded_golden
+from ..verify.golden_check import GoldenOptions, Provenance, golden_check, seeded_golden
 
 SEARCHES = ("binary", "linear")
 SCHEDULE_PHASE = "schedule"
@@ -152,28 +153,26 @@ def _verdict(compiled_fn, golden, seed, tolerance) -> tuple[str, str]:
         c = compiled_fn()
     except MtpError as e:
         return "error", str(e)
-    result = golden_check(c.run, c.case, c.shapes, target_json(c.target), c.frontend, seed, c.build_seconds,
-                          tolerance=tolerance, log=lambda *_: None, golden=golden)
+    built = Provenance(target_json(c.target), c.frontend, c.schedule, c.build_seconds)
+    result = golden_check(c.run, c.case, c.shapes, built, GoldenOptions(seed, tolerance), golden=golden,
+                          log=lambda *_: None)
     return ("pass", "") if result.passed else ("fail", "fails: " + ", ".join(result.failed_outputs))
 
 
-def _golden(build: dict, seed: int) -> tuple[dict, dict]:
+def _golden(spec: BuildSpec, seed: int) -> tuple[dict, dict]:
     """The seeded inputs and goldens, drawn once for every probe of a bisect."""
-    shapes = make_shapes(build["preset"], build["tokens"], build["vocab_shard"], build["owners"], build["tp"])
-    return seeded_golden(get_case(build["case"]), shapes, seed)
+    shapes = make_shapes(spec.preset, spec.tokens, spec.vocab_shard, spec.owners, spec.tp)
+    return seeded_golden(get_case(spec.case), shapes, seed)
 
 
-def bisect_passes(case: str = "tail", target="llvm", preset: str = "flash", frontend: str = "tir",
-                  tokens: int | None = None, vocab_shard: int | None = None, seed: int = 0,
-                  extra_passes=None, disable_passes=(), tolerance: dict | None = None,
-                  search: str = "binary", progress=None, owners: int | None = None,
-                  tp: int | None = None, schedule: str = "default") -> BisectResult:
+def bisect_passes(spec: BuildSpec | None = None, debug: DebugOptions | None = None, *, seed: int = 0,
+                  tolerance: dict | None = None, search: str = "binary", progress=None, **options) -> BisectResult:
     """Name the first optional pass after which the golden check fails (see the module docstring)."""
-    build = dict(case=case, target=target, preset=preset, frontend=frontend, tokens=tokens,
-                 vocab_shard=vocab_shard, owners=owners, tp=tp, schedule=schedule)
-    golden = _golden(build, seed)
-    build.update(extra_passes=extra_passes, disable_passes=disable_passes)
-    reference = driver.compile(**build, time_passes=True)
+    spec, debug = split_options(spec, debug, options, "bisect_passes")
+    if debug.bisect_limit is not None:
+        raise UsageError("bisect chooses the bisect limit itself; drop it")
+    golden = _golden(spec, seed)
+    reference = driver.compile(spec, debug.replace(time_passes=True))
     verdict, detail = _verdict(lambda: reference, golden, seed, tolerance)
     records = reference.pass_records
     openers = [r for r in records if r.optional and r.unit == r.index and r.skipped is None]
@@ -188,7 +187,7 @@ def bisect_passes(case: str = "tail", target="llvm", preset: str = "flash", fron
 
     def probe_fn(k: int):
         limit = candidates[k - 1].index if k else 0
-        return _verdict(lambda: driver.compile(**build, bisect_limit=limit), golden, seed, tolerance)
+        return _verdict(lambda: driver.compile(spec, debug.replace(bisect_limit=limit)), golden, seed, tolerance)
 
     culprit, how, probes = _run_search("pass", labels, probe_fn, full, search, progress)
     if culprit is None:
@@ -249,28 +248,25 @@ def _prefix(trace: Trace, steps: int) -> Callable[[s_tir.Schedule], None]:
     return lambda sch: Trace(insts, decisions).apply_to_schedule(sch, remove_postproc=False)
 
 
-def bisect_schedule(func: str, trace, case: str = "tail", target="llvm", preset: str = "flash",
-                    frontend: str = "tir", tokens: int | None = None, vocab_shard: int | None = None,
-                    seed: int = 0, tolerance: dict | None = None, search: str = "binary",
-                    progress=None, owners: int | None = None, tp: int | None = None,
-                    schedule: str = "default") -> BisectResult:
+def bisect_schedule(func: str, trace, spec: BuildSpec | None = None, *, seed: int = 0,
+                    tolerance: dict | None = None, search: str = "binary", progress=None,
+                    **options) -> BisectResult:
     """Name the first step of ``trace`` (applied to PrimFunc ``func`` in the ``schedule`` phase) after which
     the golden check fails (see the module docstring). The function arrives unscheduled and leaves marked
     scheduled, so ``schedule`` applies to the other kernels only."""
-    build = dict(case=case, target=target, preset=preset, frontend=frontend, tokens=tokens,
-                 vocab_shard=vocab_shard, owners=owners, tp=tp, schedule=schedule)
-    golden = _golden(build, seed)
+    spec, _ = split_options(spec, None, options, "bisect_schedule")
+    golden = _golden(spec, seed)
     seen: dict = {}
     apply = as_apply(trace)
     try:
-        reference = driver.compile(**build, extra_passes={SCHEDULE_PHASE: [trace_pass(func, apply, seen)]})
+        reference = driver.compile(spec, extra_passes={SCHEDULE_PHASE: [trace_pass(func, apply, seen)]})
     except MtpError:
         if "func" not in seen:
             raise
         reference = None  # the full trace does not build: the search still runs, with this as the failing end
     if "func" not in seen:
-        raise UsageError(f"no PrimFunc named {func!r} enters the schedule phase of case {case!r} "
-                         f"({frontend} frontend)")
+        raise UsageError(f"no PrimFunc named {func!r} enters the schedule phase of case {spec.case!r} "
+                         f"({spec.frontend} frontend)")
     sch = s_tir.Schedule(tvm.IRModule({func: fresh_copy(seen["func"])}))
     apply(sch)
     full_trace = sch.trace
@@ -289,7 +285,7 @@ def bisect_schedule(func: str, trace, case: str = "tail", target="llvm", preset:
     labels = [f"step {k}: {python[k - 1].strip()}" for k in steps]
 
     def build_prefix(k: int):
-        return driver.compile(**build, extra_passes={SCHEDULE_PHASE: [trace_pass(func, _prefix(full_trace, k))]})
+        return driver.compile(spec, extra_passes={SCHEDULE_PHASE: [trace_pass(func, _prefix(full_trace, k))]})
 
     verdict, detail = (_verdict(lambda: reference, golden, seed, tolerance) if reference is not None
                        else ("error", "the full trace does not build"))

@@ -16,6 +16,7 @@ The folder appears atomically (written under a temporary name, then renamed).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 import shutil
@@ -28,8 +29,9 @@ import tvm
 from ..compiler.tensors import NUMPY_DTYPES, dtype_name, to_numpy
 from ..instrument.run_folder import new_run_dir
 from ..passes.pipeline import FIRST_LOWERING_PHASE, OPTIMIZING_PHASES
-from ..passes.plugins import PassPlugin, extra_pass_names, resolve_extra_passes
+from ..passes.plugins import extra_pass_names, resolve_extra_passes
 from ..passes.target import resolve_target, target_json
+from ..verify.golden_check import GoldenOptions, Provenance, golden_check
 
 REPRO_DIR = "repro"
 PROJECT_ROOT = Path(__file__).resolve().parents[2]  # the folder holding the mtp_tvm package
@@ -59,29 +61,25 @@ def _load_arrays(path: Path, dtypes: dict[str, str]) -> dict[str, np.ndarray]:
         return {k: z[k].view(NUMPY_DTYPES[dt]) if dt == "bfloat16" else z[k] for k, dt in dtypes.items()}
 
 
-def cli_command(compiled, seed: int, tolerance: dict | None, logits_tol: dict | None) -> str:
-    """The ``mtp-tvm check`` command line that rebuilds this case with the same options."""
+def cli_command(compiled, options: GoldenOptions) -> str:
+    """The ``mtp-tvm check`` command line that rebuilds this case with the same options (the sizes as resolved,
+    the target as JSON unless it is the plain ``llvm``/``cuda``), and notes for what only the API can say."""
     tj = target_json(compiled.target)
     short = next((n for n in ("llvm", "cuda") if target_json(resolve_target(n)) == tj), None)
     s = compiled.shapes
-    argv = ["mtp-tvm", "check", "--case", compiled.case.name, "--target", short or json.dumps(tj),
-            "--preset", s.preset.name, "--frontend", compiled.frontend, "--tokens", str(s.tokens),
-            "--vocab-shard", str(s.vocab_shard), "--owners", str(s.owners), "--tp", str(s.tp), "--seed", str(seed)]
-    gate = compiled.gate or {"disabled": [], "limit": None}
-    for name in gate["disabled"]:
-        argv += ["--disable-pass", name]
-    if gate["limit"] is not None:
-        argv += ["--bisect-limit", str(gate["limit"])]
+    spec = dataclasses.replace(compiled.spec, tokens=s.tokens, vocab_shard=s.vocab_shard, owners=s.owners, tp=s.tp)
+    debug = dataclasses.replace(compiled.debug, dump_passes=None, only_changed=False, dump_filter=None,
+                                dump_func=None, time_passes=False)
+    argv = ["mtp-tvm", "check", *spec.as_argv(short or json.dumps(tj)), "--seed", str(options.seed),
+            *debug.as_argv()]
     notes = []
-    if isinstance(compiled.extra_passes, PassPlugin):
-        argv += ["--pass-plugin", str(compiled.extra_passes.path)]
-    elif compiled.extra_passes is not None:
-        names = extra_pass_names(resolve_extra_passes(compiled.extra_passes, compiled.target))
+    if debug.api_only_passes:
+        names = extra_pass_names(resolve_extra_passes(debug.extra_passes, compiled.target))
         notes.append(f"# plus extra passes given through the Python API: {', '.join(names)}")
-    for flag, value in (logits_tol or {}).items():
+    for flag, value in (options.logits_tol or {}).items():
         argv += [f"--{flag.replace('_', '-')}", str(value)]
-    if tolerance is not None:
-        notes.append(f"# with tolerance {json.dumps(tolerance)} (Python API)")
+    if options.tolerance is not None:
+        notes.append(f"# with tolerance {json.dumps(options.tolerance)} (Python API)")
     return "\n".join([shlex.join(argv), *notes]) + "\n"
 
 
@@ -97,8 +95,7 @@ def _lowering_gate(compiled) -> dict:
             "limit": None if limit is None else max(limit - offset, 0)}
 
 
-def write_repro(compiled, inputs: dict, expected: dict, seed: int, tolerance: dict | None,
-                logits_tol: dict | None, result, root=None) -> Path:
+def write_repro(compiled, inputs: dict, expected: dict, options: GoldenOptions, result, root=None) -> Path:
     """Write ``repro/`` into the build's run folder (a new run folder under ``root`` when it has none)."""
     run = compiled.dump_dir or new_run_dir(root, f"{compiled.case.name}-{compiled.target.kind.name}")
     final, tmp = run / REPRO_DIR, run / (REPRO_DIR + ".tmp")
@@ -107,15 +104,16 @@ def write_repro(compiled, inputs: dict, expected: dict, seed: int, tolerance: di
     s = compiled.shapes
     (tmp / "module.py").write_text(compiled.optimized_module.script())
     spec = {"case": compiled.case.name, "preset": s.preset.name, "frontend": compiled.frontend,
-            "tokens": s.tokens, "vocab_shard": s.vocab_shard, "owners": s.owners, "tp": s.tp, "seed": seed,
-            "tolerance": tolerance, "logits_tol": logits_tol,
+            "tokens": s.tokens, "vocab_shard": s.vocab_shard, "owners": s.owners, "tp": s.tp, "seed": options.seed,
+            "schedule": compiled.schedule,
+            "tolerance": options.tolerance, "logits_tol": options.logits_tol,
             "target": target_json(compiled.target), "gate": _lowering_gate(compiled),
             "inputs": _save_arrays(tmp / "inputs.npz", inputs),
             "outputs": _save_arrays(tmp / "expected.npz", expected),
             "failed_outputs": result.failed_outputs, "written": time.strftime("%Y-%m-%d %H:%M:%S")}
     (tmp / "target.json").write_text(json.dumps(spec["target"], indent=1) + "\n")
     (tmp / "repro.json").write_text(json.dumps(spec, indent=1) + "\n")
-    (tmp / "command.txt").write_text(cli_command(compiled, seed, tolerance, logits_tol))
+    (tmp / "command.txt").write_text(cli_command(compiled, options))
     (tmp / "repro.py").write_text(_LAUNCHER.format(root=str(PROJECT_ROOT)))
     tmp.replace(final)
     if compiled.dump_dir is None:
@@ -131,8 +129,7 @@ def rerun(folder: Path, log=print) -> int:
     from ..passes.pipeline import compile_module
     from ..spec.cases import get_case
     from ..spec.presets import make_shapes
-    from ..verify.golden_check import compare_outputs
-    from ..verify.results import CheckResult, summary_table
+    from ..verify.results import summary_table
 
     spec = json.loads((folder / "repro.json").read_text())
     case = get_case(spec["case"])
@@ -144,14 +141,11 @@ def rerun(folder: Path, log=print) -> int:
     with tvm.transform.PassContext(opt_level=3, instruments=[PassRecorder(gate)] if gate.active else []):
         ex = compile_module(mod, target, None, first_phase=FIRST_LOWERING_PHASE)
     compiled = CompiledCase(case, shapes, target, spec["frontend"], ex, time.perf_counter() - t0)
-    t0 = time.perf_counter()
     inputs = _load_arrays(folder / "inputs.npz", spec["inputs"])
-    actual = compiled.run(inputs)
     expected = _load_arrays(folder / "expected.npz", spec["outputs"])
-    result = CheckResult(case.name, spec["target"], shapes.preset.name, spec["frontend"], spec["seed"],
-                         shapes.as_dict(), compare_outputs(case, shapes, actual, expected, spec["tolerance"], inputs,
-                                                           spec["logits_tol"]),
-                         compiled.build_seconds, time.perf_counter() - t0)
+    built = Provenance(spec["target"], spec["frontend"], spec.get("schedule", "default"), compiled.build_seconds)
+    options = GoldenOptions(spec["seed"], spec["tolerance"], spec["logits_tol"])
+    result = golden_check(compiled.run, case, shapes, built, options, golden=(inputs, expected), log=log)
     log(summary_table(result))
     if result.passed:
         log("NOT REPRODUCED: every output now meets its golden (the failure was in "

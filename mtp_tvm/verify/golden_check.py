@@ -1,7 +1,10 @@
-"""TODO docstring for verify/golden_check"""
+"""The golden check of one run: draw the seeded inputs, run the binary, and put every output through its
+comparators against the torch golden chain (spec §1.7, §2, §3.3). Shared by fresh builds (``tools/check``),
+prebuilt artifacts and bisect probes."""
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 import time
 
@@ -20,10 +23,6 @@ from ..verify.comparators import (
 from ..verify.results import CheckResult, OutputCheck
 
 DEFAULT_TOLERANCE = {"atol": 1e-2, "rtol": 1e-2, "max_error_ratio": 0.02}
-
-
-
-
 
 
 def validate_seed(seed) -> int:
@@ -71,26 +70,51 @@ def _perturbation(where: tuple, shape: tuple) -> dict:
     return {"index": [int(i) for i in where[:3]], "delta": float(where[3]) if len(where) == 4 else 1.0}
 
 
-def golden_check(run, c: Case, s: Shapes, target: dict, frontend: str, seed: int, build_seconds: float,
-                 dump_dir=None, tolerance: dict | None = None, log=print, logits_tol: dict | None = None,
-                 perturbation: dict | None = None, schedule: str = "default",
-                 golden: tuple[dict, dict] | None = None) -> CheckResult:
-    """Run ``run`` (named inputs -> named outputs) on inputs drawn from ``seed`` and compare every stage output
-    with its torch golden; shared by fresh builds and prebuilt artifacts. ``golden``: the seeded inputs and
-    expected outputs, already computed (``seeded_golden``)."""
-    seed = validate_seed(seed)
-    log(f"[RUN] seed={seed}")
-    inputs, expected = golden or seeded_golden(c, s, seed)
+@dataclasses.dataclass(frozen=True)
+class GoldenOptions:
+    """How a run is judged: the input ``seed``; ``tolerance`` of ``ratio_allclose`` for every output (default
+    ``DEFAULT_TOLERANCE``); ``logits_tol`` of the LM-head comparator; ``perturbation``, a deliberate error
+    added to one device logit (``{"index": [owner, row, col], "delta": d}``, a debugging aid)."""
+
+    seed: int = 0
+    tolerance: dict | None = None
+    logits_tol: dict | None = None
+    perturbation: dict | None = None
+
+    def __post_init__(self):
+        validate_seed(self.seed)
+
+
+@dataclasses.dataclass(frozen=True)
+class Provenance:
+    """What made the binary that ran, as the result reports it."""
+
+    target: dict
+    frontend: str
+    schedule: str
+    build_seconds: float
+    dump_dir: str | None = None
+
+
+def golden_check(run, c: Case, s: Shapes, built: Provenance, options: GoldenOptions = GoldenOptions(), *,
+                 golden: tuple[dict, dict] | None = None, log=print) -> CheckResult:
+    """Run ``run`` (named inputs -> named outputs) on inputs drawn from ``options.seed`` and compare every stage
+    output with its torch golden; shared by fresh builds, prebuilt artifacts and bisect probes. ``golden``: the
+    seeded inputs and expected outputs, already computed (``seeded_golden``)."""
+    log(f"[RUN] seed={options.seed}")
+    inputs, expected = golden or seeded_golden(c, s, options.seed)
     t0 = time.perf_counter()
     actual = run({k: to_numpy(v) for k, v in inputs.items()})
     run_seconds = time.perf_counter() - t0
+    perturbation = options.perturbation
     if perturbation is not None:  # a debugging aid: one deliberately wrong device logit
         actual[LM_HEAD_LOGITS] = actual[LM_HEAD_LOGITS].copy()
         actual[LM_HEAD_LOGITS][tuple(perturbation["index"])] += perturbation["delta"]
         log(f"[PERTURB] logits{tuple(perturbation['index'])} += {perturbation['delta']}")
-    return CheckResult(c.name, target, s.preset.name, frontend, seed, s.as_dict(),
-                       compare_outputs(c, s, actual, expected, tolerance, inputs, logits_tol), build_seconds,
-                       run_seconds, str(dump_dir) if dump_dir else None, perturbation, schedule)
+    outputs = compare_outputs(c, s, actual, expected, options.tolerance, inputs, options.logits_tol)
+    return CheckResult(c.name, built.target, s.preset.name, built.frontend, options.seed, s.as_dict(), outputs,
+                       built.build_seconds, run_seconds, str(built.dump_dir) if built.dump_dir else None,
+                       perturbation, built.schedule)
 
 
 def seeded_golden(case: Case, s: Shapes, seed: int) -> tuple[dict, dict]:

@@ -1,0 +1,145 @@
+"""What to build and how to debug the build, as two frozen dataclasses that every command shares.
+
+``BuildSpec`` says *what* binary (case, target, sizes, schedule); ``DebugOptions`` says what to record or change
+while building it (dumps, timing, disabled passes, bisect limit, user passes). ``compile``, ``check``, ``build``,
+``bench``, ``bisect`` and the reproducer take them instead of re-listing the same keywords, and ``as_argv()``
+turns them back into the ``mtp-tvm`` flags that rebuild the same thing. A mistyped option is an error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from ..passes.plugins import ExtraPasses, PassPlugin
+from ..support.errors import UsageError
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise UsageError(message)
+
+
+def _optional_int(name: str, value, minimum: int) -> None:
+    _require(value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= minimum),
+             f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildSpec:
+    """One binary: ``case`` for ``target`` at ``preset`` sizes through ``frontend``, scheduled by ``schedule``.
+
+    ``tokens`` only sizes seeded inputs and static (tuned) builds: the token dim of a binary is symbolic.
+    ``owners`` and ``tp`` size the TP-sharded LM head (cases ``lm-head``, ``tail-lm-head``)."""
+
+    case: str = "tail"
+    target: Any = "llvm"  # "llvm", "cuda", a target JSON dict, or a tvm Target
+    preset: str = "flash"
+    frontend: str = "tir"
+    tokens: int | None = None
+    vocab_shard: int | None = None
+    schedule: str = "default"
+    owners: int | None = None
+    tp: int | None = None
+
+    def __post_init__(self):  # sizes are checked against the preset by ``spec.presets.make_shapes``
+        for name in ("case", "preset", "frontend", "schedule"):
+            _require(isinstance(getattr(self, name), str), f"{name} must be a name, got {getattr(self, name)!r}")
+
+    def as_argv(self, target_flag: str | None = None) -> list[str]:
+        """The ``mtp-tvm`` flags of this spec (sizes left at their default are omitted); ``target_flag``
+        replaces the target's spelling (e.g. the JSON of a resolved target)."""
+        target = target_flag if target_flag is not None else (
+            self.target if isinstance(self.target, str) else json.dumps(_target_dict(self.target)))
+        argv = ["--case", self.case, "--target", target, "--preset", self.preset, "--frontend", self.frontend,
+                "--schedule", self.schedule]
+        for name in ("tokens", "vocab_shard", "owners", "tp"):
+            if getattr(self, name) is not None:
+                argv += [f"--{name.replace('_', '-')}", str(getattr(self, name))]
+        return argv
+
+
+def _target_dict(target) -> dict:
+    return target if isinstance(target, dict) else {k: v for k, v in target.export().items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class DebugOptions:
+    """Debugging a build. ``dump_passes``: True dumps every pass into a new folder under ``dumps/``, a path dumps
+    under it (``only_changed``, ``dump_filter`` regex on pass names, ``dump_func`` one function);
+    ``time_passes`` keeps per-pass records (time, changed); ``disable_passes`` skips passes by name;
+    ``bisect_limit`` N skips every optional pass numbered after N; ``extra_passes`` ({phase: [Pass]}, a
+    callable of the target, or a loaded ``--pass-plugin`` file) adds user passes to an optimizing phase."""
+
+    dump_passes: bool | str | os.PathLike | None = None
+    only_changed: bool = False
+    dump_filter: str | None = None
+    dump_func: str | None = None
+    time_passes: bool = False
+    disable_passes: tuple[str, ...] = ()
+    bisect_limit: int | None = None
+    extra_passes: ExtraPasses | None = dataclasses.field(default=None, compare=False)
+
+    def __post_init__(self):
+        _require(not isinstance(self.disable_passes, (str, bytes)),
+                 f"disable_passes takes a list of pass names, got the string {self.disable_passes!r}")
+        object.__setattr__(self, "disable_passes", tuple(self.disable_passes))
+        _require(all(isinstance(n, str) for n in self.disable_passes),
+                 f"disable_passes takes pass names, got {self.disable_passes!r}")
+        for name in ("only_changed", "time_passes"):
+            _require(isinstance(getattr(self, name), bool), f"{name} must be True or False, got {getattr(self, name)!r}")
+        for name in ("dump_filter", "dump_func"):
+            _require(getattr(self, name) is None or isinstance(getattr(self, name), str),
+                     f"{name} must be a string, got {getattr(self, name)!r}")
+        _require(self.dump_passes is None or isinstance(self.dump_passes, (bool, str, os.PathLike)),
+                 f"dump_passes must be True or a folder, got {self.dump_passes!r}")
+        _optional_int("bisect limit", self.bisect_limit, 0)
+
+    @property
+    def dump_root(self) -> Path | None:
+        """The folder that receives run folders, when it is not the default."""
+        return None if self.dump_passes in (None, False, True) else Path(self.dump_passes)
+
+    def replace(self, **changes) -> DebugOptions:
+        return dataclasses.replace(self, **changes)
+
+    def as_argv(self) -> list[str]:
+        """The ``mtp-tvm`` flags of these options. Passes given as Python objects have no flag: the caller
+        says so (``api_only_passes``)."""
+        argv: list[str] = []
+        if self.dump_passes:
+            argv += ["--dump-passes"] + ([] if self.dump_passes is True else [str(self.dump_passes)])
+        argv += ["--dump-only-changed"] if self.only_changed else []
+        argv += ["--dump-filter", self.dump_filter] if self.dump_filter else []
+        argv += ["--dump-func", self.dump_func] if self.dump_func else []
+        argv += ["--time-passes"] if self.time_passes else []
+        for name in self.disable_passes:
+            argv += ["--disable-pass", name]
+        argv += ["--bisect-limit", str(self.bisect_limit)] if self.bisect_limit is not None else []
+        if isinstance(self.extra_passes, PassPlugin):
+            argv += ["--pass-plugin", str(self.extra_passes.path)]
+        return argv
+
+    @property
+    def api_only_passes(self) -> bool:
+        """Whether user passes were given as Python objects, which no command-line flag can restate."""
+        return self.extra_passes is not None and not isinstance(self.extra_passes, PassPlugin)
+
+
+_BUILD_FIELDS = {f.name for f in dataclasses.fields(BuildSpec)}
+_DEBUG_FIELDS = {f.name for f in dataclasses.fields(DebugOptions)}
+
+
+def split_options(spec: BuildSpec | None, debug: DebugOptions | None, options: dict,
+                  where: str) -> tuple[BuildSpec, DebugOptions]:
+    """The keyword form of the API (``compile(case="tail", dump_passes=True)``) as the two dataclasses:
+    keywords override ``spec``/``debug``; an unknown keyword is an error naming it."""
+    unknown = sorted(set(options) - _BUILD_FIELDS - _DEBUG_FIELDS)
+    if unknown:
+        raise UsageError(f"{where}() got unknown option(s) {', '.join(unknown)}")
+    spec = dataclasses.replace(spec or BuildSpec(), **{k: v for k, v in options.items() if k in _BUILD_FIELDS})
+    debug = dataclasses.replace(debug or DebugOptions(), **{k: v for k, v in options.items() if k in _DEBUG_FIELDS})
+    return spec, debug

@@ -1,0 +1,98 @@
+"""The package's folders are layers: a module imports only from its own layer or the layers below it, and no
+modules import each other in a circle (function-level imports included)."""
+
+import ast
+from pathlib import Path
+
+import mtp_tvm
+
+PACKAGE = Path(mtp_tvm.__file__).parent
+LAYERS = ("support", "spec", "ir", "passes", "schedule", "instrument", "compiler", "verify", "artifact", "tools")
+TOP = len(LAYERS)  # cli.py, __init__.py, __main__.py: the public surface, above every layer
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _layer(module: str) -> int:
+    parts = module.split(".")
+    return LAYERS.index(parts[1]) if len(parts) > 1 and parts[1] in LAYERS else TOP
+
+
+def _imports(path: Path) -> set[str]:
+    """Every mtp_tvm module ``path`` imports, at any depth of the file."""
+    module = _module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = package.split(".")
+            if node.level:
+                base = base[:len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if not target.startswith("mtp_tvm"):
+                continue
+            for alias in node.names:  # ``from . import x`` may name a module
+                sub = f"{target}.{alias.name}"
+                found.add(sub if _is_module(sub) else target)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("mtp_tvm"))
+    return found - {module}
+
+
+def _is_module(name: str) -> bool:
+    rel = Path(*name.split(".")[1:])
+    return (PACKAGE / rel).with_suffix(".py").is_file() or (PACKAGE / rel / "__init__.py").is_file()
+
+
+def _graph() -> dict[str, set[str]]:
+    return {_module_name(p): _imports(p) for p in PACKAGE.rglob("*.py")}
+
+
+def test_every_module_lives_in_a_layer():
+    stray = [m for m in _graph() if _layer(m) == TOP and m not in ("mtp_tvm", "mtp_tvm.cli", "mtp_tvm.__main__")]
+    assert stray == [], f"modules outside the layer folders {LAYERS}: {stray}"
+
+
+def test_imports_only_go_down():
+    upward = [f"{m} ({LAYERS[_layer(m)] if _layer(m) < TOP else 'top'}) imports {t} ({LAYERS[_layer(t)] if _layer(t) < TOP else 'top'})"
+              for m, targets in _graph().items() for t in targets
+              if _layer(t) > _layer(m) and t != "mtp_tvm"]
+    assert upward == []
+
+
+def test_no_import_circles():
+    graph = _graph()
+    state: dict[str, int] = {}  # 1 on the stack, 2 done
+    circles = []
+
+    def visit(m: str, stack: list[str]) -> None:
+        state[m] = 1
+        for t in sorted(graph.get(m, ())):
+            if t == "mtp_tvm" or t.startswith("mtp_tvm.") and t.count(".") == 1 and t not in graph:
+                continue
+            if state.get(t) == 1:
+                circles.append(stack[stack.index(t):] + [t])
+            elif t not in state and t in graph:
+                visit(t, stack + [t])
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+    assert circles == []
+
+
+def test_the_checker_sees_a_violation(tmp_path, monkeypatch):
+    """The layer rule itself, on a planted upward import: the test above cannot pass vacuously."""
+    planted = PACKAGE / "spec" / "_planted_upward_import.py"
+    monkeypatch.setattr(Path, "rglob", lambda self, pattern: [planted] if self == PACKAGE else [])
+    original_read = Path.read_text
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: "from ..tools.check import check\n"
+                        if self == planted else original_read(self, *a, **k))
+    assert _graph() == {"mtp_tvm.spec._planted_upward_import": {"mtp_tvm.tools.check"}}
+    assert _layer("mtp_tvm.tools.check") > _layer("mtp_tvm.spec._planted_upward_import")
