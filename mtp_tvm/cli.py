@@ -186,7 +186,7 @@ def _cmd_run(args) -> int:
     from .compiler.tensors import read_npz, write_npz
 
     artifact = load(args.artifact)
-    outputs = artifact.run(read_npz(args.inputs, artifact.input_specs))
+    outputs = artifact.run(read_npz(args.inputs, {n: t.dtype for n, t in artifact.input_specs.items()}))
     write_npz(args.out, outputs)
     for name, a in outputs.items():
         print(f"{name:20s} {str(a.shape):16s} {a.dtype}")

@@ -1,4 +1,19 @@
-"""TODO docstring for artifact/export"""
+"""Target binaries: a case built into one self-describing folder that loads and runs with TVM's runtime alone,
+without the compiler, the model code or (for CUDA) a CUDA compiler.
+
+An artifact folder::
+
+    manifest.json                 what was built, from what, for what; the library's sha256; kernel resources
+    library.so | library.tar      ``export_library``; a ``.tar`` of objects for another CPU architecture
+    source/host.ll, source/host.s the host module's LLVM IR and assembly (on LLVM targets: the kernels)
+    source/kernels.cu             CUDA only: the device code, and source/kernels.<arch>.ptx nvcc made from it
+
+CUDA device code is compiled ahead of time by nvcc into a fatbin for every requested arch and embedded in place
+of the CUDA source TVM would embed (see ``embedded.py``). This module writes them
+(``build``, ``export``); ``manifest.py`` defines and validates the manifest, ``load.py`` runs one. Folders are
+written atomically: everything goes into a
+temporary folder beside the target, which is renamed into place only when complete.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""TODO docstring for artifact/load"""
+"""``load``: an artifact folder back as a runnable ``Artifact``, with TVM's runtime alone. It refuses a library whose
+sha256 differs from its manifest, a CUDA artifact on a machine without a GPU, and another CPU's binary; inputs
+are validated against the manifest. ``check_artifact`` golden-checks one on fresh seeded inputs.
+"""
 
 from __future__ import annotations
 
@@ -6,14 +9,11 @@ import dataclasses
 import os
 from pathlib import Path
 
-import numpy as np
 import tvm
 from tvm import relax
 
 from ..artifact.manifest import read_manifest, sha256_file
-from ..compiler.runtime import WeightCache, main_args
-from ..compiler.tensors import validate_inputs
-from ..ir.model import leading_activations
+from ..compiler.runtime import Runnable, WeightCache
 from ..passes.target import cpu_arch, host_triple
 from ..spec.cases import TensorSpec, get_case
 from ..spec.presets import make_shapes
@@ -27,7 +27,7 @@ def _specs(section: dict) -> dict[str, TensorSpec]:
 
 
 @dataclasses.dataclass
-class Artifact:
+class Artifact(Runnable):
     """A loaded artifact: ``run(inputs) -> outputs`` validated against the manifest's tensors."""
 
     path: Path
@@ -45,14 +45,8 @@ class Artifact:
     def output_specs(self) -> dict[str, TensorSpec]:
         return _specs(self.manifest["outputs"])
 
-    def run(self, inputs: dict) -> dict[str, np.ndarray]:
-        """Run on named inputs (numpy with ``ml_dtypes.bfloat16`` for BF16, or torch); returns numpy outputs."""
-        arrays, _ = validate_inputs(self.input_specs, inputs, f"artifact {self.path}")
-        if self._vm is None:
-            self._vm = relax.VirtualMachine(self.module, self.device)
-        args = main_args(self._vm, self.device, arrays, leading_activations(self.input_specs), self._weights)
-        outs = self._vm["main"](*args)
-        return {name: outs[i].numpy() for i, name in enumerate(self.output_specs)}
+    def _runtime(self):
+        return self.module, self.device, f"artifact {self.path}"
 
 
 def _runnable_device(path: Path, m: dict) -> tvm.runtime.Device:

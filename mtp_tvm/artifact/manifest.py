@@ -1,4 +1,7 @@
-"""TODO docstring for artifact/manifest"""
+"""The artifact manifest (``manifest.json``): its schema, what it records (case, shapes with T named, target,
+schedule and trace hash, versions, git revision, library sha256, build times, CUDA kernel resources, golden
+result) and the validation a loader runs before trusting any of it.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""TODO docstring for compiler/driver"""
+"""``compile``: a case -> one TVM binary (``CompiledCase``) with typed input/output specs and ``run(dict) -> dict``.
+It builds the Relax module (``ir``), runs the named phases (``passes``) with the schedule applier
+(``schedule``) and the pass recorder (``instrument``) when debugging, and writes the run folder.
+"""
 
 from __future__ import annotations
 
@@ -8,15 +11,13 @@ import difflib
 import time
 from pathlib import Path
 
-import numpy as np
 import tvm
 from tvm import relax
 from tvm.target import Target
 
-from ..compiler.runtime import WeightCache, main_args
-from ..compiler.tensors import validate_inputs
+from ..compiler.runtime import Runnable, WeightCache
 from ..instrument.recorder import DumpOptions, PassRecord, PassRecorder
-from ..ir.model import build_relax_module, get_frontend, num_activations
+from ..ir.model import build_relax_module, get_frontend
 from ..passes.codegen import device_source, generated_code
 from ..passes.gate import PassGate, gate_summary
 from ..passes.pipeline import FIRST_LOWERING_PHASE, compile_module
@@ -38,7 +39,7 @@ from .options import BuildSpec, DebugOptions, split_options
 
 
 @dataclasses.dataclass
-class CompiledCase:
+class CompiledCase(Runnable):
     """One built case. ``run`` takes any token count T (the binary's token dim is symbolic)."""
 
     case: Case
@@ -59,7 +60,7 @@ class CompiledCase:
     debug: DebugOptions = dataclasses.field(default_factory=DebugOptions, repr=False)
     dump_seconds: float = 0.0                  # writing the dumps after the build (and, meanwhile, the JIT)
     _vm: relax.VirtualMachine | None = dataclasses.field(default=None, repr=False)
-    _weights: WeightCache = dataclasses.field(default_factory=lambda: WeightCache(), repr=False)  # defined below
+    _weights: WeightCache = dataclasses.field(default_factory=WeightCache, repr=False)
 
     @property
     def input_specs(self) -> dict[str, TensorSpec]:
@@ -69,32 +70,15 @@ class CompiledCase:
     def output_specs(self) -> dict[str, TensorSpec]:
         return self.case.output_specs(self.shapes)
 
-    @property
-    def num_input(self) -> int:
-        """How many leading inputs are activations; the weights after them go through ``main_transform_params``."""
-        return num_activations(self.case, self.shapes)
+    def _runtime(self):
+        return self.executable, device_for(self.target), f"case {self.case.name!r}"
 
-    @property
-    def vm(self) -> relax.VirtualMachine:
-        if self._vm is None:
-            self._vm = relax.VirtualMachine(self.executable, device_for(self.target))
-        return self._vm
-
-    def device_args(self, arrays: list[np.ndarray]) -> list:
-        """``main``'s arguments (see ``main_args``)."""
-        return main_args(self.vm, device_for(self.target), arrays, self.num_input, self._weights)
-
-    def run(self, inputs: dict) -> dict[str, np.ndarray]:
-        """Run on named inputs (numpy with ``ml_dtypes.bfloat16`` for BF16, or torch); returns numpy outputs."""
-        arrays, bound = validate_inputs(self.input_specs, inputs, f"case {self.case.name!r}")
-        if bound:  # T directly, or R rows per owner
-            tokens = bound.get(TOKENS, bound.get(ROWS, 0) * self.shapes.owners)
-            self.case.check_shapes(self.shapes, tokens)
-            if self.schedule == TUNED and tokens != self.shapes.tokens:
-                raise UsageError(f"this binary was tuned for T={self.shapes.tokens} (tuning records are per shape); "
-                                 f"got T={tokens}: build it with --tokens {tokens}")
-        outs = self.vm["main"](*self.device_args(arrays))
-        return {name: outs[i].numpy() for i, name in enumerate(self.output_specs)}
+    def _check_sizes(self, bound: dict[str, int]) -> None:
+        tokens = bound.get(TOKENS, bound.get(ROWS, 0) * self.shapes.owners)  # T directly, or R rows per owner
+        self.case.check_shapes(self.shapes, tokens)
+        if self.schedule == TUNED and tokens != self.shapes.tokens:
+            raise UsageError(f"this binary was tuned for T={self.shapes.tokens} (tuning records are per shape); "
+                             f"got T={tokens}: build it with --tokens {tokens}")
 
 
 def _check_disabled_names(gate: PassGate, records: list[PassRecord]) -> None:

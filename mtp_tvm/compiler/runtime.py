@@ -1,13 +1,19 @@
-"""TODO docstring for compiler/runtime"""
+"""Running a built module, shared by fresh builds (``CompiledCase``) and loaded artifacts (``Artifact``): inputs
+validated against the specs, weights packed once per distinct weight set by ``main_transform_params``, outputs
+back as numpy.
+"""
 
 from __future__ import annotations
 
 import hashlib
 
 import numpy as np
+import tvm
 from tvm import relax
 
-from ..compiler.tensors import to_device
+from ..compiler.tensors import to_device, validate_inputs
+from ..ir.model import leading_activations
+from ..spec.cases import TensorSpec
 
 TRANSFORM_PARAMS = "main_transform_params"  # made by LiftTransformParams from main's weight transforms
 
@@ -43,3 +49,45 @@ class WeightCache:
         if key != self._key:
             self._key, self._value = key, make()
         return self._value
+
+
+class Runnable:
+    """``run(inputs) -> outputs`` for anything holding a Relax executable: a fresh build and a loaded artifact
+    differ only in where their specs, module and device come from (``_runtime``) and in what they check about
+    the bound sizes (``_check_sizes``)."""
+
+    input_specs: dict[str, TensorSpec]
+    output_specs: dict[str, TensorSpec]
+
+    def _runtime(self) -> tuple[tvm.runtime.Module, tvm.runtime.Device, str]:
+        """(executable or library, device, how to name this binary in messages)."""
+        raise NotImplementedError
+
+    def _check_sizes(self, bound: dict[str, int]) -> None:
+        """Refuse symbolic sizes (``T``, ``R``) this binary cannot run; nothing to check by default."""
+
+    @property
+    def num_input(self) -> int:
+        """How many leading inputs are activations (the rest are weights, ``main_transform_params``'s input)."""
+        return leading_activations(self.input_specs)
+
+    @property
+    def vm(self) -> relax.VirtualMachine:
+        if getattr(self, "_vm", None) is None:
+            module, device, _ = self._runtime()
+            self._vm = relax.VirtualMachine(module, device)
+        return self._vm
+
+    def device_args(self, arrays: list[np.ndarray]) -> list:
+        """``main``'s arguments (see ``main_args``)."""
+        if getattr(self, "_weights", None) is None:
+            self._weights = WeightCache()
+        return main_args(self.vm, self._runtime()[1], arrays, self.num_input, self._weights)
+
+    def run(self, inputs: dict) -> dict[str, np.ndarray]:
+        """Run on named inputs (numpy with ``ml_dtypes.bfloat16`` for BF16, or torch); returns numpy outputs."""
+        arrays, bound = validate_inputs(self.input_specs, inputs, self._runtime()[2])
+        if bound:
+            self._check_sizes(bound)
+        outs = self.vm["main"](*self.device_args(arrays))
+        return {name: outs[i].numpy() for i, name in enumerate(self.output_specs)}

@@ -27,12 +27,6 @@ def to_numpy(x) -> np.ndarray:
     return np.asarray(x)
 
 
-def to_torch(x: np.ndarray) -> torch.Tensor:
-    if x.dtype == NUMPY_DTYPES["bfloat16"]:
-        return torch.from_numpy(np.ascontiguousarray(x).view(np.int16)).view(torch.bfloat16)
-    return torch.from_numpy(np.ascontiguousarray(x))
-
-
 def dtype_name(x: np.ndarray) -> str:
     return "bfloat16" if x.dtype == NUMPY_DTYPES["bfloat16"] else str(x.dtype)
 
@@ -75,16 +69,17 @@ def validate_inputs(specs: dict, inputs: dict, owner: str) -> tuple[list[np.ndar
     return arrays, bound
 
 
-def read_npz(path: str | os.PathLike, specs: dict) -> dict[str, np.ndarray]:
+def read_npz(path: str | os.PathLike, dtypes: dict[str, str]) -> dict[str, np.ndarray]:
     """Arrays from an ``.npz``; numpy stores ``ml_dtypes.bfloat16`` as 2-byte void (``|V2``), which is read
-    back as BF16 where ``specs`` says so."""
+    back as BF16 where ``dtypes`` (name -> dtype name) says so. The one ``.npz`` convention of the project:
+    ``mtp-tvm run``'s inputs and outputs and the reproducers' arrays alike."""
     try:
         with np.load(path, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
     except (OSError, ValueError) as e:
         raise UsageError(f"cannot read {path}: {e}") from None
-    return {k: a.view(NUMPY_DTYPES["bfloat16"]) if a.dtype == np.dtype("V2") and k in specs
-            and specs[k].dtype == "bfloat16" else a for k, a in arrays.items()}
+    return {k: a.view(NUMPY_DTYPES["bfloat16"]) if a.dtype == np.dtype("V2") and k in dtypes
+            and dtypes[k] == "bfloat16" else a for k, a in arrays.items()}
 
 
 def write_npz(path: str | os.PathLike, arrays: dict[str, np.ndarray]) -> None:

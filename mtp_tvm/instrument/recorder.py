@@ -1,4 +1,30 @@
-"""TODO docstring for instrument/recorder"""
+"""Per-pass records and IR dumps (``PassRecorder``): one numbered TVMScript file per pass, into a fresh run folder per build.
+
+``PassRecorder`` is a TVM pass instrument. It numbers *leaf* passes in execution order (containers such as
+``sequential`` and our phase markers are not passes a user debugs), attributes each to the phase opened by the
+last ``mtp.phase.*`` marker, asks the ``PassGate`` whether it may run (``--disable-pass``, ``--bisect-limit``),
+times it (self and inclusive, minus the recorder's own work), and detects whether it changed the IR by
+structural hash. Records outlive the ``PassContext``.
+
+When dumping, the build only takes snapshots (each new module state's function table, copied, since a pass may
+edit the module it was given) and hands the states a dump needs to a printer thread, which prints each distinct
+state once while the build goes on (TVM's printer releases the GIL, so on a second core this is nearly free).
+After the build the run folder is created, the diffs are queued there too, and the assembly is generated from
+the dumped ``host.ll`` on another thread, in its own LLVM context, while the caller's ``meanwhile`` (the JIT of
+a CPU build) runs:
+
+    000_input.py                  the module given to the compiler
+    NNN_<phase>__<Pass>.py        the module after pass NNN (every pass, or changed ones with only_changed)
+    NNN_<phase>__<Pass>.diff      unified diff of what pass NNN did to its own input (changed passes)
+    NNN_<phase>__<Pass>.input.py  the input of the pass that failed, if the build failed
+    host.ll, host.s, device_source.cu   the generated code: LLVM IR, assembly, CUDA C (GPU builds)
+    schedule_trace.py             the applied schedules, replayable (``mtp_tvm.schedule``)
+    index.json, index.html        every pass: number, phase, name, changed, +/- lines, ms, files
+    complete                      written last: a folder without it is an interrupted run
+
+A pass's number is given when it starts, so a pass that runs others (FuseTIR) comes before them; its diff is
+what it did as a whole, theirs what each did inside it.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""TODO docstring for instrument/run_folder"""
+"""Run folders: where a dumping build writes, one new folder per build under ``dumps/`` (or ``$MTP_TVM_DUMPS``),
+named ``<case>-<target>-<YYYYmmdd-HHMMSS>-<id>`` so concurrent processes never share one; ``index.json`` is its
+table of contents and ``complete`` is written last.
+"""
 
 from __future__ import annotations
 

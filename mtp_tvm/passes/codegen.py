@@ -1,4 +1,6 @@
-"""TODO docstring for passes/codegen"""
+"""The generated code of a build, by name: the host module's LLVM IR and its assembly, and a GPU build's device
+source. Shared by the dumps (``host.ll``/``host.s``/``device_source.cu``) and the artifacts (``source/``).
+"""
 
 from __future__ import annotations
 

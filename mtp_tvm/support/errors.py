@@ -1,4 +1,4 @@
-"""TODO docstring for support/errors"""
+"""One error vocabulary: every failure a user can cause is an ``MtpError`` with a one-line message."""
 
 from __future__ import annotations
 

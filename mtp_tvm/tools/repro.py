@@ -23,10 +23,9 @@ import shutil
 import time
 from pathlib import Path
 
-import numpy as np
 import tvm
 
-from ..compiler.tensors import NUMPY_DTYPES, dtype_name, to_numpy
+from ..compiler.tensors import dtype_name, read_npz, to_numpy, write_npz
 from ..instrument.run_folder import new_run_dir
 from ..passes.pipeline import FIRST_LOWERING_PHASE, OPTIMIZING_PHASES
 from ..passes.plugins import extra_pass_names, resolve_extra_passes
@@ -50,15 +49,10 @@ sys.exit(rerun(Path(__file__).resolve().parent))
 
 
 def _save_arrays(path: Path, arrays: dict) -> dict[str, str]:
-    """``np.savez`` with BF16 as its uint16 bits (npz has no BF16); returns name -> dtype."""
+    """``write_npz`` of the arrays (BF16 as ``|V2``, as ``mtp-tvm run`` reads it); returns name -> dtype."""
     arrays = {k: to_numpy(v) for k, v in arrays.items()}
-    np.savez(path, **{k: a.view(np.uint16) if dtype_name(a) == "bfloat16" else a for k, a in arrays.items()})
+    write_npz(path, arrays)
     return {k: dtype_name(a) for k, a in arrays.items()}
-
-
-def _load_arrays(path: Path, dtypes: dict[str, str]) -> dict[str, np.ndarray]:
-    with np.load(path) as z:
-        return {k: z[k].view(NUMPY_DTYPES[dt]) if dt == "bfloat16" else z[k] for k, dt in dtypes.items()}
 
 
 def cli_command(compiled, options: GoldenOptions) -> str:
@@ -141,8 +135,8 @@ def rerun(folder: Path, log=print) -> int:
     with tvm.transform.PassContext(opt_level=3, instruments=[PassRecorder(gate)] if gate.active else []):
         ex = compile_module(mod, target, None, first_phase=FIRST_LOWERING_PHASE)
     compiled = CompiledCase(case, shapes, target, spec["frontend"], ex, time.perf_counter() - t0)
-    inputs = _load_arrays(folder / "inputs.npz", spec["inputs"])
-    expected = _load_arrays(folder / "expected.npz", spec["outputs"])
+    inputs = read_npz(folder / "inputs.npz", spec["inputs"])
+    expected = read_npz(folder / "expected.npz", spec["outputs"])
     built = Provenance(spec["target"], spec["frontend"], spec.get("schedule", "default"), compiled.build_seconds)
     options = GoldenOptions(spec["seed"], spec["tolerance"], spec["logits_tol"])
     result = golden_check(compiled.run, case, shapes, built, options, golden=(inputs, expected), log=log)

@@ -1,4 +1,17 @@
-"""TODO docstring for tools/tune"""
+"""``mtp-tvm tune``: schedule search with TVM's MetaSchedule; records persist under ``schedule.tuned.tuned_root()``
+(``schedules/tuned/<target>/<case>/`` in a checkout), where ``--schedule tuned`` reads them back.
+
+What this module adds to MetaSchedule, and why:
+
+- ``case_kernels``: the case's PrimFuncs after legalisation and fusion, specialised to a static token count
+  (MetaSchedule tunes and looks records up on static shapes only; ``specialize.py``).
+- ``load_tensor_intrinsics``: ``TuneContext`` imports every tensor intrinsic TVM ships, and the CUDA ones alone
+  take ~30-60 s on this machine; we import the package shell plus the target's own intrinsics (x86 or CUDA).
+- ``fast_build``: MetaSchedule's default builder re-does that import in each fresh worker, so every candidate
+  timed out at 30 s (cookbook §5.1); ours builds without it.
+- ``ProgressCallback``: trials done and best latency per kernel, printed after each measured batch.
+- RPC: ``rpc=("host:port", key)`` measures on servers registered with a TVM RPC tracker (``RPCRunner``).
+"""
 
 from __future__ import annotations
 

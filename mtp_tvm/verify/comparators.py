@@ -13,9 +13,6 @@ import numpy as np
 
 from ..support.errors import UsageError
 
-ArrayLike = "np.ndarray | torch.Tensor"
-
-
 @dataclasses.dataclass
 class Comparison:
     """The verdict of one comparator on one output."""

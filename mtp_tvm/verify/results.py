@@ -1,4 +1,7 @@
-"""TODO docstring for verify/results"""
+"""What a golden check reports: per output, every comparator's verdict (``OutputCheck``); per run, the case, target,
+shapes, timings and where its dumps and reproducer are (``CheckResult``, also written as the JSON report); and
+the fixed-width table the CLI prints.
+"""
 
 from __future__ import annotations
 
