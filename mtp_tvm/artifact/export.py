@@ -53,6 +53,7 @@ from ..passes.target import (
     cpu_arch,
     device_for,
     host_triple,
+    is_gpu,
     resolve_target,
     target_json,
     target_triple,
@@ -84,7 +85,7 @@ def build_target(target: str | dict | Target, archs: tuple[str, ...]) -> Target:
 
 
 def _device_archs(target: Target, archs: tuple[str, ...]) -> tuple[str, ...]:
-    if target.kind.name != "cuda":
+    if not is_gpu(target):
         return ()
     own = str(target.attrs.get("arch", "")) or "sm_90"
     if archs and own not in archs:

@@ -24,6 +24,7 @@ from ..passes.pipeline import FIRST_LOWERING_PHASE, compile_module
 from ..passes.plugins import extra_pass_names, resolve_extra_passes
 from ..passes.target import (
     device_for,
+    is_gpu,
     resolve_target,
     runs_here,
     target_json,
@@ -131,7 +132,7 @@ def compile(spec: BuildSpec | None = None, debug: DebugOptions | None = None, **
             where = f" (IR dumps: {run_dir})" if run_dir else ""
             raise BuildError(f"build of {c.name} for {target_name(tgt)} failed: {message}{where}") from e
         seconds = time.perf_counter() - t0
-        source = device_source(ex) if tgt.kind.name == "cuda" else None
+        source = device_source(ex) if is_gpu(tgt) else None
         records = recorder.records if recorder is not None else []
         _check_disabled_names(gate, records)
         compiled = CompiledCase(c, shapes, tgt, frontend, ex, seconds, None, schedule, dict(applier.traces), source,

@@ -6,6 +6,8 @@ back as numpy.
 from __future__ import annotations
 
 import hashlib
+import os
+import warnings
 
 import numpy as np
 import tvm
@@ -13,9 +15,24 @@ from tvm import relax
 
 from ..compiler.tensors import to_device, validate_inputs
 from ..ir.model import leading_activations
+from ..passes.target import usable_cores
 from ..spec.cases import TensorSpec
 
 TRANSFORM_PARAMS = "main_transform_params"  # made by LiftTransformParams from main's weight transforms
+THREADS_ENV = "TVM_NUM_THREADS"
+
+
+def runtime_threads() -> int:
+    """The TVM runtime's worker threads: every core this process may use (``os.sched_getaffinity``) unless
+    ``TVM_NUM_THREADS`` says otherwise. TVM's own default halves the reported concurrency, which is one
+    thread on a 2-vCPU VM while torch and numpy use both. The pool reads the variable when it starts, so this
+    runs before the first module does; a pool already started with another count is reported, not hidden."""
+    wanted = os.environ.setdefault(THREADS_ENV, str(usable_cores()))
+    actual = int(tvm.get_global_func("runtime.NumThreads")())
+    if str(actual) != wanted:
+        warnings.warn(f"the TVM thread pool already runs {actual} threads; {THREADS_ENV}={wanted} applies to "
+                      "new processes only", RuntimeWarning, stacklevel=2)
+    return actual
 
 
 def main_args(vm: relax.VirtualMachine, dev, arrays: list[np.ndarray], num_input: int, cache: "WeightCache") -> list:
@@ -74,6 +91,7 @@ class Runnable:
     @property
     def vm(self) -> relax.VirtualMachine:
         if getattr(self, "_vm", None) is None:
+            runtime_threads()
             module, device, _ = self._runtime()
             self._vm = relax.VirtualMachine(module, device)
         return self._vm

@@ -18,6 +18,8 @@ import tvm_ffi
 from tvm import relax
 from tvm.target import Target
 
+from .target import is_gpu
+
 PHASE_MARKER_PREFIX = "mtp.phase."
 
 
@@ -70,7 +72,7 @@ def lower_dataflow_passes(_target: Target) -> list:
 
 def finalize_passes(target: Target) -> list:
     """Memory planning and VM lowering."""
-    cuda_graph = [relax.transform.RewriteCUDAGraph()] if target.kind.name == "cuda" else []
+    cuda_graph = [relax.transform.RewriteCUDAGraph()] if is_gpu(target) else []
     return [relax.transform.StaticPlanBlockMemory(), *cuda_graph, relax.transform.LowerAllocTensor(),
             relax.transform.KillAfterLastUse(), relax.transform.LowerRuntimeBuiltin(),
             relax.transform.ComputePrimValue(), relax.transform.VMShapeLower(), relax.transform.AttachGlobalSymbol()]

@@ -1,11 +1,15 @@
-"""Target resolution: short names to full TVM targets, with the host CPU filled in.
+"""Targets: short names to full TVM targets with the host CPU filled in, and what a CPU target offers the
+schedules (``CpuIsa``: vector width, register count, dot-product instructions), read from the target's
+``mcpu``/``mattr`` through LLVM, never from the machine that happens to build it.
 
-A bare ``{"kind": "llvm"}`` compiles for generic x86-64 (no AVX2/FMA; about 2x slower, cookbook §"basics"),
-so ``llvm`` always gets ``mcpu`` read from LLVM's view of this host.
+A bare ``{"kind": "llvm"}`` compiles for generic x86-64 (no AVX2/FMA; about 2x slower), so ``llvm`` always
+gets ``mcpu`` read from LLVM's view of this host.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import json
 import os
 
@@ -15,6 +19,11 @@ from tvm.target import Target
 from ..support.errors import UsageError, last_line
 
 CUDA_ARCHS = ("sm_80", "sm_90")
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask, which containers and ``taskset`` narrow)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def host_cpu() -> str:
@@ -45,7 +54,7 @@ def resolve_target(spec: str | dict | Target, arch: str = "sm_90") -> Target:
         except json.JSONDecodeError as e:
             raise UsageError(f"malformed target JSON: {e.msg} at char {e.pos}") from None
     if spec == "llvm":
-        spec = {"kind": "llvm", "mcpu": host_cpu(), "num-cores": os.cpu_count() or 1}
+        spec = {"kind": "llvm", "mcpu": host_cpu(), "num-cores": usable_cores()}
     elif spec == "cuda":
         if arch not in CUDA_ARCHS:
             raise UsageError(f"unsupported CUDA arch {arch!r}; choose one of {', '.join(CUDA_ARCHS)}")
@@ -53,9 +62,61 @@ def resolve_target(spec: str | dict | Target, arch: str = "sm_90") -> Target:
     if not isinstance(spec, dict):
         raise UsageError(f"unknown target {spec!r}; use llvm, cuda or a target JSON object")
     try:
-        return Target(spec)
+        target = Target(spec)
     except Exception as e:  # TVM raises ValueError/TVMError with multi-line text
         raise UsageError(f"invalid target {json.dumps(spec)}: {last_line(e)}") from None
+    _check_mcpu(target)
+    return target
+
+
+def _check_mcpu(target: Target) -> None:
+    """An ``mcpu`` LLVM does not know only gets a warning from LLVM and then generic code: refuse it."""
+    mcpu = str(target.attrs.get("mcpu", "")) if target.kind.name == "llvm" else ""
+    triple = target_triple(target_json(target))
+    if mcpu and not tvm.target.codegen.llvm_is_valid_cpu(mcpu, triple):
+        known = [str(c) for c in tvm.target.codegen.llvm_get_cpu_archlist(target)]
+        close = difflib.get_close_matches(mcpu, known, n=6, cutoff=0.4)
+        raise UsageError(f"unknown mcpu {mcpu!r} for {triple}" + (f"; did you mean {', '.join(close)}?" if close else "")
+                         + f" ({len(known)} CPUs known to LLVM, e.g. haswell, znver3, znver4, sapphirerapids)")
+
+
+def is_gpu(target: Target) -> bool:
+    """Whether kernels for ``target`` need GPU thread bindings (CUDA)."""
+    return target.kind.name == "cuda"
+
+
+@dataclasses.dataclass(frozen=True)
+class CpuIsa:
+    """What a CPU target offers a GEMM schedule. ``vector_bits`` and ``vector_registers`` bound the register
+    tile; ``bf16_dot`` is AVX512-BF16 (``vdpbf16ps``); ``int8_dot`` names the integer dot product family:
+    ``vnni`` (AVX512-VNNI or AVX-VNNI), ``pmaddwd`` (AVX2/AVX-512BW ``vpmaddwd``), or None."""
+
+    name: str
+    vector_bits: int
+    vector_registers: int
+    fma: bool
+    bf16_dot: bool
+    int8_dot: str | None
+
+    @property
+    def fp32_lanes(self) -> int:
+        return self.vector_bits // 32
+
+
+def cpu_isa(target: Target) -> CpuIsa:
+    """The ISA profile of an ``llvm`` target, from the features LLVM derives for its ``mcpu``/``mattr``."""
+    def has(feature: str) -> bool:
+        return bool(tvm.target.codegen.target_has_features(feature, target))
+
+    if cpu_arch(target_triple(target_json(target))) == "aarch64":
+        return CpuIsa("neon", 128, 32, True, has("bf16"), None)
+    if has("avx512f"):
+        vnni = has("avx512vnni")
+        return CpuIsa("avx512", 512, 32, True, has("avx512bf16"), "vnni" if vnni else "pmaddwd" if has("avx512bw")
+                      else None)
+    if has("avx2"):
+        return CpuIsa("avx2", 256, 16, has("fma"), False, "vnni" if has("avxvnni") else "pmaddwd")
+    return CpuIsa("sse", 128, 16, False, False, None)
 
 
 def target_name(target: Target) -> str:
@@ -70,7 +131,7 @@ def target_json(target: Target) -> dict:
 
 def device_for(target: Target):
     """The runtime device for a target, or a clear error when it is not present."""
-    dev = tvm.cuda(0) if target.kind.name == "cuda" else tvm.cpu(0)
+    dev = tvm.cuda(0) if is_gpu(target) else tvm.cpu(0)
     if not dev.exist:
         raise UsageError(f"no {target.kind.name} device on this machine: cannot run (build with `mtp-tvm build` "
                          "and run it where the device is)")

@@ -29,6 +29,7 @@ import tvm
 from tvm import tirx
 from tvm.target import Target
 
+from ..passes.target import is_gpu
 from ..schedule.tuned import tuned_dir, workload
 from ..support.errors import UsageError
 
@@ -46,7 +47,7 @@ def load_tensor_intrinsics(target: Target) -> None:
         shell.__path__ = list(spec.submodule_search_locations)
         shell.__package__ = _INTRINSICS
         sys.modules[_INTRINSICS] = shell
-    importlib.import_module(f"{_INTRINSICS}.{'cuda' if target.kind.name == 'cuda' else 'x86'}")
+    importlib.import_module(f"{_INTRINSICS}.{'cuda' if is_gpu(target) else 'x86'}")
 
 
 def fast_build(mod: tvm.IRModule, target: Target, _params):

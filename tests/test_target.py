@@ -1,0 +1,30 @@
+"""What a CPU target offers the schedules comes from its mcpu/mattr, not from the machine that builds it."""
+
+import pytest
+
+from mtp_tvm import UsageError
+from mtp_tvm.passes.target import cpu_isa, resolve_target
+
+
+@pytest.mark.parametrize("mcpu, name, lanes, registers, bf16, int8", [
+    ("haswell", "avx2", 8, 16, False, "pmaddwd"),
+    ("znver3", "avx2", 8, 16, False, "pmaddwd"),
+    ("alderlake", "avx2", 8, 16, False, "vnni"),        # AVX-VNNI, no AVX-512
+    ("skylake-avx512", "avx512", 16, 32, False, "pmaddwd"),
+    ("znver4", "avx512", 16, 32, True, "vnni"),
+    ("sapphirerapids", "avx512", 16, 32, True, "vnni"),
+])
+def test_isa_of_x86_cpus(mcpu, name, lanes, registers, bf16, int8):
+    isa = cpu_isa(resolve_target({"kind": "llvm", "mcpu": mcpu}))
+    assert (isa.name, isa.fp32_lanes, isa.vector_registers, isa.bf16_dot, isa.int8_dot) == \
+        (name, lanes, registers, bf16, int8)
+
+
+def test_isa_of_the_aarch64_cross_target():
+    isa = cpu_isa(resolve_target({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon"]}))
+    assert (isa.name, isa.fp32_lanes, isa.int8_dot) == ("neon", 4, None)
+
+
+def test_an_unknown_mcpu_is_refused_with_suggestions():
+    with pytest.raises(UsageError, match=r"unknown mcpu 'znver9'.*did you mean .*znver4"):
+        resolve_target({"kind": "llvm", "mcpu": "znver9"})
