@@ -10,13 +10,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mtp_tvm.tools.bench import BENCH_CASES, ProbePlan, bench, bytes_moved, flops, peer_runner
+from mtp_tvm.compiler.options import BuildSpec
+from mtp_tvm.compiler.tensors import to_numpy
+from mtp_tvm.passes.target import resolve_target
 from mtp_tvm.spec.cases import CASES
-from mtp_tvm.verify.comparators import ratio_allclose
 from mtp_tvm.spec.presets import make_shapes
 from mtp_tvm.support.errors import UsageError
-from mtp_tvm.passes.target import resolve_target
-from mtp_tvm.compiler.tensors import to_numpy
+from mtp_tvm.tools.bench import (
+    BENCH_CASES,
+    CONTENDERS,
+    bench,
+    bytes_moved,
+    flops,
+    peer_runner,
+)
+from mtp_tvm.tools.roofline import ProbePlan
+from mtp_tvm.verify.comparators import ratio_allclose
 
 ROOT = Path(__file__).resolve().parents[1]
 REQUIRED = {"tvm", "torch_bf16", "torch_fp32", "numpy_fp32"}
@@ -47,7 +56,7 @@ def test_every_peer_computes_the_case(case, peer):
     """The contenders compute the same math as the golden (to BF16-level tolerance), so the race is fair."""
     c, s = CASES[case], make_shapes("tiny")
     inputs = c.make_inputs(s, 1)
-    actual = np.asarray(to_numpy(peer_runner(c, peer, inputs, s.eps)()), dtype=np.float32)
+    actual = np.asarray(to_numpy(peer_runner(c, peer, inputs, s)()), dtype=np.float32)
     expected = to_numpy(c.golden(inputs, s)[c.chain[-1].outputs[0].name]).astype(np.float32)
     assert ratio_allclose(atol=5e-2, rtol=5e-2, max_error_ratio=0.05)(actual, expected).passed
 
@@ -57,6 +66,7 @@ def test_flops_and_bytes_count_the_gemms():
     assert flops(CASES["logits"], s, 16) == 2 * 16 * 256 * 512
     assert flops(CASES["tail"], s, 8) == 2 * 8 * 256 * 512 + 2 * (2 * 8 * 256 * 256)
     assert flops(CASES["norm"], s, 8) == 0
+    assert flops(CASES["lm-head"], s, 8) == 2 * (s.owners * 8) * 256 * s.vocab  # selected rows, not T
 
     class Fake:  # bytes_moved reads only the specs
         shapes, input_specs, output_specs = s, CASES["logits"].input_specs(s), CASES["logits"].output_specs(s)
@@ -65,10 +75,16 @@ def test_flops_and_bytes_count_the_gemms():
 
 
 @pytest.mark.parametrize("kwargs", [{"case": "shared-head-logits"}, {"case": "logits", "rounds": 0},
-                                    {"case": "logits", "contenders": ("numpy_fp32",)}])
+                                    {"case": "logits", "contenders": ("numpy_fp32",)}, {"case": "logits", "cases": 1},
+                                    {"spec": BuildSpec(case="lm-head", preset="tiny")}])
 def test_bad_bench_arguments_are_usage_errors(kwargs):
     with pytest.raises(UsageError):
-        bench(preset="tiny", **kwargs)
+        bench(**{"preset": "tiny", **kwargs})
+
+
+def test_bench_contenders_and_cases_come_from_the_stages():
+    assert CONTENDERS == ("tvm", "torch_bf16", "torch_fp32", "numpy_fp32", "torch_golden")
+    assert all(st.peers is not None for case in BENCH_CASES for st in CASES[case].chain)
 
 
 def test_gpu_probes_build_without_a_gpu():

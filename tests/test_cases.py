@@ -1,6 +1,7 @@
+import pytest
 import torch
 
-from mtp_tvm.spec.cases import CASES, get_case
+from mtp_tvm.spec.cases import CASES, STAGES, FrontendCall, get_case, parse_arg
 from mtp_tvm.spec.presets import make_shapes
 
 SPEC_PROJECTION_ORDER = ["hidden_states", "prev_hidden_states", "enorm_w", "hnorm_w", "e_proj_w", "e_proj_w_scale",
@@ -46,3 +47,35 @@ def test_weight_pairs_come_from_one_draw():
     deq = t["e_proj_w"].float() * t["e_proj_w_scale"][:, None]
     assert deq.abs().max() < 1 / 16 + 1e-3  # rand/sqrt(256) < 1/16: the scale belongs to this weight
     assert t["e_proj_w"].abs().amax(dim=1).eq(127).all()
+
+
+def test_stages_carry_their_facts():
+    """Each stage names its frontend call in the argument vocabulary, and every output names known comparators."""
+    from mtp_tvm.ir.frontends import FRONTENDS
+    from mtp_tvm.verify.golden_check import OUTPUT_CHECKS
+
+    s = make_shapes("tiny")
+    for st in STAGES.values():
+        for fe in FRONTENDS.values():
+            assert callable(getattr(fe, st.frontend.method)), (st.name, fe.name)
+        for kind, name in map(parse_arg, st.frontend.args):
+            assert kind != "input" or name in {p.name for p in st.params}, (st.name, name)
+            assert kind != "shape" or hasattr(s, name), (st.name, name)
+        assert all(check in OUTPUT_CHECKS for out in st.outputs for check in out.checks), st.name
+        assert all(len(g) == 3 for g in st.gemms(s))
+
+
+def test_bad_frontend_arguments_are_refused():
+    for bad in ("X", "input", "x:hidden", "shape:"):
+        with pytest.raises(ValueError):
+            FrontendCall("norm", (bad,))
+
+
+def test_comparators_per_output():
+    s = make_shapes("tiny")
+    checks = {o.name: o.checks for case in CASES.values() for st in case.chain for o in st.outputs}
+    assert checks == {"hidden_states_out": ("ratio_allclose",), "normed_hidden": ("ratio_allclose",),
+                      "candidate_logits": ("ratio_allclose", "logits_contract"),
+                      "logits": ("device_hidden_logits",), "sampled_ids": ("sampled_ids_argmax",)}
+    assert [o.name for st in get_case("tail-lm-head").chain for o in st.outputs] == \
+        list(get_case("tail-lm-head").output_specs(s))

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mtp_tvm
-from mtp_tvm.instrument.report import timing_table
 from mtp_tvm.instrument.recorder import unified_diff
+from mtp_tvm.instrument.report import timing_table
 from mtp_tvm.passes.pipeline import RELAX_PHASES, TIR_PHASES
 
 DUMP_NAME = re.compile(r"^(\d{3})_([a-z-]+)__(.+)\.(py|diff)$")

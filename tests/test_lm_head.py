@@ -10,14 +10,15 @@ import torch
 import tvm
 
 import mtp_tvm
-from mtp_tvm.spec.cases import get_case
 from mtp_tvm.cli import main
-from mtp_tvm.spec.presets import make_shapes
-from mtp_tvm.support.errors import UsageError
-from mtp_tvm.spec.golden import compute_lm_head_logits, sample_argmax
+from mtp_tvm.compiler.tensors import to_numpy
 from mtp_tvm.ir import tir_kernels as kernels
 from mtp_tvm.passes.target import resolve_target
-from mtp_tvm.compiler.tensors import to_numpy
+from mtp_tvm.schedule.apply import ApplySchedules
+from mtp_tvm.spec.cases import get_case
+from mtp_tvm.spec.golden import compute_lm_head_logits, sample_argmax
+from mtp_tvm.spec.presets import make_shapes
+from mtp_tvm.support.errors import UsageError
 
 FRONTENDS = ("tir", "relax")
 QUIET = {"log": lambda *_: None}
@@ -141,15 +142,19 @@ def test_one_binary_serves_any_rows_per_owner(compiled, frontend):
 
 
 def test_cpu_schedule_keeps_the_logits_bitwise():
+    """The LM head's CPU schedule goes through the schedule system (``--schedule none`` and traces see it)."""
     args = (256, 384, 2, 2, 2)  # D, shard, tp, ranks, owners
+    target = resolve_target("llvm")
+    plain = tvm.IRModule({"lm_head_tp": kernels.lm_head_tp(*args).with_attr("global_symbol", "lm_head_tp")})
     g = torch.Generator().manual_seed(9)
     x = torch.randn(10, 256, generator=g).to(torch.bfloat16)
     w = torch.randn(2, 384, 256, generator=g).to(torch.bfloat16)
     idx = torch.tensor([[4, 0, -1, 9, 1, 2, 3, 4], [0, 1, 2, 3, 4, -1, -1, 7]], dtype=torch.int32)
     outs = []
-    for scheduled in (False, True):
-        func = kernels.lm_head_tp(*args, cpu_schedule=scheduled).with_attr("global_symbol", "lm_head_tp")
-        lib = tvm.compile(tvm.IRModule({"lm_head_tp": func}), target=resolve_target("llvm"))
+    for schedule in ("none", "default"):
+        applier = ApplySchedules(target, schedule)
+        lib = tvm.compile(applier(plain), target=target)
+        assert ("lm_head_tp" in applier.traces) == (schedule == "default")
         bufs = [tvm.runtime.tensor(to_numpy(a)) for a in (x, w, idx)] + [
             tvm.runtime.tensor(np.zeros((2, 8, 768), np.float32)), tvm.runtime.tensor(np.zeros((2, 8), np.int32))]
         lib["lm_head_tp"](*bufs)

@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from mtp_tvm.spec.cases import CASES
-from mtp_tvm.verify.golden_check import compare_outputs
-from mtp_tvm.spec.presets import make_shapes
 from mtp_tvm.compiler.tensors import to_numpy
+from mtp_tvm.spec.cases import CASES
+from mtp_tvm.spec.presets import make_shapes
+from mtp_tvm.verify.golden_check import compare_outputs
 
 FRONTENDS = ("tir", "relax")
 

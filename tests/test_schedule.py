@@ -11,15 +11,15 @@ from tvm import s_tir
 from tvm.script import tirx as T
 
 import mtp_tvm
-from mtp_tvm.spec.cases import CASES
-from mtp_tvm.verify.golden_check import compare_outputs
 from mtp_tvm.compiler.runtime import TRANSFORM_PARAMS, WeightCache
-from mtp_tvm.spec.presets import make_shapes
-from mtp_tvm.ir import tir_kernels as kernels
-from mtp_tvm.schedule.apply import RULES, fresh_copy
-from mtp_tvm.schedule.files import kernel_of, load_schedules, schedule_names
-from mtp_tvm.passes.target import resolve_target
 from mtp_tvm.compiler.tensors import to_numpy
+from mtp_tvm.ir import tir_kernels as kernels
+from mtp_tvm.passes.target import resolve_target
+from mtp_tvm.schedule.apply import RULES, ApplySchedules, fresh_copy
+from mtp_tvm.schedule.files import kernel_of, load_schedules, schedule_names
+from mtp_tvm.spec.cases import CASES
+from mtp_tvm.spec.presets import make_shapes
+from mtp_tvm.verify.golden_check import compare_outputs
 
 LLVM = resolve_target("llvm")
 FRONTENDS = ("tir", "relax")
@@ -72,13 +72,14 @@ def test_the_trace_is_recorded_and_replays(compiled):
     assert {"lm_head_logits", "w8a8_dual_gemm", "rms_norm_smooth", "quantize_rows"} <= set(m.schedule_traces)
     namespace = {"s_tir": s_tir, "T": T}
     exec(m.schedule_traces["lm_head_logits"], namespace)  # noqa: S102 - our own trace text
-    func = kernels.lm_head_logits(256, 512)
+    applier = ApplySchedules(LLVM)
+    func = kernels.lm_head_logits(256, 512, applier.row_quantum("lm_head_logits", 512))
     replayed = s_tir.Schedule(tvm.IRModule({"lm_head_logits": fresh_copy(func)}))
     namespace["apply_trace"](replayed)
     direct = s_tir.Schedule(tvm.IRModule({"lm_head_logits": fresh_copy(func)}))
     direct.work_on("lm_head_logits")
     ks = load_schedules(LLVM)["lm_head_logits"]["default"]
-    RULES[ks.rule](direct, ks.knobs, LLVM)
+    RULES[ks.rule](direct, ks.knobs_for(applier.isa.name), applier.isa)
     assert tvm_ffi.structural_equal(replayed.mod, direct.mod)
 
 
@@ -102,7 +103,8 @@ def test_weight_packing_is_lifted_and_done_once(compiled):
     arrays = [to_numpy(v) for v in m.case.make_inputs(s, 0).values()]
     first, again = m.device_args(arrays), m.device_args(arrays)
     assert first[1] is again[1]  # the packed weight is reused, not re-packed
-    assert tuple(first[1].shape) == (512 // 16, 256, 16)  # column-blocked [V/16, K, 16]
+    strip = tuple(first[1].shape)[2]  # the register tile's columns, from the target's ISA
+    assert tuple(first[1].shape) == (512 // strip, 256, strip) and strip % 8 == 0  # column-blocked [V/w, K, w]
     arrays[1] = arrays[1].copy()
     arrays[1][0, 0] += 1
     assert m.device_args(arrays)[1] is not first[1]  # a changed weight is packed anew

@@ -108,7 +108,7 @@ def compile(spec: BuildSpec | None = None, debug: DebugOptions | None = None, **
     dump = DumpOptions(debug.dump_root, debug.only_changed, debug.dump_filter,
                        debug.dump_func) if debug.dump_passes else None
     recorder = PassRecorder(gate, dump) if dump or debug.time_passes or gate.active else None
-    mod = build_relax_module(c, shapes, frontend, static_tokens=tuned)
+    mod = build_relax_module(c, shapes, frontend, static_tokens=tuned, row_quantum=applier.row_quantum)
     meta = {"case": c.name, "target": target_json(tgt), "preset": shapes.preset.name, "frontend": frontend,
             "schedule": schedule, "shapes": shapes.as_dict()}
     with contextlib.closing(recorder) if recorder is not None else contextlib.nullcontext():  # its printer thread

@@ -10,12 +10,10 @@ from __future__ import annotations
 import tvm
 from tvm import relax, tirx
 
-from ..ir.frontends import FRONTENDS
-from ..spec.cases import ROWS, TOKENS, Case
+from ..ir.frontends import FRONTENDS, RowQuantum, token_tile_rows
+from ..spec.cases import ROWS, TOKENS, Case, FrontendCall, parse_arg
 from ..spec.presets import TOKEN_TILE, Shapes
 from ..support.errors import UsageError
-
-ACTIVATIONS = ("hidden_states", "prev_hidden_states")
 
 
 def get_frontend(name: str):
@@ -34,11 +32,22 @@ def _symbolic_sizes(specs: dict, owners: int) -> dict:
     return {TOKENS: per_owner * owners, ROWS: per_owner}
 
 
-def build_relax_module(case: Case, shapes: Shapes, frontend: str, static_tokens: bool = False) -> tvm.IRModule:
-    """The case's Relax module; ``main(*inputs in spec order) -> tuple(stage outputs)``.
+def _stage_args(call: FrontendCall, x, rows, shapes: Shapes, env: dict, padded: dict) -> list:
+    """The arguments ``call`` names (see ``FrontendCall``): ``x`` the stage's activation, ``rows`` the padded
+    token count, ``env`` the module's inputs by name, ``padded`` its token-major inputs padded to ``rows``."""
+    resolve = {"x": lambda _: x, "padded_rows": lambda _: rows, "shapes": lambda _: shapes, "inputs": lambda _: env,
+               "input": env.__getitem__, "padded": padded.__getitem__, "shape": lambda attr: getattr(shapes, attr)}
+    return [resolve[kind](name) for kind, name in map(parse_arg, call.args)]
+
+
+def build_relax_module(case: Case, shapes: Shapes, frontend: str, static_tokens: bool = False,
+                       row_quantum: RowQuantum = token_tile_rows) -> tvm.IRModule:
+    """The case's Relax module; ``main(*inputs in spec order) -> tuple(stage outputs)``. Each stage is the
+    frontend method its ``Stage.frontend`` names, called with the arguments it names.
 
     The token count is symbolic unless ``static_tokens``: then it is ``shapes.tokens`` (MetaSchedule tunes and
-    applies records only on static shapes).
+    applies records only on static shapes). ``row_quantum``: the rows each TIR GEMM rounds T up to (the
+    schedule's register rows; default the whole tile of 16).
     """
     fe_cls = get_frontend(frontend)
     specs = case.input_specs(shapes)
@@ -49,41 +58,35 @@ def build_relax_module(case: Case, shapes: Shapes, frontend: str, static_tokens:
     params = [relax.Var(name, relax.TensorType([sizes.get(d, d) for d in spec.shape], spec.dtype))
               for name, spec in specs.items()]
     env = dict(zip(specs, params))
-    d = shapes.hidden
     bb = relax.BlockBuilder()
-    fe = fe_cls(bb)
+    fe = fe_cls(bb, tokens, row_quantum)
+    opening = case.chain[0].hidden_input
     with bb.function("main", params):
         with bb.dataflow():
-            padded = {a: fe.pad_rows(env[a], rows, d, "bfloat16", f"{a}_padded") for a in ACTIVATIONS if a in env}
-            x = padded.get("hidden_states")
+            padded = {name: fe.pad_rows(env[name], rows, spec.shape[1], spec.dtype, f"{name}_padded")
+                      for name, spec in specs.items() if spec.shape[0] == TOKENS}
+            x = padded.get(opening.name) if opening is not None else None  # the padded activation
+            x_tokens = None  # the token-major activation: the previous stage's first output
             outputs = []
             for stage in case.chain:
-                if stage.name == "lm_head":  # token-major [T, D] in, static [owners, 8, ...] out: no padding
-                    hidden = outputs[-1] if outputs else bb.emit(
-                        relax.op.reshape(env[case.chain[0].hidden_input.name], (tokens, d)), "hidden_tokens")
-                    outputs += fe.lm_head(hidden, env["lm_head_weight"], env["logit_row_indices"], shapes)
-                    continue
-                if stage.name == "projection":
-                    x = fe.projection(padded["hidden_states"], padded["prev_hidden_states"], env, rows, d, shapes.eps)
-                elif stage.name == "norm":
-                    x = fe.norm(x, env["shared_head_norm_w"], rows, d, shapes.eps)
-                elif stage.name == "logits":
-                    x = fe.logits(x, env["lm_head_weight"], rows, d, shapes.vocab_shard)
-                else:  # pragma: no cover - STAGES and this dispatch are kept in step by test_every_stage_builds
-                    raise AssertionError(stage.name)
-                out = stage.outputs[0]
-                outputs.append(fe.unpad_rows(x, tokens, out.shape(shapes)[1], out.dtype, out.name))
+                call = stage.frontend
+                if not call.padded and x_tokens is None:  # the stage opens the case
+                    x_tokens = bb.emit(relax.op.reshape(env[opening.name], (tokens, shapes.hidden)), "hidden_tokens")
+                args = _stage_args(call, x if call.padded else x_tokens, rows, shapes, env, padded)
+                result = getattr(fe, call.method)(*args)
+                if call.padded:
+                    out = stage.outputs[0]
+                    x = result
+                    x_tokens = fe.unpad_rows(x, tokens, out.shape(shapes)[1], out.dtype, out.name)
+                    outputs.append(x_tokens)
+                else:  # it ends the chain (``Case`` checks)
+                    outputs += result
             result = bb.emit_output(relax.Tuple(outputs))
         bb.emit_func_output(result)
     mod = bb.finalize()
     # Activations come first; the rest are weights, whose transforms (packing) LiftTransformParams hoists.
-    mod["main"] = mod["main"].with_attr("num_input", num_activations(case, shapes))
+    mod["main"] = mod["main"].with_attr("num_input", leading_activations(specs))
     return mod
-
-
-def num_activations(case: Case, shapes: Shapes) -> int:
-    """How many leading inputs are per-call activations (``[T, ...]``); the weights follow them."""
-    return leading_activations(case.input_specs(shapes))
 
 
 def leading_activations(specs: dict) -> int:

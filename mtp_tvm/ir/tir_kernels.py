@@ -4,16 +4,19 @@ Each factory closes over the static sizes (hidden D, vocab shard V, eps) and ret
 count ``m`` is symbolic, so one binary serves any token count. Block names (``sumsq_chunk``, ``amax``,
 ``gemm_e`` ...) are stable: schedules, dumps and bisect reports refer to them.
 
-K is written as ``(k_chunk, k_inner)`` loops of ``K_CHUNK``, the reference's accumulation order. The GEMMs
-write their token loop as ``(m // TOKEN_TILE, TOKEN_TILE)``: ``m`` is always the padded row count, so the tile
-of 16 is a fact of the loop nest that schedules can block on without a bounds predicate.
+Reductions over K run in the reference's accumulation order (the norms' chunked sums of squares as
+``(k_chunk, k_inner)`` loops of ``K_CHUNK``). The GEMMs have trivial block bindings (``t, n, k``: the tiling is
+the schedule's, which is what MetaSchedule's multi-level tiling needs). With ``row_quantum`` below the token
+tile of 16 (a CPU register tile's rows; it divides 16) a GEMM runs only ``blocks * row_quantum`` rows, ``blocks``
+= ceil(T / row_quantum) passed by the caller, so padded rows the register tile does not need are never computed
+and splitting the row loop by the register rows needs no bounds predicate. With the full tile (GPUs, tuned
+records) it runs every padded row ``m``, a multiple of 16 that schedules split without a predicate either.
 """
 
 from __future__ import annotations
 
 import functools
 
-from tvm import s_tir
 from tvm.script import tirx as T
 
 from ..spec.presets import (
@@ -175,16 +178,61 @@ def quantize_rows(hidden: int):
     return quantize_rows
 
 
-@functools.lru_cache(maxsize=None)
-def w8a8_dual_gemm(hidden: int):
-    """``e_proj(q_h) + h_proj(q_p)`` (spec §1.6): two INT8 x INT8 -> INT32 GEMMs over K chunks, each dequantised
-    by token scale then channel scale, summed in FP32, BF16 out."""
-    chunks = hidden // K_CHUNK
+def _dual_gemm_macro(hidden: int):
+    @T.macro
+    def dual_gemm(QH, QP, e_w, h_w, SH, SP, e_ws, h_ws, OUT, rows):
+        acc_e = T.sblock_alloc_buffer((rows, hidden), "int32")
+        acc_h = T.sblock_alloc_buffer((rows, hidden), "int32")
+        for t, n, k in T.grid(rows, hidden, hidden):
+            with T.sblock("gemm_e"):
+                vt, vn, vk = T.axis.remap("SSR", [t, n, k])
+                with T.init():
+                    acc_e[vt, vn] = 0
+                acc_e[vt, vn] = acc_e[vt, vn] + T.Cast("int32", QH[vt, vk]) * T.Cast("int32", e_w[vn, vk])
+        for t, n, k in T.grid(rows, hidden, hidden):
+            with T.sblock("gemm_h"):
+                vt, vn, vk = T.axis.remap("SSR", [t, n, k])
+                with T.init():
+                    acc_h[vt, vn] = 0
+                acc_h[vt, vn] = acc_h[vt, vn] + T.Cast("int32", QP[vt, vk]) * T.Cast("int32", h_w[vn, vk])
+        for t, n in T.grid(rows, hidden):
+            with T.sblock("dequant_sum"):
+                vt, vn = T.axis.remap("SS", [t, n])
+                OUT[vt, vn] = T.Cast("bfloat16", T.Cast("float32", acc_e[vt, vn]) * SH[vt] * e_ws[vn]
+                                     + T.Cast("float32", acc_h[vt, vn]) * SP[vt] * h_ws[vn])
 
-    @T.prim_func(s_tir=True, private=True)  # private: only the Relax main is an entry point
+    return dual_gemm
+
+
+@functools.lru_cache(maxsize=None)
+def w8a8_dual_gemm(hidden: int, row_quantum: int = TOKEN_TILE):
+    """``e_proj(q_h) + h_proj(q_p)`` (spec §1.6): two INT8 x INT8 -> INT32 GEMMs (exact, so any K order), each
+    dequantised by token scale then channel scale, summed in FP32, BF16 out. See the module docstring for
+    ``row_quantum`` and ``blocks``."""
+    gemm = _dual_gemm_macro(hidden)
+
+    if row_quantum == TOKEN_TILE:  # every padded row. (Only the returned form is parsed: a macro expanded in two
+        # functions renames the second one's blocks.)
+        @T.prim_func(s_tir=True, private=True)  # private: only the Relax main is an entry point
+        def w8a8_dual_gemm(q_h: T.handle, q_p: T.handle, e_w: T.Buffer((hidden, hidden), "int8"),
+                           h_w: T.Buffer((hidden, hidden), "int8"), s_h: T.handle, s_p: T.handle,
+                           e_ws: T.Buffer((hidden,), "float32"), h_ws: T.Buffer((hidden,), "float32"), out: T.handle):
+            T.func_attr({"tir.noalias": True, "op_pattern": OPAQUE})
+            m = T.int64()
+            QH = T.match_buffer(q_h, (m, hidden), "int8")
+            QP = T.match_buffer(q_p, (m, hidden), "int8")
+            SH = T.match_buffer(s_h, (m,), "float32")
+            SP = T.match_buffer(s_p, (m,), "float32")
+            OUT = T.match_buffer(out, (m, hidden), "bfloat16")
+            gemm(QH, QP, e_w, h_w, SH, SP, e_ws, h_ws, OUT, m)
+
+        return w8a8_dual_gemm
+
+    @T.prim_func(s_tir=True, private=True)
     def w8a8_dual_gemm(q_h: T.handle, q_p: T.handle, e_w: T.Buffer((hidden, hidden), "int8"),
                        h_w: T.Buffer((hidden, hidden), "int8"), s_h: T.handle, s_p: T.handle,
-                       e_ws: T.Buffer((hidden,), "float32"), h_ws: T.Buffer((hidden,), "float32"), out: T.handle):
+                       e_ws: T.Buffer((hidden,), "float32"), h_ws: T.Buffer((hidden,), "float32"), blocks: T.int64,
+                       out: T.handle):
         T.func_attr({"tir.noalias": True, "op_pattern": OPAQUE})
         m = T.int64()
         QH = T.match_buffer(q_h, (m, hidden), "int8")
@@ -192,59 +240,49 @@ def w8a8_dual_gemm(hidden: int):
         SH = T.match_buffer(s_h, (m,), "float32")
         SP = T.match_buffer(s_p, (m,), "float32")
         OUT = T.match_buffer(out, (m, hidden), "bfloat16")
-        acc_e = T.sblock_alloc_buffer((m // TOKEN_TILE * TOKEN_TILE, hidden), "int32")
-        acc_h = T.sblock_alloc_buffer((m // TOKEN_TILE * TOKEN_TILE, hidden), "int32")
-        for tt, ti, n, kc, ki in T.grid(m // TOKEN_TILE, T.int64(TOKEN_TILE), hidden, chunks, K_CHUNK):
-            with T.sblock("gemm_e"):
-                vt = T.axis.spatial(m // TOKEN_TILE * TOKEN_TILE, tt * TOKEN_TILE + ti)
-                vn = T.axis.spatial(hidden, n)
-                vk = T.axis.reduce(hidden, kc * K_CHUNK + ki)
-                with T.init():
-                    acc_e[vt, vn] = 0
-                acc_e[vt, vn] = acc_e[vt, vn] + T.Cast("int32", QH[vt, vk]) * T.Cast("int32", e_w[vn, vk])
-        for tt, ti, n, kc, ki in T.grid(m // TOKEN_TILE, T.int64(TOKEN_TILE), hidden, chunks, K_CHUNK):
-            with T.sblock("gemm_h"):
-                vt = T.axis.spatial(m // TOKEN_TILE * TOKEN_TILE, tt * TOKEN_TILE + ti)
-                vn = T.axis.spatial(hidden, n)
-                vk = T.axis.reduce(hidden, kc * K_CHUNK + ki)
-                with T.init():
-                    acc_h[vt, vn] = 0
-                acc_h[vt, vn] = acc_h[vt, vn] + T.Cast("int32", QP[vt, vk]) * T.Cast("int32", h_w[vn, vk])
-        for tt, ti, n in T.grid(m // TOKEN_TILE, T.int64(TOKEN_TILE), hidden):  # the GEMMs' rows, so they cover it
-            with T.sblock("dequant_sum"):
-                vt = T.axis.spatial(m // TOKEN_TILE * TOKEN_TILE, tt * TOKEN_TILE + ti)
-                vn = T.axis.spatial(hidden, n)
-                OUT[vt, vn] = T.Cast("bfloat16", T.Cast("float32", acc_e[vt, vn]) * SH[vt] * e_ws[vn]
-                                     + T.Cast("float32", acc_h[vt, vn]) * SP[vt] * h_ws[vn])
+        gemm(QH, QP, e_w, h_w, SH, SP, e_ws, h_ws, OUT, blocks * row_quantum)
 
     return w8a8_dual_gemm
 
 
 @functools.lru_cache(maxsize=None)
-def lm_head_logits(hidden: int, vocab_shard: int):
-    """Local logits (spec §2.1): BF16 x BF16 -> FP32, K accumulated in chunk order."""
-    chunks = hidden // K_CHUNK
+def lm_head_logits(hidden: int, vocab_shard: int, row_quantum: int = TOKEN_TILE):
+    """Local logits (spec §2.1): BF16 x BF16 -> FP32, K accumulated in order (so in chunk order, whatever the
+    chunking). See the module docstring for ``row_quantum`` and ``blocks``."""
 
-    @T.prim_func(s_tir=True, private=True)  # private: only the Relax main is an entry point
-    def lm_head_logits(x: T.handle, w: T.Buffer((vocab_shard, hidden), "bfloat16"), y: T.handle):
+    @T.macro
+    def logits(X, w, Y, rows):
+        for t, v, k in T.grid(rows, vocab_shard, hidden):
+            with T.sblock("logits"):
+                vt, vv, vk = T.axis.remap("SSR", [t, v, k])
+                with T.init():
+                    Y[vt, vv] = T.float32(0)
+                Y[vt, vv] = Y[vt, vv] + T.Cast("float32", X[vt, vk]) * T.Cast("float32", w[vv, vk])
+
+    if row_quantum == TOKEN_TILE:  # every padded row
+        @T.prim_func(s_tir=True, private=True)  # private: only the Relax main is an entry point
+        def lm_head_logits(x: T.handle, w: T.Buffer((vocab_shard, hidden), "bfloat16"), y: T.handle):
+            T.func_attr({"tir.noalias": True, "op_pattern": OPAQUE})
+            m = T.int64()
+            X = T.match_buffer(x, (m, hidden), "bfloat16")
+            Y = T.match_buffer(y, (m, vocab_shard), "float32")
+            logits(X, w, Y, m)
+
+        return lm_head_logits
+
+    @T.prim_func(s_tir=True, private=True)
+    def lm_head_logits(x: T.handle, w: T.Buffer((vocab_shard, hidden), "bfloat16"), blocks: T.int64, y: T.handle):
         T.func_attr({"tir.noalias": True, "op_pattern": OPAQUE})
         m = T.int64()
         X = T.match_buffer(x, (m, hidden), "bfloat16")
         Y = T.match_buffer(y, (m, vocab_shard), "float32")
-        for tt, ti, v, kc, ki in T.grid(m // TOKEN_TILE, T.int64(TOKEN_TILE), vocab_shard, chunks, K_CHUNK):
-            with T.sblock("logits"):
-                vt = T.axis.spatial(m, tt * TOKEN_TILE + ti)
-                vv = T.axis.spatial(vocab_shard, v)
-                vk = T.axis.reduce(hidden, kc * K_CHUNK + ki)
-                with T.init():
-                    Y[vt, vv] = T.float32(0)
-                Y[vt, vv] = Y[vt, vv] + T.Cast("float32", X[vt, vk]) * T.Cast("float32", w[vv, vk])
+        logits(X, w, Y, blocks * row_quantum)
 
     return lm_head_logits
 
 
 @functools.lru_cache(maxsize=None)
-def lm_head_tp(hidden: int, vocab_shard: int, tp: int, ranks: int, owners: int, cpu_schedule: bool = True):
+def lm_head_tp(hidden: int, vocab_shard: int, tp: int, ranks: int, owners: int):
     """The TP-sharded LM head with greedy sampling (spec §3.2), all shards on one device.
 
     ``x`` is token-major ``[n, D]`` with ``n = owners * rows``. ``select_rows`` gathers each owner's selected
@@ -252,9 +290,8 @@ def lm_head_tp(hidden: int, vocab_shard: int, tp: int, ranks: int, owners: int, 
     of every shard (ranks ``0..tp-1``; column ``v`` is row ``v % shard`` of shard ``v // shard``), BF16 x BF16
     -> FP32 with K in chunk order, vocab outermost so each weight row is read from memory once for all 16
     selected rows; ``row_max`` and ``argmax`` (the first column holding the maximum) sample greedily.
-
-    With ``cpu_schedule`` (the default) it comes scheduled for CPU by ``schedule_lm_head_tp_cpu``: the full
-    FLASH vocabulary is 17 GFLOP, too much for the unscheduled scalar loops.
+    Its CPU schedule is the rule ``cpu_lm_head`` (``hand/llvm/lm_head_tp.json``): the full FLASH vocabulary is
+    17 GFLOP, too much for the unscheduled scalar loops.
     """
     vocab = tp * vocab_shard
     chunks = hidden // K_CHUNK
@@ -298,26 +335,4 @@ def lm_head_tp(hidden: int, vocab_shard: int, tp: int, ranks: int, owners: int, 
                 sampled[vo, vj] = T.min(sampled[vo, vj], T.if_then_else(
                     logits[vo, vj, vv] == row_max[vo, vj], T.Cast("int32", vv), vocab))
 
-    return schedule_lm_head_tp_cpu(lm_head_tp) if cpu_schedule else lm_head_tp
-
-
-def schedule_lm_head_tp_cpu(func):
-    """CPU schedule of ``lm_head_tp``: one AVX2 register holds an owner's 8 selected rows.
-
-    Steps: ``rows-innermost`` (the selected rows stored ``[owner, k, row]``), ``vocab-outer`` (loops vocab,
-    owner, K, row), ``register-accumulator`` (the 8 partial logits stay in a local tile, written once),
-    ``vectorize-rows``, ``parallel-vocab``, ``hoist-init``. Every row still sums K in chunk order, so the
-    logits are bitwise those of the unscheduled kernel.
-    """
-    sch = s_tir.Schedule(func)
-    sch.transform_layout(sch.get_sblock("select_rows"), ("write", 0), lambda o, j, k: (o, k, j))
-    logits = sch.get_sblock("logits")
-    v, o, j, kc, ki = sch.get_loops(logits)
-    sch.reorder(v, o, kc, ki, j)
-    acc = sch.cache_write(logits, 0, "local")
-    sch.reverse_compute_at(acc, o)
-    sch.vectorize(j)
-    sch.vectorize(sch.get_loops(acc)[-1])
-    sch.parallel(v)
-    sch.decompose_reduction(logits, kc)
-    return sch.mod["main"]
+    return lm_head_tp

@@ -1,39 +1,42 @@
-"""TODO docstring for schedule/apply"""
+"""``ApplySchedules``: the pipeline's ``schedule`` phase. Every PrimFunc gets the named schedule (a hand rule
+with its typed knobs, MetaSchedule records, dlight on GPUs, or nothing under ``none``); each applied schedule's
+trace is kept (``traces``, replayable), and every kernel no schedule covers is named (``unscheduled``), so a
+build never runs a kernel unscheduled without saying so.
+
+Weight packing is a ``cache_read`` + ``transform_layout`` of the weight marked as a layout-rewrite preprocess:
+``SplitLayoutRewritePreproc`` moves it into its own PrimFunc and ``LiftTransformParams`` into
+``main_transform_params``, which the runtime calls once per weight set, not per call.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
 
 import tvm
 from tvm import s_tir, tirx
 from tvm.target import Target
 
-from ..schedule.cpu_rules import cpu_gemm, cpu_rows
-from ..schedule.files import (
+from ..passes.target import cpu_isa, is_gpu
+from ..spec.presets import TOKEN_TILE
+from ..support.errors import UsageError
+from .cpu_rules import cpu_gemm, cpu_lm_head, cpu_rows, row_quantum
+from .files import (
     DEFAULT,
     DLIGHT,
     NONE,
     TUNED,
     KernelSchedule,
-    is_gpu,
     kernel_of,
     load_schedules,
     validate_schedule,
 )
-from ..schedule.gpu_rules import apply_dlight, gpu_flat, gpu_gemm, gpu_rows
-from ..support.errors import UsageError
+from .gpu_rules import apply_dlight, gpu_flat, gpu_gemm, gpu_rows
+from .knobs import CpuGemm
+from .tuned import apply_database
 
 SCHEDULED_ATTR = "tirx.is_scheduled"
-
-
-RULES: dict[str, Callable[[s_tir.Schedule, dict, Target], None]] = {
-    "cpu_gemm": cpu_gemm,
-    "cpu_rows": cpu_rows,
-    "gpu_gemm": gpu_gemm,
-    "gpu_rows": gpu_rows,
-    "gpu_flat": gpu_flat,
-}
+RULES = {"cpu_gemm": cpu_gemm, "cpu_rows": cpu_rows, "cpu_lm_head": cpu_lm_head,
+         "gpu_gemm": gpu_gemm, "gpu_rows": gpu_rows, "gpu_flat": gpu_flat}
 
 
 def fresh_copy(func: tirx.PrimFunc) -> tirx.PrimFunc:
@@ -55,6 +58,16 @@ class ApplySchedules:
         self.traces: dict[str, str] = {}
         self.origins: dict[str, str] = {}  # PrimFunc -> where its schedule came from (file#name, dlight)
         self.packs_weights = False  # whether a schedule packed a weight (then the pipeline lifts the packing)
+        self.unscheduled: list[str] = []  # kernels lowered as written: no schedule file covers them
+        self.isa = None if is_gpu(target) else cpu_isa(target)
+
+    def row_quantum(self, kernel: str, columns: int) -> int:
+        """The rows a GEMM kernel's row loop is rounded up to: its CPU register rows under a hand schedule
+        (only ceil(T / r) * r rows run), else the token tile of 16 (GPU tiles, tuned records, ``none``)."""
+        ks = None if self.schedule in (NONE, DLIGHT, TUNED) or self.isa is None else \
+            self._kernel_schedule(kernel, self.schedule)
+        knobs = ks.knobs_for(self.isa.name) if ks is not None else None
+        return row_quantum(knobs, self.isa, columns) if isinstance(knobs, CpuGemm) else TOKEN_TILE
 
     def _kernel_schedule(self, func_name: str, name: str) -> KernelSchedule | None:
         per_kernel = load_schedules(self.target).get(kernel_of(func_name), {})
@@ -72,16 +85,19 @@ class ApplySchedules:
                 return sch, "main", "dlight"
             ks = self._kernel_schedule(name, DEFAULT)
             if ks is None:
-                raise ValueError(f"no GPU schedule for {name}: dlight declined it and schedules/cuda has none")
+                raise ValueError(f"no GPU schedule for {name}: dlight declined it and the package has no "
+                                 "hand/cuda schedule for it")
         if ks is None:
+            self.unscheduled.append(name)
             return None
         sch = s_tir.Schedule(tvm.IRModule({name: func}))
         sch.work_on(name)
+        knobs = ks.knobs_for(self.isa.name if self.isa else None)
         try:
-            RULES[ks.rule](sch, ks.knobs, self.target)
+            RULES[ks.rule](sch, knobs, self.isa)
         except Exception as e:
             raise type(e)(f"schedule {ks.name!r} ({ks.source}, rule {ks.rule}) on {name}: {e}") from e
-        self.packs_weights |= bool(ks.knobs.get("pack_weight"))
+        self.packs_weights |= bool(getattr(knobs, "pack_weight", False))
         origin = f"{ks.source}#{ks.name}"
         return sch, name, origin if self.schedule != DLIGHT else origin + " (dlight declined)"
 
@@ -110,8 +126,6 @@ class ApplySchedules:
     def _apply_records(self, mod: tvm.IRModule) -> tvm.IRModule:
         """Every kernel with a MetaSchedule record gets it (marked scheduled); the rest fall through to their
         hand schedule, and are listed in ``untuned`` so the caller can say so."""
-        from ..schedule.tuned import apply_database
-
         mod, applied, self.untuned = apply_database(mod, self.target, self.tuned_dir)
         for name in applied:
             self.traces[name], self.origins[name] = applied[name], f"tuned:{self.tuned_dir}"
@@ -122,6 +136,8 @@ class ApplySchedules:
         parts = [f'"""Schedule traces of one build (schedule {self.schedule!r}, target {self.target.kind.name}).\n\n'
                  'Each function replays on an ``s_tir.Schedule`` of the named PrimFunc."""\n'
                  "from tvm import s_tir\nfrom tvm.script import tirx as T\n"]
+        if self.unscheduled:
+            parts.append(f"# lowered as written (no schedule covers them): {', '.join(sorted(self.unscheduled))}\n")
         for name, trace in sorted(self.traces.items()):
             parts.append(f"\n# {name}: {self.origins[name]}\n"
                          + trace.replace("def apply_trace(", f"def apply_{name}(", 1))

@@ -1,64 +1,108 @@
-"""TODO docstring for schedule/cpu_rules"""
+"""CPU schedule rules. Each takes an ``s_tir.Schedule`` of one kernel, its typed knobs and the target's
+``CpuIsa``; what a knob leaves open (vector lanes, the register tile) is derived from the ISA, so one schedule
+file serves AVX2, AVX-512 and NEON and a tile never exceeds the register file it runs on."""
 
 from __future__ import annotations
 
 from tvm import s_tir
-from tvm.target import Target
 
-from ..schedule.steps import _column_tile, _pack_weight, _read_index, _vectorized_rows
-from ..spec.presets import TOKEN_TILE
+from ..passes.target import CpuIsa
+from .knobs import CpuGemm, CpuLmHead, CpuRows
+from .steps import _pack_weight, _read_index, _vectorized_rows
+
+ROW_QUANTA = (8, 4, 2, 1)  # register rows must divide the token tile of 16: the row loop is a multiple of them
 
 
-def cpu_gemm(sch: s_tir.Schedule, knobs: dict, _target: Target) -> None:
-    """Register-blocked GEMM ``Y[t, n] += A[t, k] * W[n, k]`` on ``(token tile, n, k chunk, k)`` loops.
+def register_tile(isa: CpuIsa, columns: int, knobs: CpuGemm) -> tuple[int, int]:
+    """``(register_rows, strip_columns)``: the knobs' values, or the largest accumulator tile that fits the
+    register file with its weight vectors and one broadcast (``rows * vectors + vectors + 1 <= registers``),
+    whose column strip divides ``columns`` (so strips and the packed layout need no bounds checks; a shard no
+    whole vector divides gets a part of one, e.g. 8 columns of 1000); on a tie, more rows (each weight load
+    serves more FMAs)."""
+    lanes = isa.fp32_lanes
+    widths = [c * lanes for c in range(1, isa.vector_registers)] + [lanes >> i for i in range(1, lanes.bit_length())]
+    fits = [(r, w) for r in ROW_QUANTA for w in widths
+            if r * -(-w // lanes) + -(-w // lanes) + 1 <= isa.vector_registers and columns % w == 0
+            and knobs.register_rows in (None, r) and knobs.column_vectors in (None, w / lanes)]
+    if not fits:
+        raise ValueError(f"no register tile of {knobs.register_rows or 'any'} rows x {knobs.column_vectors or 'any'} "
+                         f"vectors of {lanes} lanes fits {isa.vector_registers} registers and divides {columns} "
+                         "columns")
+    return max(fits, key=lambda rw: (rw[0] * rw[1], rw[0]))
 
-    Knobs: ``column_tile``, ``register_rows``, ``k_chunk``, ``token_tile`` (must be 16), ``parallel``
-    (``columns`` or ``tokens``), ``unroll`` (the register rows), ``accumulator`` (cache scope of the register
-    tile), ``pack_weight``, ``vector_width`` (of copies and epilogues), ``blocks`` (block -> its activation
-    and weight buffer, ``widen``), ``epilogue`` (row-wise blocks after the GEMMs).
 
-    Per column strip of ``column_tile`` (= one vector of FP32 lanes) and ``register_rows`` token rows, the
-    accumulator tile stays in registers; K streams in ``k_chunk`` order; the weight strip is column-blocked
-    (packed once) so each K step is one contiguous vector load, widened in the inner loop; activations
-    listed in ``widen`` are copied once per call into a kernel-local buffer (BF16 ones become FP32 there).
+def row_quantum(knobs: CpuGemm, isa: CpuIsa, columns: int) -> int:
+    """The rows the kernel's row loop is rounded up to (its register rows): only ceil(T / r) * r rows run."""
+    return register_tile(isa, columns, knobs)[0]
+
+
+def cpu_gemm(sch: s_tir.Schedule, knobs: CpuGemm, isa: CpuIsa) -> None:
+    """Register-blocked GEMM ``Y[t, n] += A[t, k] * W[n, k]`` on the trivial loops ``(t, n, k)``, ``t`` over
+    the rows that run (a multiple of the register rows).
+
+    Steps, per block: ``k-chunks`` (K split by ``k_chunk``, in order), ``column-strips`` (N split by the strip),
+    ``register-rows`` (t split by the register rows), ``reorder`` (strip, row block, K, row, column),
+    ``pack-weight`` (the strip contiguous per K step, lifted out of the per-call path), ``widen-activation``,
+    ``register-accumulator`` (the tile in ``accumulator`` scope at the row block: ``global`` lets LLVM keep it
+    in registers), ``unroll-rows``, ``vectorize-columns``, ``parallel`` (strips or row blocks).
     """
-    rows, chunk = knobs["register_rows"], knobs["k_chunk"]
-    if knobs.get("token_tile", TOKEN_TILE) != TOKEN_TILE:
-        raise ValueError(f"token_tile must be {TOKEN_TILE}: the kernels are written on that tile")
-    for name, io in knobs["blocks"].items():
+    for name, io in knobs.blocks.items():
         b = sch.get_sblock(name)
-        tt, ti, n, kc, ki = sch.get_loops(b)
-        tile = _column_tile(sch, n, knobs["column_tile"])
-        kc, ki = sch.split(sch.fuse(kc, ki), [None, chunk])
+        t, n, k = sch.get_loops(b)
+        rows, tile = register_tile(isa, int(sch.get(n).extent), knobs)
+        kc, ki = sch.split(k, [None, knobs.k_chunk])
         no, ni = sch.split(n, [None, tile])
-        to, tr = sch.split(ti, [None, rows])
-        sch.reorder(no, tt, to, kc, ki, tr, ni)
-        if knobs.get("pack_weight"):
-            _pack_weight(sch, b, io["weight"], tile)
-        if io.get("widen"):
-            widened = sch.cache_read(b, _read_index(sch, b, io["activation"]), "global")
-            _vectorized_rows(sch, widened, knobs["vector_width"])
-        acc = sch.cache_write(b, 0, knobs.get("accumulator", "global"))
+        to, tr = sch.split(t, [None, rows])
+        sch.reorder(no, to, kc, ki, tr, ni)
+        if knobs.pack_weight:
+            _pack_weight(sch, b, io.weight, tile)
+        if io.widen:
+            widened = sch.cache_read(b, _read_index(sch, b, io.activation), "global")
+            _vectorized_rows(sch, widened, isa.fp32_lanes)
+        acc = sch.cache_write(b, 0, knobs.accumulator)
         sch.reverse_compute_at(acc, to)
-        if knobs["unroll"]:
+        if knobs.unroll:
             sch.unroll(tr)
         sch.vectorize(ni)
-        acc_loops = sch.get_loops(acc)
-        sch.unroll(acc_loops[-2])
-        sch.vectorize(acc_loops[-1])
-        sch.parallel({"columns": no, "tokens": tt}[knobs["parallel"]])
+        acc_loops = sch.get_loops(acc)  # below the row block: rows, then columns (dropped when 1 wide)
+        tile_loops = acc_loops[[sch.get(lp).same_as(sch.get(to)) for lp in acc_loops].index(True) + 1:]
+        sch.unroll(tile_loops[0])
+        if len(tile_loops) > 1:
+            sch.vectorize(tile_loops[-1])
+        sch.parallel({"columns": no, "tokens": to}[knobs.parallel])
         sch.decompose_reduction(b, kc)
-    for name in knobs.get("epilogue", []):
-        _vectorized_rows(sch, sch.get_sblock(name), knobs["vector_width"])
+    for name in knobs.epilogue:
+        _vectorized_rows(sch, sch.get_sblock(name), isa.fp32_lanes)
 
 
-def cpu_rows(sch: s_tir.Schedule, knobs: dict, _target: Target) -> None:
+def cpu_rows(sch: s_tir.Schedule, knobs: CpuRows, isa: CpuIsa) -> None:
     """Row-wise kernels (norms, quantiser, pad/unpad): rows in parallel (``parallel``: ``rows`` or ``none``),
-    columns vectorised (``vector_width``); per-row producers (``compute_at_row``, consumer first) move under the
-    row loop so a row is one pass in cache; ``parallel_blocks`` get their row loop parallelised too."""
-    b = sch.get_sblock(knobs["row_block"])
-    for producer in knobs.get("compute_at_row", []):
+    columns vectorised (``vector_width``, default the ISA's FP32 lanes); per-row producers
+    (``compute_at_row``, consumer first) move under the row loop so a row is one pass in cache;
+    ``parallel_blocks`` get their row loop parallelised too."""
+    b = sch.get_sblock(knobs.row_block)
+    for producer in knobs.compute_at_row:
         sch.compute_at(sch.get_sblock(producer), sch.get_loops(b)[0])
-    _vectorized_rows(sch, b, knobs["vector_width"], parallel=knobs["parallel"] == "rows")
-    for other in knobs.get("parallel_blocks", []):
+    _vectorized_rows(sch, b, knobs.vector_width or isa.fp32_lanes, parallel=knobs.parallel == "rows")
+    for other in knobs.parallel_blocks:
         sch.parallel(sch.get_loops(sch.get_sblock(other))[0])
+
+
+def cpu_lm_head(sch: s_tir.Schedule, knobs: CpuLmHead, isa: CpuIsa) -> None:
+    """The TP LM head (``lm_head_tp``): an owner's selected rows innermost, so they form one vector register.
+
+    Steps: ``rows-innermost`` (the selected rows stored ``[owner, k, row]``), ``vocab-outer`` (loops vocab,
+    owner, K, row), ``register-accumulator`` (the rows' partial logits in a local tile, written once),
+    ``vectorize-rows``, ``parallel-vocab``, ``hoist-init``. Every row still sums K in chunk order, so the
+    logits are bitwise those of the unscheduled kernel.
+    """
+    sch.transform_layout(sch.get_sblock(knobs.select_block), ("write", 0), lambda o, j, k: (o, k, j))
+    logits = sch.get_sblock(knobs.logits_block)
+    v, o, j, kc, ki = sch.get_loops(logits)
+    sch.reorder(v, o, kc, ki, j)
+    acc = sch.cache_write(logits, 0, "local")
+    sch.reverse_compute_at(acc, o)
+    sch.vectorize(j)
+    sch.vectorize(sch.get_loops(acc)[-1])
+    sch.parallel(v)
+    sch.decompose_reduction(logits, kc)

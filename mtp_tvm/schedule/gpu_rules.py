@@ -1,12 +1,14 @@
-"""TODO docstring for schedule/gpu_rules"""
+"""GPU (CUDA) schedule rules: thread bindings for the hand kernels, and TVM's dlight rules for the rest.
+A GPU kernel cannot lower unbound, so every kernel gets one or the other."""
 
 from __future__ import annotations
 
 from tvm import s_tir, tirx
 from tvm.target import Target
 
-from ..schedule.steps import _column_tile, _read_index
 from ..spec.presets import TOKEN_TILE
+from .knobs import GpuFlat, GpuGemm, GpuRows
+from .steps import _column_tile, _read_index
 
 
 def _bind_flat(sch: s_tir.Schedule, block, threads: int) -> None:
@@ -29,7 +31,7 @@ def _loops_below(sch: s_tir.Schedule, block, anchor, extents: list[int]) -> list
     return out
 
 
-def gpu_gemm(sch: s_tir.Schedule, knobs: dict, _target: Target) -> None:
+def gpu_gemm(sch: s_tir.Schedule, knobs: GpuGemm, _isa=None) -> None:
     """Skinny GEMM ``Y[t, n] = sum_k A[t, k] W[n, k]`` (16 token rows, long K): a thread block per token tile x
     ``column_tile`` columns; ``threadIdx.y`` = the token row, ``threadIdx.x`` = ``k_threads`` lanes splitting K.
     Each lane keeps ``column_tile`` partial sums in registers (rfactor), loads ``vector_width`` K elements of its
@@ -40,12 +42,12 @@ def gpu_gemm(sch: s_tir.Schedule, knobs: dict, _target: Target) -> None:
     Knobs: ``column_tile``, ``k_threads``, ``vector_width``, ``stage_weight``, ``blocks`` (block -> activation,
     weight), ``epilogue`` (elementwise blocks after the GEMMs), ``epilogue_threads``.
     """
-    lanes, vec = knobs["k_threads"], knobs["vector_width"]
-    for name, io in knobs["blocks"].items():
+    lanes, vec = knobs.k_threads, knobs.vector_width
+    for name, io in knobs.blocks.items():
         b = sch.get_sblock(name)
-        tt, ti, n, kc, ki = sch.get_loops(b)
-        cols = _column_tile(sch, n, knobs["column_tile"])
-        k = sch.fuse(kc, ki)
+        t, n, k = sch.get_loops(b)
+        tt, ti = sch.split(t, [None, TOKEN_TILE])  # the row loop runs a multiple of 16 rows on GPUs
+        cols = _column_tile(sch, n, knobs.column_tile)
         k_steps = -(-int(sch.get(k).extent) // (lanes * vec))
         ko, kt, kv = sch.split(k, [None, lanes, vec])
         no, nc = sch.split(n, [None, cols])
@@ -62,24 +64,24 @@ def gpu_gemm(sch: s_tir.Schedule, knobs: dict, _target: Target) -> None:
         kt, nc, ko, kv = _loops_below(sch, rf, ti, [lanes, cols, k_steps, vec])
         sch.bind(kt, "threadIdx.x")
         sch.reorder(ko, nc, kv)
-        if knobs.get("stage_weight") == "shared":
-            ws = sch.cache_read(rf, _read_index(sch, rf, io["weight"]), "shared")
+        if knobs.stage_weight == "shared":
+            ws = sch.cache_read(rf, _read_index(sch, rf, io.weight), "shared")
             sch.compute_at(ws, ko, preserve_unit_loops=True)
             _, ty, tx, v = sch.split(sch.fuse(*sch.get_loops(ws)[-2:]), [None, TOKEN_TILE, lanes, vec // 2])
             sch.bind(ty, "threadIdx.y")
             sch.bind(tx, "threadIdx.x")
             sch.vectorize(v)
-        weight = io["weight"] + ("_shared" if knobs.get("stage_weight") == "shared" else "")
+        weight = io.weight + ("_shared" if knobs.stage_weight == "shared" else "")
         wl = sch.cache_read(rf, _read_index(sch, rf, weight), "local")
         sch.compute_at(wl, nc)
         sch.vectorize(sch.get_loops(wl)[-1])
-        xl = sch.cache_read(rf, _read_index(sch, rf, io["activation"]), "local")
+        xl = sch.cache_read(rf, _read_index(sch, rf, io.activation), "local")
         sch.compute_at(xl, ko, preserve_unit_loops=True)
         sch.vectorize(sch.get_loops(xl)[-1])
         sch.unroll(kv)
         sch.decompose_reduction(rf, ko)
-    for name in knobs.get("epilogue", []):
-        _bind_flat(sch, sch.get_sblock(name), knobs["epilogue_threads"])
+    for name in knobs.epilogue:
+        _bind_flat(sch, sch.get_sblock(name), knobs.epilogue_threads)
 
 
 def _cross_thread_reduce(sch: s_tir.Schedule, block, threads: int) -> None:
@@ -89,7 +91,7 @@ def _cross_thread_reduce(sch: s_tir.Schedule, block, threads: int) -> None:
     sch.bind(lane, "threadIdx.x")
 
 
-def gpu_rows(sch: s_tir.Schedule, knobs: dict, _target: Target) -> None:
+def gpu_rows(sch: s_tir.Schedule, knobs: GpuRows, _isa=None) -> None:
     """Row-wise kernels: a thread block per row, ``threads`` lanes over its columns.
 
     Knobs: ``row_block`` (the row's final, elementwise block), ``compute_at_row`` (producers moved under the
@@ -97,32 +99,32 @@ def gpu_rows(sch: s_tir.Schedule, knobs: dict, _target: Target) -> None:
     ``cross_thread`` (those producers whose reduction the lanes share), ``own_kernel`` (blocks that cannot
     move, e.g. ones writing an output: each its own launch, reductions across lanes, the rest flat), ``threads``.
     """
-    threads = knobs["threads"]
-    b = sch.get_sblock(knobs["row_block"])
-    for name in knobs.get("compute_at_row", []):
+    threads = knobs.threads
+    b = sch.get_sblock(knobs.row_block)
+    for name in knobs.compute_at_row:
         producer = sch.get_sblock(name)
         sch.compute_at(producer, sch.get_loops(b)[0])
         sch.set_scope(producer, 0, "local")
-        if name in knobs.get("cross_thread", []):
+        if name in knobs.cross_thread:
             _cross_thread_reduce(sch, producer, threads)
     row, col = sch.get_loops(b)[0], sch.get_loops(b)[-1]
     _, lane = sch.split(col, [None, threads])
     sch.bind(row, "blockIdx.x")
     sch.bind(lane, "threadIdx.x")
-    for name in knobs.get("own_kernel", []):
+    for name in knobs.own_kernel:
         blk = sch.get_sblock(name)
         loops = sch.get_loops(blk)
-        if name in knobs.get("cross_thread", []):
+        if name in knobs.cross_thread:
             sch.bind(sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0], "blockIdx.x")
             _cross_thread_reduce(sch, blk, threads)
         else:
             _bind_flat(sch, blk, threads)
 
 
-def gpu_flat(sch: s_tir.Schedule, knobs: dict, _target: Target) -> None:
+def gpu_flat(sch: s_tir.Schedule, knobs: GpuFlat, _isa=None) -> None:
     """Elementwise kernels (pad/unpad copies): all loops fused over blocks x ``threads``."""
-    for name in knobs["blocks"]:
-        _bind_flat(sch, sch.get_sblock(name), knobs["threads"])
+    for name in knobs.blocks:
+        _bind_flat(sch, sch.get_sblock(name), knobs.threads)
 
 
 def dlight_rules() -> list:

@@ -1,4 +1,4 @@
-"""TODO docstring for schedule/steps"""
+"""Schedule steps the CPU and GPU rules share: finding a read buffer, column tiles, weight packing."""
 
 from __future__ import annotations
 

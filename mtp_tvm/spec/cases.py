@@ -1,5 +1,6 @@
-"""The cases: each is a chain of named stages, and everything else (inputs, outputs, golden, Relax module)
-is derived from that chain, so a new case is one line and a new stage is one ``Stage`` entry.
+"""The cases: each is a chain of named stages, and everything else (inputs, outputs, golden, Relax module,
+comparators, bench FLOPs and peers) is derived from that chain, so a new case is one line and a new stage is
+one ``Stage`` entry: no code elsewhere switches on stage or output names.
 
 Stages, in the order the MTP decode tail runs them:
 
@@ -19,10 +20,12 @@ import dataclasses
 import math
 from typing import Callable
 
+import numpy as np
 import torch
+import torch.nn.functional as F
 
 from ..spec import golden
-from ..spec.presets import MAX_LOGIT_ROWS, Shapes
+from ..spec.presets import INT8_AMAX_EPS, INT8_SCALE_MAX, MAX_LOGIT_ROWS, Shapes
 from ..support.errors import UsageError
 
 TOKENS, ROWS = "T", "R"
@@ -105,21 +108,63 @@ _ORD = lambda s: (s.owners, ROWS, s.hidden)  # noqa: E731
 
 def _pair(name: str):
     """The int8 weight of a pair draws both tensors; its scale then reads the cached second half."""
-    return (Param(f"{name}_w", _DD, "int8", lambda g, s: _int8_weight_pair(g, s)),
+    return (Param(f"{name}_w", _DD, "int8", _int8_weight_pair),
             Param(f"{name}_w_scale", _D, "float32", None))
 
 
 @dataclasses.dataclass(frozen=True)
 class Output:
-    """One output of a stage. Token-major outputs (first dim ``"T"``) are computed on padded rows and cut back."""
+    """One output of a stage. Token-major outputs (first dim ``"T"``) are computed on padded rows and cut back.
+
+    ``checks`` names its comparators, in order, as ``verify.golden_check.OUTPUT_CHECKS`` resolves them:
+    ``ratio_allclose`` (against the golden), ``logits_contract`` (shape, finiteness, spec §2),
+    ``device_hidden_logits`` (the LM-head comparator, its reference projected from the hidden state the stage
+    read on the device, spec §3.3), ``sampled_ids_argmax`` (ids against the argmax of the stage's first output).
+    """
 
     name: str
     shape: Callable[[Shapes], tuple[int | str, ...]]
     dtype: str
+    checks: tuple[str, ...] = ("ratio_allclose",)
 
 
-def _token_major(name: str, dtype: str, cols: Callable[[Shapes], int]) -> tuple[Output]:
-    return (Output(name, lambda s: (TOKENS, cols(s)), dtype),)
+def _token_major(name: str, dtype: str, cols: Callable[[Shapes], int],
+                 checks: tuple[str, ...] = ("ratio_allclose",)) -> tuple[Output]:
+    return (Output(name, lambda s: (TOKENS, cols(s)), dtype, checks),)
+
+
+# ---- how ir/model.py calls a stage's frontend method -----------------------------------------------------
+
+ARG_KINDS = {"x": False, "padded_rows": False, "shapes": False, "inputs": False,  # kind -> takes a ":name"
+             "input": True, "padded": True, "shape": True}
+
+
+def parse_arg(arg: str) -> tuple[str, str]:
+    """``"kind"`` or ``"kind:name"`` -> ``(kind, name)``; see ``FrontendCall``."""
+    kind, _, name = arg.partition(":")
+    if ARG_KINDS.get(kind) is not bool(name):
+        raise ValueError(f"bad frontend argument {arg!r}: see FrontendCall")
+    return kind, name
+
+
+@dataclasses.dataclass(frozen=True)
+class FrontendCall:
+    """The frontend method (``ir/frontends.py``) that builds a stage, and its arguments, each named as
+    ``x`` (the activation the stage reads), ``padded_rows`` (the token count padded to the tile, symbolic),
+    ``shapes`` (the ``Shapes``), ``inputs`` (every case input by name), ``input:<name>`` (one input),
+    ``padded:<name>`` (a token-major input padded to ``padded_rows``) or ``shape:<attr>`` (``Shapes.<attr>``).
+
+    ``padded``: the stage runs on padded rows, ``x`` is ``[padded_rows, D]`` and the method returns one
+    tensor, cut back to ``T`` rows as the stage's one output. Otherwise ``x`` is token-major ``[T, D]``, the
+    method returns every output as it is, and the stage ends its case's chain.
+    """
+
+    method: str
+    args: tuple[str, ...]
+    padded: bool = True
+
+    def __post_init__(self):
+        list(map(parse_arg, self.args))  # a malformed argument fails at import
 
 
 HIDDEN_INPUT = Param("hidden_states", _TD, "bfloat16", _activation)
@@ -133,17 +178,86 @@ def _check_lm_head_shapes(s: Shapes, tokens: int) -> None:
         raise UsageError(f"the LM head splits the tokens among {s.owners} owners: T={tokens} is not a multiple")
 
 
+@dataclasses.dataclass(frozen=True)
+class Peers:
+    """The stage in the ops a user would call instead, ``bench``'s contenders: ``torch(inputs, shapes, dtype)``
+    and ``numpy(inputs, shapes)`` return ``f(x) -> y``, the weights prepared once, outside the timing."""
+
+    torch: Callable[[dict, Shapes, torch.dtype], Callable]
+    numpy: Callable[[dict, Shapes], Callable]
+
+
+def _np_rms_norm(x, w, eps: float):  # numpy has no RMSNorm: the formula, in FP32
+    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
+
+
+def _torch_projection(t: dict, s: Shapes, dtype: torch.dtype) -> Callable:
+    w = {k: v.to(dtype) for k, v in t.items()}
+
+    def projection(_x):  # W8A8 with the INT8 GEMMs as dtype GEMMs of the (exactly representable) integers
+        out = 0
+        for tag, act in (("e", "hidden_states"), ("h", "prev_hidden_states")):
+            y = F.rms_norm(w[act], (w[act].shape[-1],), w[f"{tag}norm_w"], s.eps) * w[f"{tag}_proj_smooth"]
+            scale = INT8_SCALE_MAX / y.abs().amax(-1, keepdim=True).clamp_min(INT8_AMAX_EPS)
+            q = torch.round(y * scale)
+            out = out + F.linear(q, w[f"{tag}_proj_w"]) / scale * w[f"{tag}_proj_w_scale"]
+        return out
+
+    return projection
+
+
+def _numpy_projection(t: dict, s: Shapes) -> Callable:
+    w = {k: v.float().numpy() for k, v in t.items()}
+
+    def projection(_x):
+        out = 0
+        for tag, act in (("e", "hidden_states"), ("h", "prev_hidden_states")):
+            y = _np_rms_norm(w[act], w[f"{tag}norm_w"], s.eps) * w[f"{tag}_proj_smooth"]
+            scale = INT8_SCALE_MAX / np.maximum(np.abs(y).max(-1, keepdims=True), INT8_AMAX_EPS)
+            out = out + (np.rint(y * scale) @ w[f"{tag}_proj_w"].T) / scale * w[f"{tag}_proj_w_scale"]
+        return out
+
+    return projection
+
+
+def _torch_norm(t: dict, s: Shapes, dtype: torch.dtype) -> Callable:
+    w = t["shared_head_norm_w"].to(dtype)
+    return lambda x: F.rms_norm(x, (x.shape[-1],), w, s.eps)
+
+
+def _numpy_norm(t: dict, s: Shapes) -> Callable:
+    w = t["shared_head_norm_w"].numpy()
+    return lambda x: _np_rms_norm(x, w, s.eps)
+
+
+def _torch_logits(t: dict, _s: Shapes, dtype: torch.dtype) -> Callable:
+    w = t["lm_head_weight"].to(dtype)
+    return lambda x: F.linear(x, w)
+
+
+def _numpy_logits(t: dict, _s: Shapes) -> Callable:
+    w = t["lm_head_weight"].float().numpy()
+    return lambda x: x @ w.T
+
+
 def _lm_head_golden(x: torch.Tensor, t: dict[str, torch.Tensor], s: Shapes) -> tuple[torch.Tensor, torch.Tensor]:
     logits = golden.compute_lm_head_logits(x.reshape(s.owners, -1, s.hidden), t["lm_head_weight"],
                                            t["logit_row_indices"], s.tp)
     return logits, golden.sample_argmax(logits)
 
 
+Gemm = tuple[int | str, int, int]  # (M, K, N); M "T": the token rows (padded or not, as the count asks)
+
+
 @dataclasses.dataclass(frozen=True)
 class Stage:
-    """One kernel of the tail: its extra inputs (spec order), its outputs, and its torch golden.
+    """One kernel of the tail: its extra inputs (spec order), its outputs, its torch golden, and how the rest
+    of the package builds, counts and races it.
 
     ``golden(x, inputs, shapes)`` returns one tensor per output; the first is what the next stage consumes.
+    ``frontend``: the frontend method that emits the stage into the Relax module (``ir/model.py``).
+    ``gemms(shapes)``: the ``(M, K, N)`` of every GEMM it runs (FLOPs and the roofline of ``bench``; a norm's
+    few FLOPs per element are not counted). ``peers``: its bench contenders (None: not benched).
     ``hidden_input`` is the activation the stage reads when it opens a case (None: its params hold it).
     ``check_shapes(shapes, tokens)`` raises ``UsageError`` for sizes the stage cannot serve.
     """
@@ -152,6 +266,9 @@ class Stage:
     params: tuple[Param, ...]
     outputs: tuple[Output, ...]
     golden: Callable[[torch.Tensor, dict[str, torch.Tensor], Shapes], tuple[torch.Tensor, ...]]
+    frontend: FrontendCall
+    gemms: Callable[[Shapes], tuple[Gemm, ...]] = lambda _s: ()
+    peers: Peers | None = None
     hidden_input: Param | None = HIDDEN_INPUT
     check_shapes: Callable[[Shapes, int], None] | None = None
 
@@ -165,23 +282,34 @@ STAGES: dict[str, Stage] = {
          *_pair("e_proj"), Param("e_proj_smooth", _D, "float32", _ones),
          *_pair("h_proj"), Param("h_proj_smooth", _D, "float32", _ones)),
         _token_major("hidden_states_out", "bfloat16", lambda s: s.hidden),
-        lambda _x, t, s: (golden.mtp_projection(t, s.eps),), hidden_input=None),
+        lambda _x, t, s: (golden.mtp_projection(t, s.eps),),
+        FrontendCall("projection", ("padded:hidden_states", "padded:prev_hidden_states", "inputs", "padded_rows",
+                                    "shape:hidden", "shape:eps")),
+        gemms=lambda s: ((TOKENS, s.hidden, s.hidden),) * 2,
+        peers=Peers(_torch_projection, _numpy_projection), hidden_input=None),
     "norm": Stage(
         "norm", (Param("shared_head_norm_w", _D, "float32", _ones),),
         _token_major("normed_hidden", "bfloat16", lambda s: s.hidden),
-        lambda x, t, s: (golden.shared_head_norm(x, t["shared_head_norm_w"], s.eps),)),
+        lambda x, t, s: (golden.shared_head_norm(x, t["shared_head_norm_w"], s.eps),),
+        FrontendCall("norm", ("x", "input:shared_head_norm_w", "padded_rows", "shape:hidden", "shape:eps")),
+        peers=Peers(_torch_norm, _numpy_norm)),
     "logits": Stage(
         "logits", (Param("lm_head_weight", lambda s: (s.vocab_shard, s.hidden), "bfloat16", _lm_head_weight),),
-        _token_major("candidate_logits", "float32", lambda s: s.vocab_shard),
-        lambda x, t, _s: (golden.local_logits(x, t["lm_head_weight"]),)),
-    "lm_head": Stage(
+        _token_major(LOGITS, "float32", lambda s: s.vocab_shard, ("ratio_allclose", "logits_contract")),
+        lambda x, t, _s: (golden.local_logits(x, t["lm_head_weight"]),),
+        FrontendCall("logits", ("x", "input:lm_head_weight", "padded_rows", "shape:hidden", "shape:vocab_shard")),
+        gemms=lambda s: ((TOKENS, s.hidden, s.vocab_shard),),
+        peers=Peers(_torch_logits, _numpy_logits)),
+    "lm_head": Stage(  # token-major [T, D] in, static [owners, 8, ...] out: no padding
         "lm_head",
         (Param("lm_head_weight", lambda s: (s.ranks, s.vocab_shard, s.hidden), "bfloat16", _stacked_lm_head_weight),
          Param("logit_row_indices", lambda s: (s.owners, MAX_LOGIT_ROWS), "int32", _logit_row_indices)),
-        (Output("logits", lambda s: (s.owners, MAX_LOGIT_ROWS, s.vocab), "float32"),
-         Output("sampled_ids", lambda s: (s.owners, MAX_LOGIT_ROWS), "int32")),
-        _lm_head_golden, hidden_input=Param("hidden_out", _ORD, "bfloat16", _owner_hidden),
-        check_shapes=_check_lm_head_shapes),
+        (Output(LM_HEAD_LOGITS, lambda s: (s.owners, MAX_LOGIT_ROWS, s.vocab), "float32", ("device_hidden_logits",)),
+         Output(SAMPLED_IDS, lambda s: (s.owners, MAX_LOGIT_ROWS), "int32", ("sampled_ids_argmax",))),
+        _lm_head_golden,
+        FrontendCall("lm_head", ("x", "input:lm_head_weight", "input:logit_row_indices", "shapes"), padded=False),
+        gemms=lambda s: ((s.owners * MAX_LOGIT_ROWS, s.hidden, s.vocab),),
+        hidden_input=Param("hidden_out", _ORD, "bfloat16", _owner_hidden), check_shapes=_check_lm_head_shapes),
 }
 
 
@@ -192,6 +320,10 @@ class Case:
     name: str
     stages: tuple[str, ...]
     description: str
+
+    def __post_init__(self):
+        if any(not st.frontend.padded for st in self.chain[:-1]):
+            raise ValueError(f"case {self.name!r}: a stage that is not token-padded must end the chain")
 
     @property
     def chain(self) -> tuple[Stage, ...]:

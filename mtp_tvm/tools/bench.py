@@ -1,7 +1,8 @@
 """``bench``: time a case's TVM build against the libraries a user would call instead, interleaved in one run,
-next to this machine's measured FMA peak and memory bandwidth.
+next to this machine's measured FMA peak and memory bandwidth (``tools/roofline.py``).
 
-Contenders (each computes the whole case, stage after stage, from the same seeded inputs):
+Contenders (each computes the whole case, stage after stage, from the same seeded inputs; a stage's peers are
+its ``Stage.peers``):
 
 - ``tvm``: the compiled module's ``main`` (``time_evaluator``), weights already packed (``main_transform_params``
   runs once, at load, outside the timing);
@@ -12,55 +13,41 @@ Contenders (each computes the whole case, stage after stage, from the same seede
 Rounds interleave the contenders (round r times every contender once), so drift in clock speed or load hits
 all of them alike; medians over rounds are reported.
 
-Probes (ours, built with TVM for the same target): ``fma_peak`` runs independent FP32 FMA chains in registers,
-``vector_lanes`` wide, on every core (GPU: every thread); ``stream_read`` sums a buffer far larger than the
-caches. FLOP/s of a contender counts the useful ``2*T*K*N`` of its GEMMs; the roofline uses the FLOPs TVM
-executes (rows padded to 16) and the bytes it must read (weights once, activations, outputs).
+FLOP/s of a contender counts the useful ``2*T*K*N`` of its GEMMs (``Stage.gemms``); the roofline uses the
+FLOPs TVM executes (rows padded to 16) and the bytes it must read (weights once, activations, outputs).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import math
 import os
 import statistics
 import time
-from pathlib import Path
 from typing import Callable
 
-import numpy as np
 import torch
-import torch.nn.functional as F
-import tvm
-from tvm.script import tirx as T
 
 from ..compiler.driver import CompiledCase, compile
+from ..compiler.options import BuildSpec, split_options
 from ..compiler.tensors import NUMPY_DTYPES, to_numpy
 from ..passes.target import device_for, target_json
-from ..spec import golden
-from ..spec.cases import Case
-from ..spec.presets import INT8_AMAX_EPS, INT8_SCALE_MAX, Shapes, padded_tokens
+from ..spec.cases import TOKENS, Case, Stage
+from ..spec.presets import Shapes, padded_tokens
 from ..support.atomic_file import write_user_file
 from ..support.errors import MtpError, UsageError
 from ..support.text_table import text_table
+from .roofline import measure_probes
 
-CONTENDERS = ("tvm", "torch_bf16", "torch_fp32", "numpy_fp32", "torch_golden")
-TORCH_DTYPES = {"torch_bf16": torch.bfloat16, "torch_fp32": torch.float32}
-BENCH_CASES = ("logits", "projection", "norm", "tail")
+BENCH_CASES = ("logits", "projection", "norm", "tail")  # every stage of each has ``peers``
 
 
 # ---- FLOPs and bytes -------------------------------------------------------------------------------------
 
-def gemm_shapes(case: Case, s: Shapes) -> list[tuple[int, int]]:
-    """``(K, N)`` of every GEMM the case runs (the norm's few FLOPs per element are not counted)."""
-    per_stage = {"projection": [(s.hidden, s.hidden)] * 2, "logits": [(s.hidden, s.vocab_shard)], "norm": []}
-    return [kn for st in case.stages for kn in per_stage[st]]
-
-
 def flops(case: Case, s: Shapes, rows: int) -> float:
-    return float(sum(2 * rows * k * n for k, n in gemm_shapes(case, s)))
+    """``2*M*K*N`` over every GEMM of the case's stages (``Stage.gemms``), token rows counted as ``rows``."""
+    return float(sum(2 * (rows if m == TOKENS else m) * k * n for st in case.chain for m, k, n in st.gemms(s)))
 
 
 def bytes_moved(compiled: CompiledCase) -> float:
@@ -70,205 +57,37 @@ def bytes_moved(compiled: CompiledCase) -> float:
     return float(sum(math.prod(sp.concrete(t)) * NUMPY_DTYPES[sp.dtype].itemsize for sp in specs))
 
 
-# ---- probes ----------------------------------------------------------------------------------------------
-
-def fma_probe(blocks: int, threads: int, iters: int, chains: int, lanes: int, gpu: bool):
-    """``blocks x threads`` workers, each running ``chains`` independent chains of ``lanes``-wide FP32 FMAs,
-    ``iters`` long, in registers. CPU: blocks are cores (parallel), lanes one vector; GPU: bound to
-    blockIdx/threadIdx, one lane per thread."""
-    block_loop = functools.partial(T.thread_binding, thread="blockIdx.x") if gpu else T.parallel
-    thread_loop = functools.partial(T.thread_binding, thread="threadIdx.x") if gpu else T.serial
-    lane_loop = T.unroll if gpu else T.vectorized
-    scope = "local" if gpu else "global"  # CPU: a small "global" scratch is a stack array LLVM keeps in registers
-
-    @T.prim_func(s_tir=True)
-    def fma_peak(a: T.Buffer((blocks * threads, lanes), "float32"),
-                 out: T.Buffer((blocks * threads, chains, lanes), "float32")):
-        T.func_attr({"tir.noalias": True})
-        for b in block_loop(blocks):
-            for t in thread_loop(threads):
-                with T.sblock("worker"):
-                    vp = T.axis.spatial(blocks * threads, b * threads + t)
-                    acc = T.sblock_alloc_buffer((chains, lanes), "float32", scope=scope)
-                    for c in T.unroll(chains):
-                        for lane in lane_loop(lanes):
-                            acc[c, lane] = a[vp, lane] + T.Cast("float32", c)
-                    for _ in range(iters):
-                        for c in T.unroll(chains):
-                            for lane in lane_loop(lanes):
-                                acc[c, lane] = acc[c, lane] * a[vp, lane] + a[vp, lane]
-                    for c in T.unroll(chains):
-                        for lane in lane_loop(lanes):
-                            out[vp, c, lane] = acc[c, lane]
-
-    return fma_peak
-
-
-def stream_probe(parallel: int, steps: int, lanes: int):
-    """Sum ``parallel`` slices of ``steps * lanes`` FP32 each into ``lanes`` partial sums: a pure read stream."""
-
-    @T.prim_func(s_tir=True)
-    def stream_read(a: T.Buffer((parallel, steps, lanes), "float32"), out: T.Buffer((parallel, lanes), "float32")):
-        T.func_attr({"tir.noalias": True})
-        for p, lane, i in T.grid(parallel, lanes, steps):
-            with T.sblock("sum"):
-                vp, vl, vi = T.axis.remap("SSR", [p, lane, i])
-                with T.init():
-                    out[vp, vl] = T.float32(0)
-                out[vp, vl] = out[vp, vl] + a[vp, vi, vl]
-
-    return stream_read
-
-
-def _schedule_stream(func, gpu: bool):
-    """CPU: slices in parallel, lanes vectorised. GPU: slices over blocks, lanes over threads (coalesced)."""
-    sch = tvm.s_tir.Schedule(func)
-    p, lane, i = sch.get_loops("sum")
-    if gpu:
-        sch.bind(p, "blockIdx.x")
-        sch.bind(lane, "threadIdx.x")
-    else:
-        sch.reorder(p, i, lane)
-        acc = sch.cache_write("sum", 0, "global")  # partial sums in registers (a stack array LLVM promotes)
-        sch.reverse_compute_at(acc, p)
-        sch.parallel(p)
-        sch.vectorize(lane)
-        sch.vectorize(sch.get_loops(acc)[-1])
-        sch.decompose_reduction("sum", i)
-    return sch.mod
-
-
-@dataclasses.dataclass
-class Probes:
-    peak_gflops: float
-    bandwidth_gbs: float
-    how: str
-
-
-@dataclasses.dataclass(frozen=True)
-class ProbePlan:
-    """Sizes of the two probes for one device: FMA workers ``blocks x threads``, each ``chains`` x ``lanes``
-    FMAs ``iters`` times; the stream reads ``stream_parallel`` slices into ``stream_lanes`` partial sums."""
-
-    gpu: bool
-    blocks: int
-    threads: int
-    lanes: int
-    chains: int
-    iters: int
-    stream_parallel: int
-    stream_lanes: int
-    stream_bytes: int
-
-    @classmethod
-    def for_target(cls, target, multiprocessors: int | None = None) -> ProbePlan:
-        if target.kind.name == "cuda":
-            sms = multiprocessors or device_for(target).multi_processor_count
-            return cls(True, sms * 8, 256, 1, 8, 20_000, sms * 8, 1024, 1 << 30)
-        cores = int(target.attrs.get("num-cores", os.cpu_count() or 1))
-        return cls(False, cores, 1, 16 if _has_avx512() else 8, 12, 100_000, cores, 64, 256 << 20)
-
-    @property
-    def stream_steps(self) -> int:
-        return self.stream_bytes // 4 // self.stream_parallel // self.stream_lanes
-
-    def build(self, target):
-        """The two probe kernels, compiled for ``target`` (a GPU build needs no GPU)."""
-        fma = tvm.compile(fma_probe(self.blocks, self.threads, self.iters, self.chains, self.lanes, self.gpu),
-                          target=target)
-        stream = tvm.compile(_schedule_stream(stream_probe(self.stream_parallel, self.stream_steps,
-                                                           self.stream_lanes), self.gpu), target=target)
-        return fma, stream
-
-
-def measure_probes(target, rounds: int = 5) -> Probes:
-    """The FP32 FMA peak and read bandwidth of the target device, by our own TVM kernels (best of ``rounds``)."""
-    dev = device_for(target)
-    plan = ProbePlan.for_target(target)
-    fma, stream = (ex.jit() for ex in plan.build(target))
-    workers = plan.blocks * plan.threads
-    a = tvm.runtime.tensor(np.full((workers, plan.lanes), 0.999, np.float32), dev)
-    o = tvm.runtime.tensor(np.zeros((workers, plan.chains, plan.lanes), np.float32), dev)
-    t_fma = fma.time_evaluator("main", dev, number=3, repeat=rounds)(a, o)
-    peak = 2.0 * workers * plan.iters * plan.chains * plan.lanes / min(t_fma.results) / 1e9
-    shape = (plan.stream_parallel, plan.stream_steps, plan.stream_lanes)
-    buf = tvm.runtime.tensor(np.ones(shape, np.float32), dev)
-    out = tvm.runtime.tensor(np.zeros((plan.stream_parallel, plan.stream_lanes), np.float32), dev)
-    t_bw = stream.time_evaluator("main", dev, number=2, repeat=rounds)(buf, out)
-    bw = math.prod(shape) * 4 / min(t_bw.results) / 1e9
-    unit = ("threads", "blocks") if plan.gpu else ("cores", "threads")
-    return Probes(peak, bw, f"fma_peak: {workers} {unit[0]} x {plan.chains} chains of {plan.lanes}-lane FP32 FMA, "
-                            f"{plan.iters} iterations; stream_read: {plan.stream_parallel} {unit[1]} summing "
-                            f"{plan.stream_bytes >> 20} MiB of FP32; best of {rounds}")
-
-
-def _has_avx512() -> bool:
-    try:
-        return "avx512f" in Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-
-
 # ---- contenders ------------------------------------------------------------------------------------------
 
-def _stage_peer(stage: str, peer: str, t: dict, eps: float) -> Callable:
-    """``f(x) -> y`` for one stage in one peer's dtype; weights prepared here, once, outside the timing."""
-    if peer == "numpy_fp32":
-        if stage == "logits":
-            w = t["lm_head_weight"].float().numpy()
-            return lambda x: x @ w.T
-        if stage == "norm":
-            w = t["shared_head_norm_w"].numpy()
-            return lambda x: x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
-        weights = {k: (v.float().numpy()) for k, v in t.items()}
+@dataclasses.dataclass(frozen=True)
+class _Peer:
+    """A non-TVM contender: ``stage(st, inputs, shapes) -> f(x) -> y`` (weights prepared there, once, outside
+    the timing) and ``activation(hidden)``, the case's hidden input as this contender reads it."""
 
-        def projection(_x):
-            out = 0
-            for tag, act in (("e", "hidden_states"), ("h", "prev_hidden_states")):
-                xf = weights[act]
-                y = xf / np.sqrt((xf * xf).mean(-1, keepdims=True) + eps) * weights[f"{tag}norm_w"] * weights[
-                    f"{tag}_proj_smooth"]
-                scale = INT8_SCALE_MAX / np.maximum(np.abs(y).max(-1, keepdims=True), INT8_AMAX_EPS)
-                q = np.rint(y * scale)
-                out = out + (q @ weights[f"{tag}_proj_w"].T) / scale * weights[f"{tag}_proj_w_scale"]
-            return out
-
-        return projection
-    dtype = TORCH_DTYPES.get(peer)
-    if peer == "torch_golden":
-        if stage == "logits":
-            return lambda x: golden.local_logits(x, t["lm_head_weight"])
-        if stage == "norm":
-            return lambda x: golden.shared_head_norm(x, t["shared_head_norm_w"], eps)
-        return lambda _x: golden.mtp_projection(t, eps)
-    if stage == "logits":
-        w = t["lm_head_weight"].to(dtype)
-        return lambda x: F.linear(x, w)
-    if stage == "norm":
-        w = t["shared_head_norm_w"].to(dtype)
-        return lambda x: F.rms_norm(x, (x.shape[-1],), w, eps)
-    w = {k: v.to(dtype) for k, v in t.items()}
-
-    def projection(_x):  # W8A8 with the INT8 GEMMs as dtype GEMMs of the (exactly representable) integers
-        out = 0
-        for tag, act in (("e", "hidden_states"), ("h", "prev_hidden_states")):
-            y = F.rms_norm(w[act], (w[act].shape[-1],), w[f"{tag}norm_w"], eps) * w[f"{tag}_proj_smooth"]
-            scale = INT8_SCALE_MAX / y.abs().amax(-1, keepdim=True).clamp_min(INT8_AMAX_EPS)
-            q = torch.round(y * scale)
-            out = out + F.linear(q, w[f"{tag}_proj_w"]) / scale * w[f"{tag}_proj_w_scale"]
-        return out
-
-    return projection
+    stage: Callable[[Stage, dict, Shapes], Callable]
+    activation: Callable[[torch.Tensor], object]
 
 
-def peer_runner(case: Case, peer: str, inputs: dict[str, torch.Tensor], eps: float) -> Callable[[], object]:
-    """The whole case (its stage chain) for one peer, as a zero-argument callable."""
-    stages = [_stage_peer(st, peer, inputs, eps) for st in case.stages]
-    x0 = inputs.get("hidden_states")
-    if peer == "numpy_fp32":
-        x0 = x0.float().numpy() if x0 is not None else None
-    elif peer != "torch_golden" and x0 is not None:
-        x0 = x0.to(TORCH_DTYPES[peer])
+def _torch_peer(dtype: torch.dtype) -> _Peer:
+    return _Peer(lambda st, t, s: st.peers.torch(t, s, dtype), lambda x: x.to(dtype))
+
+
+def _golden_peer(st: Stage, t: dict, s: Shapes) -> Callable:
+    return lambda x: st.golden(x, t, s)[0]
+
+
+PEERS = {"torch_bf16": _torch_peer(torch.bfloat16), "torch_fp32": _torch_peer(torch.float32),
+         "numpy_fp32": _Peer(lambda st, t, s: st.peers.numpy(t, s), lambda x: x.float().numpy()),
+         "torch_golden": _Peer(_golden_peer, lambda x: x)}
+CONTENDERS = ("tvm", *PEERS)
+
+
+def peer_runner(case: Case, peer: str, inputs: dict[str, torch.Tensor], s: Shapes) -> Callable[[], object]:
+    """The whole case (its stage chain, each stage's ``Stage.peers``) for one peer, as a zero-argument callable."""
+    how = PEERS[peer]
+    stages = [how.stage(st, inputs, s) for st in case.chain]
+    opening = case.chain[0].hidden_input
+    x0 = None if opening is None else how.activation(inputs[opening.name])
 
     def run():
         x = x0
@@ -376,24 +195,25 @@ def numpy_blas_info() -> list[dict]:
             for i in threadpool_info()]
 
 
-def bench(case: str = "logits", target="llvm", preset: str = "flash", vocab_shard: int | None = None,
-          schedule: str = "default", tokens: int | None = None, rounds: int = 7, number: int | None = None,
-          contenders: tuple[str, ...] = CONTENDERS, seed: int = 0,
-          compare_schedules: tuple[str, ...] = ()) -> BenchResult:
-    """Build ``case``, then time every contender ``rounds`` times, interleaved; see the module docstring.
+def bench(spec: BuildSpec | None = None, *, rounds: int = 7, number: int | None = None,
+          contenders: tuple[str, ...] = CONTENDERS, seed: int = 0, compare_schedules: tuple[str, ...] = (),
+          **options) -> BenchResult:
+    """Build ``spec`` (default: the ``logits`` case; keywords: the fields of ``BuildSpec`` and ``DebugOptions``,
+    as for ``compile``), then time every contender ``rounds`` times, interleaved; see the module docstring.
 
     ``compare_schedules`` adds one TVM contender ``tvm:<name>`` per other schedule (``none``, ``tuned``,
     ``dlight`` ...), timed in the same rounds; one that cannot be built here is listed as unavailable, with why.
     """
-    if case not in BENCH_CASES:
-        raise UsageError(f"bench case must be one of {', '.join(BENCH_CASES)}, got {case!r}")
+    spec, debug = split_options(spec or BuildSpec(case="logits"), None, options, "bench")
+    if spec.case not in BENCH_CASES:
+        raise UsageError(f"bench case must be one of {', '.join(BENCH_CASES)}, got {spec.case!r}")
     unknown = sorted(set(contenders) - set(CONTENDERS))
     if unknown or "tvm" not in contenders:
         raise UsageError(f"contenders must include tvm and come from {', '.join(CONTENDERS)}; got {unknown}")
     if rounds < 1:
         raise UsageError(f"rounds must be >= 1, got {rounds}")
-    compiled = compile(case=case, target=target, preset=preset, tokens=tokens, vocab_shard=vocab_shard,
-                       schedule=schedule)
+    schedule = spec.schedule
+    compiled = compile(spec, debug)
     c, s, tgt = compiled.case, compiled.shapes, compiled.target
     gpu = tgt.kind.name == "cuda"
     torch.set_num_threads(int(tgt.attrs.get("num-cores", os.cpu_count() or 1)) if not gpu else torch.get_num_threads())
@@ -408,14 +228,13 @@ def bench(case: str = "logits", target="llvm", preset: str = "flash", vocab_shar
     peer_inputs = {k: v.to(tdev) for k, v in inputs.items()}
     sync = torch.cuda.synchronize if gpu else (lambda: None)
     unavailable = {p: why for p in contenders if (why := peer_unavailable(p, gpu))}
-    runners = {p: peer_runner(c, p, peer_inputs, s.eps) for p in contenders if p != "tvm" and p not in unavailable}
+    runners = {p: peer_runner(c, p, peer_inputs, s) for p in contenders if p != "tvm" and p not in unavailable}
     variants = {"tvm": (vm, args)}
     for other in dict.fromkeys(compare_schedules):
         if other == schedule:
             continue
         try:
-            alt = compile(case=case, target=target, preset=preset, tokens=tokens, vocab_shard=vocab_shard,
-                          schedule=other)
+            alt = compile(dataclasses.replace(spec, schedule=other))
         except MtpError as e:  # e.g. no tuning database yet, or dlight on a CPU target
             unavailable[f"tvm:{other}"] = str(e)
             continue

@@ -7,9 +7,10 @@ from __future__ import annotations
 import dataclasses
 import numbers
 import time
+from typing import Callable
 
 from ..compiler.tensors import to_numpy
-from ..spec.cases import LM_HEAD_LOGITS, LOGITS, SAMPLED_IDS, Case
+from ..spec.cases import LM_HEAD_LOGITS, Case, Stage
 from ..spec.presets import Shapes
 from ..support.errors import UsageError
 from ..verify.comparators import (
@@ -31,35 +32,49 @@ def validate_seed(seed) -> int:
     return seed
 
 
-def _lm_head_logits_check(case: Case, s: Shapes, actual: dict, expected: dict, inputs: dict | None,
-                          tolerance: dict | None) -> Comparison:
-    """The conditional comparator, its reference projected from the hidden state the device's LM head read."""
-    if inputs is None:
-        raise UsageError(f"checking the LM-head logits of case {case.name!r} needs the case inputs")
-    hidden = to_numpy(case.stage_input("lm_head", inputs, actual)).reshape(s.owners, -1, s.hidden)
-    cmp = device_hidden_logits_allclose(s.tp, **logits_tolerance(tolerance))
-    return cmp(actual[LM_HEAD_LOGITS], expected[LM_HEAD_LOGITS], hidden=hidden,
-               lm_head_weight=inputs["lm_head_weight"], logit_row_indices=inputs["logit_row_indices"])
+@dataclasses.dataclass(frozen=True)
+class _Run:
+    """What an output's comparators read: the case, its sizes, both output sets, the inputs (when given), the
+    ``ratio_allclose`` of every output and the LM-head tolerance overrides."""
+
+    case: Case
+    shapes: Shapes
+    actual: dict
+    expected: dict
+    inputs: dict | None
+    ratio: Callable[..., Comparison]
+    logits_tol: dict | None
+
+
+def _device_hidden_logits(r: _Run, stage: Stage, name: str) -> Comparison:
+    """The conditional comparator, its reference projected from the hidden state the device's stage read; the
+    stage's params (weight, row indices) are the comparator's keywords."""
+    if r.inputs is None:
+        raise UsageError(f"checking the LM-head logits of case {r.case.name!r} needs the case inputs")
+    s = r.shapes
+    hidden = to_numpy(r.case.stage_input(stage.name, r.inputs, r.actual)).reshape(s.owners, -1, s.hidden)
+    cmp = device_hidden_logits_allclose(s.tp, **logits_tolerance(r.logits_tol))
+    return cmp(r.actual[name], r.expected[name], hidden=hidden, **{p.name: r.inputs[p.name] for p in stage.params})
+
+
+# The comparators ``Output.checks`` names: ``check(run, stage, output name) -> Comparison``.
+OUTPUT_CHECKS: dict[str, Callable[[_Run, Stage, str], Comparison]] = {
+    "ratio_allclose": lambda r, _st, name: r.ratio(r.actual[name], r.expected[name]),
+    "logits_contract": lambda r, _st, name: check_logits_contract(
+        r.actual[name], r.shapes.batch, r.shapes.seq, r.shapes.vocab_shard, r.expected[name]),
+    "device_hidden_logits": _device_hidden_logits,
+    "sampled_ids_argmax": lambda r, st, name: check_sampled_ids(r.actual[name], r.actual[st.outputs[0].name]),
+}
 
 
 def compare_outputs(case: Case, s: Shapes, actual: dict, expected: dict, tolerance: dict | None = None,
                     inputs: dict | None = None, logits_tol: dict | None = None) -> dict[str, OutputCheck]:
-    """Every output through ``ratio_allclose``; the local logits also through the logits contract; the LM
-    head's logits through the device-hidden comparator (``logits_tol`` over ``DEFAULT_LOGITS_TOLERANCE``,
-    needs ``inputs``) and its sampled ids against their argmax."""
-    cmp = ratio_allclose(**(tolerance or DEFAULT_TOLERANCE))
-    results = {}
-    for name in case.output_specs(s):
-        if name == LM_HEAD_LOGITS:
-            checks = [_lm_head_logits_check(case, s, actual, expected, inputs, logits_tol)]
-        elif name == SAMPLED_IDS:
-            checks = [check_sampled_ids(actual[name], actual[LM_HEAD_LOGITS])]
-        else:
-            checks = [cmp(actual[name], expected[name])]
-        if name == LOGITS:
-            checks.append(check_logits_contract(actual[name], s.batch, s.seq, s.vocab_shard, expected[name]))
-        results[name] = OutputCheck(name, checks)
-    return results
+    """Every output through the comparators its ``Output.checks`` names (``OUTPUT_CHECKS``), in order:
+    ``ratio_allclose`` with ``tolerance`` (default ``DEFAULT_TOLERANCE``); the LM head's device-hidden
+    comparator with ``logits_tol`` over ``DEFAULT_LOGITS_TOLERANCE`` (it needs ``inputs``)."""
+    run = _Run(case, s, actual, expected, inputs, ratio_allclose(**(tolerance or DEFAULT_TOLERANCE)), logits_tol)
+    return {out.name: OutputCheck(out.name, [OUTPUT_CHECKS[check](run, stage, out.name) for check in out.checks])
+            for stage in case.chain for out in stage.outputs}
 
 
 def _perturbation(where: tuple, shape: tuple) -> dict:

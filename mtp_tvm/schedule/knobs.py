@@ -1,0 +1,158 @@
+"""Typed schedule knobs: one frozen dataclass per rule, built from a schedule file's JSON.
+
+A schedule file is data a user edits, so every key is checked: an unknown key, a missing required one, a value
+of the wrong JSON type or outside its allowed set is a one-line ``UsageError`` naming the file, the schedule and
+the key. Knobs left ``None`` are derived from the target when the rule runs (``CpuIsa``: vector lanes and the
+register budget), so one file serves AVX2, AVX-512 and NEON.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from typing import Literal
+
+from ..support.errors import UsageError
+
+
+@dataclasses.dataclass(frozen=True)
+class GemmOperands:
+    """What a GEMM block multiplies: its activation and weight buffers (by name); ``widen``: copy the
+    activation once per call into a kernel-local FP32 buffer (BF16 activations)."""
+
+    activation: str
+    weight: str
+    widen: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class CpuGemm:
+    """``cpu_gemm``: a register tile of ``register_rows`` token rows x ``column_vectors`` vectors of columns,
+    K streamed in ``k_chunk`` order, the weight packed column-blocked once (``pack_weight``), strips in parallel
+    over ``parallel``. ``register_rows``/``column_vectors`` None: from the target's register budget."""
+
+    blocks: dict[str, GemmOperands]
+    epilogue: tuple[str, ...] = ()
+    k_chunk: int = 128
+    register_rows: int | None = None
+    column_vectors: int | None = None
+    parallel: Literal["columns", "tokens"] = "columns"
+    unroll: bool = True
+    accumulator: Literal["global", "local"] = "global"
+    pack_weight: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class CpuRows:
+    """``cpu_rows``: rows in parallel (``parallel``), columns vectorised ``vector_width`` lanes (None: the
+    target's FP32 lanes); ``compute_at_row`` producers move under the row loop (consumer first)."""
+
+    row_block: str
+    compute_at_row: tuple[str, ...] = ()
+    parallel_blocks: tuple[str, ...] = ()
+    vector_width: int | None = None
+    parallel: Literal["rows", "none"] = "rows"
+
+
+@dataclasses.dataclass(frozen=True)
+class CpuLmHead:
+    """``cpu_lm_head``: the TP LM head with an owner's selected rows innermost, in one vector register (their
+    count is the kernel's 8 rows); vocab columns in parallel, K in chunk order (bitwise the plain kernel)."""
+
+    select_block: str = "select_rows"
+    logits_block: str = "logits"
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuGemm:
+    """``gpu_gemm``: a thread block per 16-token tile x ``column_tile`` columns, 16 row-warps x ``k_threads``
+    K lanes, ``vector_width`` elements per load, the weight K chunk staged in shared memory (``stage_weight``)."""
+
+    blocks: dict[str, GemmOperands]
+    column_tile: int
+    k_threads: int
+    vector_width: int
+    stage_weight: Literal["shared"] | None = None
+    epilogue: tuple[str, ...] = ()
+    epilogue_threads: int = 256
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuRows:
+    """``gpu_rows``: a thread block per row, ``threads`` lanes over its columns; see ``gpu_rules.gpu_rows``."""
+
+    row_block: str
+    threads: int
+    compute_at_row: tuple[str, ...] = ()
+    cross_thread: tuple[str, ...] = ()
+    own_kernel: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuFlat:
+    """``gpu_flat``: every loop of each block fused over blocks x ``threads`` (copies)."""
+
+    blocks: tuple[str, ...]
+    threads: int
+
+
+def _convert(value, hint, where: str):
+    """``value`` (decoded JSON) as type ``hint``, or a UsageError naming ``where``."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return _convert(value, arg, where)
+            except UsageError:
+                continue
+        raise UsageError(f"{where}: {value!r} is not a {hint}")
+    if origin is Literal:
+        if value not in args:
+            raise UsageError(f"{where}: {value!r} is not one of {', '.join(map(repr, args))}")
+        return value
+    if origin is tuple:
+        if not isinstance(value, list):
+            raise UsageError(f"{where}: expected a list, got {value!r}")
+        return tuple(_convert(v, args[0], f"{where}[{i}]") for i, v in enumerate(value))
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise UsageError(f"{where}: expected an object, got {value!r}")
+        return {k: _convert(v, args[1], f"{where}.{k}") for k, v in value.items()}
+    if dataclasses.is_dataclass(hint):
+        return from_json(hint, value, where)
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise UsageError(f"{where}: expected true or false, got {value!r}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise UsageError(f"{where}: expected a positive integer, got {value!r}")
+        return value
+    if hint is str:
+        if not isinstance(value, str):
+            raise UsageError(f"{where}: expected a string, got {value!r}")
+        return value
+    raise TypeError(f"no JSON conversion for {hint}")  # pragma: no cover - a knob type this module lacks
+
+
+def from_json(cls, data, where: str):
+    """An instance of knob dataclass ``cls`` from a JSON object; ``where`` prefixes every error."""
+    if not isinstance(data, dict):
+        raise UsageError(f"{where}: expected an object, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise UsageError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(fields)})")
+    missing = [n for n, f in fields.items() if n not in data
+               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise UsageError(f"{where}: missing key {missing[0]!r}")
+    return cls(**{k: _convert(v, hints[k], f"{where}: key {k!r}") for k, v in data.items()})
+
+
+RULE_KNOBS: dict[str, type] = {"cpu_gemm": CpuGemm, "cpu_rows": CpuRows, "cpu_lm_head": CpuLmHead,
+                               "gpu_gemm": GpuGemm, "gpu_rows": GpuRows, "gpu_flat": GpuFlat}
