@@ -1,6 +1,8 @@
 """Every schedule keeps every golden; traces are saved and replay; weight packing is lifted out of the per-call
 path and done once per weight set; every case builds for CUDA sm_80 and sm_90 with its source saved."""
 
+import dataclasses
+import json
 import shutil
 
 import numpy as np
@@ -11,12 +13,18 @@ from tvm import s_tir
 from tvm.script import tirx as T
 
 import mtp_tvm
+from mtp_tvm import UsageError
 from mtp_tvm.compiler.runtime import TRANSFORM_PARAMS, WeightCache
 from mtp_tvm.compiler.tensors import to_numpy
 from mtp_tvm.ir import tir_kernels as kernels
 from mtp_tvm.passes.target import resolve_target
 from mtp_tvm.schedule.apply import RULES, ApplySchedules, fresh_copy
-from mtp_tvm.schedule.files import kernel_of, load_schedules, schedule_names
+from mtp_tvm.schedule.files import (
+    kernel_of,
+    load_schedules,
+    parse_schedule_file,
+    schedule_names,
+)
 from mtp_tvm.spec.cases import CASES
 from mtp_tvm.spec.presets import make_shapes
 from mtp_tvm.verify.golden_check import compare_outputs
@@ -171,3 +179,65 @@ def test_cuda_source_compiles_with_nvcc(arch):
 @pytest.mark.parametrize("case", list(CASES))
 def test_cuda_meets_the_goldens(case, schedule):
     _meets_goldens(mtp_tvm.compile(case=case, target="cuda", preset="tiny", schedule=schedule))
+
+
+# ---- schedule files are checked data -------------------------------------------------------------------------
+
+GEMM = {"rule": "cpu_gemm", "blocks": {"logits": {"activation": "X", "weight": "w", "widen": True}}}
+
+
+@pytest.mark.parametrize("entry, message", [
+    ({**GEMM, "unrol": True}, r"k.json#default: unknown key 'unrol'"),
+    ({**GEMM, "unroll": "register_rows"}, r"k.json#default: key 'unroll': expected true or false, got 'register_rows'"),
+    ({**GEMM, "parallel": "diagonal"}, r"k.json#default: key 'parallel': 'diagonal' is not one of"),
+    ({**GEMM, "k_chunk": 0}, r"key 'k_chunk': expected a positive integer, got 0"),
+    ({"rule": "cpu_gemm"}, r"k.json#default: missing key 'blocks'"),
+    ({**GEMM, "blocks": {"logits": {"activation": "X"}}}, r"key 'blocks'.logits: missing key 'weight'"),
+    ({**GEMM, "rule": "cpu_gem"}, r"key 'rule': 'cpu_gem' is not one of"),
+    ({**GEMM, "per_isa": {"avx3": {}}}, r"key 'per_isa' takes an object keyed by avx2"),
+])
+def test_a_bad_schedule_file_is_one_line_naming_file_schedule_and_key(entry, message):
+    with pytest.raises(UsageError, match=message) as e:
+        parse_schedule_file(json.dumps({"kernel": "k", "schedules": {"default": entry}}), "llvm/k.json", "k")
+    assert "\n" not in str(e.value)
+
+
+def test_variants_inherit_default_and_isa_entries_override():
+    text = json.dumps({"kernel": "k", "schedules": {
+        "default": {**GEMM, "per_isa": {"avx2": {"register_rows": 4}}}, "unpacked": {"pack_weight": False}}})
+    parsed = parse_schedule_file(text, "llvm/k.json", "k")
+    default, unpacked = parsed["default"], parsed["unpacked"]
+    assert unpacked.knobs == dataclasses.replace(default.knobs, pack_weight=False)
+    assert default.knobs_for("avx2").register_rows == 4 and default.knobs_for("avx512").register_rows is None
+    assert unpacked.knobs_for("avx2") == dataclasses.replace(default.knobs_for("avx2"), pack_weight=False)
+
+
+def test_missing_schedule_files_are_an_error_not_an_unscheduled_build(monkeypatch, tmp_path):
+    from mtp_tvm.schedule import files
+
+    monkeypatch.setattr(files, "HAND_SCHEDULES", "no-such-folder")
+    files._load.cache_clear()
+    try:
+        with pytest.raises(UsageError, match="no hand schedules found for llvm .*reinstall mtp_tvm"):
+            mtp_tvm.compile(case="logits", preset="tiny")
+    finally:
+        files._load.cache_clear()
+
+
+@pytest.mark.parametrize("mcpu, lanes", [("haswell", 8), ("znver4", 16)])
+def test_register_tiles_fit_the_register_file_of_the_target(mcpu, lanes):
+    from mtp_tvm.passes.target import cpu_isa
+    from mtp_tvm.schedule.cpu_rules import register_tile
+    from mtp_tvm.schedule.knobs import CpuGemm
+
+    isa = cpu_isa(resolve_target({"kind": "llvm", "mcpu": mcpu}))
+    for columns in (16160, 4096, 512, 1000):
+        rows, width = register_tile(isa, columns, CpuGemm(blocks={}))
+        vectors = -(-width // lanes)
+        assert columns % width == 0 and 16 % rows == 0 and rows * vectors + vectors + 1 <= isa.vector_registers
+
+
+def test_kernels_no_schedule_covers_are_named():
+    m = mtp_tvm.compile(case="logits", preset="tiny", frontend="relax")
+    assert m.unscheduled and all(name not in m.schedule_traces for name in m.unscheduled)
+    assert mtp_tvm.compile(case="logits", preset="tiny").unscheduled == []

@@ -54,6 +54,7 @@ class CompiledCase(Runnable):
     schedule_traces: dict[str, str] = dataclasses.field(default_factory=dict)  # PrimFunc -> str(sch.trace)
     device_source: str | None = None  # the generated CUDA C of a GPU build
     untuned: list[str] = dataclasses.field(default_factory=list)  # schedule "tuned": kernels without a record
+    unscheduled: list[str] = dataclasses.field(default_factory=list)  # kernels no schedule covers (as written)
     pass_records: list[PassRecord] = dataclasses.field(default_factory=list, repr=False)  # time_passes, dumps
     gate: dict | None = None                   # what --disable-pass / --bisect-limit did (pass_gate.gate_summary)
     optimized_module: tvm.IRModule | None = dataclasses.field(default=None, repr=False)  # entering lowering
@@ -136,13 +137,15 @@ def compile(spec: BuildSpec | None = None, debug: DebugOptions | None = None, **
         records = recorder.records if recorder is not None else []
         _check_disabled_names(gate, records)
         compiled = CompiledCase(c, shapes, tgt, frontend, ex, seconds, None, schedule, dict(applier.traces), source,
-                                untuned=list(applier.untuned), pass_records=records,
+                                untuned=list(applier.untuned), unscheduled=list(applier.unscheduled),
+                                pass_records=records,
                                 gate=gate_summary(records, gate) if gate.active else None,
                                 optimized_module=captured.get("optimized"), spec=spec, debug=debug)
         if recorder is not None:
             t1 = time.perf_counter()
             jit = (lambda: compiled.vm) if dump and runs_here(tgt) else None  # made while the assembly is
-            compiled.dump_dir = _finish_dumps(recorder, {**meta, "build_seconds": seconds},
+            compiled.dump_dir = _finish_dumps(recorder, {**meta, "build_seconds": seconds,
+                                                         "unscheduled": compiled.unscheduled},
                                               codegen=generated_code(ex, source) if dump else None,
                                               attachments={"schedule_trace.py": applier.trace_script()},
                                               meanwhile=jit)
