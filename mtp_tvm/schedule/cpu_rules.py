@@ -14,11 +14,14 @@ ROW_QUANTA = (8, 4, 2, 1)  # register rows must divide the token tile of 16: the
 
 
 def register_tile(isa: CpuIsa, columns: int, knobs: CpuGemm) -> tuple[int, int]:
-    """``(register_rows, strip_columns)``: the knobs' values, or the largest accumulator tile that fits the
-    register file with its weight vectors and one broadcast (``rows * vectors + vectors + 1 <= registers``),
-    whose column strip divides ``columns`` (so strips and the packed layout need no bounds checks; a shard no
-    whole vector divides gets a part of one, e.g. 8 columns of 1000); on a tie, more rows (each weight load
-    serves more FMAs)."""
+    """``(register_rows, strip_columns)``: the knobs' values, or else the most register rows (up to 8, the
+    largest divisor of the token tile that leaves room) with one vector of columns. The GEMMs are skinny (T
+    rows against a weight streamed from memory), so they are bandwidth-bound: wider strips only grow the
+    accumulator tile and the packed strip without saving traffic (measured on Zen 4: 8 x 16 columns 26 ms,
+    8 x 32 43 ms, 4 x 80 over 270 ms for the FLASH logits; AVX2 code: 8 x 8 and 4 x 16 both ~27 ms). A strip
+    divides ``columns`` (so strips and the packed layout need no bounds checks; a shard no whole vector divides
+    gets a part of one, e.g. 8 columns of 1000) and the tile fits the register file with its weight vectors and
+    a broadcast (``rows * vectors + vectors + 1 <= registers``)."""
     lanes = isa.fp32_lanes
     widths = [c * lanes for c in range(1, isa.vector_registers)] + [lanes >> i for i in range(1, lanes.bit_length())]
     fits = [(r, w) for r in ROW_QUANTA for w in widths
@@ -28,7 +31,7 @@ def register_tile(isa: CpuIsa, columns: int, knobs: CpuGemm) -> tuple[int, int]:
         raise ValueError(f"no register tile of {knobs.register_rows or 'any'} rows x {knobs.column_vectors or 'any'} "
                          f"vectors of {lanes} lanes fits {isa.vector_registers} registers and divides {columns} "
                          "columns")
-    return max(fits, key=lambda rw: (rw[0] * rw[1], rw[0]))
+    return max(fits, key=lambda rw: (rw[0], min(rw[1], lanes), -rw[1]))
 
 
 def row_quantum(knobs: CpuGemm, isa: CpuIsa, columns: int) -> int:
