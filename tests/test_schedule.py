@@ -241,3 +241,17 @@ def test_kernels_no_schedule_covers_are_named():
     m = mtp_tvm.compile(case="logits", preset="tiny", frontend="relax")
     assert m.unscheduled and all(name not in m.schedule_traces for name in m.unscheduled)
     assert mtp_tvm.compile(case="logits", preset="tiny").unscheduled == []
+
+
+def test_only_the_real_rows_run_and_the_outputs_stay_bitwise(monkeypatch):
+    """The GEMMs run ceil(T / r) * r rows (r = the register rows), not the padded 16, with unchanged outputs."""
+    real = mtp_tvm.compile(case="tail", preset="tiny")
+    gemm = real.optimized_module["lm_head_logits_prepacked"]  # (after the weight packing is lifted)
+    assert "blocks" in [p.name for p in gemm.params]  # ceil(T / r), passed by main
+    monkeypatch.setattr("mtp_tvm.schedule.apply.row_quantum", lambda knobs, isa, columns: 16)  # the full tile
+    full = mtp_tvm.compile(case="tail", preset="tiny")
+    assert "blocks" not in [p.name for p in full.optimized_module["lm_head_logits_prepacked"].params]
+    for tokens in (1, 5, 8, 17):
+        inputs = {k: to_numpy(v) for k, v in real.case.make_inputs(make_shapes("tiny", tokens), 3).items()}
+        a, b = real.run(inputs), full.run(inputs)
+        assert all(np.array_equal(a[k].view(np.uint8), b[k].view(np.uint8)) for k in a), tokens
