@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 import traceback
 
 from .compiler.options import BuildSpec, DebugOptions
@@ -115,6 +117,8 @@ def _cmd_check(args) -> int:
     _print_debug_footer(args, result.pass_records, result.gate, result.dump_dir)
     if result.repro_dir:
         print(f"reproducer: {result.repro_dir} (python {result.repro_dir}/repro.py)")
+    elif result.repro_error:
+        print(f"reproducer: not written: {result.repro_error}")
     return _check_exit(args, result)
 
 
@@ -173,19 +177,21 @@ def _cmd_build(args) -> int:
                   check=args.check, seed=args.seed)
     if built.check is not None:
         print(summary_table(built.check))
-    print(describe(built))
+    if built.path is None:
+        print(f"the artifact FAILED its golden check: nothing was written ({args.out} is as it was)")
+    else:
+        print(describe(built))
     _print_debug_footer(args, built.compiled.pass_records, built.compiled.gate, built.compiled.dump_dir)
-    if built.check is not None and not built.check.passed:
-        print("the artifact was written, but FAILED its golden check (recorded in its manifest)")
-        return 1
-    return 0
+    return 0 if built.check is None or built.check.passed else 1
 
 
 def _cmd_run(args) -> int:
     from .artifact.load import load
     from .compiler.tensors import read_npz, write_npz
 
-    artifact = load(args.artifact)
+    if os.path.realpath(args.out) == os.path.realpath(args.inputs):
+        raise UsageError(f"--out {args.out} is the --inputs file; write the outputs elsewhere")
+    artifact = load(args.artifact, allow_failed=args.allow_failed)
     outputs = artifact.run(read_npz(args.inputs, {n: t.dtype for n, t in artifact.input_specs.items()}))
     write_npz(args.out, outputs)
     for name, a in outputs.items():
@@ -240,15 +246,22 @@ OPENBLAS_SLOW_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")  # set on this ho
 
 
 def _cmd_bench(args) -> int:
+    from .passes.target import resolve_target
+    from .schedule.files import schedule_names
 
+    compare = tuple(filter(None, (s.strip() for s in (args.compare_schedules or "").split(","))))
+    known = schedule_names(resolve_target(args.target))
+    unknown = [s for s in compare if s not in known]
+    if unknown:
+        raise UsageError(f"--compare-schedules: unknown schedule {unknown[0]!r} for target {args.target}; choose "
+                         f"from {', '.join(known)}")
     if any(v in os.environ for v in OPENBLAS_SLOW_VARS):  # numpy read them at import: re-run without them
         env = {k: v for k, v in os.environ.items() if k not in OPENBLAS_SLOW_VARS}
         os.execve(sys.executable, [sys.executable, "-m", "mtp_tvm", *sys.argv[1:]], env)
     from .tools.bench import bench
 
     result = bench(case=args.case, target=args.target, preset=args.preset, vocab_shard=args.vocab_shard,
-                   schedule=args.schedule, tokens=args.tokens, rounds=args.rounds,
-                   compare_schedules=tuple(filter(None, (args.compare_schedules or "").split(","))))
+                   schedule=args.schedule, tokens=args.tokens, rounds=args.rounds, compare_schedules=compare)
     print(result.table())
     if args.json:
         result.write_json(args.json)
@@ -311,6 +324,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("artifact", metavar="DIR", help="an artifact folder written by build")
     p.add_argument("--inputs", required=True, metavar="IN.npz", help="one array per input name")
     p.add_argument("--out", required=True, metavar="OUT.npz", help="where to write the outputs")
+    p.add_argument("--allow-failed", action="store_true",
+                   help="run an artifact even though its recorded golden check failed")
     p.set_defaults(handler=_cmd_run)
     p = sub.add_parser("bench", help="time a case against torch/numpy, interleaved, with measured peak and bandwidth")
     p.add_argument("--case", default="logits", help="logits, projection, norm or tail (default logits)")
@@ -353,9 +368,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _terminated(_signum, _frame):
+    """SIGTERM (a job scheduler, ``kill``) unwinds like Ctrl-C, so temporary folders and files are removed."""
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    on_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminated) if on_main_thread else None
     try:
         return args.handler(args)
     except MtpError as e:
@@ -366,6 +388,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("mtp-tvm: interrupted", file=sys.stderr)
         return 130
+    finally:
+        if on_main_thread:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":  # pragma: no cover

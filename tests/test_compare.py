@@ -2,9 +2,15 @@ import numpy as np
 import pytest
 import torch
 
-from mtp_tvm.verify.comparators import check_logits_contract, check_sampled_ids, device_hidden_logits_allclose, logits_tolerance, ratio_allclose
-from mtp_tvm.support.errors import UsageError
 from mtp_tvm.spec.golden import compute_lm_head_logits
+from mtp_tvm.support.errors import UsageError
+from mtp_tvm.verify.comparators import (
+    check_logits_contract,
+    check_sampled_ids,
+    device_hidden_logits_allclose,
+    logits_tolerance,
+    ratio_allclose,
+)
 
 
 def _ref(n=100, value=2.0):
@@ -225,3 +231,34 @@ def test_sampled_ids_must_be_the_first_argmax_of_their_row():
     r = check_sampled_ids(last_of_tie, logits)
     assert not r.passed and r.worst_index == (0, 1) and "id 4, argmax 2" in r.detail
     assert not check_sampled_ids(good[:, :2], logits).passed
+
+
+@pytest.mark.parametrize("bad", [{"atol": float("nan")}, {"rtol": float("nan")}, {"atol": float("inf")},
+                                 {"rtol": -0.1}, {"max_error_ratio": float("nan")}])
+def test_every_tolerance_must_be_finite_and_non_negative(bad):
+    with pytest.raises(UsageError, match="must be"):
+        ratio_allclose(**bad)
+    with pytest.raises(UsageError, match="must be"):
+        device_hidden_logits_allclose(2, **bad)
+
+
+@pytest.mark.parametrize("guard", [float("nan"), float("inf"), 0.0])
+def test_the_end_to_end_guard_must_be_finite_and_positive(guard):
+    with pytest.raises(UsageError, match="max_e2e_abs_diff must be finite and > 0"):
+        device_hidden_logits_allclose(2, max_e2e_abs_diff=guard)
+
+
+def test_the_logits_contract_stays_linear_in_memory():
+    import tracemalloc
+
+    tokens, vocab = 16384, 8  # a T x T matrix would be 2 GiB here, 32 GiB at T = 65536 (the largest T accepted)
+    rng = np.random.default_rng(0)
+    e = rng.standard_normal((tokens, vocab)).astype(np.float32)
+    tracemalloc.start()
+    r = check_logits_contract(e, tokens // 2, 2, vocab, e)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert r.passed and peak < 128 << 20
+    swapped = e.copy()
+    swapped[[0, 1]] = swapped[[1, 0]]
+    assert not check_logits_contract(swapped, tokens // 2, 2, vocab, e).passed

@@ -1,6 +1,12 @@
 import pytest
 
-from mtp_tvm.spec.presets import PRESETS, Preset, make_shapes, padded_tokens, tp_vocab_shard
+from mtp_tvm.spec.presets import (
+    PRESETS,
+    Preset,
+    make_shapes,
+    padded_tokens,
+    tp_vocab_shard,
+)
 from mtp_tvm.support.errors import UsageError
 
 

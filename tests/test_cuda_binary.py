@@ -5,7 +5,11 @@ import shutil
 import pytest
 
 from mtp_tvm.artifact import cuda_binary
-from mtp_tvm.artifact.cuda_binary import KernelResources, compile_fatbin, parse_ptxas_info
+from mtp_tvm.artifact.cuda_binary import (
+    KernelResources,
+    compile_fatbin,
+    parse_ptxas_info,
+)
 from mtp_tvm.support.errors import BuildError
 
 PTXAS = """\

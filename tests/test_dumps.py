@@ -222,3 +222,11 @@ def test_the_trimmed_unified_diff_equals_difflib_on_a_local_change():
     a = [f"line {i}" for i in range(400)]
     b = a[:200] + ["changed"] + a[201:350] + ["new", "lines"] + a[350:]
     assert unified_diff(a, b, "x", "y") == list(difflib.unified_diff(a, b, "x", "y", lineterm=""))
+
+
+def test_an_unknown_dump_func_is_refused_and_writes_no_run(tmp_path):
+    from mtp_tvm.support.errors import UsageError
+
+    with pytest.raises(UsageError, match="--dump-func nope: no function of that name"):
+        mtp_tvm.compile(case="norm", preset="tiny", dump_passes=tmp_path, dump_func="nope")
+    assert list(tmp_path.iterdir()) == []

@@ -3,9 +3,9 @@
 import pytest
 import tvm
 
-from mtp_tvm.support.errors import UsageError
 from mtp_tvm.passes.plugins import load_pass_plugin, resolve_extra_passes
 from mtp_tvm.passes.target import resolve_target
+from mtp_tvm.support.errors import UsageError
 
 
 def test_a_plugin_file_gives_passes_per_phase():
@@ -35,3 +35,20 @@ def test_a_missing_plugin_file():
 def test_extra_passes_may_be_a_plain_mapping():
     p = tvm.transform.module_pass(lambda m, _c: m, opt_level=0, name="Noop")
     assert resolve_extra_passes({"legalize": [p]}, resolve_target("llvm")) == {"legalize": [p]}
+
+
+def test_a_plugin_that_is_not_python_is_refused(tmp_path):
+    (tmp_path / "passes.txt").write_text("def passes(target): return {}\n")
+    with pytest.raises(UsageError, match="is not a Python file"):
+        load_pass_plugin(tmp_path / "passes.txt")
+
+
+def test_a_plugin_pass_returning_an_empty_module_is_a_build_error():
+    import mtp_tvm
+
+    @tvm.transform.module_pass(opt_level=0, name="Emptier")
+    def emptier(mod, _ctx):
+        return tvm.IRModule()
+
+    with pytest.raises(mtp_tvm.BuildError, match="has no function 'main' to run"):
+        mtp_tvm.check(case="norm", preset="tiny", extra_passes={"fuse": [emptier]}, log=lambda *_: None)

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import mtp_tvm
-from mtp_tvm.spec.presets import make_shapes
 from mtp_tvm.compiler.tensors import to_numpy
+from mtp_tvm.spec.presets import make_shapes
 
 ENV = {**os.environ, "PYTHONPATH": os.getcwd()}
 RUN_ONCE = """
@@ -181,3 +181,58 @@ def test_ctrl_c_exits_130_and_never_leaves_a_half_written_run_marked_complete(tm
         if (run / "complete").exists():
             index = json.loads((run / "index.json").read_text())
             assert all((run / p["file"]).exists() for p in index["passes"] if p.get("file"))
+
+# ---- round two: options that used to pass a check, or crash, and now are one line ------------------------------
+
+@pytest.mark.parametrize("argv, message", [
+    (["check", "--case", "lm-head", "--preset", "tiny", "--atol", "nan"], "atol and rtol must be finite and >= 0"),
+    (["check", "--case", "lm-head", "--preset", "tiny", "--rtol", "nan"], "atol and rtol must be finite and >= 0"),
+    (["check", "--case", "logits", "--preset", "tiny", "--target", '{"kind": "llvm", "mtriple": "aarch64-linux-gnu"}'],
+     "builds here but cannot run on this machine"),
+    (["check", "--case", "logits", "--preset", "tiny", "--target", '{"kind": "c"}'],
+     "target c builds here but cannot run on this machine"),
+    (["check", "--case", "logits", "--preset", "tiny", "--target", '{"kind": "llvm", "mcpu": "pentium-nope"}'],
+     "unknown mcpu 'pentium-nope'"),
+    (["check", "--case", "logits", "--preset", "tiny", "--dump-passes", "{tmp}", "--dump-func", "nope"],
+     "--dump-func nope: no function of that name"),
+    (["check", "--case", "logits", "--preset", "tiny", "--pass-plugin", "{tmp}/passes.txt"], "is not a Python file"),
+    (["bench", "--case", "logits", "--preset", "tiny", "--compare-schedules", "none,fastest"],
+     "--compare-schedules: unknown schedule 'fastest'"),
+    (["tune", "--work-dir", "{tmp}/passes.txt", "--trials", "1"], "as the tuning work dir"),
+    (["tune", "--rpc-tracker", "127.0.0.1:1", "--trials", "1", "--work-dir", "{tmp}/db"], "cannot reach the RPC tracker"),
+    (["run", "{tmp}/missing-artifact", "--inputs", "{tmp}/passes.txt", "--out", "{tmp}/passes.txt"],
+     "is the --inputs file"),
+    (["bisect", "--case", "logits", "--preset", "tiny", "--schedule-trace", "{tmp}/none.py", "--func", "main"],
+     "cannot read schedule trace"),
+])
+def test_cli_round_two_errors_are_one_line(argv, message, capsys, tmp_path):
+    from mtp_tvm.cli import main
+
+    (tmp_path / "passes.txt").write_text("")
+    assert main([a.replace("{tmp}", str(tmp_path)) for a in argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_func_is_bisects_option_not_the_cli_dispatch():
+    from mtp_tvm.cli import _cmd_bisect, build_parser
+
+    args = build_parser().parse_args(["bisect", "--func", "lm_head_logits"])
+    assert args.func == "lm_head_logits" and args.handler is _cmd_bisect
+
+
+def test_disable_passes_given_as_a_string_is_a_usage_error():
+    with pytest.raises(mtp_tvm.UsageError, match="disable_passes takes a list of pass names"):
+        mtp_tvm.compile(case="norm", preset="tiny", disable_passes="tirx.UnrollLoop")
+
+
+@pytest.mark.parametrize("content", [b"", b"random bytes", b"PK\x03\x04truncated"])
+def test_cli_run_on_a_damaged_inputs_file_exits_2(compiled, tmp_path, capsys, content):
+    from mtp_tvm.artifact.export import export
+    from mtp_tvm.cli import main
+
+    art = export(compiled("logits", "tir"), tmp_path / "a").path
+    (tmp_path / "in.npz").write_bytes(content)
+    assert main(["run", str(art), "--inputs", str(tmp_path / "in.npz"), "--out", str(tmp_path / "o.npz")]) == 2
+    err = capsys.readouterr().err
+    assert "cannot read" in err and "Traceback" not in err and "pickled" not in err

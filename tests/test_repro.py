@@ -68,3 +68,32 @@ def test_the_reproducer_keeps_the_gate_of_the_lowering_phases(tmp_path):
     # lowering phases run with no optional pass: limit 0
     assert spec["gate"] == {"disabled": ["tirx.UnrollLoop"], "limit": 0}
     assert "--bisect-limit 10" in (Path(r.repro_dir) / "command.txt").read_text()
+
+
+def test_mtp_tvm_run_accepts_the_reproducers_inputs(failing, compiled, tmp_path, capsys):
+    from mtp_tvm.artifact.export import export
+    from mtp_tvm.cli import main
+
+    art = export(compiled("tail", "tir"), tmp_path / "tail").path
+    out = tmp_path / "out.npz"
+    assert main(["run", str(art), "--inputs", str(Path(failing.repro_dir) / "inputs.npz"), "--out", str(out)]) == 0
+    assert out.is_file() and "candidate_logits" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("damage", ["repro.json", "module.py", "inputs.npz"])
+def test_a_broken_reproducer_exits_2_not_reproduced_1(failing, tmp_path, damage):
+    folder = tmp_path / "repro"
+    shutil.copytree(failing.repro_dir, folder)
+    (folder / damage).write_bytes(b"{ damaged" if damage != "inputs.npz" else b"")
+    lines = []
+    assert rerun(folder, log=lines.append) == 2 and lines[-1].startswith("repro: error:")
+
+
+def test_a_failing_check_that_cannot_write_its_reproducer_still_reports_the_failure(monkeypatch, capsys):
+    from mtp_tvm.cli import main
+
+    monkeypatch.setenv("MTP_TVM_DUMPS", "/proc/self/no-such-folder/dumps")  # unwritable even as root
+    rc = main(["check", "--case", "tail", "--preset", "tiny", "--schedule", "none", "--seed", "3",
+               "--pass-plugin", str(PLUGIN)])
+    out = capsys.readouterr().out
+    assert rc == 1 and "FAILED" in out and "reproducer: not written: cannot create dump folder under /proc" in out

@@ -18,13 +18,14 @@ from mtp_tvm.compiler.runtime import TRANSFORM_PARAMS, WeightCache
 from mtp_tvm.compiler.tensors import to_numpy
 from mtp_tvm.ir import tir_kernels as kernels
 from mtp_tvm.passes.target import resolve_target
-from mtp_tvm.schedule.apply import RULES, ApplySchedules, fresh_copy
+from mtp_tvm.schedule.apply import ApplySchedules, fresh_copy
 from mtp_tvm.schedule.files import (
     kernel_of,
     load_schedules,
     parse_schedule_file,
     schedule_names,
 )
+from mtp_tvm.schedule.rules import RULES
 from mtp_tvm.spec.cases import CASES
 from mtp_tvm.spec.presets import make_shapes
 from mtp_tvm.verify.golden_check import compare_outputs
@@ -87,7 +88,7 @@ def test_the_trace_is_recorded_and_replays(compiled):
     direct = s_tir.Schedule(tvm.IRModule({"lm_head_logits": fresh_copy(func)}))
     direct.work_on("lm_head_logits")
     ks = load_schedules(LLVM)["lm_head_logits"]["default"]
-    RULES[ks.rule](direct, ks.knobs_for(applier.isa.name), applier.isa)
+    RULES[ks.rule].apply(direct, ks.knobs_for(applier.isa.name), applier.isa)
     assert tvm_ffi.structural_equal(replayed.mod, direct.mod)
 
 
@@ -111,8 +112,9 @@ def test_weight_packing_is_lifted_and_done_once(compiled):
     arrays = [to_numpy(v) for v in m.case.make_inputs(s, 0).values()]
     first, again = m.device_args(arrays), m.device_args(arrays)
     assert first[1] is again[1]  # the packed weight is reused, not re-packed
-    strip = tuple(first[1].shape)[2]  # the register tile's columns, from the target's ISA
-    assert tuple(first[1].shape) == (512 // strip, 256, strip) and strip % 8 == 0  # column-blocked [V/w, K, w]
+    shape = tuple(first[1].shape)  # column strips of w (from the target's ISA): [V/w, K, w] for FMAs,
+    strip = shape[2]               # [V/w, K/2, w, 2] (K pairs) for the dot products
+    assert shape in ((512 // strip, 256, strip), (512 // strip, 128, strip, 2)) and strip % 8 == 0
     arrays[1] = arrays[1].copy()
     arrays[1][0, 0] += 1
     assert m.device_args(arrays)[1] is not first[1]  # a changed weight is packed anew
@@ -146,8 +148,8 @@ def test_cli_schedule_option(capsys):
     assert main(["check", "--case", "norm", "--preset", "tiny", "--schedule", "bogus"]) == 2
 
 
-# The hand LM-head kernel (lm_head_tp) carries a CPU schedule and has no CUDA one yet: its cases build for
-# CUDA with the Relax frontend (tests/test_lm_head.py), not this one.
+# The hand LM-head kernel (lm_head_tp) has a CPU schedule (hand/llvm/lm_head_tp.json) and no CUDA one yet: its
+# cases build for CUDA with the Relax frontend (tests/test_lm_head.py), not this one.
 GPU_TIR_CASES = [case for case in CASES if "lm_head" not in CASES[case].stages]
 CUDA_BUILDS = ([(case, "tir", arch, "default") for case in GPU_TIR_CASES for arch in ("sm_80", "sm_90")]
                + [(case, "tir", "sm_90", "dlight") for case in GPU_TIR_CASES]
@@ -237,10 +239,13 @@ def test_register_tiles_fit_the_register_file_of_the_target(mcpu, lanes):
         assert columns % width == 0 and 16 % rows == 0 and rows * vectors + vectors + 1 <= isa.vector_registers
 
 
-def test_kernels_no_schedule_covers_are_named():
-    m = mtp_tvm.compile(case="logits", preset="tiny", frontend="relax")
+def test_kernels_no_schedule_covers_are_named(tmp_path):
+    m = mtp_tvm.compile(case="logits", preset="tiny", frontend="relax", dump_passes=tmp_path)
     assert m.unscheduled and all(name not in m.schedule_traces for name in m.unscheduled)
+    assert f"# lowered as written (no schedule covers them): {', '.join(sorted(m.unscheduled))}" in (
+        m.dump_dir / "schedule_trace.py").read_text()
     assert mtp_tvm.compile(case="logits", preset="tiny").unscheduled == []
+    assert mtp_tvm.compile(case="logits", preset="tiny", schedule="none").unscheduled == []  # asked for: not news
 
 
 def test_only_the_real_rows_run_and_the_outputs_stay_bitwise(monkeypatch):
@@ -255,3 +260,17 @@ def test_only_the_real_rows_run_and_the_outputs_stay_bitwise(monkeypatch):
         inputs = {k: to_numpy(v) for k, v in real.case.make_inputs(make_shapes("tiny", tokens), 3).items()}
         a, b = real.run(inputs), full.run(inputs)
         assert all(np.array_equal(a[k].view(np.uint8), b[k].view(np.uint8)) for k in a), tokens
+
+
+@pytest.mark.parametrize("mcpu, logits_op, projection_op", [
+    ("znver3", "vfmadd", "vpmaddwd"),         # AVX2: FMAs for BF16, vpmaddwd for int8
+    ("znver4", "vdpbf16ps", "vpdpwssd"),      # AVX512-BF16 and AVX512-VNNI
+    ("sapphirerapids", "vdpbf16ps", "vpdpwssd"),
+])
+def test_the_gemms_use_the_dot_products_of_the_target(mcpu, logits_op, projection_op):
+    """Instruction selection read from the assembly: no CPU of that kind is needed (cross-ISA builds)."""
+    target = {"kind": "llvm", "mcpu": mcpu, "num-cores": 2}
+    for case, op in (("logits", logits_op), ("projection", projection_op)):
+        asm = mtp_tvm.compile(case=case, preset="tiny", target=target).executable.mod.imports[0].inspect_source("asm")
+        assert op in asm, (mcpu, case, op)
+        assert "vdpbf16ps" not in asm if mcpu == "znver3" else True  # never an instruction the target lacks

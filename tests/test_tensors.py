@@ -34,3 +34,36 @@ def test_npz_keeps_bf16(tmp_path):
     assert back["y"].dtype == np.float32
     with pytest.raises(UsageError, match="cannot read"):
         read_npz(tmp_path / "missing.npz", {})
+
+
+def _npz_bytes(tmp_path) -> bytes:
+    write_npz(tmp_path / "good.npz", {"x": np.arange(64, dtype=np.float32)})
+    return (tmp_path / "good.npz").read_bytes()
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda good: b"", "the file is empty"),
+    (lambda good: good[: len(good) // 2], "the archive is damaged"),
+    (lambda good: good[:60] + bytes([good[60] ^ 0xFF]) + good[61:], "the archive is damaged"),
+    (lambda good: np.lib.format.magic(1, 0) + b"\x00" * 64, "it is a single .npy array, not an .npz archive"),
+    (lambda good: b"\x80\x04random bytes, not pickled data", r"not an .npz file \(a zip archive of .npy arrays\)"),
+])
+def test_a_damaged_or_wrong_inputs_file_is_one_line(tmp_path, make, message):
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(make(_npz_bytes(tmp_path)))
+    with pytest.raises(UsageError, match=r"^cannot read .*bad\.npz: " + message) as e:
+        read_npz(bad, {})
+    assert len(str(e.value).splitlines()) == 1 and "pickled" not in str(e.value)
+
+
+def test_a_zip_without_arrays_is_refused(tmp_path):
+    import zipfile
+
+    with zipfile.ZipFile(tmp_path / "empty.npz", "w"):
+        pass
+    with pytest.raises(UsageError, match="the archive holds no arrays"):
+        read_npz(tmp_path / "empty.npz", {})
+    with zipfile.ZipFile(tmp_path / "text.npz", "w") as z:
+        z.writestr("notes.txt", "hello")
+    with pytest.raises(UsageError, match="'notes.txt' in the archive is not an .npy array"):
+        read_npz(tmp_path / "text.npz", {})

@@ -84,3 +84,37 @@ def test_tuned_without_a_database_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("MTP_TVM_TUNED_ROOT", str(tmp_path))
     with pytest.raises(mtp_tvm.UsageError, match="no tuning database"):
         mtp_tvm.compile(case="logits", preset="tiny", schedule="tuned")
+
+
+@pytest.mark.parametrize("tracker", ["127.0.0.1:{free}", "no-such-host.invalid:9190"])
+def test_an_unreachable_tracker_fails_fast_with_one_line(tmp_path, tracker):
+    from mtp_tvm.tools.tune import TRACKER_TIMEOUT_S
+
+    t0 = time.monotonic()
+    with pytest.raises(mtp_tvm.UsageError, match=r"cannot reach the RPC tracker .* within 10 s") as e:
+        tune("logits", "llvm", "tiny", "tir", trials=1, rpc=(tracker.format(free=_free_port()), "mtp"),
+             work_dir=tmp_path / "db", log=lambda _: None)
+    assert time.monotonic() - t0 < TRACKER_TIMEOUT_S + 5 and len(str(e.value).splitlines()) == 1
+    assert not (tmp_path / "db").exists()  # no database written for a tuning that never measured
+
+
+def test_a_tracker_without_servers_for_the_key_is_refused(tmp_path):
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", "127.0.0.1", "--port", str(port),
+                             "--port-end", str(port + 1), "--silent"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        _wait("RPC tracker", lambda: _accepts(port))
+        from mtp_tvm.tools.tune import require_tracker
+
+        with pytest.raises(mtp_tvm.UsageError, match="has no server registered with key 'mtp'"):
+            require_tracker("127.0.0.1", port, "mtp")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_a_work_dir_that_is_a_file_is_one_line(tmp_path):
+    (tmp_path / "f").write_text("")
+    with pytest.raises(mtp_tvm.UsageError, match="cannot use .*f as the tuning work dir"):
+        tune("logits", "llvm", "tiny", "tir", trials=1, work_dir=tmp_path / "f", log=lambda _: None)

@@ -1,31 +1,46 @@
 """Installed as a user installs it (a wheel, outside the checkout), the package builds the same binaries: the
-hand schedules ship inside the wheel, and the installed package applies the same schedule traces."""
+hand schedules ship inside the wheel, and the installed package applies the same schedule traces.
+
+The wheel is built from a copy of the sources (so setuptools' ``build/`` never lands in, or leaks stale files
+from, the shared checkout) without build isolation (the project venv's setuptools: no download). It is installed
+with ``pip install --target`` and imported by a ``python -I -S`` subprocess whose ``sys.path`` is the install
+folder, the standard library and the venv's site-packages without its ``.pth`` files: the editable install's
+finder (``__editable__.mtp_tvm-*.pth``) never runs, and torch and tvm are the venv's, not downloaded again.
+"""
 
 import json
-import os
+import shutil
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from pathlib import Path
 
 import pytest
+
+import mtp_tvm
 
 ROOT = Path(__file__).resolve().parent.parent
 HAND = ROOT / "mtp_tvm" / "schedule" / "hand"
 
 TRACES = """
 import json, sys
+sys.path[:0] = [{site!r}]
+sys.path += [{venv!r}]
 import mtp_tvm
-print(json.dumps({"file": mtp_tvm.__file__,
-                  "traces": mtp_tvm.compile(case="logits", preset="tiny").schedule_traces}))
+print(json.dumps({{"file": mtp_tvm.__file__,
+                  "traces": mtp_tvm.compile(case="logits", preset="tiny").schedule_traces}}))
 """
 
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(ROOT)], check=True,
-                   capture_output=True, timeout=600)
+    src, out = tmp_path_factory.mktemp("src"), tmp_path_factory.mktemp("wheel")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, src / name)
+    shutil.copytree(ROOT / "mtp_tvm", src / "mtp_tvm", ignore=shutil.ignore_patterns("__pycache__"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out),
+                    str(src)], check=True, capture_output=True, timeout=300)
     (found,) = out.glob("mtp_tvm-*.whl")
     return found
 
@@ -42,14 +57,12 @@ def test_the_wheel_holds_every_hand_schedule(wheel):
 def test_an_installed_wheel_applies_the_checkouts_schedules(wheel, tmp_path):
     site = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
-                   check=True, capture_output=True, timeout=600)
-    env = {**os.environ, "PYTHONPATH": str(site)}
-    runs = {}
-    for where, cwd, extra in (("installed", tmp_path, env), ("checkout", ROOT, os.environ)):
-        out = subprocess.run([sys.executable, "-c", TRACES], cwd=cwd, env=extra, capture_output=True, text=True,
-                             timeout=600)
-        assert out.returncode == 0, out.stderr[-2000:]
-        runs[where] = json.loads(out.stdout.strip().splitlines()[-1])
-    assert Path(runs["installed"]["file"]).is_relative_to(site)  # not the checkout's package
-    assert Path(runs["checkout"]["file"]).is_relative_to(ROOT)
-    assert runs["installed"]["traces"] == runs["checkout"]["traces"] and "lm_head_logits" in runs["checkout"]["traces"]
+                   check=True, capture_output=True, timeout=300)
+    script = TRACES.format(site=str(site), venv=sysconfig.get_paths()["purelib"])
+    out = subprocess.run([sys.executable, "-I", "-S", "-c", script], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    installed = json.loads(out.stdout.strip().splitlines()[-1])
+    assert Path(installed["file"]).is_relative_to(site)  # the wheel's package, not the checkout's
+    checkout = mtp_tvm.compile(case="logits", preset="tiny").schedule_traces  # this process: the checkout's
+    assert installed["traces"] == checkout and "lm_head_logits" in checkout

@@ -12,7 +12,8 @@ CUDA device code is compiled ahead of time by nvcc into a fatbin for every reque
 of the CUDA source TVM would embed (see ``embedded.py``). This module writes them
 (``build``, ``export``); ``manifest.py`` defines and validates the manifest, ``load.py`` runs one. Folders are
 written atomically: everything goes into a
-temporary folder beside the target, which is renamed into place only when complete.
+temporary folder beside the target (``.<DIR>.partial-<pid>-<id>``), which is swapped into place only when
+complete (and, with ``--check``, only when it passed); the next build removes the partial folders of killed ones.
 """
 
 from __future__ import annotations
@@ -21,11 +22,11 @@ import contextlib
 import dataclasses
 import datetime
 import hashlib
+import json
 import os
 import shutil
 import tempfile
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -58,6 +59,7 @@ from ..passes.target import (
     target_json,
     target_triple,
 )
+from ..support.atomic_file import remove_stale, replace_dir, temp_prefix
 from ..support.errors import BuildError, UsageError, last_line
 from ..support.text_table import text_table
 from ..verify.golden_check import validate_seed
@@ -121,46 +123,81 @@ def _find_module(mod, kind: str):
     return None
 
 
+def _artifact_files(folder: Path) -> set[str] | None:
+    """The files an artifact folder consists of, by its manifest (None: it has no readable manifest)."""
+    try:
+        m = json.loads((folder / MANIFEST).read_text())
+        return {MANIFEST, str(m["library"]["file"]), *map(str, m["sources"])}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _replaceable(folder: Path) -> bool:
+    """Only an empty folder, or an artifact folder holding nothing but its own files, may be replaced: never a
+    symlink, a file, or a folder with the user's files in it."""
+    if folder.is_symlink() or not folder.is_dir():
+        return False
+    found = {str(p.relative_to(folder)) for p in folder.rglob("*") if not p.is_dir() or p.is_symlink()}
+    own = _artifact_files(folder) if found else set()
+    return own is not None and found <= own
+
+
 def _refuse_existing(out: Path, force: bool) -> None:
     if not (out.exists() or out.is_symlink()):
         return
     if not force:
         raise UsageError(f"{out} already exists; pass --force to replace it")
-    if out.is_symlink() or not out.is_dir() or (any(out.iterdir()) and not (out / MANIFEST).is_file()):
-        raise UsageError(f"{out} exists and is not an mtp-tvm artifact; refusing to replace it")
+    if not _replaceable(out):
+        raise UsageError(f"{out} exists and is not an mtp-tvm artifact (or holds files of yours); refusing to "
+                         "replace it")
+
+
+PARTIAL = "partial"  # the folder a build writes into: .<DIR>.partial-<pid>-<random>
+
+
+@dataclasses.dataclass
+class _Stage:
+    """The folder being written; ``discard()`` drops it at the end instead of swapping it in."""
+
+    path: Path
+    keep: bool = True
+
+    def discard(self) -> None:
+        self.keep = False
 
 
 @contextlib.contextmanager
 def _staged(out: Path | None, force: bool):
-    """A fresh folder to write into; renamed to ``out`` on success, removed (with any parents it created) on
-    failure. ``out`` None: a temporary folder, always removed (compile-only builds)."""
+    """A ``_Stage`` to write into, swapped in for ``out`` (``replace_dir``) when the block ends unless discarded;
+    on a failure, an interrupt or a discard it is removed with any parents it created, and ``out`` is as it was.
+    ``out`` None: a temporary folder, always removed (compile-only builds). The partial folders of killed
+    builds are removed first; a write error (a full disk) is one line."""
     if out is None:
         with tempfile.TemporaryDirectory(prefix="mtp-tvm-build-") as d:
-            yield Path(d)
+            yield _Stage(Path(d))
         return
     _refuse_existing(out, force)
     created = [p for p in (out.parent, *out.parent.parents) if not p.exists()]
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+        remove_stale(out, PARTIAL)
+        stage = _Stage(Path(tempfile.mkdtemp(prefix=temp_prefix(out, PARTIAL), dir=out.parent)))
     except OSError as e:
         raise UsageError(f"cannot create {out}: {e.strerror}") from None
     try:
-        yield tmp
-        _refuse_existing(out, force)  # it may have appeared while building
-        if out.exists():
-            old = out.with_name(f".{out.name}.old-{uuid.uuid4().hex[:8]}")
-            os.rename(out, old)
-            os.rename(tmp, out)
-            shutil.rmtree(old)
-        else:
-            os.rename(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        yield stage
+        if stage.keep:
+            _refuse_existing(out, force)  # it may have appeared while building
+            replace_dir(stage.path, out, _replaceable)
+            created = []
+    except OSError as e:  # a full disk, a quota, a race with another writer: one line, nothing left behind
+        raise UsageError(f"cannot write artifact {out} ({e.strerror}): {e.filename or out}; {out} is as it was"
+                         ) from None
+    finally:
+        shutil.rmtree(stage.path, ignore_errors=True)
         for p in created:
             with contextlib.suppress(OSError):
                 p.rmdir()
-        raise
 
 
 def _compile_device_code(mod, archs: tuple[str, ...], src: Path) -> tuple[bytes, DeviceBinary]:
@@ -221,7 +258,8 @@ def _write_artifact(folder: Path, compiled: CompiledCase, archs: tuple[str, ...]
         "outputs": {n: spec.as_dict() for n, spec in compiled.output_specs.items()},
         "target": target,
         "schedule": {"name": str(getattr(compiled, "schedule", "none")),
-                     "trace_sha256": trace_sha256(getattr(compiled, "schedule_traces", {}))},
+                     "trace_sha256": trace_sha256(getattr(compiled, "schedule_traces", {})),
+                     "unscheduled": list(getattr(compiled, "unscheduled", []))},
         "versions": versions(), "git": git_revision(),
         "library": {"file": lib.name, "format": lib.suffix[1:], "triple": triple, "bytes": lib.stat().st_size,
                     "sha256": sha256_file(lib)},
@@ -239,20 +277,24 @@ def export(compiled: CompiledCase, out: str | os.PathLike | None, archs: tuple[s
     """Write ``compiled`` as an artifact folder ``out`` (None: build in a temporary folder and discard it).
     CUDA device code is compiled for ``archs`` (default: the target's arch). With ``check`` the written
     artifact is loaded back and golden-checked before the folder is renamed into place, and the result is
-    recorded in the manifest (a failed check is recorded too: the caller decides what it means)."""
+    recorded in the manifest; an artifact that fails its check is not written (``Built.path`` None), and an
+    existing ``out`` stays as it was."""
     archs = _device_archs(compiled.target, tuple(archs))
     if check:
         validate_seed(seed)
         _require_device(compiled.target)
-    with _staged(None if out is None else Path(out), force) as folder:
-        manifest = _write_artifact(folder, compiled, archs)
-        _write_json(folder / MANIFEST, manifest)
+    with _staged(None if out is None else Path(out), force) as stage:
+        manifest = _write_artifact(stage.path, compiled, archs)
+        _write_json(stage.path / MANIFEST, manifest)
         result = None
         if check:
-            result = check_artifact(load(folder), seed=seed, log=log)
+            result = check_artifact(load(stage.path), seed=seed, log=log)
             manifest["golden"] = result.as_dict()
-            _write_json(folder / MANIFEST, manifest)
-    return Built(None if out is None else Path(out), manifest, result, compiled)
+            _write_json(stage.path / MANIFEST, manifest)
+            if not result.passed:  # a failed check never replaces a good artifact, nor lands as one
+                stage.discard()
+    written = out is not None and (result is None or result.passed)
+    return Built(Path(out) if written else None, manifest, result, compiled)
 
 
 def build(out: str | os.PathLike | None, spec: BuildSpec | None = None, debug: DebugOptions | None = None, *,

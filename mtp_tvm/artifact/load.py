@@ -1,6 +1,7 @@
 """``load``: an artifact folder back as a runnable ``Artifact``, with TVM's runtime alone. It refuses a library whose
-sha256 differs from its manifest, a CUDA artifact on a machine without a GPU, and another CPU's binary; inputs
-are validated against the manifest. ``check_artifact`` golden-checks one on fresh seeded inputs.
+sha256 differs from its manifest or whose image or signature is not what the manifest says (``library_check``),
+a CUDA artifact on a machine without a GPU, another CPU's binary, and one that failed its recorded golden check;
+inputs are validated against the manifest. ``check_artifact`` golden-checks one on fresh seeded inputs.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 import tvm
 from tvm import relax
 
+from ..artifact.library_check import check_elf, check_signature
 from ..artifact.manifest import read_manifest, sha256_file
 from ..compiler.runtime import Runnable, WeightCache
 from ..passes.target import cpu_arch, host_triple
@@ -66,9 +68,11 @@ def _runnable_device(path: Path, m: dict) -> tvm.runtime.Device:
     return tvm.cpu(0)
 
 
-def load(path: str | os.PathLike) -> Artifact:
-    """Load an artifact folder; refuses a library that does not match its manifest's sha256, and an artifact
-    whose device is not here, each with a one-line reason."""
+def load(path: str | os.PathLike, allow_failed: bool = False) -> Artifact:
+    """Load an artifact folder; refuses, each with a one-line reason, a library that does not match its
+    manifest's sha256, is not a sound shared object for this CPU, or whose signature is not the manifest's
+    (``library_check``); an artifact whose device is not here; and one whose recorded golden check failed,
+    unless ``allow_failed``."""
     path = Path(path)
     m = read_manifest(path)
     lib = path / m["library"]["file"]
@@ -78,23 +82,37 @@ def load(path: str | os.PathLike) -> Artifact:
     if digest != m["library"]["sha256"]:
         raise UsageError(f"{lib} does not match its manifest (sha256 {digest[:16]}..., manifest "
                          f"{m['library']['sha256'][:16]}...): refusing to load a modified library")
+    if m["golden"] is not None and not m["golden"].get("passed", False) and not allow_failed:
+        raise UsageError(f"{path} failed its golden check when it was built (see golden in its manifest); "
+                         "refusing to run it (pass --allow-failed to run it anyway)")
     dev = _runnable_device(path, m)
+    problem = check_elf(lib) if lib.suffix == ".so" else None
+    if problem:
+        raise UsageError(f"{lib} is {problem}: refusing to load it")
     try:
         module = tvm.runtime.load_module(str(lib))
     except Exception as e:  # the dynamic loader or a missing TVM runtime: its last line says which
         raise UsageError(f"cannot load {lib}: {last_line(e)}") from None
-    return Artifact(path, m, module, dev)
+    if module.kind != "relax.VMExecutable":
+        raise UsageError(f"{lib} is not a Relax executable (a {module.kind} module): refusing to run it")
+    artifact = Artifact(path, m, module, dev)
+    problem = check_signature(artifact.vm, relax.VMExecutable(module).stats(), m)
+    if problem:
+        raise UsageError(f"{path}/manifest.json does not describe {lib.name}: {problem}; refusing to run it")
+    return artifact
 
 
 def check_artifact(artifact: Artifact | str | os.PathLike, seed: int = 0, tokens: int | None = None,
                    tolerance: dict | None = None, report: str | os.PathLike | None = None,
                    log=print) -> CheckResult:
-    """Golden-check a prebuilt artifact on fresh seeded inputs (any ``tokens``: T is symbolic), no compile."""
-    a = artifact if isinstance(artifact, Artifact) else load(artifact)
+    """Golden-check a prebuilt artifact on fresh seeded inputs (any ``tokens``: T is symbolic), no compile; an
+    artifact whose recorded check failed may be checked again."""
+    a = artifact if isinstance(artifact, Artifact) else load(artifact, allow_failed=True)
     m = a.manifest
     c = get_case(m["case"])
     s = make_shapes(m["preset"], m["shapes"]["tokens"] if tokens is None else tokens, m["shapes"]["vocab_shard"],
                     m["shapes"].get("owners"), m["shapes"].get("tp"))
+    c.check_shapes(s)  # the sizes a fresh check refuses (T a multiple of the owners) are refused here too
     drawn = {n: spec.as_dict() for n, spec in c.input_specs(s).items()}
     if drawn != m["inputs"]:
         raise UsageError(f"{a.path}: its inputs differ from case {c.name!r} in this mtp_tvm; cannot draw its "

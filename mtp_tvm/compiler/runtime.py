@@ -17,6 +17,7 @@ from ..compiler.tensors import to_device, validate_inputs
 from ..ir.model import leading_activations
 from ..passes.target import usable_cores
 from ..spec.cases import TensorSpec
+from ..support.errors import BuildError
 
 TRANSFORM_PARAMS = "main_transform_params"  # made by LiftTransformParams from main's weight transforms
 THREADS_ENV = "TVM_NUM_THREADS"
@@ -92,8 +93,12 @@ class Runnable:
     def vm(self) -> relax.VirtualMachine:
         if getattr(self, "_vm", None) is None:
             runtime_threads()
-            module, device, _ = self._runtime()
-            self._vm = relax.VirtualMachine(module, device)
+            module, device, name = self._runtime()
+            vm = relax.VirtualMachine(module, device)
+            if not vm.module.implements_function("main"):  # e.g. a user pass returned an empty module
+                raise BuildError(f"{name} has no function 'main' to run: a pass of the build removed it "
+                                 "(check the extra passes or --pass-plugin)")
+            self._vm = vm
         return self._vm
 
     def device_args(self, arrays: list[np.ndarray]) -> list:

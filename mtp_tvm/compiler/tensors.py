@@ -69,15 +69,45 @@ def validate_inputs(specs: dict, inputs: dict, owner: str) -> tuple[list[np.ndar
     return arrays, bound
 
 
+_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a zip archive's first bytes: a member, or an empty archive
+_NPY_MAGIC = b"\x93NUMPY"
+
+
+def _sniff(path: str | os.PathLike) -> None:
+    """Refuse what is not an ``.npz`` by its first bytes, with the reason a user can act on (numpy would call
+    random bytes "pickled data")."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(6)
+    except OSError as e:
+        raise UsageError(f"cannot read {path}: {e.strerror}") from None
+    if not head:
+        raise UsageError(f"cannot read {path}: the file is empty")
+    if head.startswith(_NPY_MAGIC):
+        raise UsageError(f"cannot read {path}: it is a single .npy array, not an .npz archive of named arrays "
+                         "(write one with numpy.savez)")
+    if head[:4] not in _ZIP_MAGIC:
+        raise UsageError(f"cannot read {path}: not an .npz file (a zip archive of .npy arrays)")
+
+
 def read_npz(path: str | os.PathLike, dtypes: dict[str, str]) -> dict[str, np.ndarray]:
     """Arrays from an ``.npz``; numpy stores ``ml_dtypes.bfloat16`` as 2-byte void (``|V2``), which is read
     back as BF16 where ``dtypes`` (name -> dtype name) says so. The one ``.npz`` convention of the project:
-    ``mtp-tvm run``'s inputs and outputs and the reproducers' arrays alike."""
+    ``mtp-tvm run``'s inputs and outputs and the reproducers' arrays alike. A file that is not a sound
+    ``.npz`` (empty, truncated, corrupted, an ``.npy``, a zip without arrays) is one ``UsageError``."""
+    _sniff(path)
     try:
         with np.load(path, allow_pickle=False) as z:
+            others = [n for n in z.zip.namelist() if not n.endswith(".npy")]
+            if others:
+                raise UsageError(f"cannot read {path}: {others[0]!r} in the archive is not an .npy array")
             arrays = {k: z[k] for k in z.files}
-    except (OSError, ValueError) as e:
-        raise UsageError(f"cannot read {path}: {e}") from None
+    except UsageError:
+        raise
+    except Exception as e:  # zipfile, zlib and numpy's format errors: a damaged file, whichever layer noticed
+        raise UsageError(f"cannot read {path}: the archive is damaged ({type(e).__name__}: {e})") from None
+    if not arrays:
+        raise UsageError(f"cannot read {path}: the archive holds no arrays")
     return {k: a.view(NUMPY_DTYPES["bfloat16"]) if a.dtype == np.dtype("V2") and k in dtypes
             and dtypes[k] == "bfloat16" else a for k, a in arrays.items()}
 

@@ -139,6 +139,8 @@ class PassRecorder:
         self._printer = ThreadPoolExecutor(1, thread_name_prefix="mtp-dump-print") if dump is not None else None
         self._steps: dict[int, tuple[object, object]] = {}  # pass number -> (before key, after key)
         self._input_key = None
+        self._func_seen = False                             # --dump-func: whether the function ever existed
+        self._other_funcs: set[str] = set()                 # the functions seen while it was absent
 
     # ---- during the build ----------------------------------------------------------------------------------
 
@@ -207,6 +209,10 @@ class PassRecorder:
         if not fresh and self._last is not None and self._last[0].same_as(mod):
             return self._last[1]
         view = self._view(mod)
+        if view is None:
+            self._other_funcs.update(gv.name_hint for gv, _ in mod.functions_items())
+        else:
+            self._func_seen = True
         key = _ABSENT if view is None else tvm_ffi.structural_hash(view)
         if self.dump is not None and key not in self._states:
             # a module may later be edited in place (``mod[gv] = f``): keep a copy of its function table
@@ -257,6 +263,11 @@ class PassRecorder:
             failing.record.error = error
         if self.dump is None:
             return None
+        if error is None and self.dump.func is not None and not self._func_seen:
+            close = difflib.get_close_matches(self.dump.func, self._other_funcs, n=3, cutoff=0.5)
+            raise UsageError(f"--dump-func {self.dump.func}: no function of that name in the module at any pass"
+                             + (f"; did you mean {', '.join(close)}?" if close else
+                                f"; it has {', '.join(sorted(self._other_funcs)[:8])}"))
         from ..instrument.report import write_html
 
         run = new_run_dir(self.dump.root, f"{meta['case']}-{meta['target']['kind']}")

@@ -179,25 +179,30 @@ def quantize_rows(hidden: int):
 
 
 def _dual_gemm_macro(hidden: int):
+    """The W8A8 GEMMs and their epilogue over ``rows`` rows; ``extent`` is the row axis' domain (``m`` for the
+    full tile, so GPU schedules see the rows inside the buffers; ``rows`` otherwise)."""
     @T.macro
-    def dual_gemm(QH, QP, e_w, h_w, SH, SP, e_ws, h_ws, OUT, rows):
-        acc_e = T.sblock_alloc_buffer((rows, hidden), "int32")
-        acc_h = T.sblock_alloc_buffer((rows, hidden), "int32")
+    def dual_gemm(QH, QP, e_w, h_w, SH, SP, e_ws, h_ws, OUT, rows, extent):
+        acc_e = T.sblock_alloc_buffer((extent, hidden), "int32")
+        acc_h = T.sblock_alloc_buffer((extent, hidden), "int32")
         for t, n, k in T.grid(rows, hidden, hidden):
             with T.sblock("gemm_e"):
-                vt, vn, vk = T.axis.remap("SSR", [t, n, k])
+                vt = T.axis.spatial(extent, t)
+                vn, vk = T.axis.remap("SR", [n, k])
                 with T.init():
                     acc_e[vt, vn] = 0
                 acc_e[vt, vn] = acc_e[vt, vn] + T.Cast("int32", QH[vt, vk]) * T.Cast("int32", e_w[vn, vk])
         for t, n, k in T.grid(rows, hidden, hidden):
             with T.sblock("gemm_h"):
-                vt, vn, vk = T.axis.remap("SSR", [t, n, k])
+                vt = T.axis.spatial(extent, t)
+                vn, vk = T.axis.remap("SR", [n, k])
                 with T.init():
                     acc_h[vt, vn] = 0
                 acc_h[vt, vn] = acc_h[vt, vn] + T.Cast("int32", QP[vt, vk]) * T.Cast("int32", h_w[vn, vk])
         for t, n in T.grid(rows, hidden):
             with T.sblock("dequant_sum"):
-                vt, vn = T.axis.remap("SS", [t, n])
+                vt = T.axis.spatial(extent, t)
+                vn = T.axis.remap("S", [n])
                 OUT[vt, vn] = T.Cast("bfloat16", T.Cast("float32", acc_e[vt, vn]) * SH[vt] * e_ws[vn]
                                      + T.Cast("float32", acc_h[vt, vn]) * SP[vt] * h_ws[vn])
 
@@ -224,7 +229,7 @@ def w8a8_dual_gemm(hidden: int, row_quantum: int = TOKEN_TILE):
             SH = T.match_buffer(s_h, (m,), "float32")
             SP = T.match_buffer(s_p, (m,), "float32")
             OUT = T.match_buffer(out, (m, hidden), "bfloat16")
-            gemm(QH, QP, e_w, h_w, SH, SP, e_ws, h_ws, OUT, m)
+            gemm(QH, QP, e_w, h_w, SH, SP, e_ws, h_ws, OUT, m // TOKEN_TILE * TOKEN_TILE, m)  # = m, of 16
 
         return w8a8_dual_gemm
 
@@ -240,7 +245,7 @@ def w8a8_dual_gemm(hidden: int, row_quantum: int = TOKEN_TILE):
         SH = T.match_buffer(s_h, (m,), "float32")
         SP = T.match_buffer(s_p, (m,), "float32")
         OUT = T.match_buffer(out, (m, hidden), "bfloat16")
-        gemm(QH, QP, e_w, h_w, SH, SP, e_ws, h_ws, OUT, blocks * row_quantum)
+        gemm(QH, QP, e_w, h_w, SH, SP, e_ws, h_ws, OUT, blocks * row_quantum, blocks * row_quantum)
 
     return w8a8_dual_gemm
 
@@ -251,10 +256,11 @@ def lm_head_logits(hidden: int, vocab_shard: int, row_quantum: int = TOKEN_TILE)
     chunking). See the module docstring for ``row_quantum`` and ``blocks``."""
 
     @T.macro
-    def logits(X, w, Y, rows):
+    def logits(X, w, Y, rows, extent):
         for t, v, k in T.grid(rows, vocab_shard, hidden):
             with T.sblock("logits"):
-                vt, vv, vk = T.axis.remap("SSR", [t, v, k])
+                vt = T.axis.spatial(extent, t)
+                vv, vk = T.axis.remap("SR", [v, k])
                 with T.init():
                     Y[vt, vv] = T.float32(0)
                 Y[vt, vv] = Y[vt, vv] + T.Cast("float32", X[vt, vk]) * T.Cast("float32", w[vv, vk])
@@ -266,7 +272,7 @@ def lm_head_logits(hidden: int, vocab_shard: int, row_quantum: int = TOKEN_TILE)
             m = T.int64()
             X = T.match_buffer(x, (m, hidden), "bfloat16")
             Y = T.match_buffer(y, (m, vocab_shard), "float32")
-            logits(X, w, Y, m)
+            logits(X, w, Y, m // TOKEN_TILE * TOKEN_TILE, m)  # = m (padded), provably a multiple of 16
 
         return lm_head_logits
 
@@ -276,7 +282,7 @@ def lm_head_logits(hidden: int, vocab_shard: int, row_quantum: int = TOKEN_TILE)
         m = T.int64()
         X = T.match_buffer(x, (m, hidden), "bfloat16")
         Y = T.match_buffer(y, (m, vocab_shard), "float32")
-        logits(X, w, Y, blocks * row_quantum)
+        logits(X, w, Y, blocks * row_quantum, blocks * row_quantum)
 
     return lm_head_logits
 

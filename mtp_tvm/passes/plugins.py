@@ -38,6 +38,8 @@ def load_pass_plugin(path: str | Path) -> PassPlugin:
     if not path.is_file():
         raise UsageError(f"pass plugin {path} does not exist")
     spec = importlib.util.spec_from_file_location(f"mtp_pass_plugin_{path.stem}", path)
+    if spec is None or path.suffix != ".py":
+        raise UsageError(f"pass plugin {path} is not a Python file (.py)")
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)

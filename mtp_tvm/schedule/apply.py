@@ -19,7 +19,7 @@ from tvm.target import Target
 from ..passes.target import cpu_isa, is_gpu
 from ..spec.presets import TOKEN_TILE
 from ..support.errors import UsageError
-from .cpu_rules import cpu_gemm, cpu_lm_head, cpu_rows, row_quantum
+from .cpu_rules import row_quantum
 from .files import (
     DEFAULT,
     DLIGHT,
@@ -30,13 +30,12 @@ from .files import (
     load_schedules,
     validate_schedule,
 )
-from .gpu_rules import apply_dlight, gpu_flat, gpu_gemm, gpu_rows
+from .gpu_rules import apply_dlight
 from .knobs import CpuGemm
+from .rules import RULES
 from .tuned import apply_database
 
 SCHEDULED_ATTR = "tirx.is_scheduled"
-RULES = {"cpu_gemm": cpu_gemm, "cpu_rows": cpu_rows, "cpu_lm_head": cpu_lm_head,
-         "gpu_gemm": gpu_gemm, "gpu_rows": gpu_rows, "gpu_flat": gpu_flat}
 
 
 def fresh_copy(func: tirx.PrimFunc) -> tirx.PrimFunc:
@@ -46,7 +45,13 @@ def fresh_copy(func: tirx.PrimFunc) -> tirx.PrimFunc:
 
 @tvm.transform.module_pass(opt_level=0, name="ApplySchedules")
 class ApplySchedules:
-    """Schedule every PrimFunc of a module by the named schedule; ``traces[func] = str(sch.trace)``."""
+    """Schedule every PrimFunc of a module by the named schedule; ``traces[func] = str(sch.trace)``.
+
+    ``unscheduled`` names the PrimFuncs the chosen schedule missed: no hand schedule file for them (on CPU, e.g.
+    the Relax frontend's ``matmul``, ``transpose``, ``strided_slice``) and, under ``tuned``, no record either.
+    It is empty by design under ``none``, where lowering every kernel as written is what was asked for, and on
+    GPUs, where a kernel without a hand schedule gets dlight's (or the build fails: it cannot lower unbound).
+    """
 
     def __init__(self, target: Target, schedule: str = DEFAULT, tuned_dir=None):
         self.target = target
@@ -94,7 +99,7 @@ class ApplySchedules:
         sch.work_on(name)
         knobs = ks.knobs_for(self.isa.name if self.isa else None)
         try:
-            RULES[ks.rule](sch, knobs, self.isa)
+            RULES[ks.rule].apply(sch, knobs, self.isa)
         except Exception as e:
             raise type(e)(f"schedule {ks.name!r} ({ks.source}, rule {ks.rule}) on {name}: {e}") from e
         self.packs_weights |= bool(getattr(knobs, "pack_weight", False))

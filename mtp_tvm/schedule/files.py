@@ -20,7 +20,8 @@ from tvm.target import Target
 
 from ..passes.target import is_gpu
 from ..support.errors import UsageError
-from .knobs import RULE_KNOBS, from_json
+from .knobs import from_json
+from .rules import RULES
 
 HAND_SCHEDULES = "hand"  # the package-data folder of this package
 NONE, DLIGHT, DEFAULT, TUNED = "none", "dlight", "default", "tuned"
@@ -59,11 +60,11 @@ def _entry(kernel: str, name: str, raw: dict, source: str) -> KernelSchedule:
         raise UsageError(f"{where}: expected an object, got {raw!r}")
     raw = dict(raw)
     rule, per_isa = raw.pop("rule", None), raw.pop("per_isa", {})
-    if rule not in RULE_KNOBS:
-        raise UsageError(f"{where}: key 'rule': {rule!r} is not one of {', '.join(RULE_KNOBS)}")
+    if rule not in RULES:
+        raise UsageError(f"{where}: key 'rule': {rule!r} is not one of {', '.join(RULES)}")
     if not isinstance(per_isa, dict) or set(per_isa) - set(ISAS):
         raise UsageError(f"{where}: key 'per_isa' takes an object keyed by {', '.join(ISAS)}, got {per_isa!r}")
-    cls = RULE_KNOBS[rule]
+    cls = RULES[rule].knobs
     return KernelSchedule(kernel, name, rule, from_json(cls, raw, where),
                           {isa: from_json(cls, {**raw, **extra}, f"{where} per_isa.{isa}")
                            for isa, extra in per_isa.items()}, source)

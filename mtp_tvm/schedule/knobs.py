@@ -1,4 +1,5 @@
-"""Typed schedule knobs: one frozen dataclass per rule, built from a schedule file's JSON.
+"""Typed schedule knobs: one frozen dataclass per rule (paired with its function in ``rules.py``), built from
+a schedule file's JSON.
 
 A schedule file is data a user edits, so every key is checked: an unknown key, a missing required one, a value
 of the wrong JSON type or outside its allowed set is a one-line ``UsageError`` naming the file, the schedule and
@@ -30,7 +31,9 @@ class GemmOperands:
 class CpuGemm:
     """``cpu_gemm``: a register tile of ``register_rows`` token rows x ``column_vectors`` vectors of columns,
     K streamed in ``k_chunk`` order, the weight packed column-blocked once (``pack_weight``), strips in parallel
-    over ``parallel``. ``register_rows``/``column_vectors`` None: from the target's register budget."""
+    over ``parallel``. ``register_rows``/``column_vectors`` None: from the target's register budget. With
+    ``dot_products`` (and a packed weight), BF16 and int8 blocks use the target's dot-product instructions
+    (``bf16_dot.py``, ``int8_dot.py``) with their own tile, and the FMA knobs do not apply to them."""
 
     blocks: dict[str, GemmOperands]
     epilogue: tuple[str, ...] = ()
@@ -41,6 +44,7 @@ class CpuGemm:
     unroll: bool = True
     accumulator: Literal["global", "local"] = "global"
     pack_weight: bool = True
+    dot_products: bool = True  # the ISA's BF16/int8 dot products where the operands allow (int8_dot, bf16_dot)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,6 +157,3 @@ def from_json(cls, data, where: str):
         raise UsageError(f"{where}: missing key {missing[0]!r}")
     return cls(**{k: _convert(v, hints[k], f"{where}: key {k!r}") for k, v in data.items()})
 
-
-RULE_KNOBS: dict[str, type] = {"cpu_gemm": CpuGemm, "cpu_rows": CpuRows, "cpu_lm_head": CpuLmHead,
-                               "gpu_gemm": GpuGemm, "gpu_rows": GpuRows, "gpu_flat": GpuFlat}

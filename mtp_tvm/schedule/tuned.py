@@ -44,7 +44,7 @@ def apply_database(mod: tvm.IRModule, target: Target, work_dir: str | os.PathLik
     """
     from tvm.s_tir import meta_schedule as ms
 
-    from ..schedule.specialize import specialize_to_call_sites
+    from .specialize import specialize_to_call_sites
 
     database = ms.database.JSONDatabase(work_dir=str(work_dir), allow_missing=False)
     mod = specialize_to_call_sites(mod)

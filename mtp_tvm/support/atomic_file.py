@@ -1,24 +1,62 @@
-"""Files written atomically: into ``<name>.tmp`` beside the target, renamed into place only when complete, so a
-reader (or a later run) never sees half a file and a failed write leaves nothing behind."""
+"""Files and folders written atomically, so a reader (or a later run) never sees half of one and a failed write
+leaves nothing behind: a file goes into a temp file with a name of its own beside its target (two writers of
+one path never share one) and is renamed into place when complete; a folder is swapped in whole
+(``replace_dir``).
+
+What is at the output path is the user's and is respected: a symlink is written through (the file it points to
+is replaced, the link stays), a FIFO or character device (``/dev/null``, a terminal) is written into directly,
+and anything else that is not a regular file (a folder, a socket, a block device) is refused, never renamed
+over. A writer killed with SIGKILL can leave its temp file (``.<name>.<kind>-<pid>-<random>``); the target is
+then the old file or the new one, whole, and ``remove_stale`` removes the litter of processes that are gone.
+"""
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import os
+import shutil
+import stat
+import tempfile
 from pathlib import Path
 from typing import Callable
 
 from ..support.errors import UsageError
 
 
+def temp_prefix(path: Path, kind: str = "tmp") -> str:
+    """The start of a hidden temp name beside ``path`` that says who made it, ``.<name>.<kind>-<pid>-`` (mkstemp
+    and mkdtemp add a random part)."""
+    return f".{path.name}.{kind}-{os.getpid()}-"
+
+
 def atomic_write(path: str | os.PathLike, write: Callable[[Path], None]) -> None:
-    """``write(tmp)`` then rename ``tmp`` to ``path``; on failure the temp file is removed and the ``OSError``
-    raised (callers that own a folder, like the dumps, report it their way)."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
+    """``write(tmp)`` then rename ``tmp`` to ``path`` (see the module docstring for special files); on failure
+    or interrupt the temp file is removed and the error raised (callers that own a folder, like the dumps,
+    report an ``OSError`` their way)."""
+    path = Path(os.path.realpath(path))  # a symlink: replace what it points to, keep the link
     try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):
+        if stat.S_ISFIFO(mode) or stat.S_ISCHR(mode):
+            write(path)
+            return
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+        raise OSError(errno.EINVAL, "not a regular file, FIFO or character device; refusing to replace it",
+                      str(path))
+    fd, name = tempfile.mkstemp(prefix=temp_prefix(path), dir=path.parent)
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        umask = os.umask(0)  # mkstemp makes 0600: give the file the mode ``open`` would, or the old file's
+        os.umask(umask)
+        os.chmod(tmp, stat.S_IMODE(mode) if mode is not None else 0o666 & ~umask)
         write(tmp)
-        tmp.replace(path)
-    except OSError:
+        os.replace(tmp, path)
+    except BaseException:
         tmp.unlink(missing_ok=True)
         raise
 
@@ -34,3 +72,77 @@ def write_user_file(path: str | os.PathLike, write: Callable[[Path], None], what
         atomic_write(path, write)
     except OSError as e:
         raise UsageError(f"cannot write {what}{path}: {e.strerror}") from None
+
+
+# ---- folders ----------------------------------------------------------------------------------------------
+
+_AT_FDCWD, _RENAME_NOREPLACE, _RENAME_EXCHANGE = -100, 1, 2
+_RENAMEAT2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+
+
+def _renameat2(src: Path, dst: Path, flags: int) -> bool:
+    """Linux ``renameat2``; False where the C library or the file system lacks it (the caller falls back)."""
+    if _RENAMEAT2 is None:
+        return False
+    if _RENAMEAT2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), flags) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL):
+        return False
+    raise OSError(err, os.strerror(err), str(dst))
+
+
+def replace_dir(new: Path, dest: Path, replaceable: Callable[[Path], bool]) -> None:
+    """Move the folder ``new`` to ``dest`` in one step. An existing ``dest`` is atomically swapped with ``new``
+    (``RENAME_EXCHANGE``) and removed only if ``replaceable(it)``; otherwise it is swapped back and
+    ``FileExistsError`` raised. ``dest`` is at every moment the old folder or the new one, and the one swapped
+    out takes ``new``'s temporary name (removed here, or by ``remove_stale`` after a kill)."""
+    try:
+        if _renameat2(new, dest, _RENAME_NOREPLACE):
+            return
+    except OSError as e:
+        if e.errno not in (errno.EEXIST, errno.ENOTEMPTY) or not _renameat2(new, dest, _RENAME_EXCHANGE):
+            raise
+        if not replaceable(new):
+            _renameat2(new, dest, _RENAME_EXCHANGE)
+            raise FileExistsError(errno.EEXIST, "it appeared meanwhile and may not be replaced", str(dest)) from None
+        shutil.rmtree(new, ignore_errors=True)
+        return
+    # no renameat2 here: two renames, the old folder under ``new``'s name until it is removed
+    if os.path.lexists(dest):
+        if not replaceable(dest):
+            raise FileExistsError(errno.EEXIST, "it appeared meanwhile and may not be replaced", str(dest))
+        old = new.with_name(new.name + "-old")
+        os.rename(dest, old)
+        try:
+            os.rename(new, dest)
+        except BaseException:
+            os.rename(old, dest)
+            raise
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(new, dest)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def remove_stale(path: Path, kind: str) -> list[Path]:
+    """Remove the ``temp_prefix(path, kind)`` litter of processes that no longer run (killed writers)."""
+    prefix, removed = f".{path.name}.{kind}-", []
+    for p in path.parent.glob(f"{prefix}*") if path.parent.is_dir() else ():
+        pid = p.name[len(prefix):].split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
+            removed.append(p)
+    return removed

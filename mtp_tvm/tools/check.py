@@ -9,7 +9,15 @@ from pathlib import Path
 from ..compiler.driver import compile
 from ..compiler.options import BuildSpec, DebugOptions, split_options
 from ..instrument.run_folder import update_index
-from ..passes.target import target_json
+from ..passes.target import (
+    device_for,
+    host_triple,
+    is_gpu,
+    resolve_target,
+    runs_here,
+    target_json,
+    target_triple,
+)
 from ..support.errors import UsageError
 from ..verify.comparators import device_hidden_logits_allclose, logits_tolerance
 from ..verify.golden_check import (
@@ -23,6 +31,18 @@ from ..verify.golden_check import (
 )
 from ..verify.results import CheckResult
 from .repro import write_repro
+
+
+def _require_runs_here(target) -> None:
+    """A check runs what it builds: a target this machine can build but not run (another CPU, C source) is
+    refused before the build, pointing to ``build``."""
+    if is_gpu(target):
+        device_for(target)  # no GPU: its own message
+    elif not runs_here(target):
+        what = target.kind.name + (f" for {target_triple(target_json(target))}" if target.kind.name == "llvm" else "")
+        raise UsageError(f"target {what} builds here but cannot run on this machine "
+                         f"({host_triple()}); build it with `mtp-tvm build --target ... --out DIR` and run or check "
+                         "the artifact where it runs")
 
 
 def check(spec: BuildSpec | None = None, debug: DebugOptions | None = None, *, seed: int = 0,
@@ -40,9 +60,12 @@ def check(spec: BuildSpec | None = None, debug: DebugOptions | None = None, *, s
     validate_seed(seed)
     if report is not None and not Path(report).resolve().parent.is_dir():  # fail before the build, not after
         raise UsageError(f"cannot write report {report}: {Path(report).parent} is not a directory")
+    _require_runs_here(resolve_target(spec.target))
     log(f"[BUILD] case={spec.case} preset={spec.preset} frontend={spec.frontend} schedule={spec.schedule}")
     compiled = compile(spec, debug)
     c, s = compiled.case, compiled.shapes
+    if compiled.unscheduled:
+        log(f"[schedule] no {spec.schedule!r} schedule covers {', '.join(compiled.unscheduled)}: lowered as written")
     if compiled.untuned:
         log(f"[tuned] no MetaSchedule record for {', '.join(compiled.untuned)}: their hand schedule is used")
     if (logits_tol is not None or perturb_logit is not None) and LM_HEAD_LOGITS not in c.output_specs(s):
@@ -58,7 +81,10 @@ def check(spec: BuildSpec | None = None, debug: DebugOptions | None = None, *, s
     result = golden_check(compiled.run, c, s, built, options, golden=golden, log=log)
     result.gate, result.pass_records = compiled.gate, compiled.pass_records
     if not result.passed and perturbation is None:
-        result.repro_dir = str(write_repro(compiled, *golden, options, result, debug.dump_root))
+        try:
+            result.repro_dir = str(write_repro(compiled, *golden, options, result, debug.dump_root))
+        except (UsageError, OSError) as e:  # the failure is the news: report it (exit 1), and why no reproducer
+            result.repro_error = str(e) if isinstance(e, UsageError) else f"{e.strerror}: {e.filename}"
     if compiled.dump_dir is not None:
         repro = os.path.relpath(result.repro_dir, compiled.dump_dir) if result.repro_dir else None
         update_index(compiled.dump_dir, check={"passed": result.passed, "seed": seed,

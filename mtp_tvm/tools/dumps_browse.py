@@ -25,25 +25,51 @@ def _runs(root=None) -> list[Path]:
     return sorted((p for p in root.iterdir() if p.is_dir()), key=lambda p: (p.stat().st_mtime, p.name))
 
 
+_INDEX_KEYS = {"case": str, "target": dict, "preset": str, "frontend": str, "status": str, "input": str,
+               "dump": dict, "gate": dict, "passes": list}
+_PASS_KEYS = {"index", "phase", "name", "depth", "changed", "skipped", "error", "lines_added", "lines_removed", "ms",
+              "file"}
+
+
 def load_index(run: Path) -> dict:
+    """A run's ``index.json``; a missing, unreadable or damaged one is a one-line ``UsageError``."""
     try:
-        return json.loads((run / INDEX_FILE).read_text())
+        index = json.loads((run / INDEX_FILE).read_text())
     except FileNotFoundError:
         raise UsageError(f"{run} has no {INDEX_FILE}: not a finished dump run"
                          + (" (it holds only a reproducer)" if (run / "repro").is_dir() else "")) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UsageError(f"cannot read {run / INDEX_FILE}: {getattr(e, 'strerror', None) or e}") from None
+    if not isinstance(index, dict):
+        raise UsageError(f"{run / INDEX_FILE} is damaged: not a JSON object")
+    bad = next((k for k, t in _INDEX_KEYS.items() if not isinstance(index.get(k), t)), None)
+    if bad is None and not all(isinstance(p, dict) and _PASS_KEYS <= p.keys() for p in index["passes"]):
+        bad = "passes"
+    if bad is not None:
+        raise UsageError(f"{run / INDEX_FILE} is damaged: {bad!r} is missing or malformed")
+    return index
+
+
+def _state(run: Path) -> str:
+    """A run folder without a readable index, as ``list`` shows it (``show`` refuses it)."""
+    if (run / "repro").is_dir() and not (run / INDEX_FILE).exists():
+        return "repro only"
+    if not (run / INDEX_FILE).exists():
+        return "no index" if (run / COMPLETE_MARKER).exists() else "incomplete"
+    return "damaged index"
 
 
 def list_runs(root=None) -> str:
     """One line per run folder, oldest first."""
     rows = [("run", "case", "target", "passes", "changed", "status", "golden")]
     for run in _runs(root):
-        if not (run / INDEX_FILE).exists():
-            state = "complete" if (run / COMPLETE_MARKER).exists() else "incomplete"
-            rows.append((run.name, "", "", "", "", "repro only" if (run / "repro").is_dir() else state, ""))
+        try:
+            index = load_index(run)
+        except UsageError:
+            rows.append((run.name, "", "", "", "", _state(run), ""))
             continue
-        index = load_index(run)
         check = index.get("check")
-        golden = "" if check is None else ("PASS" if check["passed"] else "FAIL (repro/)")
+        golden = "" if not isinstance(check, dict) else ("PASS" if check.get("passed") else "FAIL (repro/)")
         rows.append((run.name, index["case"], index["target"]["kind"], len(index["passes"]),
                      sum(p["changed"] for p in index["passes"]),
                      index["status"] if (run / COMPLETE_MARKER).exists() else "incomplete", golden))
@@ -85,16 +111,35 @@ def find_pass(index: dict, spec: str) -> dict:
     return hit[0]
 
 
+def _inside(run: Path, name: str, what: str) -> Path:
+    """``run / name``, refused when it leads out of the run folder (``../``, an absolute path, a symlink)."""
+    path = run / name
+    if not path.resolve().is_relative_to(run.resolve()):
+        raise UsageError(f"{what} {name!r} is outside the run folder {run}; refusing to read it")
+    return path
+
+
 def _dump_file(run: Path, index: dict, spec: str) -> Path:
-    if (run / spec).is_file() and not spec.isdigit():
-        return run / spec
+    if not spec.isdigit() and (run / spec).is_file():
+        return _inside(run, spec, "file")
     p = find_pass(index, spec)
     if not p.get("file"):
         why = p.get("skipped") and f"skipped ({p['skipped']})" or (
             "unchanged, and this run dumped changed passes only" if not p["changed"] and index["dump"]["only_changed"]
             else "filtered out by --dump-filter")
         raise UsageError(f"pass {p['index']:03d} {p['name']} has no dump file: {why}")
-    return run / p["file"]
+    path = _inside(run, p["file"], f"pass {p['index']:03d}'s file")
+    if not path.is_file():
+        raise UsageError(f"{path} (pass {p['index']:03d} {p['name']}) is missing: the run folder was changed "
+                         "after it was written")
+    return path
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
 
 
 def show(run: Path, spec: str | None = None, changed: bool = False, phase: str | None = None) -> str:
@@ -105,17 +150,16 @@ def show(run: Path, spec: str | None = None, changed: bool = False, phase: str |
         head = (f"{run}\ncase {index['case']} on {index['target']['kind']}, preset {index['preset']}, frontend "
                 f"{index['frontend']}: {len(index['passes'])} passes, status {index['status']}"
                 + (f"; golden {'PASSED' if index['check']['passed'] else 'FAILED'}" if index.get("check") else "")
-                + (f"\nerror: {index['error']}" if index["error"] else "")
-                + (f"\nbisect-limit {gate['limit']}" if gate["limit"] is not None else ""))
+                + (f"\nerror: {index['error']}" if index.get("error") else "")
+                + (f"\nbisect-limit {gate['limit']}" if gate.get("limit") is not None else ""))
         return head + "\n" + pass_table(index, changed, phase) + "\n"
-    return _dump_file(run, index, spec).read_text()
+    return _read(_dump_file(run, index, spec))
 
 
 def diff(run: Path, a: str, b: str) -> str:
     """Unified diff between the module after pass ``a`` and after pass ``b`` (``0``: the input)."""
     index = load_index(run)
     fa, fb = _dump_file(run, index, a), _dump_file(run, index, b)
-    lines = difflib.unified_diff(fa.read_text().splitlines(), fb.read_text().splitlines(), fa.name, fb.name,
-                                 lineterm="")
+    lines = difflib.unified_diff(_read(fa).splitlines(), _read(fb).splitlines(), fa.name, fb.name, lineterm="")
     return "\n".join(lines) or f"{fa.name} and {fb.name} are identical"
 

@@ -3,15 +3,16 @@ the failing module on its own, without the case machinery, the original command 
 
     module.py      the failing module as TVMScript: the case's module after the optimizing phases (legalize,
                    fuse, schedule and any user passes), i.e. exactly what the lowering phases were given
-    inputs.npz     the seeded inputs (BF16 stored as its uint16 bits; repro.json has the dtypes)
+    inputs.npz     the seeded inputs (``write_npz``: what ``mtp-tvm run`` reads; repro.json has the dtypes)
     expected.npz   the torch goldens
     target.json    the target
     command.txt    the exact command that failed
     repro.json     case, shapes, seed, tolerance, and the pass gate of the lowering phases
     repro.py       rebuilds module.py from the ``lower-dataflow`` phase on, runs it and compares; exits 1 when
-                   the failure reproduces, 0 when it does not
+                   the failure reproduces, 0 when it does not, 2 when the folder is broken (a missing or
+                   damaged file: never read as either)
 
-The folder appears atomically (written under a temporary name, then renamed).
+The folder appears atomically (written under a unique temporary name, then renamed).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import dataclasses
 import json
 import shlex
 import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -30,19 +32,24 @@ from ..instrument.run_folder import new_run_dir
 from ..passes.pipeline import FIRST_LOWERING_PHASE, OPTIMIZING_PHASES
 from ..passes.plugins import extra_pass_names, resolve_extra_passes
 from ..passes.target import resolve_target, target_json
+from ..support.errors import MtpError, last_line
 from ..verify.golden_check import GoldenOptions, Provenance, golden_check
 
 REPRO_DIR = "repro"
 PROJECT_ROOT = Path(__file__).resolve().parents[2]  # the folder holding the mtp_tvm package
 
 _LAUNCHER = '''"""Reproducer written by mtp_tvm: rebuilds module.py for target.json, runs it on inputs.npz and
-compares with expected.npz. Exit 1: the failure reproduces; 0: it does not."""
+compares with expected.npz. Exit 1: the failure reproduces; 0: it does not; 2: this folder cannot be rerun."""
 import sys
 from pathlib import Path
 
 if Path({root!r}, "mtp_tvm").is_dir():  # the mtp_tvm that wrote this reproducer
     sys.path.insert(0, {root!r})
-from mtp_tvm.tools.repro import rerun  # noqa: E402
+try:
+    from mtp_tvm.tools.repro import rerun
+except ImportError as e:
+    print(f"repro: error: cannot import mtp_tvm ({{e}}); install it or run from its checkout", file=sys.stderr)
+    sys.exit(2)
 
 sys.exit(rerun(Path(__file__).resolve().parent))
 '''
@@ -92,9 +99,19 @@ def _lowering_gate(compiled) -> dict:
 def write_repro(compiled, inputs: dict, expected: dict, options: GoldenOptions, result, root=None) -> Path:
     """Write ``repro/`` into the build's run folder (a new run folder under ``root`` when it has none)."""
     run = compiled.dump_dir or new_run_dir(root, f"{compiled.case.name}-{compiled.target.kind.name}")
-    final, tmp = run / REPRO_DIR, run / (REPRO_DIR + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    final = run / REPRO_DIR
+    tmp = Path(tempfile.mkdtemp(prefix=f".{REPRO_DIR}.tmp-", dir=run))  # a name of its own per writer
+    try:
+        _write_bundle(tmp, compiled, inputs, expected, options, result)
+        tmp.replace(final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if compiled.dump_dir is None:
+        (run / "complete").write_text("")
+    return final
+
+
+def _write_bundle(tmp: Path, compiled, inputs: dict, expected: dict, options: GoldenOptions, result) -> None:
     s = compiled.shapes
     (tmp / "module.py").write_text(compiled.optimized_module.script())
     spec = {"case": compiled.case.name, "preset": s.preset.name, "frontend": compiled.frontend,
@@ -109,14 +126,25 @@ def write_repro(compiled, inputs: dict, expected: dict, options: GoldenOptions, 
     (tmp / "repro.json").write_text(json.dumps(spec, indent=1) + "\n")
     (tmp / "command.txt").write_text(cli_command(compiled, options))
     (tmp / "repro.py").write_text(_LAUNCHER.format(root=str(PROJECT_ROOT)))
-    tmp.replace(final)
-    if compiled.dump_dir is None:
-        (run / "complete").write_text("")
-    return final
+
+
+NOT_REPRODUCED, REPRODUCED, BROKEN = 0, 1, 2
 
 
 def rerun(folder: Path, log=print) -> int:
-    """Rebuild and re-check a reproducer folder; 1 when the failure reproduces, 0 when it does not."""
+    """Rebuild and re-check a reproducer folder: ``REPRODUCED`` (1) when the failure reproduces,
+    ``NOT_REPRODUCED`` (0) when it does not, ``BROKEN`` (2, with one line saying why) when the folder cannot be
+    rerun (a missing or damaged file), which must never read as either."""
+    try:
+        return _rerun(folder, log)
+    except MtpError as e:
+        log(f"repro: error: {e}")
+    except Exception as e:  # a missing file, bad JSON, a module.py that no longer parses or builds
+        log(f"repro: error: cannot rerun {folder}: {type(e).__name__}: {last_line(e)}")
+    return BROKEN
+
+
+def _rerun(folder: Path, log) -> int:
     from ..compiler.driver import CompiledCase
     from ..instrument.recorder import PassRecorder
     from ..passes.gate import PassGate
@@ -144,7 +172,7 @@ def rerun(folder: Path, log=print) -> int:
     if result.passed:
         log("NOT REPRODUCED: every output now meets its golden (the failure was in "
             f"{', '.join(spec['failed_outputs'])})")
-        return 0
+        return NOT_REPRODUCED
     log(f"REPRODUCED: {', '.join(result.failed_outputs)} fail{'s' if len(result.failed_outputs) == 1 else ''} "
         f"the golden check")
-    return 1
+    return REPRODUCED

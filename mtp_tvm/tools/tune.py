@@ -19,6 +19,8 @@ import dataclasses
 import importlib.util
 import logging
 import os
+import socket
+import struct
 import sys
 import time
 import types
@@ -110,6 +112,34 @@ class TuneResult:
     best_ms: dict[str, float]  # kernel -> best measured latency over all records in the database
 
 
+TRACKER_TIMEOUT_S = 10  # connecting to the tracker and hearing its summary; MetaSchedule would retry forever
+
+
+def require_tracker(host: str, port: int, key: str, timeout: float = TRACKER_TIMEOUT_S) -> None:
+    """Before tuning: the tracker answers within ``timeout`` seconds and has a server for ``key``. Otherwise
+    MetaSchedule retries every 5 s forever (nothing listening) or records every trial as failed (``best inf``)."""
+    from tvm.rpc import base
+
+    where = f"RPC tracker {host}:{port}"
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            sock.settimeout(timeout)
+            sock.sendall(struct.pack("<i", base.RPC_TRACKER_MAGIC))
+            if struct.unpack("<i", base.recvall(sock, 4))[0] != base.RPC_TRACKER_MAGIC:
+                raise UsageError(f"{host}:{port} is not a TVM RPC tracker (it answered, but not the tracker magic)")
+            base.sendjson(sock, [base.TrackerCode.SUMMARY])
+            reply = base.recvjson(sock)
+    except UsageError:
+        raise
+    except (OSError, ValueError, struct.error) as e:  # refused, unreachable, unknown host, timed out, garbage
+        raise UsageError(f"cannot reach the {where} within {timeout:g} s: {getattr(e, 'strerror', None) or e}"
+                         ) from None
+    summary = reply[1] if isinstance(reply, list) and len(reply) == 2 and isinstance(reply[1], dict) else {}
+    if key not in summary.get("queue_info", {}):
+        raise UsageError(f"the {where} has no server registered with key {key!r} (registered: "
+                         f"{', '.join(sorted(summary.get('queue_info', {}))) or 'none'})")
+
+
 def _runner(rpc: tuple[str, str] | None):
     from tvm.s_tir import meta_schedule as ms
 
@@ -119,6 +149,7 @@ def _runner(rpc: tuple[str, str] | None):
     host, _, port = rpc[0].rpartition(":")
     if not host or not port.isdigit():
         raise UsageError(f"--rpc-tracker must be HOST:PORT, got {rpc[0]!r}")
+    require_tracker(host, int(port), rpc[1])
     return ms.runner.RPCRunner(ms.runner.RPCConfig(tracker_host=host, tracker_port=int(port), tracker_key=rpc[1],
                                                    session_timeout_sec=120), evaluator)
 
@@ -136,9 +167,13 @@ def tune(case: str = "logits", target="llvm", preset: str = "tiny", frontend: st
     tgt = resolve_target(target)
     if tgt.kind.name == "llvm" and "num-cores" not in tgt.export():
         raise UsageError("MetaSchedule needs the llvm target's num-cores; use --target llvm or set it in the JSON")
-    kernels = case_kernels(case, tgt, preset, frontend, tokens, vocab_shard)
+    runner = _runner(rpc)  # an unreachable tracker fails here, in seconds, before anything is built
     out = Path(work_dir) if work_dir is not None else tuned_dir(tgt, case)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"cannot use {out} as the tuning work dir: {e.strerror}") from None
+    kernels = case_kernels(case, tgt, preset, frontend, tokens, vocab_shard)
     load_tensor_intrinsics(tgt)
     logging.getLogger(_MS_LOGGER).setLevel(logging.WARNING)  # full logs still go to <work_dir>/logs
     progress = ProgressCallback(trials, log)
@@ -146,7 +181,7 @@ def tune(case: str = "logits", target="llvm", preset: str = "tiny", frontend: st
     t0 = time.perf_counter()
     database = ms.tune_tir(kernels, tgt, str(out), max_trials_global=trials, num_trials_per_iter=min(trials, 16),
                            builder=ms.builder.LocalBuilder(f_build=fast_build, timeout_sec=120),
-                           runner=_runner(rpc), database=ms.database.JSONDatabase(work_dir=str(out)),
+                           runner=runner, database=ms.database.JSONDatabase(work_dir=str(out)),
                            measure_callbacks=callbacks, seed=seed, num_tuning_cores=os.cpu_count() or 1)
     seconds = time.perf_counter() - t0
     best = {}

@@ -7,11 +7,13 @@ numel, greatest absolute and relative difference with their index) and a torch.t
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Callable
 
 import numpy as np
 
 from ..support.errors import UsageError
+
 
 @dataclasses.dataclass
 class Comparison:
@@ -52,10 +54,10 @@ def ratio_allclose(atol: float = 1e-2, rtol: float = 1e-2, max_error_ratio: floa
     before any ratio logic. Unlike the reference, non-finite *expected* values are rejected too: a NaN
     difference compares False and would otherwise never count as an outlier.
     """
-    if not 0.0 <= max_error_ratio <= 1.0:
+    if not 0.0 <= max_error_ratio <= 1.0:  # NaN fails this too
         raise UsageError(f"max_error_ratio must be in [0, 1], got {max_error_ratio}")
-    if atol < 0 or rtol < 0:
-        raise UsageError(f"atol and rtol must be >= 0, got atol={atol} rtol={rtol}")
+    if not all(math.isfinite(t) and t >= 0 for t in (atol, rtol)):  # NaN would make every point pass
+        raise UsageError(f"atol and rtol must be finite and >= 0, got atol={atol} rtol={rtol}")
     name = f"ratio_allclose(atol={atol}, rtol={rtol}, max_error_ratio={max_error_ratio})"
 
     def compare(actual, expected) -> Comparison:
@@ -103,6 +105,22 @@ def ratio_allclose(atol: float = 1e-2, rtol: float = 1e-2, max_error_ratio: floa
     return compare
 
 
+DISTANCE_BLOCK_BYTES = 16 << 20  # the row-distance block of the logits contract: memory linear in T
+
+
+def _nearest_rows(x: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """For every row of ``x``, the index of the nearest (L2) row of ``e``, a block of rows at a time so that
+    memory stays linear in T (a whole T x T matrix is 32 GiB at T = 65536)."""
+    e = e.astype(np.float64)
+    e_sq = (e * e).sum(1)
+    rows = max(1, DISTANCE_BLOCK_BYTES // (8 * max(len(e), 1)))
+    nearest = np.empty(len(x), dtype=np.int64)
+    for lo in range(0, len(x), rows):
+        dist = e_sq[None, :] - 2.0 * (x[lo:lo + rows].astype(np.float64) @ e.T)  # |x|^2 is the same per row
+        nearest[lo:lo + rows] = np.argmin(dist, axis=1)
+    return nearest
+
+
 def check_logits_contract(logits, batch: int, seq: int, vocab_shard: int, expected=None) -> Comparison:
     """The reference's logits contract (spec §2.3), made able to fail on device output.
 
@@ -126,10 +144,7 @@ def check_logits_contract(logits, batch: int, seq: int, vocab_shard: int, expect
     if idx.shape != (tokens,) or (idx < 0).any() or (idx >= vocab_shard).any():
         return Comparison(name, False, numel, detail=f"argmax indices out of range [0, {vocab_shard})")
     if expected is not None:
-        e = as_float32(expected).astype(np.float64)
-        xd = x.astype(np.float64)
-        dist = (xd * xd).sum(1)[:, None] - 2.0 * xd @ e.T + (e * e).sum(1)[None, :]
-        nearest = np.argmin(dist, axis=1)
+        nearest = _nearest_rows(x, as_float32(expected))
         wrong = np.flatnonzero(nearest != np.arange(tokens))
         if wrong.size:
             t = int(wrong[0])
@@ -163,8 +178,8 @@ def device_hidden_logits_allclose(tp: int, atol: float = 1e-2, rtol: float = 1e-
     catastrophic upstream error the conditioning would hide: every ``|actual - expected|`` must be finite
     and at most ``max_e2e_abs_diff``.
     """
-    if not max_e2e_abs_diff > 0:
-        raise UsageError(f"max_e2e_abs_diff must be > 0, got {max_e2e_abs_diff}")
+    if not (math.isfinite(max_e2e_abs_diff) and max_e2e_abs_diff > 0):
+        raise UsageError(f"max_e2e_abs_diff must be finite and > 0, got {max_e2e_abs_diff}")
     base = ratio_allclose(atol=atol, rtol=rtol, max_error_ratio=max_error_ratio)
     name = f"device_hidden_{base.__name__}_with_e2e_max_abs_diff({max_e2e_abs_diff})"
 

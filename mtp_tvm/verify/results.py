@@ -48,6 +48,7 @@ class CheckResult:
     perturbation: dict | None = None  # a deliberate error injected into the device logits (``perturb_logit``)
     schedule: str = "default"
     repro_dir: str | None = None      # written when a check fails
+    repro_error: str | None = None    # why the reproducer could not be written (a read-only folder, a full disk)
     gate: dict | None = None          # what --disable-pass / --bisect-limit did
     pass_records: list = dataclasses.field(default_factory=list, repr=False)  # with time_passes / dumps
 

@@ -1,0 +1,171 @@
+"""Exact INT8 x INT8 -> INT32 GEMM on x86 through the 16-bit multiply-add instructions.
+
+``vpmaddwd`` multiplies int16 pairs and adds each pair into one int32 lane (``a0*b0 + a1*b1``); with int8
+inputs neither the products nor the pair sum can overflow, so the GEMM is bit-exact in any K order. LLVM never
+forms it from plain TIR (it widens to int32 and uses ``vpmulld``), so the GEMM block is tensorized onto it:
+one intrinsic is one row x one vector of int32 lanes x one K pair. ``vpmaddubsw`` is not used: it multiplies u8
+by s8 (activations offset by +128) and saturates its int16 pair sum, which 255 * -128 * 2 overflows. Where the
+target has VNNI the intrinsic is the fused ``vpdpwssd`` (the non-saturating form, so still exact).
+"""
+
+from __future__ import annotations
+
+import math
+
+from tvm import s_tir, tirx
+from tvm.script import tirx as T
+from tvm.sym import Analyzer
+from tvm.tirx import IndexMap
+
+from ..passes.target import CpuIsa
+from .steps import PREPACK_ANNOTATION
+
+_INSTRUCTIONS = {  # (vector bits, vnni) -> LLVM intrinsic; int16 operands, int32 lanes
+    (256, False): "llvm.x86.avx2.pmadd.wd",
+    (512, False): "llvm.x86.avx512.pmaddw.d.512",
+    (256, True): "llvm.x86.avx512.vpdpwssd.256",  # AVX512-VNNI+VL or AVX-VNNI ({vex} form)
+    (512, True): "llvm.x86.avx512.vpdpwssd.512",
+}
+
+
+def _intrin_name(bits: int, vnni: bool) -> str:
+    return f"mtp_int8_{'vpdpwssd' if vnni else 'pmaddwd'}_{bits}"
+
+
+def _register(bits: int, vnni: bool) -> None:
+    """The tensor intrinsic ``C[0:L] += A[0:2] . B[0:L, 0:2]`` (A int16, B int8 packed in K pairs, C int32):
+    the activation pair is broadcast as one 32-bit value, the weight pairs are one sign-extending load."""
+    lanes, wide = bits // 32, f"int16x{bits // 16}"
+    intrinsic = _INSTRUCTIONS[bits, vnni]
+
+    @T.prim_func(s_tir=True)
+    def desc(a: T.handle, b: T.handle, c: T.handle):
+        A = T.match_buffer(a, (2,), "int16", offset_factor=1)
+        B = T.match_buffer(b, (lanes, 2), "int8", offset_factor=1)
+        C = T.match_buffer(c, (lanes,), "int32", offset_factor=1)
+        with T.sblock("root"):
+            T.reads(C[0:lanes], A[0:2], B[0:lanes, 0:2])
+            T.writes(C[0:lanes])
+            for i, k in T.grid(lanes, 2):
+                with T.sblock("update"):
+                    vi, vk = T.axis.remap("SR", [i, k])
+                    # the int8 cast is how unsafe_set_dtype reads the widened activation back (exact)
+                    C[vi] = C[vi] + T.Cast("int32", T.Cast("int8", A[vk])) * T.Cast("int32", B[vi, vk])
+
+    def operands(A, B):
+        pair = T.reinterpret(wide, T.Broadcast(T.reinterpret("int32", A.vload([0], "int16x2")), lanes))
+        return pair, T.Cast(wide, B.vload([0, 0], f"int8x{2 * lanes}"))
+
+    @T.prim_func(s_tir=True)
+    def impl(a: T.handle, b: T.handle, c: T.handle):
+        A = T.match_buffer(a, (2,), "int16", offset_factor=1)
+        B = T.match_buffer(b, (lanes, 2), "int8", offset_factor=1)
+        C = T.match_buffer(c, (lanes,), "int32", offset_factor=1)
+        with T.sblock("root"):
+            T.reads(C[0:lanes], A[0:2], B[0:lanes, 0:2])
+            T.writes(C[0:lanes])
+            if vnni:
+                C[T.ramp(0, 1, lanes)] = T.call_llvm_pure_intrin(
+                    f"int32x{lanes}", T.llvm_lookup_intrinsic_id(intrinsic),
+                    C[T.ramp(0, 1, lanes)], *operands(A, B))
+            else:
+                C[T.ramp(0, 1, lanes)] = C[T.ramp(0, 1, lanes)] + T.call_llvm_pure_intrin(
+                    f"int32x{lanes}", T.llvm_lookup_intrinsic_id(intrinsic), *operands(A, B))
+
+    s_tir.TensorIntrin.register(_intrin_name(bits, vnni), desc, impl, override=True)
+
+
+for _bits, _vnni in _INSTRUCTIONS:
+    _register(_bits, _vnni)
+
+
+def int8_lanes(isa: CpuIsa) -> int:
+    """The int32 lanes of one accumulator vector; raises ValueError where the ISA has no exact int8 dot."""
+    if isa.int8_dot not in ("vnni", "pmaddwd") or isa.vector_bits not in (256, 512):
+        raise ValueError(f"{isa.name}: no 16-bit multiply-add for an exact int8 dot product")
+    return isa.vector_bits // 32
+
+
+def pair_packed(tile: int) -> IndexMap:
+    """``[N, K] -> [N / tile, K / 2, tile, 2]``: per K pair, one strip's weights are contiguous, pair-interleaved
+    (the operand order of ``vpmaddwd``)."""
+    return IndexMap.from_func(lambda n, k: (n // tile, k // 2, n % tile, k % 2), index_dtype="int32")
+
+
+def _operand_indices(sch: s_tir.Schedule, block) -> tuple[int, int]:
+    """The read indices of the activation (indexed first by the row iterator) and the weight (by the column
+    iterator); the accumulator's own read is skipped."""
+    stmt = sch.get(block)
+    row, column = (iv.var for iv in stmt.iter_vars[:2])
+    inputs = [(i, r.region[0].min) for i, r in enumerate(stmt.reads) if not r.source.same_as(stmt.writes[0].source)]
+    return next(i for i, first in inputs if first.same_as(row)), next(i for i, first in inputs if first.same_as(column))
+
+
+def check_tile(sch: s_tir.Schedule, block, vector_bits: int, lanes: int, register_rows: int, column_vectors: int,
+               k_multiple: int = 2) -> None:
+    """The shape preconditions shared by the dot-product schedules (ValueError): K a multiple of ``k_multiple``,
+    N of the strip, the row count provably of ``register_rows`` (else a predicate blocks the tensorization),
+    and the accumulator tile under 1 KiB: TVM puts larger buffers in a heap workspace, which LLVM cannot keep in
+    registers (an 8 x 2 AVX-512 tile then stores after every dot and runs about 2x slower)."""
+    rows, columns, depth = (sch.get(loop).extent for loop in sch.get_loops(block))
+    tile = column_vectors * lanes
+    if int(depth) % k_multiple or int(columns) % tile:
+        raise ValueError(f"needs K a multiple of {k_multiple} and N of {tile}; got K={depth}, N={columns}")
+    if not Analyzer().can_prove_equal(tirx.floormod(rows, register_rows), 0):
+        raise ValueError(f"the row count {rows} is not provably a multiple of {register_rows} register rows")
+    if register_rows * column_vectors * vector_bits // 8 >= 1024:
+        raise ValueError(f"a {register_rows} x {column_vectors} tile of {vector_bits}-bit accumulators is 1 KiB or "
+                         "more: TVM would put it in a heap workspace instead of registers")
+
+
+def register_tile_loops(sch: s_tir.Schedule, block, lanes: int, register_rows: int, column_vectors: int):
+    """The loops both dot schedules share: (column strip: parallel, row block, K pair, row: unrolled, vector:
+    unrolled, lane, pair element), the accumulator tile cached at the row block in scope ``global`` (small
+    enough to stay on the stack, so LLVM keeps it in registers), its init hoisted out of K. Returns the row-block
+    loop and the lane loop (where the intrinsic goes)."""
+    t, n, k = sch.get_loops(block)
+    no, nv, nl = sch.split(n, [None, column_vectors, lanes])
+    kp, ki = sch.split(k, [None, 2])
+    to, tr = sch.split(t, [None, register_rows])
+    sch.reorder(no, to, kp, tr, nv, nl, ki)
+    acc = sch.cache_write(block, 0, "global")
+    sch.reverse_compute_at(acc, to)
+    sch.unroll(tr)
+    sch.unroll(nv)
+    acc_loops = sch.get_loops(acc)
+    sch.unroll(acc_loops[-2])
+    _, inner = sch.split(acc_loops[-1], [None, lanes])
+    sch.vectorize(inner)
+    sch.parallel(no)
+    init = sch.decompose_reduction(block, kp)  # last: vectorize/unroll/parallel fail after it
+    sch.vectorize(sch.get_loops(init)[-1])
+    return to, nl
+
+
+def apply_int8_dot(sch: s_tir.Schedule, block, isa: CpuIsa, *, register_rows: int, column_vectors: int) -> None:
+    """Schedule ``acc[t, n] += int32(A[t, k]) * int32(W[n, k])`` (trivial loops ``t, n, k``; A, W int8) onto
+    ``vpmaddwd``/``vpdpwssd``: a ``register_rows`` x ``column_vectors`` tile of int32 accumulator vectors stays
+    in registers over all of K; the loops are (column strip: parallel, row block, K pair, row, vector).
+
+    The activation is widened to int16 once per call (a pair broadcast is then one 32-bit load); the weight is
+    packed ``[N / strip, K / 2, strip, 2]`` (``pair_packed``) in a preprocess block the pipeline lifts out of the
+    per-call path. Preconditions (ValueError): the ISA has an int8 dot (``int8_lanes``) and ``check_tile``: K even,
+    N a multiple of the strip (``column_vectors`` x lanes), rows of ``register_rows``, the tile under 1 KiB.
+    """
+    lanes = int8_lanes(isa)
+    tile = column_vectors * lanes
+    check_tile(sch, block, isa.vector_bits, lanes, register_rows, column_vectors)
+    depth = int(sch.get(sch.get_loops(block)[2]).extent)
+    a_index, w_index = _operand_indices(sch, block)
+    packed = sch.cache_read(block, w_index, "global")
+    sch.transform_layout(packed, ("write", 0), pair_packed(tile))
+    sch.annotate(packed, PREPACK_ANNOTATION, 1)
+    widened = sch.cache_read(block, a_index, "global")
+    sch.unsafe_set_dtype(widened, 0, "int16")
+
+    _, nl = register_tile_loops(sch, block, lanes, register_rows, column_vectors)
+    sch.tensorize(nl, _intrin_name(isa.vector_bits, isa.int8_dot == "vnni"))
+    wrows = sch.get_loops(widened)
+    _, inner = sch.split(wrows[-1], [None, math.gcd(depth, 2 * lanes)])
+    sch.vectorize(inner)
+    sch.parallel(wrows[0])
