@@ -109,7 +109,7 @@ def cpu_isa(target: Target) -> CpuIsa:
         return bool(tvm.target.codegen.target_has_features(feature, target))
 
     if cpu_arch(target_triple(target_json(target))) == "aarch64":
-        return CpuIsa("neon", 128, 32, True, has("bf16"), None)
+        return CpuIsa("neon", 128, 32, True, False, None)  # no NEON dot-product kernels here: FMA paths
     if has("avx512f"):
         vnni = has("avx512vnni")
         return CpuIsa("avx512", 512, 32, True, has("avx512bf16"), "vnni" if vnni else "pmaddwd" if has("avx512bw")

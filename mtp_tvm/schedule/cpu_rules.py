@@ -44,12 +44,12 @@ def row_quantum(knobs: CpuGemm, isa: CpuIsa, columns: int) -> int:
 def dot_tile(isa: CpuIsa, columns: int, row_quantum: int, lanes: int) -> tuple[int, int] | None:
     """``(register_rows, column_vectors)`` of a dot-product tile: rows dividing the kernel's row quantum, a strip
     dividing ``columns``, the accumulators under 1 KiB (larger goes to a heap workspace, out of registers) and
-    inside the register file; the most accumulators, on a tie fewer rows (measured on Zen 4: int8 2 x 4 vectors
-    1.7 ms vs 4 x 2 2.2 ms for the FLASH projection GEMM; BF16 2 x 5 and 4 x 2 both ~15.5 ms for the logits)."""
+    inside the register file; 4 rows if they fit, then the most accumulators (measured on Zen 4, FLASH, T=8:
+    BF16 logits 4 x 2 vectors 8.5 ms, 2 x 5 9.9 ms, 8 x 1 slower still; int8 4 x 2 and 2 x 4 within noise)."""
     vector_bytes = isa.vector_bits // 8
     fits = [(r, c) for r in (8, 4, 2) if row_quantum % r == 0 for c in range(1, isa.vector_registers)
             if r * c * vector_bytes < 1024 and r * c + c + 1 <= isa.vector_registers and columns % (c * lanes) == 0]
-    return max(fits, key=lambda rc: (rc[0] * rc[1], -rc[0])) if fits else None
+    return max(fits, key=lambda rc: (rc[0] == 4, rc[0] * rc[1])) if fits else None
 
 
 def _dot_schedule(sch: s_tir.Schedule, block, io, knobs: CpuGemm, isa: CpuIsa):

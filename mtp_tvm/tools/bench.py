@@ -34,7 +34,7 @@ from ..compiler.options import BuildSpec, split_options
 from ..compiler.tensors import NUMPY_DTYPES, to_numpy
 from ..passes.target import device_for, target_json
 from ..spec.cases import TOKENS, Case, Stage
-from ..spec.presets import Shapes, padded_tokens
+from ..spec.presets import Shapes
 from ..support.atomic_file import write_user_file
 from ..support.errors import MtpError, UsageError
 from ..support.text_table import text_table
@@ -143,7 +143,8 @@ class BenchResult:
                 f"build={self.build_seconds:.2f}s")
         tail = (f"peak {self.peak_gflops:.1f} GFLOP/s, bandwidth {self.bandwidth_gbs:.1f} GB/s (measured); "
                 f"tvm at {100 * self.peak_fraction:.0f}% of peak and {100 * self.roofline_fraction:.0f}% of the "
-                f"roofline ({self.roofline_gflops:.1f} GFLOP/s) on the {s['tokens_padded']} rows it computes")
+                f"roofline ({self.roofline_gflops:.1f} GFLOP/s) on the {s['tokens']} useful rows (the peak is the FP32 "
+                "FMA probe's: dot-product instructions, 2 products a lane, can pass it)")
         return "\n".join([head, *lines, tail])
 
     def plot(self, path: str | os.PathLike) -> None:
@@ -253,12 +254,12 @@ def bench(spec: BuildSpec | None = None, *, rounds: int = 7, number: int | None 
     timed = dict(median)
     median.update(dict.fromkeys(unavailable))  # every contender is a key; None where it could not run
     useful = flops(c, s, s.tokens)
-    executed = flops(c, s, padded_tokens(s.tokens))
     moved = bytes_moved(compiled)
     tvm_s = median["tvm"] / 1e3
-    # attainable = min(peak, intensity x bandwidth); a kernel without GEMMs (the norm) is judged on bandwidth
-    roofline = min(probes.peak_gflops, executed / moved * probes.bandwidth_gbs)
-    fraction = (executed / tvm_s / 1e9) / roofline if executed else (moved / tvm_s / 1e9) / probes.bandwidth_gbs
+    # attainable = min(peak, intensity x bandwidth) on the useful rows only (the padded ones are not work a
+    # user asked for); a kernel without GEMMs (the norm) is judged on bandwidth
+    roofline = min(probes.peak_gflops, useful / moved * probes.bandwidth_gbs)
+    fraction = (useful / tvm_s / 1e9) / roofline if useful else (moved / tvm_s / 1e9) / probes.bandwidth_gbs
     return BenchResult(
         case=c.name, target=target_json(tgt), preset=s.preset.name, schedule=schedule, shapes=s.as_dict(),
         median_ms=median, samples_ms=samples,
@@ -268,5 +269,5 @@ def bench(spec: BuildSpec | None = None, *, rounds: int = 7, number: int | None 
         speedup={p: ms / median["tvm"] for p, ms in timed.items()},
         peak_gflops=probes.peak_gflops, bandwidth_gbs=probes.bandwidth_gbs, roofline_gflops=roofline,
         roofline_fraction=fraction,
-        peak_fraction=(executed / tvm_s / 1e9) / probes.peak_gflops,
+        peak_fraction=(useful / tvm_s / 1e9) / probes.peak_gflops,
         build_seconds=compiled.build_seconds, probes=probes.how, numpy_blas=numpy_blas_info())
