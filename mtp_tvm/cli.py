@@ -212,6 +212,10 @@ def _cmd_dumps(args) -> int:
     elif args.dumps_command == "show":
         print(dump_browse.show(dump_browse.find_run(args.run, args.root), args.pass_, args.changed, args.phase),
               end="")
+    elif args.dumps_command == "prune":
+        print(dump_browse.prune_runs(args.root, args.keep, args.older_than))
+    elif args.dumps_command == "keep":
+        print(dump_browse.keep(dump_browse.find_run(args.run, args.root)))
     else:
         print(dump_browse.diff(dump_browse.find_run(args.run, args.root), args.a, args.b))
     return 0
@@ -356,6 +360,12 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("pass_", nargs="?", metavar="PASS", help="pass number, name, 'input', or a file of the run")
     q.add_argument("--changed", action="store_true", help="in the table, only passes that changed the IR")
     q.add_argument("--phase", help="in the table, only passes of this phase")
+    q = dsub.add_parser("prune", help="remove old complete runs (never one being written or marked kept)")
+    q.add_argument("--keep", type=int, default=None, metavar="N", help="keep the newest N complete runs")
+    q.add_argument("--older-than", default=None, metavar="AGE",
+                   help="remove complete runs finished more than AGE ago: a number with d, h or m (7d, 12h)")
+    q = dsub.add_parser("keep", help="mark a run so that pruning never removes it")
+    q.add_argument("run", help="run folder, its name, a unique prefix, or 'latest'")
     q = dsub.add_parser("diff", help="unified diff between the modules after two passes")
     q.add_argument("run", help="run folder, its name, a unique prefix, or 'latest'")
     q.add_argument("a", metavar="A", help="pass number or name ('input' for the compiler's input)")

@@ -1,5 +1,7 @@
 """`mtp-tvm dumps list | show | diff` read run folders back in the terminal."""
 
+from pathlib import Path
+
 import pytest
 
 import mtp_tvm
@@ -80,3 +82,50 @@ def test_list_names_what_show_refuses(damaged, capsys):
     (run / "index.json").unlink()
     rc, out, _ = _run(["dumps", "--root", str(root), "list"], capsys)
     assert rc == 0 and "no index" in out and "complete" not in out.split(run.name)[1].splitlines()[0]
+
+
+# ---- retention: dump folders do not grow without bound ---------------------------------------------------------
+
+def _fake_runs(root, names, complete=True):
+    import time
+
+    runs = []
+    for name in names:
+        run = root / name
+        run.mkdir(parents=True)
+        (run / "index.json").write_text("{}")
+        if complete:
+            (run / "complete").write_text("")
+            time.sleep(0.01)  # distinct finish times, oldest first
+        runs.append(run)
+    return runs
+
+
+def test_prune_keeps_the_newest_and_never_a_run_being_written_or_kept(tmp_path, capsys):
+    old, middle, new = _fake_runs(tmp_path, ["a-old", "b-middle", "c-new"])
+    (writing,) = _fake_runs(tmp_path, ["d-writing"], complete=False)
+    assert main(["dumps", "--root", str(tmp_path), "keep", "a-old"]) == 0
+    assert main(["dumps", "--root", str(tmp_path), "prune", "--keep", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "1 run(s) removed" in out and str(middle) in out
+    assert {p.name for p in tmp_path.iterdir()} == {"a-old", "c-new", "d-writing"}  # kept, newest, in progress
+    assert main(["dumps", "--root", str(tmp_path), "prune", "--older-than", "0m"]) == 0
+    assert {p.name for p in tmp_path.iterdir()} == {"a-old", "d-writing"}
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["prune"], "needs --keep N and/or --older-than AGE"),
+    (["prune", "--older-than", "7 days"], "--older-than takes a number with d, h or m"),
+    (["prune", "--keep", "-1"], "--keep takes a number of runs >= 0"),
+])
+def test_prune_usage_errors_are_one_line(argv, message, tmp_path, capsys):
+    assert main(["dumps", "--root", str(tmp_path), *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_dumping_build_keeps_the_newest_runs_of_its_root(tmp_path, monkeypatch, capsys):
+    _fake_runs(tmp_path, ["logits-llvm-1", "logits-llvm-2", "logits-llvm-3"])
+    monkeypatch.setenv("MTP_TVM_DUMPS_KEEP", "2")
+    r = mtp_tvm.check(case="logits", preset="tiny", dump_passes=tmp_path)
+    assert r.passed and "[dumps] removed 2 old run(s) beyond the newest 2" in capsys.readouterr().out
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["logits-llvm-3", Path(r.dump_dir).name])

@@ -17,6 +17,7 @@ from tvm.target import Target
 
 from ..compiler.runtime import Runnable, WeightCache
 from ..instrument.recorder import DumpOptions, PassRecord, PassRecorder
+from ..instrument.run_folder import prune, retention
 from ..ir.model import build_relax_module, get_frontend
 from ..passes.codegen import device_source, generated_code
 from ..passes.gate import PassGate, gate_summary
@@ -60,6 +61,7 @@ class CompiledCase(Runnable):
     optimized_module: tvm.IRModule | None = dataclasses.field(default=None, repr=False)  # entering lowering
     spec: BuildSpec = dataclasses.field(default_factory=BuildSpec)  # as asked (sizes may be None: defaults)
     debug: DebugOptions = dataclasses.field(default_factory=DebugOptions, repr=False)
+    pruned_dumps: list[str] = dataclasses.field(default_factory=list)  # old runs the retention removed
     dump_seconds: float = 0.0                  # writing the dumps after the build (and, meanwhile, the JIT)
     _vm: relax.VirtualMachine | None = dataclasses.field(default=None, repr=False)
     _weights: WeightCache = dataclasses.field(default_factory=WeightCache, repr=False)
@@ -150,6 +152,9 @@ def compile(spec: BuildSpec | None = None, debug: DebugOptions | None = None, **
                                               attachments={"schedule_trace.py": applier.trace_script()},
                                               meanwhile=jit)
             compiled.dump_seconds = time.perf_counter() - t1
+            keep = retention()
+            if compiled.dump_dir is not None and keep:  # the retention of the dumps root (instrument.run_folder)
+                compiled.pruned_dumps = [str(p) for p in prune(compiled.dump_dir.parent, keep=keep)]
         return compiled
 
 

@@ -1,6 +1,7 @@
 """Run folders: where a dumping build writes, one new folder per build under ``dumps/`` (or ``$MTP_TVM_DUMPS``),
 named ``<case>-<target>-<YYYYmmdd-HHMMSS>-<id>`` so concurrent processes never share one; ``index.json`` is its
-table of contents and ``complete`` is written last.
+table of contents and ``complete`` is written last. Folders do not grow without bound: a dumping build keeps the
+newest ``retention()`` complete runs of its root (default 20), never one still being written or marked kept.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import datetime
 import json
 import os
 import re
+import shutil
 import uuid
 from pathlib import Path
 
@@ -59,3 +61,49 @@ def update_index(run: Path, **sections) -> dict:
     write_json(run / INDEX_FILE, index)
     write_html(run, index)
     return index
+
+
+KEPT_MARKER = "kept"  # ``mtp-tvm dumps keep RUN``: never pruned
+KEEP_ENV = "MTP_TVM_DUMPS_KEEP"  # how many complete runs a dumping build leaves in its root (0: all)
+DEFAULT_KEEP = 20
+
+
+def retention() -> int:
+    """How many complete runs a dumping build keeps in its root: ``$MTP_TVM_DUMPS_KEEP``, default 20, 0 keeps all."""
+    text = os.environ.get(KEEP_ENV, str(DEFAULT_KEEP))
+    if not text.isdigit():
+        raise UsageError(f"{KEEP_ENV} must be a whole number of runs (0 keeps all), got {text!r}")
+    return int(text)
+
+
+def prune(root: str | os.PathLike | None = None, keep: int | None = None,
+          older_than: datetime.timedelta | None = None) -> list[Path]:
+    """Remove complete runs beyond the newest ``keep`` and those finished more than ``older_than`` ago; returns
+    what was removed. A run without its ``complete`` marker (being written, or interrupted) and a run marked
+    ``kept`` are never touched."""
+    root = dumps_root(root)
+    if not root.is_dir():
+        return []
+    finished = {}
+    for run in root.iterdir():
+        try:
+            if run.is_dir() and not (run / KEPT_MARKER).exists():
+                finished[run] = (run / COMPLETE_MARKER).stat().st_mtime
+        except FileNotFoundError:  # not complete, or another process is removing it
+            continue
+    runs = sorted(finished, key=finished.get, reverse=True)  # newest first
+    doomed = set(runs[keep:]) if keep is not None else set()
+    if older_than is not None:
+        cutoff = datetime.datetime.now().timestamp() - older_than.total_seconds()
+        doomed |= {r for r in runs if finished[r] < cutoff}
+    for run in sorted(doomed):
+        (run / COMPLETE_MARKER).unlink(missing_ok=True)  # first: a half-removed run never looks complete
+        shutil.rmtree(run, ignore_errors=True)
+    return sorted(doomed)
+
+
+def keep_run(run: Path) -> Path:
+    """Mark ``run`` so that pruning never removes it."""
+    marker = run / KEPT_MARKER
+    marker.write_text("kept by mtp-tvm dumps keep\n")
+    return marker

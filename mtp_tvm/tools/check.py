@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..compiler.driver import compile
 from ..compiler.options import BuildSpec, DebugOptions, split_options
-from ..instrument.run_folder import update_index
+from ..instrument.run_folder import retention, update_index
 from ..passes.target import (
     device_for,
     host_triple,
@@ -64,6 +64,9 @@ def check(spec: BuildSpec | None = None, debug: DebugOptions | None = None, *, s
     log(f"[BUILD] case={spec.case} preset={spec.preset} frontend={spec.frontend} schedule={spec.schedule}")
     compiled = compile(spec, debug)
     c, s = compiled.case, compiled.shapes
+    if compiled.pruned_dumps:
+        log(f"[dumps] removed {len(compiled.pruned_dumps)} old run(s) beyond the newest {retention()} "
+            f"(MTP_TVM_DUMPS_KEEP; `mtp-tvm dumps keep RUN` keeps one for good)")
     if compiled.unscheduled:
         log(f"[schedule] no {spec.schedule!r} schedule covers {', '.join(compiled.unscheduled)}: lowered as written")
     if compiled.untuned:

@@ -8,12 +8,19 @@ PASS is a pass number (``12`` or ``012``), ``0``/``input`` for the module given 
 
 from __future__ import annotations
 
+import datetime
 import difflib
 import json
 from pathlib import Path
 
 from ..instrument.report import pass_table
-from ..instrument.run_folder import COMPLETE_MARKER, INDEX_FILE, dumps_root
+from ..instrument.run_folder import (
+    COMPLETE_MARKER,
+    INDEX_FILE,
+    dumps_root,
+    keep_run,
+    prune,
+)
 from ..support.errors import UsageError
 from ..support.text_table import text_table
 
@@ -163,3 +170,30 @@ def diff(run: Path, a: str, b: str) -> str:
     lines = difflib.unified_diff(_read(fa).splitlines(), _read(fb).splitlines(), fa.name, fb.name, lineterm="")
     return "\n".join(lines) or f"{fa.name} and {fb.name} are identical"
 
+
+
+_AGE_UNITS = {"d": "days", "h": "hours", "m": "minutes"}
+
+
+def parse_age(text: str) -> datetime.timedelta:
+    """``7d``, ``12h``, ``30m`` -> a timedelta (the ``--older-than`` of ``dumps prune``)."""
+    number, unit = text[:-1], text[-1:]
+    if unit not in _AGE_UNITS or not number.replace(".", "", 1).isdigit():
+        raise UsageError(f"--older-than takes a number with d, h or m (7d, 12h, 30m), got {text!r}")
+    return datetime.timedelta(**{_AGE_UNITS[unit]: float(number)})
+
+
+def prune_runs(root=None, keep: int | None = None, older_than: str | None = None) -> str:
+    """``mtp-tvm dumps prune``: what was removed, one line per run."""
+    if keep is None and older_than is None:
+        raise UsageError("dumps prune needs --keep N and/or --older-than AGE")
+    if keep is not None and keep < 0:
+        raise UsageError(f"--keep takes a number of runs >= 0, got {keep}")
+    removed = prune(root, keep, parse_age(older_than) if older_than else None)
+    return "\n".join([*(f"removed {run}" for run in removed), f"{len(removed)} run(s) removed from {dumps_root(root)}"])
+
+
+def keep(run: Path) -> str:
+    """``mtp-tvm dumps keep RUN``."""
+    keep_run(run)
+    return f"kept: {run} (dumps prune and the retention of new runs leave it alone)"
