@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..passes.plugins import ExtraPasses, PassPlugin
+from ..passes.target import target_json
 from ..support.errors import UsageError
 
 
@@ -53,17 +54,14 @@ class BuildSpec:
         """The ``mtp-tvm`` flags of this spec (sizes left at their default are omitted); ``target_flag``
         replaces the target's spelling (e.g. the JSON of a resolved target)."""
         target = target_flag if target_flag is not None else (
-            self.target if isinstance(self.target, str) else json.dumps(_target_dict(self.target)))
+            self.target if isinstance(self.target, str) else
+            json.dumps(self.target if isinstance(self.target, dict) else target_json(self.target)))
         argv = ["--case", self.case, "--target", target, "--preset", self.preset, "--frontend", self.frontend,
                 "--schedule", self.schedule]
         for name in ("tokens", "vocab_shard", "owners", "tp"):
             if getattr(self, name) is not None:
                 argv += [f"--{name.replace('_', '-')}", str(getattr(self, name))]
         return argv
-
-
-def _target_dict(target) -> dict:
-    return target if isinstance(target, dict) else {k: v for k, v in target.export().items()}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -72,10 +72,12 @@ class WeightCache:
 class Runnable:
     """``run(inputs) -> outputs`` for anything holding a Relax executable: a fresh build and a loaded artifact
     differ only in where their specs, module and device come from (``_runtime``) and in what they check about
-    the bound sizes (``_check_sizes``)."""
+    the bound sizes (``_check_sizes``). Subclasses hold ``_vm`` (None until the first run) and ``_weights``."""
 
     input_specs: dict[str, TensorSpec]
     output_specs: dict[str, TensorSpec]
+    _vm: relax.VirtualMachine | None
+    _weights: WeightCache
 
     def _runtime(self) -> tuple[tvm.runtime.Module, tvm.runtime.Device, str]:
         """(executable or library, device, how to name this binary in messages)."""
@@ -91,7 +93,7 @@ class Runnable:
 
     @property
     def vm(self) -> relax.VirtualMachine:
-        if getattr(self, "_vm", None) is None:
+        if self._vm is None:
             runtime_threads()
             module, device, name = self._runtime()
             vm = relax.VirtualMachine(module, device)
@@ -103,8 +105,6 @@ class Runnable:
 
     def device_args(self, arrays: list[np.ndarray]) -> list:
         """``main``'s arguments (see ``main_args``)."""
-        if getattr(self, "_weights", None) is None:
-            self._weights = WeightCache()
         return main_args(self.vm, self._runtime()[1], arrays, self.num_input, self._weights)
 
     def run(self, inputs: dict) -> dict[str, np.ndarray]:
