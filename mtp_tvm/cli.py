@@ -79,6 +79,12 @@ def _print_debug_footer(args, records, gate, dump_dir) -> None:
         print(f"IR dumps: {dump_dir} (open {dump_dir}/index.html)")
 
 
+def _add_profile_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--profile", action="store_true",
+                   help="also time every kernel of main: its ms, share of main, GB/s, GFLOP/s, roofline fraction "
+                        "(profile.json in the run folder when dumping)")
+
+
 def _add_arch_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--arch", default=None, metavar="SM",
                    help="with --target cuda: sm_80, sm_90, or both comma-separated (default sm_90)")
@@ -116,9 +122,14 @@ def _cmd_check(args) -> int:
                   if getattr(args, k) is not None}
     result = check(_build_spec(args, build_target(args.target, parse_archs(args.arch))), _debug_options(args),
                    seed=args.seed, report=args.report, logits_tol=logits_tol or None,
-                   perturb_logit=parse_logit_perturbation(args.perturb_logit) if args.perturb_logit else None)
+                   perturb_logit=parse_logit_perturbation(args.perturb_logit) if args.perturb_logit else None,
+                   profile=args.profile)
     print(summary_table(result))
+    if result.profile is not None:
+        print(result.profile.table())
     _print_debug_footer(args, result.pass_records, result.gate, result.dump_dir)
+    if result.profile is not None and result.dump_dir:
+        print(f"profile: {result.dump_dir}/profile.json")
     if result.repro_dir:
         print(f"reproducer: {result.repro_dir} (python {result.repro_dir}/repro.py)")
     elif result.repro_error:
@@ -138,12 +149,15 @@ def _cmd_tune(args) -> int:
 
     rpc = (args.rpc_tracker, args.rpc_key) if args.rpc_tracker else None
     r = tune(case=args.case, target=args.target, preset=args.preset, frontend=args.frontend, trials=args.trials,
-             tokens=args.tokens, vocab_shard=args.vocab_shard, work_dir=args.work_dir, seed=args.seed, rpc=rpc,
+             vocab_shard=args.vocab_shard, work_dir=args.work_dir, seed=args.seed, rpc=rpc, space=args.space,
              log=lambda line: print(line, file=sys.stderr))
-    print(f"tuned {args.case} for {args.target}: {r.trials} trials in {r.seconds:.0f}s -> {r.work_dir}")
-    for name, ms in sorted(r.best_ms.items()):
-        print(f"  {name:40s} best {ms:.4g} ms")
-    return 0
+    print(f"tuned {args.case} for {args.target}: {r.trials} trials in {r.seconds:.0f}s "
+          f"({r.seconds_per_trial:.2f} s/trial){' (interrupted)' if r.interrupted else ''} -> {r.work_dir}")
+    for name, best in sorted(r.best_ms.items()):
+        hand = f", hand schedule {r.default_ms[name]:.4g} ms" if name in r.default_ms else ""
+        measured = ", ".join(f"{s} {n}" for s, n in sorted(r.measured.get(name, {}).items())) or "none"
+        print(f"  {name:40s} best {best:.4g} ms{hand}; measured: {measured}")
+    return 130 if r.interrupted else 0
 
 
 def _cmd_check_prebuilt(args) -> int:
@@ -152,6 +166,8 @@ def _cmd_check_prebuilt(args) -> int:
     from .artifact.load import check_artifact
     from .verify.results import summary_table
 
+    if args.profile:
+        raise UsageError("--profile times a fresh build's kernels; drop --artifact/--compile-only")
     if args.compile_only and not args.artifact:
         built = build(None, _build_spec(args), _debug_options(args), arch=args.arch)
         print(describe(built))
@@ -210,8 +226,13 @@ def _cmd_dumps(args) -> int:
     if args.dumps_command == "list":
         print(dump_browse.list_runs(args.root))
     elif args.dumps_command == "show":
-        print(dump_browse.show(dump_browse.find_run(args.run, args.root), args.pass_, args.changed, args.phase),
-              end="")
+        print(dump_browse.show(dump_browse.find_run(args.run, args.root), args.pass_, args.changed, args.phase,
+                               func=args.func, history=args.history), end="")
+    elif args.dumps_command == "compare":
+        from .tools.dumps_compare import compare_command
+
+        print(compare_command(dump_browse.find_run(args.a, args.root), dump_browse.find_run(args.b, args.root),
+                              args.html), end="")
     elif args.dumps_command == "prune":
         print(dump_browse.prune_runs(args.root, args.keep, args.older_than))
     elif args.dumps_command == "keep":
@@ -269,8 +290,11 @@ def _cmd_bench(args) -> int:
     from .tools.bench import bench
 
     result = bench(case=args.case, target=args.target, preset=args.preset, vocab_shard=args.vocab_shard,
-                   schedule=args.schedule, tokens=args.tokens, rounds=args.rounds, compare_schedules=compare)
+                   frontend=args.frontend, schedule=args.schedule, tokens=args.tokens, rounds=args.rounds, compare_schedules=compare,
+                   profile=args.profile, rpc=(args.rpc_tracker, args.rpc_key) if args.rpc_tracker else None)
     print(result.table())
+    if result.profile is not None:
+        print(result.profile.table())
     if args.json:
         result.write_json(args.json)
         print(f"json: {args.json}")
@@ -306,13 +330,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="golden-check a prebuilt artifact on fresh seeded inputs, without compiling")
     p.add_argument("--compile-only", action="store_true",
                    help="build the target binary (CUDA device code included) and stop: no inputs, no run")
+    _add_profile_arg(p)
     p.set_defaults(handler=_cmd_check)
     p = sub.add_parser("tune", help="tune a case's kernels with MetaSchedule (records in schedules/tuned/)")
     for flag, default, text in (("--case", "logits", "case whose kernels to tune"), ("--target", "llvm", "target"),
                                 ("--preset", "tiny", "model preset"), ("--frontend", "tir", "frontend")):
         p.add_argument(flag, default=default, help=f"{text} (default {default})")
-    p.add_argument("--tokens", type=int, default=None, help="static token count to tune for (default 8)")
     p.add_argument("--vocab-shard", type=int, default=None, help="vocab shard columns (default 512)")
+    p.add_argument("--space", choices=("hand", "generic", "both"), default="both",
+                   help="design spaces: our hand rules with sampled knobs, MetaSchedule's generic rules, or both "
+                        "(default both)")
     p.add_argument("--trials", type=int, default=64, help="trials over all kernels (default 64)")
     p.add_argument("--work-dir", default=None, help="database folder (default schedules/tuned/<target>/<case>)")
     p.add_argument("--seed", type=int, default=0, help="search seed (default 0)")
@@ -342,10 +369,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokens", type=int, default=None, help="token count T (default: the preset's B*S = 8)")
     p.add_argument("--vocab-shard", type=int, default=None, help="vocab shard columns (default 512)")
     p.add_argument("--schedule", default="default", metavar="NAME", help="as for check (default: default)")
+    p.add_argument("--frontend", default="tir", help=f"one of: {', '.join(FRONTENDS)} (default tir)")
     p.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds; medians over them (default 7)")
     p.add_argument("--compare-schedules", default=None, metavar="A,B,...",
                    help="also time TVM with these schedules in the same rounds, e.g. none,default,tuned,dlight")
     p.add_argument("--json", default=None, metavar="FILE", help="write the figures as JSON")
+    p.add_argument("--rpc-tracker", default=None, metavar="HOST:PORT",
+                   help="time TVM on a server of this TVM RPC tracker (as tune measures); peers are not timed then")
+    p.add_argument("--rpc-key", default="mtp", help="device key registered with the tracker (default mtp)")
+    _add_profile_arg(p)
     p.add_argument("--plot", default=None, metavar="PNG", help="write a bar chart (matplotlib)")
     p.set_defaults(handler=_cmd_bench)
     p = sub.add_parser("list", help="list cases, their tensors, and presets")
@@ -360,6 +392,13 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("pass_", nargs="?", metavar="PASS", help="pass number, name, 'input', or a file of the run")
     q.add_argument("--changed", action="store_true", help="in the table, only passes that changed the IR")
     q.add_argument("--phase", help="in the table, only passes of this phase")
+    q.add_argument("--func", metavar="NAME", help="only this function (of PASS's module, or with --history)")
+    q.add_argument("--history", action="store_true",
+                   help="with --func: every pass that changed the function, its diffs in order")
+    q = dsub.add_parser("compare", help="two runs pass by pass: where they diverge, and their generated code")
+    q.add_argument("a", metavar="RUN_A", help="run folder, its name, a unique prefix, or 'latest'")
+    q.add_argument("b", metavar="RUN_B", help="run folder, its name, a unique prefix, or 'latest'")
+    q.add_argument("--html", metavar="OUT.html", help="also write the comparison as one self-contained page")
     q = dsub.add_parser("prune", help="remove old complete runs (never one being written or marked kept)")
     q.add_argument("--keep", type=int, default=None, metavar="N", help="keep the newest N complete runs")
     q.add_argument("--older-than", default=None, metavar="AGE",

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import mtp_tvm
 from mtp_tvm.compiler.options import BuildSpec
 from mtp_tvm.compiler.tensors import to_numpy
 from mtp_tvm.passes.target import resolve_target
@@ -22,9 +23,15 @@ from mtp_tvm.tools.bench import (
     bench,
     bytes_moved,
     flops,
+    gemm_dtype,
+    gemm_kind,
+    gemm_work,
+    instruction_mix,
+    kinds_used,
     peer_runner,
+    roofline_peak,
 )
-from mtp_tvm.tools.roofline import ProbePlan
+from mtp_tvm.tools.roofline import BF16_DOT, FMA, INT8_DOT, ProbePlan
 from mtp_tvm.verify.comparators import ratio_allclose
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,6 +55,56 @@ def test_bench_times_every_contender(tiny_logits, tmp_path):
     tiny_logits.plot(tmp_path / "b.png")
     assert (tmp_path / "b.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "tvm speed-up" in tiny_logits.table()
+
+
+def test_bench_json_says_why(tiny_logits):
+    """The ISA, the instruction mix of the kernels and the peak used are recorded next to the old keys."""
+    d = json.loads(json.dumps(tiny_logits.as_dict()))
+    assert {"median_ms", "peak_gflops", "peak_fraction", "roofline_fraction"} <= set(d)
+    assert d["frontend"] == "tir" and {"name", "vector_bits", "fma", "bf16_dot", "int8_dot", "used"} <= set(d["isa"])
+    assert d["instruction_mix"] and all(set(c) == {"fma", "vdpbf16ps", "vpmaddwd", "vpdpwssd"}
+                                        for c in d["instruction_mix"].values())
+    assert d["peaks"][FMA] > 0 and d["peak_gflops"] == pytest.approx(d["peaks"][d["peak_kind"]])
+    assert set(d["isa"]["used"]) == kinds_used(d["instruction_mix"]) and d["peak_kind"] in (FMA, BF16_DOT)
+    assert f"({d['peak_kind']}; measured peaks:" in tiny_logits.table()
+
+
+@pytest.mark.parametrize("frontend", ["tir", "relax"])
+@pytest.mark.parametrize("mcpu, family", [("znver4", "vdpbf16ps"), ("haswell", "fma")])
+def test_instruction_mix_names_the_logits_kernels_instructions(mcpu, family, frontend):
+    """A compile-only build for the CPU (it need not be this one): the GEMM kernel's assembly shows its path."""
+    m = mtp_tvm.compile(case="logits", preset="tiny", frontend=frontend,
+                        target={"kind": "llvm", "mcpu": mcpu, "num-cores": 2})
+    mix = instruction_mix(m)
+    gemm = [k for k in mix if "logits" in k or "matmul" in k]
+    assert gemm and all(mix[k][family] > 0 for k in gemm)
+    assert kinds_used(mix) == {BF16_DOT if family == "vdpbf16ps" else FMA}
+
+
+def test_the_peak_is_that_of_the_instruction_each_gemm_runs_on():
+    peaks = {FMA: 100.0, BF16_DOT: 200.0, INT8_DOT: 400.0}
+    assert gemm_kind("bfloat16", {BF16_DOT}) == BF16_DOT and gemm_kind("bfloat16", {FMA}) == FMA
+    assert gemm_kind("int8", {INT8_DOT, FMA}) == INT8_DOT and gemm_kind("float32", {BF16_DOT}) == FMA
+    assert roofline_peak({BF16_DOT: 1e9}, peaks) == (200.0, BF16_DOT)
+    assert roofline_peak({}, peaks) == (100.0, FMA)  # no GEMM (the norm): the FMA's, for the label
+    peak, which = roofline_peak({BF16_DOT: 1e9, INT8_DOT: 1e9}, peaks)  # each at its own: time adds up
+    assert peak == pytest.approx(2e9 / (1e9 / 200 + 1e9 / 400)) and which == "bf16_dot + int8_dot"
+    assert roofline_peak({BF16_DOT: 1e9}, {FMA: 100.0}) == (100.0, "bf16_dot (no probe: fma)")
+    s = make_shapes("tiny")
+    assert gemm_dtype(CASES["tail"].chain[0], s) == "int8" and gemm_dtype(CASES["tail"].chain[1], s) == "bfloat16"
+    assert gemm_work(CASES["tail"], s, {BF16_DOT}) == {FMA: 2 * (2 * 8 * 256 * 256), BF16_DOT: 2 * 8 * 256 * 512}
+    assert gemm_work(CASES["logits"], s, {FMA}) == {FMA: flops(CASES["logits"], s, 8)}  # useful rows only
+
+
+@pytest.mark.parametrize("mcpu, kinds, instruction", [("znver4", (BF16_DOT, INT8_DOT), "vdpbf16ps"),
+                                                      ("haswell", (INT8_DOT,), "vpmaddwd")])
+def test_dot_peak_probes_exist_where_the_target_has_the_instruction(mcpu, kinds, instruction):
+    target = resolve_target({"kind": "llvm", "mcpu": mcpu, "num-cores": 2})
+    plan = ProbePlan.for_target(target)
+    assert plan.dot_kinds(target) == kinds and plan.lanes == (16 if mcpu == "znver4" else 8)
+    ex, ops, _ = plan.build_dot(target, kinds[0])  # compile only: this machine need not have it
+    assert ops > 0 and instruction in ex.mod.inspect_source("asm")
+    assert ProbePlan.for_target(resolve_target("cuda"), multiprocessors=4).dot_kinds(resolve_target("cuda")) == ()
 
 
 @pytest.mark.parametrize("peer", ["torch_bf16", "torch_fp32", "numpy_fp32", "torch_golden"])

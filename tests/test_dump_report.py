@@ -63,6 +63,25 @@ def test_a_diff_is_shown_highlighted_with_links_to_the_files(run):
     assert 'href="host.s"' in dom
 
 
+STEP = re.compile(r'<div class="step" data-step="(\d+)">')
+
+
+def test_the_kernel_history_shows_one_function_through_its_passes_side_by_side(run):
+    from mtp_tvm.instrument.kernel_history import histories, kernel_history
+
+    index = json.loads((run / "index.json").read_text())
+    func = max(histories(run, index).items(), key=lambda kv: len(kv[1]))[0]  # the most-changed function
+    steps = kernel_history(run, index, func).steps
+    dom = _dom(run / "index.html", f"#func={func}")
+    section = dom[dom.index('<section id="history">'):dom.index("<h2>Files</h2>")]
+    assert [int(i) for i in STEP.findall(section)] == [s.index for s in steps] and len(steps) > 3
+    assert f"{len(steps)} of {len(index['passes'])} passes changed {func}" in section
+    # old and new side by side: a removed line and its replacement in one row
+    assert re.search(r'<tr><td class="ln">\d+</td><td class="old d-del">.*?</td><td class="ln">\d+</td>'
+                     r'<td class="new d-add">', section)
+    assert STEP.findall(_dom(run / "index.html")) == []  # no function chosen: no history shown
+
+
 def test_pass_table_marks_nested_and_skipped_passes(run, tmp_path):
     table = pass_table(json.loads((run / "index.json").read_text()))
     assert re.search(r"\n\d{3}  fuse +FuseTIR +changed", table)
@@ -71,3 +90,29 @@ def test_pass_table_marks_nested_and_skipped_passes(run, tmp_path):
     table = pass_table(json.loads((m.dump_dir / "index.json").read_text()))
     assert re.search(r"FoldConstant +skipped \(bisect-limit\)", table)
     assert re.search(r"FuseTIR +skipped \(bisect-limit\)", table) and "ExpandTupleArguments" not in table
+
+
+KERNEL_ROW = re.compile(r'<tr class="kernel"><td>([^<]+)</td><td class="num">([\d.]+)</td>'
+                        r'<td class="num share">([\d.]+)%')
+
+
+def test_a_profiled_run_shows_every_kernel_with_its_time_and_share(tmp_path):
+    from mtp_tvm.tools.profile import ProfileOptions, profile, write_to_run_folder
+
+    m = mtp_tvm.compile(case="tail", preset="tiny", dump_passes=tmp_path)
+    p = profile(m, options=ProfileOptions(rounds=1, sample_ms=1.0))
+    write_to_run_folder(p, m.dump_dir)
+    dom = _dom(m.dump_dir / "index.html")
+    section = dom[dom.index('<section id="profile"'):]
+    assert section.startswith('<section id="profile">')  # shown
+    rows = KERNEL_ROW.findall(section)
+    assert [name for name, _ms, _share in rows] == [k.name for k in p.kernels]
+    assert [float(ms) for _name, ms, _share in rows] == [round(k.ms, 4) for k in p.kernels]
+    assert [float(share) for _n, _ms, share in rows] == [round(100 * k.share, 1) for k in p.kernels]
+    assert re.search(r'<tr class="other"><td>VM/other</td>', section)
+    assert f"{100 * p.coverage:.1f}% of the measured main" in section
+    assert 'href="profile.json"' in dom
+
+
+def test_an_unprofiled_run_hides_the_kernel_table(run):
+    assert '<section id="profile" hidden=""' in _dom(run / "index.html")

@@ -239,7 +239,8 @@ def test_register_tiles_fit_the_register_file_of_the_target(mcpu, lanes):
         assert columns % width == 0 and 16 % rows == 0 and rows * vectors + vectors + 1 <= isa.vector_registers
 
 
-def test_kernels_no_schedule_covers_are_named(tmp_path):
+def test_kernels_no_schedule_covers_are_named(tmp_path, monkeypatch):
+    monkeypatch.setattr("mtp_tvm.schedule.apply.match_kernel", lambda *a, **k: None)  # no pattern matches either
     m = mtp_tvm.compile(case="logits", preset="tiny", frontend="relax", dump_passes=tmp_path)
     assert m.unscheduled and all(name not in m.schedule_traces for name in m.unscheduled)
     assert f"# lowered as written (no schedule covers them): {', '.join(sorted(m.unscheduled))}" in (

@@ -1,6 +1,7 @@
 """MetaSchedule tuning: a database, warm start, applied records keep the golden, and measurement over TVM RPC."""
 
 import contextlib
+import re
 import socket
 import subprocess
 import sys
@@ -10,7 +11,7 @@ import pytest
 import tvm
 
 import mtp_tvm
-from mtp_tvm.compiler.tensors import to_numpy
+from mtp_tvm.tools.bench import bench
 from mtp_tvm.tools.tune import tune
 
 
@@ -67,6 +68,10 @@ def test_tune_over_rpc_then_the_tuned_schedule_keeps_the_golden(tmp_path, monkey
     monkeypatch.setenv("MTP_TVM_TUNED_ROOT", str(tmp_path))
     with rpc_cluster("mtp-test") as tracker:
         r = tune("logits", "llvm", "tiny", "tir", trials=16, rpc=(tracker, "mtp-test"), log=lambda _: None)
+        b = bench(case="logits", preset="tiny", rounds=2, rpc=(tracker, "mtp-test"))  # TVM measured remotely
+    assert b.median_ms["tvm"] > 0 and b.measured_on == f"mtp-test@{tracker}"
+    assert b.median_ms["numpy_fp32"] is None and "TVM runs on" in b.unavailable["numpy_fp32"]
+    assert b.as_dict()["peak_gflops"] is None and "TVM timed on mtp-test@" in b.table()
     assert r.work_dir == tmp_path / "llvm" / "logits"
     assert (r.work_dir / "database_tuning_record.json").stat().st_size > 0
     assert r.best_ms["lm_head_logits"] > 0
@@ -75,9 +80,10 @@ def test_tune_over_rpc_then_the_tuned_schedule_keeps_the_golden(tmp_path, monkey
     assert result.passed and result.schedule == "tuned"
     m = mtp_tvm.compile(case="logits", preset="tiny", schedule="tuned")
     assert "lm_head_logits" in m.schedule_traces and "lm_head_logits" not in m.untuned
-    with pytest.raises(mtp_tvm.UsageError, match="tuned for T=8"):
-        m.run({k: v[:5] if v.shape[0] == 8 else v for k, v in
-               ((k, to_numpy(v)) for k, v in m.case.make_inputs(m.shapes, 0).items())})
+    assert sum(r.measured.get("lm_head_logits", {}).values()) > 0
+    for tokens in (1, 8, 16, 17):  # one database, T symbolic: every T runs (the records replay on any T)
+        assert mtp_tvm.check(case="logits", preset="tiny", schedule="tuned", tokens=tokens,
+                             log=lambda _: None).passed
 
 
 def test_tuned_without_a_database_is_a_clear_error(tmp_path, monkeypatch):
@@ -118,3 +124,67 @@ def test_a_work_dir_that_is_a_file_is_one_line(tmp_path):
     (tmp_path / "f").write_text("")
     with pytest.raises(mtp_tvm.UsageError, match="cannot use .*f as the tuning work dir"):
         tune("logits", "llvm", "tiny", "tir", trials=1, work_dir=tmp_path / "f", log=lambda _: None)
+
+
+def test_hand_space_samples_the_knobs_and_its_traces_replay_on_any_token_count():
+    """The hand space of a GEMM: several design spaces with sampled register rows and K chunk; a trace with other
+    decisions replays on the symbolic-T kernel; the shipped point (fixed sampler) is the default build's trace."""
+    from tvm import s_tir
+    from tvm.s_tir import meta_schedule as ms
+
+    from mtp_tvm.passes.target import cpu_isa, resolve_target
+    from mtp_tvm.schedule.apply import ApplySchedules
+    from mtp_tvm.schedule.space import SPACE_ANNOTATION, default_schedule, hand_space
+    from mtp_tvm.schedule.tuned import _replay, workload
+    from mtp_tvm.tools.tune import case_kernels
+
+    target = resolve_target('{"kind": "llvm", "mcpu": "haswell", "num-cores": 2}')
+    isa = cpu_isa(target)
+    kernels = case_kernels("logits", target, "tiny", "tir", None)
+    key = workload(kernels["lm_head_logits"])
+    assert [int(d) for d in key["main"].params[0].ty.shape] == [16, 256]  # buffers of the padded tile
+    ks = ApplySchedules(target).hand_schedule("lm_head_logits")
+    ctx = ms.TuneContext(key, target=target, space_generator=ms.space_generator.ScheduleFn(hand_space(ks, isa)))
+    spaces = ctx.generate_design_space()
+    assert len(spaces) >= 4
+    assert all(s.mod["main"].body.block.annotations[SPACE_ANNOTATION] == "hand" for s in spaces)
+    assert all("sample_categorical" in str(s.trace) for s in spaces)  # the register rows
+    assert all("sample_perfect_tile" in str(s.trace) for s in spaces)  # the K chunk (mutable)
+    symbolic = mtp_tvm.compile(case="logits", preset="tiny", target=target)  # the build's own kernel
+    default_trace = symbolic.schedule_traces["lm_head_logits"]
+    shipped = str(default_schedule(key, ks, isa).trace)
+    def steps(trace: str) -> list[str]:  # the trace's steps with variable names and row extents left out
+        lines = [re.sub(r"\b[blv]\d+\b", "_", ln.strip()).replace('"lm_head_logits"', '"main"')
+                 for ln in trace.splitlines() if "sch." in ln]
+        return [ln for ln in lines if '"root"' not in ln and "mtp.space" not in ln]
+
+    assert "sample_" not in shipped and steps(shipped) == steps(default_trace)
+    from mtp_tvm.ir.tir_kernels import lm_head_logits
+
+    kernel = lm_head_logits(256, 512, ApplySchedules(target).row_quantum("lm_head_logits", 512))  # as tuned builds
+    for space in spaces:  # fresh decisions, replayed on the kernel a tuned build has (T symbolic)
+        trace = s_tir.Trace(space.trace.insts, {})
+        fresh = s_tir.Schedule(key)
+        trace.apply_to_schedule(fresh, remove_postproc=True)
+        assert _replay(kernel, fresh.trace) is not None
+
+
+def test_progress_says_trials_space_and_time_left():
+    from types import SimpleNamespace
+
+    from mtp_tvm.tools.tune import ProgressCallback
+
+    lines = []
+    p = ProgressCallback(total=4, log=lines.append)
+    task = SimpleNamespace(ctx=SimpleNamespace(task_name="lm_head_logits"))
+    sched = SimpleNamespace(tasks_=[task])
+
+    def cand(space):
+        ann = {"mtp.space": "hand"} if space == "hand" else {}
+        block = SimpleNamespace(annotations=ann)
+        return SimpleNamespace(sch=SimpleNamespace(mod={"main": SimpleNamespace(body=SimpleNamespace(block=block))}))
+
+    ok = SimpleNamespace(run_secs=[0.002], error_msg=None)
+    p.apply(sched, 0, [cand("hand"), cand("generic")], None, [ok, SimpleNamespace(run_secs=[0.004], error_msg=None)])
+    assert p.done == 2 and p.kernels["lm_head_logits"].by_space == {"hand": 1, "generic": 1}
+    assert lines and "2/4 trials" in lines[-1] and "left" in lines[-1] and "hand 1 (best 2 ms)" in lines[-1]

@@ -54,7 +54,7 @@ class CompiledCase(Runnable):
     schedule: str = "default"
     schedule_traces: dict[str, str] = dataclasses.field(default_factory=dict)  # PrimFunc -> str(sch.trace)
     device_source: str | None = None  # the generated CUDA C of a GPU build
-    untuned: list[str] = dataclasses.field(default_factory=list)  # schedule "tuned": kernels without a record
+    untuned: dict[str, str] = dataclasses.field(default_factory=dict)  # schedule "tuned": kernel -> why no record
     unscheduled: list[str] = dataclasses.field(default_factory=list)  # kernels no schedule covers (as written)
     pass_records: list[PassRecord] = dataclasses.field(default_factory=list, repr=False)  # time_passes, dumps
     gate: dict | None = None                   # what --disable-pass / --bisect-limit did (pass_gate.gate_summary)
@@ -80,9 +80,6 @@ class CompiledCase(Runnable):
     def _check_sizes(self, bound: dict[str, int]) -> None:
         tokens = bound.get(TOKENS, bound.get(ROWS, 0) * self.shapes.owners)  # T directly, or R rows per owner
         self.case.check_shapes(self.shapes, tokens)
-        if self.schedule == TUNED and tokens != self.shapes.tokens:
-            raise UsageError(f"this binary was tuned for T={self.shapes.tokens} (tuning records are per shape); "
-                             f"got T={tokens}: build it with --tokens {tokens}")
 
 
 def _check_disabled_names(gate: PassGate, records: list[PassRecord]) -> None:
@@ -104,14 +101,13 @@ def compile(spec: BuildSpec | None = None, debug: DebugOptions | None = None, **
     frontend, schedule = spec.frontend, spec.schedule
     get_frontend(frontend)
     tgt = resolve_target(spec.target)
-    tuned = schedule == TUNED  # MetaSchedule records exist for static shapes only: T is fixed in this binary
-    applier = ApplySchedules(tgt, schedule, tuned_dir(tgt, c.name) if tuned else None)
+    applier = ApplySchedules(tgt, schedule, tuned_dir(tgt, c.name) if schedule == TUNED else None)
     extra = resolve_extra_passes(debug.extra_passes, tgt)
     gate = PassGate.for_target(tgt, debug.disable_passes, debug.bisect_limit, extra_pass_names(extra))
     dump = DumpOptions(debug.dump_root, debug.only_changed, debug.dump_filter,
                        debug.dump_func) if debug.dump_passes else None
     recorder = PassRecorder(gate, dump) if dump or debug.time_passes or gate.active else None
-    mod = build_relax_module(c, shapes, frontend, static_tokens=tuned, row_quantum=applier.row_quantum)
+    mod = build_relax_module(c, shapes, frontend, row_quantum=applier.row_quantum)
     meta = {"case": c.name, "target": target_json(tgt), "preset": shapes.preset.name, "frontend": frontend,
             "schedule": schedule, "shapes": shapes.as_dict()}
     with contextlib.closing(recorder) if recorder is not None else contextlib.nullcontext():  # its printer thread
@@ -139,7 +135,7 @@ def compile(spec: BuildSpec | None = None, debug: DebugOptions | None = None, **
         records = recorder.records if recorder is not None else []
         _check_disabled_names(gate, records)
         compiled = CompiledCase(c, shapes, tgt, frontend, ex, seconds, None, schedule, dict(applier.traces), source,
-                                untuned=list(applier.untuned), unscheduled=list(applier.unscheduled),
+                                untuned=dict(applier.untuned), unscheduled=list(applier.unscheduled),
                                 pass_records=records,
                                 gate=gate_summary(records, gate) if gate.active else None,
                                 optimized_module=captured.get("optimized"), spec=spec, debug=debug)

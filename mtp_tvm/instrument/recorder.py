@@ -40,6 +40,7 @@ from typing import Callable
 import tvm
 import tvm_ffi
 
+from ..instrument.ir_text import unified_diff
 from ..instrument.run_folder import (
     COMPLETE_MARKER,
     INDEX_FILE,
@@ -59,9 +60,6 @@ INPUT_FILE = "000_input.py"
 
 
 NO_TEXT_CHANGE = "# the module changed structurally but prints the same (a change TVMScript does not show)\n"
-
-
-DIFF_CONTEXT = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,6 +101,8 @@ class PassRecord:
     unit: int | None = None     # the pass whose number decides this optional unit (FuseTIR -> FuseOps)
     error: str | None = None    # the build failed in this pass
     input_file: str | None = None
+    input_state: str | None = None  # the file holding this pass's input module (the state chain branches at
+                                    # the host/device split; tools/dumps_compare and instrument/kernel_history)
 
     @property
     def label(self) -> str:
@@ -268,7 +268,7 @@ class PassRecorder:
             raise UsageError(f"--dump-func {self.dump.func}: no function of that name in the module at any pass"
                              + (f"; did you mean {', '.join(close)}?" if close else
                                 f"; it has {', '.join(sorted(self._other_funcs)[:8])}"))
-        from ..instrument.report import write_html
+        from ..instrument.report import history_script, write_html
 
         run = new_run_dir(self.dump.root, f"{meta['case']}-{meta['target']['kind']}")
         extra = {**(codegen or {}), **(attachments or {})}
@@ -287,15 +287,18 @@ class PassRecorder:
                 failing.record.input_file = f"{self._stem(failing.record)}.input.py"
                 (run / failing.record.input_file).write_text(self._text(failing.before))
             self._write_passes(run)
+            # index.html's kernel history, from the files just written, while the assembly thread finishes
+            history = history_script(run, {"input": INPUT_FILE,
+                                           "passes": [dataclasses.asdict(r) for r in self.records]})
             generated = sorted([*(codegen or {}), *(f.result().name for f in assembly)])
         index = {**meta, "status": "build failed" if error else "ok", "error": error,
                  "dump": {"only_changed": self.dump.only_changed, "filter": self.dump.pass_filter,
                           "func": self.dump.func},
-                 "gate": gate_summary(self.records, self.gate), "input": INPUT_FILE,
+                 "gate": gate_summary(self.records, self.gate), "input": INPUT_FILE, "tvm_version": tvm.__version__,
                  "codegen": generated, "attachments": sorted(attachments or {}),
                  "passes": [dataclasses.asdict(r) for r in self.records]}
         write_json(run / INDEX_FILE, index)
-        write_html(run, index)
+        write_html(run, index, history)
         (run / COMPLETE_MARKER).write_text("")
         return run
 
@@ -329,19 +332,7 @@ class PassRecorder:
                     pass
             (run / rec.file).write_text(self._text(after))
             first_file.setdefault(after, rec.file)
-
-
-def unified_diff(a: list[str], b: list[str], a_name: str, b_name: str) -> list[str]:
-    """``difflib.unified_diff`` of two line lists, fast for dumps: consecutive module states share most of their
-    text, so the common head and tail (less the context) are cut before difflib indexes the lines, and the hunk
-    line numbers are shifted back."""
-    head = len(os.path.commonprefix([a, b]))
-    tail = len(os.path.commonprefix([a[head:][::-1], b[head:][::-1]]))
-    lo = max(head - DIFF_CONTEXT, 0)
-    cut_tail = max(tail - DIFF_CONTEXT, 0)
-    lines = list(difflib.unified_diff(a[lo:len(a) - cut_tail], b[lo:len(b) - cut_tail], a_name, b_name,
-                                      n=DIFF_CONTEXT, lineterm=""))
-    if lo == 0:
-        return lines
-    shift = lambda m: str(int(m.group(0)) + lo)  # noqa: E731
-    return [re.sub(r"(?<=[-+])\d+", shift, ln, count=2) if ln.startswith("@@ ") else ln for ln in lines]
+        first_file[self._input_key] = INPUT_FILE
+        for rec in self.records:
+            if rec.index in self._steps:
+                rec.input_state = first_file.get(self._steps[rec.index][0])

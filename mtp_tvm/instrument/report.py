@@ -3,19 +3,26 @@
 ``index.html`` is one self-contained file (no network, no external script): the index and the diffs are
 embedded as JSON, a small script renders the pass table, filters it by phase / changed / name (the filter
 state lives in the URL fragment, e.g. ``index.html#phase=fuse&changed=1``, so a view can be linked), links
-every dump and diff, and shows a pass's diff syntax-highlighted below the table.
+every dump and diff, and shows a pass's diff syntax-highlighted below the table. Its kernel history
+(``index.html#func=NAME``) follows one function through every pass that changed it, old and new side by side
+(``kernel_history``; the same as ``mtp-tvm dumps show RUN --func NAME --history``). A run profiled with
+``--profile`` (``profile.json`` in the folder) also gets a table of ``main``'s kernels: time, share of ``main``,
+GB/s, GFLOP/s, roofline fraction.
 """
 
 from __future__ import annotations
 
 import html
 import json
+import re
 from pathlib import Path
 
+from ..instrument.kernel_history import histories
 from ..support import atomic_file
 from ..support.text_table import text_table
 
 HTML_FILE = "index.html"
+PROFILE_FILE = "profile.json"  # a --profile run's kernel times (tools/profile.py), shown as the page's kernel table
 DIFF_LINES_EMBEDDED = 400  # longer diffs are cut in the page; the .diff file is linked for the rest
 
 
@@ -61,16 +68,51 @@ def _embedded_diffs(run: Path, index: dict) -> dict[str, str]:
     return diffs
 
 
+def _embedded_histories(run: Path, index: dict) -> dict[str, list[dict]]:
+    """Each function's history (``kernel_history.histories``), each step's diff cut like the pass diffs."""
+    out = histories(run, index)
+    for steps in out.values():
+        for step in steps:
+            lines = step["diff"].splitlines()
+            if len(lines) > DIFF_LINES_EMBEDDED:
+                step["diff"] = "\n".join(lines[:DIFF_LINES_EMBEDDED] + [
+                    f"... {len(lines) - DIFF_LINES_EMBEDDED} more lines: mtp-tvm dumps show RUN --func NAME --history"])
+    return out
+
+
+def history_script(run: Path, index: dict) -> str:
+    """The page's embedded kernel history, made from the run's pass files (the recorder makes it while the
+    assembly is still being generated, and passes it to ``write_html``)."""
+    return _json_script("history-data", _embedded_histories(run, index))
+
+
+def _history_script(run: Path, index: dict) -> str:
+    """The pass files never change after the build, so a re-render (``run_folder.update_index`` after the
+    golden check) reuses the history the page already holds."""
+    try:
+        m = _HISTORY_SCRIPT.search((run / HTML_FILE).read_text())
+    except (OSError, UnicodeDecodeError):
+        m = None
+    return m.group(0) if m else history_script(run, index)
+
+
+_HISTORY_SCRIPT = re.compile(r'<script type="application/json" id="history-data">.*?</script>', re.S)
+
+
 def _json_script(element_id: str, data) -> str:
     text = json.dumps(data).replace("</", "<\\/")  # a JSON string may not close the script element
     return f'<script type="application/json" id="{element_id}">{text}</script>'
 
 
-def write_html(run: Path, index: dict) -> Path:
-    """Render ``index.html`` for a run folder from its index (atomically)."""
+def write_html(run: Path, index: dict, history: str | None = None) -> Path:
+    """Render ``index.html`` for a run folder from its index (atomically); ``history``: ``history_script``'s,
+    when the caller made it already."""
     title = f"{index['case']} on {index['target']['kind']}"
+    profile = json.loads((run / PROFILE_FILE).read_text()) if (run / PROFILE_FILE).is_file() else None
     page = _PAGE.replace("{{title}}", html.escape(title)).replace(
-        "{{data}}", _json_script("index-data", index) + _json_script("diff-data", _embedded_diffs(run, index)))
+        "{{data}}", _json_script("index-data", index) + _json_script("diff-data", _embedded_diffs(run, index))
+        + _json_script("profile-data", profile))
+    page = page.replace("{{history}}", history if history is not None else _history_script(run, index))
     path = run / HTML_FILE
     atomic_file.write_text(path, page)
     return path
@@ -92,12 +134,22 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; }
 pre#diff { background: #fafafa; border: 1px solid #ddd; padding: .6em; overflow-x: auto; font-size: 12.5px; }
 .d-add { background: #e6ffec; } .d-del { background: #ffebe9; } .d-hunk { color: #6f42c1; }
 .d-head { font-weight: bold; }
+table.sbs { width: 100%; table-layout: fixed; font: 12.5px/1.35 monospace; border: 1px solid #ddd; margin-bottom: 1em; }
+table.sbs td { white-space: pre-wrap; word-break: break-all; vertical-align: top; padding: 0 6px; }
+table.sbs col.lnc { width: 3.5em; } table.sbs td.ln { color: #999; text-align: right; }
+table.sbs tr.hunk td { color: #6f42c1; background: #f6f6f6; }
+td.empty { background: #f6f6f6; } #history h3 { font-size: 1em; margin: 1em 0 .3em; }
 .t-kw { color: #a626a4; } .t-str { color: #50a14f; } .t-num { color: #986801; }
 .t-com { color: #a0a1a7; font-style: italic; }
 .t-ns { color: #4078f2; }
+span.bar { display: inline-block; height: .7em; background: #4a8; margin-left: .4em; vertical-align: middle; }
+#kernels { width: auto; margin-bottom: 1em; } tr.kernel:nth-child(even) { background: #f5f5f5; } tr.other { color: #777; } tr.total { border-top: 2px solid #999; }
 </style></head>
 <body>
 <h1>{{title}}</h1><p id="summary"></p>
+<section id="profile" hidden><h2>Kernels of main (--profile)</h2><p id="profile-summary"></p>
+<table id="kernels"><thead><tr><th>kernel</th><th>ms</th><th>share of main</th><th>GB/s</th><th>GFLOP/s</th>
+<th>roofline</th></tr></thead><tbody></tbody></table></section>
 <nav>
  <label>phase <select id="phase"><option value="">all</option></select></label>
  <label><input type="checkbox" id="changed"> changed only</label>
@@ -107,6 +159,11 @@ pre#diff { background: #fafafa; border: 1px solid #ddd; padding: .6em; overflow-
 <table id="passes"><thead><tr><th>#</th><th>phase</th><th>pass</th><th>state</th><th>+</th><th>&minus;</th>
 <th>self ms</th><th>ms</th><th>dump</th><th>diff</th></tr></thead><tbody></tbody></table>
 <section id="viewer" hidden><h2 id="diff-title"></h2><pre id="diff"></pre></section>
+<section id="history"><h2>Kernel history</h2>
+<nav><label>function <select id="func"><option value="">choose one</option></select></label>
+<span id="func-count"></span></nav>
+<div id="func-steps"></div></section>
+{{history}}
 <h2>Files</h2><ul id="files"></ul>
 {{data}}
 <script>
@@ -149,7 +206,8 @@ function renderDiff(text) {
 
 function readState() {
   const s = new URLSearchParams(location.hash.slice(1));
-  return {phase: s.get("phase") || "", changed: s.get("changed") === "1", q: s.get("q") || "", show: s.get("show")};
+  return {phase: s.get("phase") || "", changed: s.get("changed") === "1", q: s.get("q") || "", show: s.get("show"),
+          func: s.get("func")};
 }
 function writeState(st) {
   const s = new URLSearchParams();
@@ -157,6 +215,7 @@ function writeState(st) {
   if (st.changed) s.set("changed", "1");
   if (st.q) s.set("q", st.q);
   if (st.show) s.set("show", st.show);
+  if (st.func) s.set("func", st.func);
   history.replaceState(null, "", "#" + s.toString());
 }
 function matches(p, st) {
@@ -167,6 +226,7 @@ function matches(p, st) {
 }
 function render() {
   const st = readState();
+  renderHistory(st.func);
   $("phase").value = st.phase; $("changed").checked = st.changed; $("q").value = st.q;
   const rows = index.passes.filter((p) => matches(p, st)).map((p) => {
     const [cls, text] = stateOf(p);
@@ -193,6 +253,46 @@ function render() {
 }
 function update(change) { writeState({...readState(), ...change}); render(); }
 
+// the kernel history: one function's diffs in pass order, old (left) and new (right) side by side
+const kernelHistory = JSON.parse(document.getElementById("history-data").textContent);
+const SBS_COLS = '<colgroup><col class="lnc"><col><col class="lnc"><col></colgroup>';
+function sideBySide(text) {
+  const rows = [];
+  let o = 0, n = 0, dels = [], adds = [];
+  const cell = (x, cls) => x ? `<td class="ln">${x[0]}</td><td class="${cls}">${highlight(x[1])}</td>`
+                             : `<td class="ln"></td><td class="empty"></td>`;
+  const flush = () => {
+    for (let k = 0; k < Math.max(dels.length, adds.length); k++)
+      rows.push(`<tr>${cell(dels[k], "old d-del")}${cell(adds[k], "new d-add")}</tr>`);
+    dels = []; adds = [];
+  };
+  for (const line of text.split("\n")) {
+    const m = /^@@ -(\d+)(?:,\d+)? \+(\d+)(?:,\d+)? @@/.exec(line);
+    if (m) { flush(); o = +m[1]; n = +m[2]; rows.push(`<tr class="hunk"><td colspan="4">${esc(line)}</td></tr>`); }
+    else if (line.startsWith("-")) { if (adds.length) flush(); dels.push([o++, line.slice(1)]); }
+    else if (line.startsWith("+")) adds.push([n++, line.slice(1)]);
+    else if (line.startsWith(" ")) {
+      flush();
+      rows.push(`<tr>${cell([o++, line.slice(1)], "ctx")}${cell([n++, line.slice(1)], "ctx")}</tr>`);
+    }
+    else if (line) { flush(); rows.push(`<tr class="hunk"><td colspan="4">${esc(line)}</td></tr>`); }
+  }
+  flush();
+  return `<table class="sbs">${SBS_COLS}${rows.join("")}</table>`;
+}
+function renderHistory(func) {
+  const steps = func ? kernelHistory[func] : null;
+  $("func").value = steps ? func : "";
+  $("func-steps").innerHTML = !steps ? "" : steps.map((s) => {
+    const num = String(s.index).padStart(3, "0");
+    return `<div class="step" data-step="${s.index}"><h3>${num} ${esc(s.phase)} / ` +
+      `<span class="${s.depth ? "nested" : ""}">${esc(s.name)}</span>: ${esc(s.event)} ` +
+      `(+${s.added} &minus;${s.removed})</h3>${sideBySide(s.diff)}</div>`;
+  }).join("");
+  $("func-count").textContent = steps ? ` ${steps.length} of ${index.passes.length} passes changed ${func}` :
+    func ? ` no pass changed a function ${func}` : ` ${Object.keys(kernelHistory).length} functions changed`;
+}
+
 const phases = [...new Set(index.passes.map((p) => p.phase))];
 $("phase").innerHTML += phases.map((p) => `<option value="${esc(p)}">${esc(p)}</option>`).join("");
 $("phase").addEventListener("change", (e) => update({phase: e.target.value}));
@@ -203,6 +303,8 @@ document.querySelector("#passes tbody").addEventListener("click", (e) => {
   if (a) { e.preventDefault(); update({show: a.dataset.show}); $("viewer").scrollIntoView(); }
 });
 window.addEventListener("hashchange", render);
+$("func").innerHTML += Object.keys(kernelHistory).map((f) => `<option value="${esc(f)}">${esc(f)}</option>`).join("");
+$("func").addEventListener("change", (e) => update({func: e.target.value}));
 
 const changed = index.passes.filter((p) => p.changed).length;
 const check = index.check ? ` &middot; golden check <b class="${index.check.passed ? "changed" : "failed"}">` +
@@ -212,8 +314,30 @@ $("summary").innerHTML = `preset ${esc(index.preset)} &middot; frontend ${esc(in
   `${index.passes.length} passes, ${changed} changed &middot; status ${esc(index.status)}` +
   (index.build_seconds !== undefined ? ` &middot; build ${index.build_seconds.toFixed(2)} s` : "") + check +
   (index.error ? `<br><span class="failed">${esc(index.error)}</span>` : "");
+const profile = JSON.parse(document.getElementById("profile-data").textContent);
+if (profile) {
+  const num = (v, d) => v === null || v === undefined ? "" : v.toFixed(d);
+  const pct = (v) => v === null || v === undefined ? "" : (100 * v).toFixed(1) + "%";
+  const bar = (v) => `<span class="bar" style="width:${Math.max(0, Math.min(100, 100 * v)).toFixed(1)}px"></span>`;
+  const rows = profile.kernels.map((k) => `<tr class="kernel"><td>${esc(k.name)}</td>` +
+    `<td class="num">${num(k.ms, 4)}</td><td class="num share">${pct(k.share)} ${bar(k.share)}</td>` +
+    `<td class="num">${num(k.gbs, 1)}</td><td class="num">${num(k.gflops, 1)}</td>` +
+    `<td class="num">${pct(k.roofline_fraction)}</td></tr>`);
+  rows.push(`<tr class="other"><td>VM/other</td><td class="num">${num(profile.other_ms, 4)}</td>` +
+    `<td class="num share">${pct(profile.other_share)}</td><td></td><td></td><td></td></tr>`);
+  rows.push(`<tr class="total"><th>main (measured)</th><td class="num">${num(profile.main_ms, 4)}</td>` +
+    `<td class="num share">100.0%</td><td></td><td></td><td></td></tr>`);
+  document.querySelector("#kernels tbody").innerHTML = rows.join("");
+  $("profile-summary").textContent = `${profile.kernels.length} kernel calls, ` +
+    `${profile.kernels_ms.toFixed(4)} ms = ${(100 * profile.coverage).toFixed(1)}% of the measured main ` +
+    `${profile.main_ms.toFixed(4)} ms; medians of ${profile.rounds} rounds` +
+    (profile.peak_gflops ? `; peak ${profile.peak_gflops.toFixed(1)} GFLOP/s, bandwidth ` +
+      `${profile.bandwidth_gbs.toFixed(1)} GB/s (measured)` : "");
+  $("profile").hidden = false;
+}
 const files = [["input module", index.input], ...index.codegen.map((f) => ["generated code", f]),
-               ...index.attachments.map((f) => ["attachment", f]), ["index (JSON)", "index.json"]];
+               ...index.attachments.map((f) => ["attachment", f]), ["index (JSON)", "index.json"],
+               ...(index.profile ? [["kernel profile (JSON)", index.profile]] : [])];
 $("files").innerHTML = files.map(([what, f]) => `<li>${esc(what)}: ${link(f, f)}</li>`).join("");
 render();
 </script>

@@ -100,6 +100,10 @@ def _te_pad_rows(x, rows):
         i < x.shape[0], x[i, k], tirx.const(0, x.dtype)), name="pad_rows")
 
 
+def _te_unpad_rows(xp, tokens):
+    return te.compute((tokens, xp.shape[1]), lambda i, k: xp[i, k], name="unpad_rows")
+
+
 def _te_round_to_bf16(x):
     """FP32 -> FP32 on the BF16 grid, round-to-nearest-even, by integer bit arithmetic.
 
@@ -136,8 +140,8 @@ def _te_round_half_even(x):
 
 class RelaxFrontend:
     """Relax operators, legalised and fused by TVM; TE only where Relax lacks the operator (row padding with
-    a symbolic pad amount, the LM head's row gather clamped into a symbolic row count, and half-to-even
-    rounding: ``R.round`` rounds half away from zero)."""
+    a symbolic pad amount, unpadding as a kernel of its own (see ``unpad_rows``), the LM head's row gather
+    clamped into a symbolic row count, and half-to-even rounding: ``R.round`` rounds half away from zero)."""
 
     name = "relax"
 
@@ -154,7 +158,11 @@ class RelaxFrontend:
         return self.bb.emit_te(_te_pad_rows, x, rows, primfunc_name_hint="pad_rows", name_hint=hint)
 
     def unpad_rows(self, xp, tokens, cols: int, dtype: str, hint: str):
-        return self.emit(R.strided_slice(xp, axes=[0], begin=[0], end=[tokens]), hint)
+        # A kernel of its own, as the TIR frontend's: ``R.strided_slice`` with a symbolic end either shapes its
+        # result with ``if_then_else`` (which LiftTransformParams cannot copy) or, in bound, fuses into the GEMM
+        # before it, where TVM cannot prove the GEMM's trimmed rows (``schedule.patterns``) cover the slice.
+        return self.bb.emit_te(_te_unpad_rows, xp, tokens, primfunc_name_hint="unpad_rows",
+                               primfunc_attrs={"op_pattern": kernels.OPAQUE}, name_hint=hint)
 
     def _rms_norm(self, x, gains, rows, d: int, eps: float, hint: str):
         """``bf16(x * inv * g0 * g1 ...)`` with the chunked sum of squares as two ordered reductions."""
@@ -204,7 +212,9 @@ class RelaxFrontend:
                                    name_hint="selected_rows")
         shards = R.strided_slice(weight, axes=[0], begin=[0], end=[s.tp])
         full = self.emit(R.reshape(shards, (s.vocab, s.hidden)), "lm_head_full_weight")
-        logits = self.emit(R.matmul(selected, R.permute_dims(full, [1, 0]), out_dtype="float32"), "logits")
+        rows = R.reshape(selected, (s.owners * MAX_LOGIT_ROWS, s.hidden))  # one 2-D GEMM: the CPU GEMM pattern
+        flat = R.matmul(rows, R.permute_dims(full, [1, 0]), out_dtype="float32")
+        logits = self.emit(R.reshape(flat, (s.owners, MAX_LOGIT_ROWS, s.vocab)), "logits")
         return [logits, self.emit(R.astype(R.argmax(logits, axis=-1), "int32"), "sampled_ids")]
 
 

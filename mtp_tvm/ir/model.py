@@ -40,19 +40,18 @@ def _stage_args(call: FrontendCall, x, rows, shapes: Shapes, env: dict, padded: 
     return [resolve[kind](name) for kind, name in map(parse_arg, call.args)]
 
 
-def build_relax_module(case: Case, shapes: Shapes, frontend: str, static_tokens: bool = False,
+def build_relax_module(case: Case, shapes: Shapes, frontend: str,
                        row_quantum: RowQuantum = token_tile_rows) -> tvm.IRModule:
     """The case's Relax module; ``main(*inputs in spec order) -> tuple(stage outputs)``. Each stage is the
     frontend method its ``Stage.frontend`` names, called with the arguments it names.
 
-    The token count is symbolic unless ``static_tokens``: then it is ``shapes.tokens`` (MetaSchedule tunes and
-    applies records only on static shapes). ``row_quantum``: the rows each TIR GEMM rounds T up to (the
-    schedule's register rows; default the whole tile of 16).
+    The token count is symbolic (MetaSchedule's static workloads are made per kernel: ``schedule.tuned``).
+    ``row_quantum``: the rows each TIR GEMM rounds T up to (the schedule's register rows; default the whole tile
+    of 16).
     """
     fe_cls = get_frontend(frontend)
     specs = case.input_specs(shapes)
-    sizes = ({TOKENS: shapes.tokens, ROWS: shapes.tokens // shapes.owners} if static_tokens
-             else _symbolic_sizes(specs, shapes.owners))
+    sizes = _symbolic_sizes(specs, shapes.owners)
     tokens = sizes[TOKENS]
     rows = (tokens + TOKEN_TILE - 1) // TOKEN_TILE * TOKEN_TILE
     params = [relax.Var(name, relax.TensorType([sizes.get(d, d) for d in spec.shape], spec.dtype))
@@ -90,8 +89,9 @@ def build_relax_module(case: Case, shapes: Shapes, frontend: str, static_tokens:
 
 
 def leading_activations(specs: dict) -> int:
-    """The count of leading token-major (``T``) specs; ``main_transform_params`` takes the inputs after them."""
-    token_major = ["T" in spec.shape for spec in specs.values()]
+    """The count of leading activations (token-major ``T`` or per-owner ``R`` rows); ``main_transform_params``
+    takes the inputs after them."""
+    token_major = [TOKENS in spec.shape or ROWS in spec.shape for spec in specs.values()]
     n = token_major.count(True)
     assert token_major[:n] == [True] * n, "activations must precede weights in spec order"
     return n

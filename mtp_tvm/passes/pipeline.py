@@ -151,7 +151,7 @@ def _tir_pipeline():
 
 
 @functools.cache
-def _register_with_tvm() -> None:
+def register_with_tvm() -> None:
     """Once per process, before the first build: our TIR pipeline under its name, and ``KeyboardInterrupt``
     with tvm-ffi. Ctrl-C during a build lands in a Python callback TVM runs (a pass, an instrument); tvm-ffi
     carries the exception back through C++ by its registered name, so an unregistered ``KeyboardInterrupt``
@@ -166,7 +166,7 @@ def compile_module(mod: tvm.IRModule, target: Target, applier: tvm.transform.Pas
     """``tvm.compile`` through our named phases (from ``first_phase`` on, for a module that already went through
     the earlier ones, e.g. a reproducer's: then ``applier`` is None); ``applier`` schedules the kernels
     (``schedule.apply``)."""
-    _register_with_tvm()
+    register_with_tvm()
     return tvm.compile(mod, target=target,
                        relax_pipeline=relax_pipeline(target, applier, extra_passes, first_phase, on_phase),
                        tir_pipeline=TIR_PIPELINE)

@@ -32,6 +32,7 @@ from .files import (
 )
 from .gpu_rules import apply_dlight
 from .knobs import CpuGemm
+from .patterns import match_kernel
 from .rules import RULES
 from .tuned import apply_database
 
@@ -47,8 +48,10 @@ def fresh_copy(func: tirx.PrimFunc) -> tirx.PrimFunc:
 class ApplySchedules:
     """Schedule every PrimFunc of a module by the named schedule; ``traces[func] = str(sch.trace)``.
 
-    ``unscheduled`` names the PrimFuncs the chosen schedule missed: no hand schedule file for them (on CPU, e.g.
-    the Relax frontend's ``matmul``, ``transpose``, ``strided_slice``) and, under ``tuned``, no record either.
+    A kernel's hand schedule is its file's (by kernel name), else on CPU the one its pattern derives
+    (``patterns.py``: the Relax frontend's ``matmul`` gets its TIR twin's GEMM schedule, row-wise kernels and
+    copies a generic one). ``unscheduled`` names the PrimFuncs the chosen schedule missed: neither a file nor a
+    pattern covers them and, under ``tuned``, no record either.
     It is empty by design under ``none``, where lowering every kernel as written is what was asked for, and on
     GPUs, where a kernel without a hand schedule gets dlight's (or the build fails: it cannot lower unbound).
     """
@@ -57,7 +60,7 @@ class ApplySchedules:
         self.target = target
         self.schedule = validate_schedule(schedule, target)
         self.tuned_dir = tuned_dir  # the MetaSchedule database ``tuned`` reads
-        self.untuned: list[str] = []  # under ``tuned``: kernels without a record (given their hand schedule)
+        self.untuned: dict[str, str] = {}  # under ``tuned``: kernel -> why no record applies (hand schedule used)
         if self.schedule == TUNED and not (Path(tuned_dir or "") / "database_tuning_record.json").is_file():
             raise UsageError(f"no tuning database in {tuned_dir}; run `mtp-tvm tune` for this case first")
         self.traces: dict[str, str] = {}
@@ -67,12 +70,22 @@ class ApplySchedules:
         self.isa = None if is_gpu(target) else cpu_isa(target)
 
     def row_quantum(self, kernel: str, columns: int) -> int:
-        """The rows a GEMM kernel's row loop is rounded up to: its CPU register rows under a hand schedule
-        (only ceil(T / r) * r rows run), else the token tile of 16 (GPU tiles, tuned records, ``none``)."""
-        ks = None if self.schedule in (NONE, DLIGHT, TUNED) or self.isa is None else \
-            self._kernel_schedule(kernel, self.schedule)
+        """The rows a GEMM kernel's row loop is rounded up to: its CPU register rows under a hand schedule, and
+        under ``tuned`` those of the default one (the records were tuned on that kernel: ``tuned.tile_workload``),
+        so only ceil(T / r) * r rows run; else the token tile of 16 (GPU tiles, ``none``)."""
+        ks = None if self.schedule in (NONE, DLIGHT) or self.isa is None else \
+            self._kernel_schedule(kernel, DEFAULT if self.schedule == TUNED else self.schedule)
         knobs = ks.knobs_for(self.isa.name) if ks is not None else None
         return row_quantum(knobs, self.isa, columns) if isinstance(knobs, CpuGemm) else TOKEN_TILE
+
+    def hand_schedule(self, func_name: str, _func: tirx.PrimFunc | None = None) -> KernelSchedule | None:
+        """The default hand schedule of a kernel (what ``tune`` starts its hand space from): its file's, else
+        on CPU the one its pattern derives from ``_func`` (``patterns.py``), or None."""
+        ks = self._kernel_schedule(func_name, DEFAULT)
+        if ks is None and _func is not None and self.isa is not None:
+            found = match_kernel(_func, self.target, self.isa)
+            ks = found.schedule if found is not None else None
+        return ks
 
     def _kernel_schedule(self, func_name: str, name: str) -> KernelSchedule | None:
         per_kernel = load_schedules(self.target).get(kernel_of(func_name), {})
@@ -84,6 +97,10 @@ class ApplySchedules:
         dlight goes first under ``dlight`` and for GPU kernels without a schedule file; a kernel dlight
         declines (the hand GEMMs: no dlight rule matches them) gets its default hand schedule."""
         ks = None if self.schedule in (NONE, DLIGHT) else self._kernel_schedule(name, self.schedule)
+        if ks is None and self.isa is not None and self.schedule not in (NONE, DLIGHT):
+            found = match_kernel(func, self.target, self.isa, self.schedule)  # by pattern, not by name
+            if found is not None:
+                ks, func = found.schedule, found.func  # (a GEMM's token rows trimmed to its row quantum)
         if is_gpu(self.target) and (self.schedule == DLIGHT or ks is None):
             sch = apply_dlight(func, self.target)
             if sch is not None:
@@ -129,11 +146,13 @@ class ApplySchedules:
         return mod
 
     def _apply_records(self, mod: tvm.IRModule) -> tvm.IRModule:
-        """Every kernel with a MetaSchedule record gets it (marked scheduled); the rest fall through to their
-        hand schedule, and are listed in ``untuned`` so the caller can say so."""
-        mod, applied, self.untuned = apply_database(mod, self.target, self.tuned_dir)
-        for name in applied:
-            self.traces[name], self.origins[name] = applied[name], f"tuned:{self.tuned_dir}"
+        """Every kernel with a MetaSchedule record that replays on it gets it (marked scheduled); the rest fall
+        through to their hand schedule, and are listed in ``untuned`` with the reason so the caller can say so."""
+        mod, applied = apply_database(mod, self.target, self.tuned_dir)
+        self.traces.update(applied.traces)
+        self.origins.update(applied.origins)
+        self.untuned = applied.untuned
+        self.packs_weights |= applied.packs_weights
         return mod
 
     def trace_script(self) -> str:

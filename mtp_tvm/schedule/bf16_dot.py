@@ -22,17 +22,17 @@ from tvm.script import tirx as T
 
 from ..passes.target import CpuIsa
 from .int8_dot import _operand_indices, check_tile, pair_packed, register_tile_loops
-from .steps import PREPACK_ANNOTATION
+from .steps import PREPACK_ANNOTATION, weight_k_major
 
 LANES = 16  # FP32 lanes of one zmm accumulator
 INTRIN = "mtp_bf16_dpbf16ps_512"
 _FUNCTION = "mtp_tvm_dpbf16ps_512"
 # linkonce_odr: every kernel of a module may import the same text, and the linker keeps one copy
 _LLVM_IR = f"""
-define linkonce_odr i32 @{_FUNCTION}(ptr noalias %c0, i64 %ci, ptr noalias %a0, i64 %ai, ptr noalias %w0, i64 %wi) #0 {{
-  %c = getelementptr float, ptr %c0, i64 %ci
-  %a = getelementptr i16, ptr %a0, i64 %ai
-  %w = getelementptr i16, ptr %w0, i64 %wi
+define linkonce_odr i32 @{_FUNCTION}(ptr noalias %c0, i32 %ci, ptr noalias %a0, i32 %ai, ptr noalias %w0, i32 %wi) #0 {{
+  %c = getelementptr float, ptr %c0, i32 %ci
+  %a = getelementptr i16, ptr %a0, i32 %ai
+  %w = getelementptr i16, ptr %w0, i32 %wi
   %acc = load <16 x float>, ptr %c, align 4
   %pair = load i32, ptr %a, align 2
   %one = insertelement <16 x i32> poison, i32 %pair, i64 0
@@ -70,8 +70,10 @@ def _impl(a: T.handle, w: T.handle, c: T.handle):
     with T.sblock("root"):
         T.reads(C[0:LANES], A[0:2], W[0:LANES, 0:2])
         T.writes(C[0:LANES])
-        T.evaluate(T.call_extern("int32", _FUNCTION, C.data, T.Cast("int64", C.elem_offset), A.data,
-                                 T.Cast("int64", A.elem_offset), W.data, T.Cast("int64", W.elem_offset)))
+        # int32 offsets (elements, < 2^31 in every buffer here): a kernel whose shapes are all static has its
+        # indices narrowed to int32 by TVM, and the call must match the imported signature either way
+        T.evaluate(T.call_extern("int32", _FUNCTION, C.data, T.Cast("int32", C.elem_offset), A.data,
+                                 T.Cast("int32", A.elem_offset), W.data, T.Cast("int32", W.elem_offset)))
 
 
 s_tir.TensorIntrin.register(INTRIN, _desc, _impl, override=True)
@@ -93,8 +95,9 @@ def apply_bf16_dot(sch: s_tir.Schedule, block, isa: CpuIsa, *, register_rows: in
         raise ValueError(f"{isa.name}: no AVX512-BF16 (vdpbf16ps)")
     check_tile(sch, block, 512, LANES, register_rows, column_vectors, k_multiple=32)
     _, w_index = _operand_indices(sch, block)
+    k_major = weight_k_major(sch, block, w_index)  # a Relax matmul's W[k, n]: packed to the same layout
     packed = sch.cache_read(block, w_index, "global")
-    sch.transform_layout(packed, ("write", 0), pair_packed(column_vectors * LANES))
+    sch.transform_layout(packed, ("write", 0), pair_packed(column_vectors * LANES, k_major))
     sch.annotate(packed, PREPACK_ANNOTATION, 1)
 
     rows, nl = register_tile_loops(sch, block, LANES, register_rows, column_vectors)

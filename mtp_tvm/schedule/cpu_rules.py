@@ -4,15 +4,36 @@ file serves AVX2, AVX-512 and NEON and a tile never exceeds the register file it
 
 from __future__ import annotations
 
-from tvm import s_tir
+import math
+from typing import Callable
+
+from tvm import s_tir, tirx
 
 from ..passes.target import CpuIsa
 from .bf16_dot import apply_bf16_dot
 from .int8_dot import apply_int8_dot, int8_lanes
-from .knobs import CpuGemm, CpuLmHead, CpuRows
+from .knobs import CpuGemm, CpuGeneric, CpuLmHead, CpuRows
 from .steps import _pack_weight, _read_index, _vectorized_rows
 
 ROW_QUANTA = (8, 4, 2, 1)  # register rows must divide the token tile of 16: the row loop is a multiple of them
+K_CHUNKS = (32, 64, 128, 256)  # K chunks a tuning space samples (those dividing K)
+
+# ``sample(knob, loop, choices, value)``: the split factors of ``loop`` for a knob (its inner factor) that
+# MetaSchedule may sample. Outside tuning they are ``[None, value]``; a design space (``space.py``) returns
+# sampled variables (a perfect tile of a static loop, else a categorical over ``choices``), so the split is
+# re-sampled, and mutated, whenever the search replays the trace.
+Sampler = Callable[[str, object, list[int], int], list]
+
+
+def fixed(_knob: str, _loop, _choices: list[int], value: int) -> list:
+    """The ``Sampler`` of a plain build: the knob's own value."""
+    return [None, value]
+
+
+def fitting_rows(isa: CpuIsa, strip: int, row_extent: int) -> list[int]:
+    """Register rows a strip of ``strip`` columns leaves room for, dividing the row loop's ``row_extent``."""
+    vectors = -(-strip // isa.fp32_lanes)
+    return [r for r in ROW_QUANTA if row_extent % r == 0 and r * vectors + vectors + 1 <= isa.vector_registers]
 
 
 def register_tile(isa: CpuIsa, columns: int, knobs: CpuGemm) -> tuple[int, int]:
@@ -67,7 +88,7 @@ def _dot_schedule(sch: s_tir.Schedule, block, io, knobs: CpuGemm, isa: CpuIsa):
     return None  # (also a block a pass changed, e.g. another accumulator type: the FMA path takes any)
 
 
-def cpu_gemm(sch: s_tir.Schedule, knobs: CpuGemm, isa: CpuIsa) -> None:
+def cpu_gemm(sch: s_tir.Schedule, knobs: CpuGemm, isa: CpuIsa, sample: Sampler = fixed) -> None:
     """Register-blocked GEMM ``Y[t, n] += A[t, k] * W[n, k]`` on the trivial loops ``(t, n, k)``, ``t`` over
     the rows that run (a multiple of the register rows).
 
@@ -77,8 +98,12 @@ def cpu_gemm(sch: s_tir.Schedule, knobs: CpuGemm, isa: CpuIsa) -> None:
     ``register-accumulator`` (the tile in ``accumulator`` scope at the row block: ``global`` lets LLVM keep it
     in registers), ``unroll-rows``, ``vectorize-columns``, ``parallel`` (strips or row blocks). A block whose
     operands the ISA has a dot product for (BF16 on AVX512-BF16: ``vdpbf16ps``; int8 on AVX2/AVX-512:
-    ``vpmaddwd``, VNNI: ``vpdpwssd``) is tensorized onto it instead (``dot_tile``).
+    ``vpmaddwd``, VNNI: ``vpdpwssd``) is tensorized onto it instead (``dot_tile``). ``sample`` may turn the
+    register rows and the K chunk of the FMA path into MetaSchedule samples (a tuning space). ``inline`` blocks
+    (a fused kernel's elementwise prologue/epilogue) are computed into their consumers first.
     """
+    for name in knobs.inline:
+        sch.compute_inline(sch.get_sblock(name))
     for name, io in knobs.blocks.items():
         b = sch.get_sblock(name)
         t, n, k = sch.get_loops(b)
@@ -89,9 +114,12 @@ def cpu_gemm(sch: s_tir.Schedule, knobs: CpuGemm, isa: CpuIsa) -> None:
         if tile_of_dots:
             dot[0](sch, b, isa, register_rows=tile_of_dots[0], column_vectors=tile_of_dots[1])
             continue
-        kc, ki = sch.split(k, [None, knobs.k_chunk])
+        depth = int(sch.get(k).extent)
+        kc, ki = sch.split(k, sample("k_chunk", k, [c for c in K_CHUNKS if depth % c == 0], knobs.k_chunk))
         no, ni = sch.split(n, [None, tile])
-        to, tr = sch.split(t, [None, rows])
+        row_extent = sch.get(t).extent  # static in a tuning workload (the 16-row tile), else blocks * rows
+        row_extent = int(row_extent) if isinstance(row_extent, tirx.IntImm) else rows
+        to, tr = sch.split(t, sample("register_rows", t, fitting_rows(isa, tile, row_extent), rows))
         sch.reorder(no, to, kc, ki, tr, ni)
         if knobs.pack_weight:
             _pack_weight(sch, b, io.weight, tile)
@@ -99,30 +127,32 @@ def cpu_gemm(sch: s_tir.Schedule, knobs: CpuGemm, isa: CpuIsa) -> None:
             widened = sch.cache_read(b, _read_index(sch, b, io.activation), "global")
             _vectorized_rows(sch, widened, isa.fp32_lanes)
         acc = sch.cache_write(b, 0, knobs.accumulator)
-        sch.reverse_compute_at(acc, to)
+        # unit loops kept: a 1-row tile has the same loop nest as any other, so a trace replays for every
+        # sampled row count
+        sch.reverse_compute_at(acc, to, preserve_unit_loops=True)
         if knobs.unroll:
             sch.unroll(tr)
         sch.vectorize(ni)
-        acc_loops = sch.get_loops(acc)  # below the row block: rows, then columns (dropped when 1 wide)
-        tile_loops = acc_loops[[sch.get(lp).same_as(sch.get(to)) for lp in acc_loops].index(True) + 1:]
-        sch.unroll(tile_loops[0])
-        if len(tile_loops) > 1:
-            sch.vectorize(tile_loops[-1])
+        tile_rows, tile_columns = sch.get_loops(acc)[-2:]
+        sch.unroll(tile_rows)
+        sch.vectorize(tile_columns)
         sch.parallel({"columns": no, "tokens": to}[knobs.parallel])
         sch.decompose_reduction(b, kc)
     for name in knobs.epilogue:
         _vectorized_rows(sch, sch.get_sblock(name), isa.fp32_lanes)
 
 
-def cpu_rows(sch: s_tir.Schedule, knobs: CpuRows, isa: CpuIsa) -> None:
+def cpu_rows(sch: s_tir.Schedule, knobs: CpuRows, isa: CpuIsa, sample: Sampler = fixed) -> None:
     """Row-wise kernels (norms, quantiser, pad/unpad): rows in parallel (``parallel``: ``rows`` or ``none``),
-    columns vectorised (``vector_width``, default the ISA's FP32 lanes); per-row producers
+    columns vectorised (``vector_width``, default the ISA's FP32 lanes; a sampled knob); per-row producers
     (``compute_at_row``, consumer first) move under the row loop so a row is one pass in cache;
     ``parallel_blocks`` get their row loop parallelised too."""
     b = sch.get_sblock(knobs.row_block)
     for producer in knobs.compute_at_row:
         sch.compute_at(sch.get_sblock(producer), sch.get_loops(b)[0])
-    _vectorized_rows(sch, b, knobs.vector_width or isa.fp32_lanes, parallel=knobs.parallel == "rows")
+    lanes = knobs.vector_width or isa.fp32_lanes
+    _vectorized_rows(sch, b, lambda loop: sample("vector_width", loop, [max(lanes // 2, 1), lanes, 2 * lanes], lanes),
+                     parallel=knobs.parallel == "rows")
     for other in knobs.parallel_blocks:
         sch.parallel(sch.get_loops(sch.get_sblock(other))[0])
 
@@ -145,3 +175,22 @@ def cpu_lm_head(sch: s_tir.Schedule, knobs: CpuLmHead, isa: CpuIsa) -> None:
     sch.vectorize(sch.get_loops(acc)[-1])
     sch.parallel(v)
     sch.decompose_reduction(logits, kc)
+
+
+def cpu_generic(sch: s_tir.Schedule, knobs: CpuGeneric, isa: CpuIsa) -> None:
+    """Kernels matched by pattern (``patterns.py``: row-wise reductions, elementwise chains, copies, pads,
+    transposes): ``inline`` blocks computed into their consumers, then each ``vectorize`` block's innermost
+    (spatial) loop split by the vector width (``vector_width`` or the ISA's FP32 lanes, narrowed to a divisor of
+    the loop) and vectorised, and each ``parallel`` block's outer loop run in parallel. Reductions keep their
+    order (the norms' chunked sums are part of the contract)."""
+    for name in knobs.inline:
+        sch.compute_inline(sch.get_sblock(name))
+    lanes = knobs.vector_width or isa.fp32_lanes
+    for name in knobs.vectorize:
+        innermost = sch.get_loops(sch.get_sblock(name))[-1]
+        width = math.gcd(int(sch.get(innermost).extent), lanes)
+        if width > 1:
+            _, inner = sch.split(innermost, [None, width])
+            sch.vectorize(inner)
+    for name in knobs.parallel:
+        sch.parallel(sch.get_loops(sch.get_sblock(name))[0])

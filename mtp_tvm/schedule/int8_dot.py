@@ -18,7 +18,7 @@ from tvm.sym import Analyzer
 from tvm.tirx import IndexMap
 
 from ..passes.target import CpuIsa
-from .steps import PREPACK_ANNOTATION
+from .steps import PREPACK_ANNOTATION, weight_k_major
 
 _INSTRUCTIONS = {  # (vector bits, vnni) -> LLVM intrinsic; int16 operands, int32 lanes
     (256, False): "llvm.x86.avx2.pmadd.wd",
@@ -86,19 +86,23 @@ def int8_lanes(isa: CpuIsa) -> int:
     return isa.vector_bits // 32
 
 
-def pair_packed(tile: int) -> IndexMap:
-    """``[N, K] -> [N / tile, K / 2, tile, 2]``: per K pair, one strip's weights are contiguous, pair-interleaved
-    (the operand order of ``vpmaddwd``)."""
+def pair_packed(tile: int, k_major: bool = False) -> IndexMap:
+    """``[N, K] -> [N / tile, K / 2, tile, 2]`` (or from ``[K, N]``, ``k_major``): per K pair, one strip's
+    weights are contiguous, pair-interleaved (the operand order of ``vpmaddwd``)."""
+    if k_major:
+        return IndexMap.from_func(lambda k, n: (n // tile, k // 2, n % tile, k % 2), index_dtype="int32")
     return IndexMap.from_func(lambda n, k: (n // tile, k // 2, n % tile, k % 2), index_dtype="int32")
 
 
 def _operand_indices(sch: s_tir.Schedule, block) -> tuple[int, int]:
-    """The read indices of the activation (indexed first by the row iterator) and the weight (by the column
-    iterator); the accumulator's own read is skipped."""
+    """The read indices of the activation (indexed first by the row iterator) and the weight (indexed by the
+    column iterator: ``W[n, k]``, or ``W[k, n]`` in a Relax ``matmul``); the accumulator's own read is skipped."""
     stmt = sch.get(block)
     row, column = (iv.var for iv in stmt.iter_vars[:2])
-    inputs = [(i, r.region[0].min) for i, r in enumerate(stmt.reads) if not r.source.same_as(stmt.writes[0].source)]
-    return next(i for i, first in inputs if first.same_as(row)), next(i for i, first in inputs if first.same_as(column))
+    inputs = [(i, [d.min for d in r.region]) for i, r in enumerate(stmt.reads)
+              if not r.source.same_as(stmt.writes[0].source)]
+    return (next(i for i, idx in inputs if idx[0].same_as(row)),
+            next(i for i, idx in inputs if any(d.same_as(column) for d in idx)))
 
 
 def check_tile(sch: s_tir.Schedule, block, vector_bits: int, lanes: int, register_rows: int, column_vectors: int,
@@ -157,8 +161,9 @@ def apply_int8_dot(sch: s_tir.Schedule, block, isa: CpuIsa, *, register_rows: in
     check_tile(sch, block, isa.vector_bits, lanes, register_rows, column_vectors)
     depth = int(sch.get(sch.get_loops(block)[2]).extent)
     a_index, w_index = _operand_indices(sch, block)
+    k_major = weight_k_major(sch, block, w_index)  # a Relax matmul's W[k, n]: packed to the same layout
     packed = sch.cache_read(block, w_index, "global")
-    sch.transform_layout(packed, ("write", 0), pair_packed(tile))
+    sch.transform_layout(packed, ("write", 0), pair_packed(tile, k_major))
     sch.annotate(packed, PREPACK_ANNOTATION, 1)
     widened = sch.cache_read(block, a_index, "global")
     sch.unsafe_set_dtype(widened, 0, "int16")

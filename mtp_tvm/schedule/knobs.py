@@ -37,6 +37,7 @@ class CpuGemm:
 
     blocks: dict[str, GemmOperands]
     epilogue: tuple[str, ...] = ()
+    inline: tuple[str, ...] = ()  # spatial blocks computed into their consumers first (a fused kernel's epilogue)
     k_chunk: int = 128
     register_rows: int | None = None
     column_vectors: int | None = None
@@ -57,6 +58,19 @@ class CpuRows:
     parallel_blocks: tuple[str, ...] = ()
     vector_width: int | None = None
     parallel: Literal["rows", "none"] = "rows"
+
+
+@dataclasses.dataclass(frozen=True)
+class CpuGeneric:
+    """``cpu_generic``: a kernel no schedule file names, matched by pattern (``patterns.py``): ``inline`` blocks
+    computed into their consumers (in order), each ``vectorize`` block's innermost loop split by the vector
+    width (``vector_width``; None: the target's FP32 lanes, narrowed to divide the loop) and vectorised, each
+    ``parallel`` block's outer loop run in parallel."""
+
+    inline: tuple[str, ...] = ()
+    vectorize: tuple[str, ...] = ()
+    parallel: tuple[str, ...] = ()
+    vector_width: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)

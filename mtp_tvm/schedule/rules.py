@@ -6,23 +6,26 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from .cpu_rules import cpu_gemm, cpu_lm_head, cpu_rows
+from .cpu_rules import cpu_gemm, cpu_generic, cpu_lm_head, cpu_rows
 from .gpu_rules import gpu_flat, gpu_gemm, gpu_rows
-from .knobs import CpuGemm, CpuLmHead, CpuRows, GpuFlat, GpuGemm, GpuRows
+from .knobs import CpuGemm, CpuGeneric, CpuLmHead, CpuRows, GpuFlat, GpuGemm, GpuRows
 
 
 @dataclasses.dataclass(frozen=True)
 class Rule:
-    """``apply(sch, knobs, isa)`` schedules one kernel; ``knobs`` is the dataclass a file's entry is read into."""
+    """``apply(sch, knobs, isa)`` schedules one kernel; ``knobs`` is the dataclass a file's entry is read into.
+    ``samples``: ``apply`` also takes ``sample=`` (a ``cpu_rules.Sampler``), so a tuning space can sample knobs."""
 
     apply: Callable
     knobs: type
+    samples: bool = False
 
 
 RULES: dict[str, Rule] = {
-    "cpu_gemm": Rule(cpu_gemm, CpuGemm),
-    "cpu_rows": Rule(cpu_rows, CpuRows),
+    "cpu_gemm": Rule(cpu_gemm, CpuGemm, samples=True),
+    "cpu_rows": Rule(cpu_rows, CpuRows, samples=True),
     "cpu_lm_head": Rule(cpu_lm_head, CpuLmHead),
+    "cpu_generic": Rule(cpu_generic, CpuGeneric),  # kernels matched by pattern (patterns.py)
     "gpu_gemm": Rule(gpu_gemm, GpuGemm),
     "gpu_rows": Rule(gpu_rows, GpuRows),
     "gpu_flat": Rule(gpu_flat, GpuFlat),

@@ -17,8 +17,18 @@ def _read_index(sch: s_tir.Schedule, block, buffer_name: str) -> int:
     raise ValueError(f"block {sch.get(block).name_hint} does not read a buffer named {buffer_name!r}")
 
 
-def _column_blocked(tile: int) -> IndexMap:
-    """``[N, K] -> [N / tile, K, tile]``: one contiguous ``tile``-wide column strip per K step."""
+def weight_k_major(sch: s_tir.Schedule, block, read_index: int) -> bool:
+    """Whether a GEMM block (iterators ``t, n, k``) reads this weight as ``W[k, n]`` (a Relax ``matmul`` of a
+    transposed weight) rather than ``W[n, k]`` (the hand kernels): packing maps either layout to the same one."""
+    stmt = sch.get(block)
+    return stmt.reads[read_index].region[0].min.same_as(stmt.iter_vars[2].var)
+
+
+def _column_blocked(tile: int, k_major: bool = False) -> IndexMap:
+    """``[N, K] -> [N / tile, K, tile]`` (or from ``[K, N]``): one contiguous ``tile``-wide column strip per K
+    step."""
+    if k_major:
+        return IndexMap.from_func(lambda k, n: (n // tile, k, n % tile), index_dtype="int32")
     return IndexMap.from_func(lambda n, k: (n // tile, k, n % tile), index_dtype="int32")
 
 
@@ -30,16 +40,20 @@ def _column_tile(sch: s_tir.Schedule, columns, tile: int) -> int:
 
 def _pack_weight(sch: s_tir.Schedule, block, weight: str, tile: int) -> None:
     """Column-block a weight in a preprocess block that the pipeline lifts out of the per-call path."""
-    packed = sch.cache_read(block, _read_index(sch, block, weight), "global")
-    sch.transform_layout(packed, ("write", 0), _column_blocked(tile))
+    index = _read_index(sch, block, weight)
+    k_major = weight_k_major(sch, block, index)
+    packed = sch.cache_read(block, index, "global")
+    sch.transform_layout(packed, ("write", 0), _column_blocked(tile, k_major))
     sch.annotate(packed, PREPACK_ANNOTATION, 1)  # 1, not True: the trace prints booleans as 1
 
 
-def _vectorized_rows(sch: s_tir.Schedule, block, vector_width: int, parallel: bool = True) -> None:
-    """Rows in parallel, the innermost (column) loop split by the vector width and vectorised."""
+def _vectorized_rows(sch: s_tir.Schedule, block, vector_width, parallel: bool = True) -> None:
+    """Rows in parallel, the innermost (column) loop split by the vector width and vectorised. ``vector_width``:
+    lanes, or a function of the column loop giving its split factors (a sampled width)."""
     loops = sch.get_loops(block)
     if len(loops) > 1:
-        _, inner = sch.split(loops[-1], [None, vector_width])
+        factors = vector_width(loops[-1]) if callable(vector_width) else [None, vector_width]
+        _, inner = sch.split(loops[-1], factors)
         sch.vectorize(inner)
     if parallel:
         sch.parallel(loops[0])

@@ -1,17 +1,33 @@
-"""MetaSchedule records at build time: where a case's tuning database lives, and applying its best records to a
-module. (The search that writes them is ``tools/tune.py``.)"""
+"""MetaSchedule records at build time: where a case's tuning database lives, the static workload a kernel is
+tuned as, and applying the records to a module whose token count stays symbolic. (The search that writes them
+is ``tools/tune.py``; the hand rules' design spaces are ``space.py``.)
+
+One tuned binary serves every T. MetaSchedule measures static shapes only, so a kernel is tuned as its
+*tile workload*: every symbolic row count bound to the padded token tile of 16, and a GEMM's ``blocks`` (it runs
+``blocks * q`` rows, q its default schedule's register rows: ``ir/tir_kernels.py``) bound to one block, so the
+GEMM is tuned on the q rows it runs per block, as a tuned build runs it. At build time each kernel's records, best first, are replayed on the symbolic kernel
+itself; the first that replays is applied. A trace that splits rows by constants (every hand-space trace)
+replays on any T; one that samples the 16-row loop's tiling (MetaSchedule's generic multi-level tiling) is
+static in T and is skipped, and the kernel falls back to its hand schedule when no record replays, with the
+reason stated (``RecordsApplied.untuned``).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
 import tvm
-from tvm import tirx
+from tvm import relax, s_tir, tirx
 from tvm.target import Target
+
+from ..spec.presets import TOKEN_TILE
+from .steps import PREPACK_ANNOTATION
 
 TUNED_ROOT_ENV = "MTP_TVM_TUNED_ROOT"  # overrides where tuning databases live
 _CHECKOUT = Path(__file__).resolve().parents[2]  # the repository root, when running from a checkout
+RECORDS_TRIED = 32  # records per kernel tried, best first, until one replays on the symbolic kernel
 
 
 def tuned_root() -> Path:
@@ -24,6 +40,41 @@ def tuned_root() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mtp_tvm" / "tuned"
 
 
+def tuned_dir(target: Target, case: str) -> Path:
+    """``<tuned_root()>/<target kind>/<case>/``."""
+    return tuned_root() / target.kind.name / case
+
+
+def tile_workload(func: tirx.PrimFunc, rows: int = TOKEN_TILE) -> tirx.PrimFunc:
+    """``func`` with every symbolic buffer dim bound to ``rows`` and every scalar parameter (a GEMM's
+    ``blocks``) to 1: the static shape it is tuned at. (Shapes that are expressions of a var, the pad kernels'
+    ``ceil16(n)``, follow from the var.)"""
+    bindings, known = {}, set()
+    for param in func.params:
+        ty = param.ty
+        if not isinstance(ty, tirx.BufferType):
+            bindings[param] = tirx.IntImm(str(ty.dtype), 1)
+            continue
+        if not any(isinstance(d, tirx.Var) and d not in known for d in ty.shape):
+            continue
+        dims = [tirx.IntImm(str(d.ty), rows) if isinstance(d, tirx.Var) else d for d in ty.shape]
+        bindings[param] = tirx.decl_buffer(dims, ty.dtype, name=param.name, elem_offset=ty.elem_offset)
+        known.update(d for d in ty.shape if isinstance(d, tirx.Var))
+    return func.specialize(bindings) if bindings else func
+
+
+def called_kernels(mod: tvm.IRModule) -> list[tvm.ir.GlobalVar]:
+    """The PrimFuncs ``main`` calls (``call_tir``), in call order, each once."""
+    call_tir = tvm.ir.Op.get("relax.call_tir")
+    called = []
+    for block in mod["main"].body.blocks:
+        for binding in block.bindings:
+            call = binding.value
+            if isinstance(call, relax.Call) and call.op.same_as(call_tir) and call.args[0] not in called:
+                called.append(call.args[0])
+    return called
+
+
 def workload(func: tirx.PrimFunc) -> tvm.IRModule:
     """The database key MetaSchedule stores for a tuned PrimFunc (its own ``_normalize_mod``)."""
     from tvm.s_tir.meta_schedule.tune_context import _normalize_mod
@@ -31,31 +82,55 @@ def workload(func: tirx.PrimFunc) -> tvm.IRModule:
     return _normalize_mod(func)
 
 
-def tuned_dir(target: Target, case: str) -> Path:
-    """``<tuned_root()>/<target kind>/<case>/``."""
-    return tuned_root() / target.kind.name / case
+@dataclasses.dataclass
+class RecordsApplied:
+    """What ``apply_database`` did: per kernel the applied trace and where it came from, and the kernels left to
+    their hand schedule with the reason."""
+
+    traces: dict[str, str] = dataclasses.field(default_factory=dict)
+    origins: dict[str, str] = dataclasses.field(default_factory=dict)
+    untuned: dict[str, str] = dataclasses.field(default_factory=dict)  # kernel -> why no record applies
+    packs_weights: bool = False  # an applied trace packs a weight (a layout-rewrite preprocess to lift)
 
 
-def apply_database(mod: tvm.IRModule, target: Target, work_dir: str | os.PathLike) -> tuple[tvm.IRModule, dict, list]:
-    """Replace every PrimFunc of a static-shape module that has a record in ``work_dir`` by its best schedule.
+def _replay(func: tirx.PrimFunc, trace: s_tir.Trace) -> s_tir.Schedule | None:
+    """``trace`` replayed on ``func`` (any T), or None where it does not apply (it tiles a static row loop)."""
+    sch = s_tir.Schedule(workload(func), error_render_level="none")
+    try:
+        trace.apply_to_schedule(sch, remove_postproc=False)
+    except (RuntimeError, ValueError, TypeError):  # TVM's errors (ScheduleError is a RuntimeError)
+        return None
+    return sch
 
-    Returns (module, {name: trace of the applied record}, names without a record) so callers can fall back, and
-    say so.
-    """
+
+def apply_database(mod: tvm.IRModule, target: Target, work_dir: str | os.PathLike) -> tuple[tvm.IRModule,
+                                                                                          RecordsApplied]:
+    """Every PrimFunc of ``mod`` (symbolic T) whose tile workload has a record in ``work_dir`` that replays on
+    it gets that record's schedule (marked scheduled); the rest are named in ``untuned`` with the reason."""
     from tvm.s_tir import meta_schedule as ms
 
-    from .specialize import specialize_to_call_sites
-
     database = ms.database.JSONDatabase(work_dir=str(work_dir), allow_missing=False)
-    mod = specialize_to_call_sites(mod)
-    applied, missing = {}, []
+    out = RecordsApplied()
     for gv, func in list(mod.functions_items()):
         if not isinstance(func, tirx.PrimFunc):
             continue
-        sch = ms.tir_integration.compile_tir(database, func, target)
-        if sch is None:
-            missing.append(gv.name_hint)
+        name, key = gv.name_hint, workload(tile_workload(func))
+        if not database.has_workload(key):
+            out.untuned[name] = "no record"
             continue
-        mod[gv] = sch.mod["main"].without_attr("global_symbol").with_attr("tirx.is_scheduled", True)
-        applied[gv.name_hint] = str(sch.trace)
-    return mod, applied, missing
+        records = database.get_top_k(database.commit_workload(key), RECORDS_TRIED)
+        for rank, rec in enumerate(records):
+            sch = _replay(func, rec.trace)
+            if sch is None:
+                continue
+            ms_time = 1e3 * min(float(s) for s in rec.run_secs) if rec.run_secs else float("nan")
+            skipped = f"; {rank} faster record(s) are static in T" if rank else ""
+            mod[gv] = sch.mod["main"].without_attr("global_symbol").with_attr("tirx.is_scheduled", True)
+            out.traces[name] = str(sch.trace)
+            out.origins[name] = f"tuned:{work_dir} (record {rank + 1}/{len(records)}, {ms_time:.4g} ms{skipped})"
+            out.packs_weights |= PREPACK_ANNOTATION in out.traces[name]
+            break
+        else:
+            out.untuned[name] = (f"none of its {len(records)} best records replays on a symbolic T (they tile the "
+                                 "static 16-row loop)")
+    return mod, out

@@ -19,8 +19,8 @@ class BuildError(MtpError):
     exit_code = 3
 
 
-def last_line(error: BaseException) -> str:
-    """The line of a TVM error a user reads: its C++ traces are many lines, the message the last one (the
-    exception's type name when it has no text)."""
+def last_line(error: BaseException | str) -> str:
+    """The line of a TVM error (or error text) a user reads: its C++ traces are many lines, the message the last
+    one (the exception's type name when it has no text)."""
     lines = [ln for ln in str(error).strip().splitlines() if ln.strip()]
     return lines[-1] if lines else type(error).__name__

@@ -30,6 +30,8 @@ from ..verify.golden_check import (
     validate_seed,
 )
 from ..verify.results import CheckResult
+from .profile import ProfileOptions, profile_options, write_to_run_folder
+from .profile import profile as profile_main
 from .repro import write_repro
 
 
@@ -47,19 +49,23 @@ def _require_runs_here(target) -> None:
 
 def check(spec: BuildSpec | None = None, debug: DebugOptions | None = None, *, seed: int = 0,
           report: str | os.PathLike | None = None, tolerance: dict | None = None, logits_tol: dict | None = None,
-          perturb_logit: tuple | None = None, log=print, **options) -> CheckResult:
+          perturb_logit: tuple | None = None, profile: bool | ProfileOptions = False, log=print,
+          **options) -> CheckResult:
     """Build ``spec`` (keywords: the fields of ``BuildSpec`` and ``DebugOptions``, as for ``compile``), run it on
     inputs drawn from ``seed``, and compare each stage with its torch golden.
 
     For the LM-head cases: ``logits_tol`` overrides ``DEFAULT_LOGITS_TOLERANCE`` (atol, rtol, max_error_ratio,
     max_e2e_abs_diff), ``perturb_logit=(owner, row, col[, delta])`` adds delta (default 1.0) to one device logit
     before the comparison. When the check fails (and no perturbation caused it), a reproducer is written to
-    ``repro/`` in the run folder (a new one under ``dumps/`` when not dumping).
+    ``repro/`` in the run folder (a new one under ``dumps/`` when not dumping). ``profile`` (True or
+    ``ProfileOptions``): time every kernel of ``main`` afterwards (``tools/profile.py``) into ``result.profile``,
+    and ``profile.json`` into the run folder when dumping.
     """
     spec, debug = split_options(spec, debug, options, "check")
     validate_seed(seed)
     if report is not None and not Path(report).resolve().parent.is_dir():  # fail before the build, not after
         raise UsageError(f"cannot write report {report}: {Path(report).parent} is not a directory")
+    profiling = profile_options(profile)
     _require_runs_here(resolve_target(spec.target))
     log(f"[BUILD] case={spec.case} preset={spec.preset} frontend={spec.frontend} schedule={spec.schedule}")
     compiled = compile(spec, debug)
@@ -69,8 +75,8 @@ def check(spec: BuildSpec | None = None, debug: DebugOptions | None = None, *, s
             f"(MTP_TVM_DUMPS_KEEP; `mtp-tvm dumps keep RUN` keeps one for good)")
     if compiled.unscheduled:
         log(f"[schedule] no {spec.schedule!r} schedule covers {', '.join(compiled.unscheduled)}: lowered as written")
-    if compiled.untuned:
-        log(f"[tuned] no MetaSchedule record for {', '.join(compiled.untuned)}: their hand schedule is used")
+    for kernel, why in compiled.untuned.items():
+        log(f"[tuned] {kernel}: {why}; its hand schedule is used")
     if (logits_tol is not None or perturb_logit is not None) and LM_HEAD_LOGITS not in c.output_specs(s):
         raise UsageError(f"LM-head logits options apply to cases with the lm_head stage; {c.name!r} has none")
     if logits_tol is not None:  # a bad option fails before the run, not after it
@@ -83,6 +89,11 @@ def check(spec: BuildSpec | None = None, debug: DebugOptions | None = None, *, s
                        compiled.dump_dir)
     result = golden_check(compiled.run, c, s, built, options, golden=golden, log=log)
     result.gate, result.pass_records = compiled.gate, compiled.pass_records
+    if profiling is not None:
+        log(f"[PROFILE] {profiling.rounds} rounds")
+        result.profile = profile_main(compiled, golden[0], profiling)
+        if compiled.dump_dir is not None:
+            write_to_run_folder(result.profile, compiled.dump_dir)
     if not result.passed and perturbation is None:
         try:
             result.repro_dir = str(write_repro(compiled, *golden, options, result, debug.dump_root))

@@ -1,5 +1,5 @@
-"""Reading run folders from the terminal: ``mtp-tvm dumps list``, ``dumps show RUN [PASS]``,
-``dumps diff RUN A B``.
+"""Reading run folders from the terminal: ``mtp-tvm dumps list``, ``dumps show RUN [PASS] [--func NAME
+[--history]]``, ``dumps diff RUN A B`` (``dumps compare``: ``tools/dumps_compare.py``).
 
 RUN is a run folder's path, its name under the dumps root, a unique prefix of that name, or ``latest``.
 PASS is a pass number (``12`` or ``012``), ``0``/``input`` for the module given to the compiler, a pass name
@@ -13,6 +13,8 @@ import difflib
 import json
 from pathlib import Path
 
+from ..instrument.ir_text import MODULE_REST, functions
+from ..instrument.kernel_history import kernel_history
 from ..instrument.report import pass_table
 from ..instrument.run_folder import (
     COMPLETE_MARKER,
@@ -96,6 +98,8 @@ def find_run(spec: str, root=None) -> Path:
             raise UsageError(f"no finished runs under {dumps_root(root)}")
         return done[-1]
     hits = [r for r in runs if r.name == spec] or [r for r in runs if r.name.startswith(spec)]
+    if not hits and path.is_dir():
+        raise UsageError(f"{path} is a folder but not a dump run: it has no {INDEX_FILE}")
     if len(hits) != 1:
         raise UsageError(f"{'no' if not hits else 'more than one'} run matches {spec!r} under {dumps_root(root)}"
                          + (": " + ", ".join(r.name for r in hits[:5]) if hits else "; see `mtp-tvm dumps list`"))
@@ -149,9 +153,13 @@ def _read(path: Path) -> str:
         raise UsageError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
 
 
-def show(run: Path, spec: str | None = None, changed: bool = False, phase: str | None = None) -> str:
-    """A run's pass table (only changed passes, only one phase), or the dump of one pass (or a file of the run)."""
+def show(run: Path, spec: str | None = None, changed: bool = False, phase: str | None = None,
+         func: str | None = None, history: bool = False) -> str:
+    """A run's pass table (only changed passes, only one phase), or the dump of one pass (or a file of the run);
+    ``func``: one function of that dump, or with ``history`` every pass that changed it (``kernel_history``)."""
     index = load_index(run)
+    if history or func is not None:
+        return _show_func(run, index, spec, func, history)
     if spec is None:
         gate = index["gate"]
         head = (f"{run}\ncase {index['case']} on {index['target']['kind']}, preset {index['preset']}, frontend "
@@ -161,6 +169,25 @@ def show(run: Path, spec: str | None = None, changed: bool = False, phase: str |
                 + (f"\nbisect-limit {gate['limit']}" if gate.get("limit") is not None else ""))
         return head + "\n" + pass_table(index, changed, phase) + "\n"
     return _read(_dump_file(run, index, spec))
+
+
+def _show_func(run: Path, index: dict, spec: str | None, func: str | None, history: bool) -> str:
+    if func is None:
+        raise UsageError("--history follows one function: add --func NAME")
+    if history:
+        if spec is not None:
+            raise UsageError("--history covers every pass: drop PASS, or drop --history to see the function there")
+        return kernel_history(run, index, func).text()
+    if spec is None:
+        raise UsageError("--func NAME shows the function in one pass's dump: give PASS, or add --history")
+    path = _dump_file(run, index, spec)
+    funcs = functions(_read(path))
+    if func not in funcs or func == MODULE_REST:
+        known = [f for f in funcs if f != MODULE_REST]
+        close = difflib.get_close_matches(func, known, n=3, cutoff=0.5)
+        raise UsageError(f"no function {func!r} in {path.name}"
+                         + (f"; did you mean {', '.join(close)}?" if close else f"; it has {', '.join(known)}"))
+    return funcs[func] + "\n"
 
 
 def diff(run: Path, a: str, b: str) -> str:

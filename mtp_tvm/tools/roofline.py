@@ -1,8 +1,13 @@
-"""The roofline ``bench`` judges a build against: this machine's FP32 FMA peak and memory read bandwidth,
-measured by our own TVM kernels for the same target (a GPU build of them needs no GPU).
+"""The roofline ``bench`` judges a build against: this machine's peak per instruction kind and its memory read
+bandwidth, measured by our own TVM kernels for the same target (a GPU build of them needs no GPU).
 
-``fma_peak`` runs independent FP32 FMA chains in registers, ``vector_lanes`` wide, on every core (GPU: every
-thread); ``stream_read`` sums a buffer far larger than the caches.
+``fma_peak`` runs independent FP32 FMA chains in registers, one target vector wide, on every core (GPU: every
+thread); ``stream_read`` sums a buffer far larger than the caches. Where the target has them, the dot products
+the GEMM schedules use get their own peak (``Probes.peaks``), since they do more than an FMA's work per
+instruction: ``bf16_dot_peak`` chains the project's ``vdpbf16ps`` micro-kernel (``schedule/bf16_dot.py``: an
+activation-pair broadcast, a weight load, one ``vdpbf16ps``; 32 BF16 products a zmm, 64 FLOPs) and
+``int8_dot_peak`` chains ``vpdpwssd`` (VNNI; 64 int16 operations a zmm) or ``vpmaddwd`` + ``vpaddd`` (AVX2/
+AVX-512BW). Peaks are GFLOP/s (GOP/s for the integer dot) counted as the GEMMs count them, 2 per product.
 """
 
 from __future__ import annotations
@@ -11,13 +16,17 @@ import dataclasses
 import functools
 import math
 import os
-from pathlib import Path
 
 import numpy as np
 import tvm
 from tvm.script import tirx as T
 
-from ..passes.target import device_for
+from ..passes.target import cpu_isa, device_for
+
+FMA, BF16_DOT, INT8_DOT = "fma", "bf16_dot", "int8_dot"  # instruction kinds with a peak (``Probes.peaks``)
+# The compute probes run about 1 ms a sample: best of this many per round, so one that ran while every core was
+# busy (other processes; a parallel probe waits for its slowest thread) does not become the "peak"
+COMPUTE_REPEATS = 4
 
 
 def fma_probe(blocks: int, threads: int, iters: int, chains: int, lanes: int, gpu: bool):
@@ -86,11 +95,84 @@ def _schedule_stream(func, gpu: bool):
     return sch.mod
 
 
+def bf16_dot_probe(cores: int, iters: int, chains: int):
+    """``cores`` workers (parallel), each ``chains`` independent 16-lane FP32 accumulators updated ``iters`` times
+    by the ``vdpbf16ps`` micro-kernel of ``schedule/bf16_dot.py`` (its LLVM IR imported as the GEMMs import it)."""
+    from ..schedule.bf16_dot import _FUNCTION, _LLVM_IR
+
+    @T.prim_func(s_tir=True)
+    def bf16_dot_peak(a: T.Buffer((cores, 2), "bfloat16"), w: T.Buffer((cores, chains, 32), "bfloat16"),
+                      out: T.Buffer((cores, chains, 16), "float32")):
+        T.func_attr({"tir.noalias": True})
+        for b in T.parallel(cores):
+            with T.sblock("worker"):
+                vb = T.axis.spatial(cores, b)
+                T.reads(a[vb, 0:2], w[vb, 0:chains, 0:32])  # (the micro-kernel takes data pointers)
+                T.writes(out[vb, 0:chains, 0:16])
+                acc = T.sblock_alloc_buffer((chains, 16), "float32")  # a stack array LLVM keeps in registers
+                for c in T.unroll(chains):
+                    for lane in T.vectorized(16):
+                        acc[c, lane] = T.Cast("float32", c)
+                for _ in T.serial(iters, annotations={"pragma_import_llvm": _LLVM_IR}):
+                    for c in T.unroll(chains):
+                        T.evaluate(T.call_extern("int32", _FUNCTION, acc.data, T.int32(c * 16), a.data,
+                                                 T.Cast("int32", vb * 2), w.data,
+                                                 T.Cast("int32", (vb * chains + c) * 32)))
+                for c in T.unroll(chains):
+                    for lane in T.vectorized(16):
+                        out[vb, c, lane] = acc[c, lane]
+
+    return bf16_dot_peak
+
+
+def int8_dot_probe(cores: int, iters: int, chains: int, vector_bits: int, vnni: bool):
+    """``cores`` workers, each ``chains`` int32 accumulator vectors updated ``iters`` times by ``vpdpwssd``
+    (``vnni``) or ``vpmaddwd`` + ``vpaddd``; the ``vpmaddwd`` operand is the accumulator itself, so LLVM cannot
+    hoist it out of the loop."""
+    lanes = vector_bits // 32
+    wide, acc_ty = f"int16x{2 * lanes}", f"int32x{lanes}"
+    intrinsic = {(256, False): "llvm.x86.avx2.pmadd.wd", (512, False): "llvm.x86.avx512.pmaddw.d.512",
+                 (256, True): "llvm.x86.avx512.vpdpwssd.256", (512, True): "llvm.x86.avx512.vpdpwssd.512"}[
+                     vector_bits, vnni]
+
+    @T.prim_func(s_tir=True)
+    def int8_dot_peak(w: T.Buffer((cores, chains, lanes), "int32"), out: T.Buffer((cores, chains, lanes), "int32")):
+        T.func_attr({"tir.noalias": True})
+        for b in T.parallel(cores):
+            with T.sblock("worker"):
+                vb = T.axis.spatial(cores, b)
+                acc = T.sblock_alloc_buffer((chains, lanes), "int32")
+                for c in T.unroll(chains):
+                    for lane in T.vectorized(lanes):
+                        acc[c, lane] = w[vb, c, lane]
+                for _ in range(iters):
+                    for c in T.unroll(chains):
+                        if vnni:
+                            acc[c, T.ramp(0, 1, lanes)] = T.call_llvm_pure_intrin(
+                                acc_ty, T.llvm_lookup_intrinsic_id(intrinsic), acc[c, T.ramp(0, 1, lanes)],
+                                T.reinterpret(wide, w[vb, c, T.ramp(0, 1, lanes)]),
+                                T.reinterpret(wide, w[vb, (c + 1) % chains, T.ramp(0, 1, lanes)]))
+                        else:
+                            acc[c, T.ramp(0, 1, lanes)] = acc[c, T.ramp(0, 1, lanes)] + T.call_llvm_pure_intrin(
+                                acc_ty, T.llvm_lookup_intrinsic_id(intrinsic),
+                                T.reinterpret(wide, acc[c, T.ramp(0, 1, lanes)]),
+                                T.reinterpret(wide, w[vb, c, T.ramp(0, 1, lanes)]))
+                for c in T.unroll(chains):
+                    for lane in T.vectorized(lanes):
+                        out[vb, c, lane] = acc[c, lane]
+
+    return int8_dot_peak
+
+
 @dataclasses.dataclass
 class Probes:
+    """``peak_gflops``: the FP32 FMA peak (also ``peaks["fma"]``); ``peaks``: GFLOP/s per instruction kind this
+    target has (``fma`` always, ``bf16_dot`` with AVX512-BF16, ``int8_dot`` with ``vpdpwssd``/``vpmaddwd``)."""
+
     peak_gflops: float
     bandwidth_gbs: float
     how: str
+    peaks: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,7 +196,7 @@ class ProbePlan:
             sms = multiprocessors or device_for(target).multi_processor_count
             return cls(True, sms * 8, 256, 1, 8, 20_000, sms * 8, 1024, 1 << 30)
         cores = int(target.attrs.get("num-cores", os.cpu_count() or 1))
-        return cls(False, cores, 1, 16 if _has_avx512() else 8, 12, 100_000, cores, 64, 256 << 20)
+        return cls(False, cores, 1, cpu_isa(target).fp32_lanes, 12, 100_000, cores, 64, 256 << 20)
 
     @property
     def stream_steps(self) -> int:
@@ -128,16 +210,47 @@ class ProbePlan:
                                                            self.stream_lanes), self.gpu), target=target)
         return fma, stream
 
+    def dot_kinds(self, target) -> tuple[str, ...]:
+        """The dot-product kinds ``target`` has (and the GEMM schedules use): their peaks are probed too."""
+        if self.gpu:
+            return ()
+        isa = cpu_isa(target)
+        int8 = isa.int8_dot in ("vnni", "pmaddwd") and isa.vector_bits in (256, 512)
+        return (BF16_DOT,) * isa.bf16_dot + (INT8_DOT,) * int8
+
+    def build_dot(self, target, kind: str):
+        """``(kernel, operations per call, argument shapes and dtypes)`` of one dot-product probe."""
+        if kind == BF16_DOT:
+            func = bf16_dot_probe(self.blocks, self.iters, self.chains)
+            return (tvm.compile(func, target=target), 64.0 * self.blocks * self.iters * self.chains,
+                    [((self.blocks, 2), "bfloat16"), ((self.blocks, self.chains, 32), "bfloat16"),
+                     ((self.blocks, self.chains, 16), "float32")])
+        isa = cpu_isa(target)
+        lanes = isa.vector_bits // 32
+        func = int8_dot_probe(self.blocks, self.iters, self.chains, isa.vector_bits, isa.int8_dot == "vnni")
+        return (tvm.compile(func, target=target), 4.0 * lanes * self.blocks * self.iters * self.chains,
+                [((self.blocks, self.chains, lanes), "int32")] * 2)
+
+
+def _dot_peak(plan: ProbePlan, target, kind: str, dev, rounds: int) -> float:
+    ex, ops, shapes = plan.build_dot(target, kind)
+    f = ex.jit()
+    args = [tvm.runtime.tensor(np.ones(shape, "uint16" if dtype == "bfloat16" else dtype), dev) if dtype != "bfloat16"
+            else tvm.runtime.empty(shape, dtype, dev) for shape, dtype in shapes]
+    t = f.time_evaluator("main", dev, number=3, repeat=COMPUTE_REPEATS * rounds)(*args)
+    return ops / min(t.results) / 1e9
+
 
 def measure_probes(target, rounds: int = 5) -> Probes:
-    """The FP32 FMA peak and read bandwidth of the target device, by our own TVM kernels (best of ``rounds``)."""
+    """The FP32 FMA peak, the dot-product peaks the target has, and the read bandwidth of the target device, by
+    our own TVM kernels (best of ``rounds``; of ``COMPUTE_REPEATS * rounds`` for the short compute probes)."""
     dev = device_for(target)
     plan = ProbePlan.for_target(target)
     fma, stream = (ex.jit() for ex in plan.build(target))
     workers = plan.blocks * plan.threads
     a = tvm.runtime.tensor(np.full((workers, plan.lanes), 0.999, np.float32), dev)
     o = tvm.runtime.tensor(np.zeros((workers, plan.chains, plan.lanes), np.float32), dev)
-    t_fma = fma.time_evaluator("main", dev, number=3, repeat=rounds)(a, o)
+    t_fma = fma.time_evaluator("main", dev, number=3, repeat=COMPUTE_REPEATS * rounds)(a, o)
     peak = 2.0 * workers * plan.iters * plan.chains * plan.lanes / min(t_fma.results) / 1e9
     shape = (plan.stream_parallel, plan.stream_steps, plan.stream_lanes)
     buf = tvm.runtime.tensor(np.ones(shape, np.float32), dev)
@@ -145,13 +258,10 @@ def measure_probes(target, rounds: int = 5) -> Probes:
     t_bw = stream.time_evaluator("main", dev, number=2, repeat=rounds)(buf, out)
     bw = math.prod(shape) * 4 / min(t_bw.results) / 1e9
     unit = ("threads", "blocks") if plan.gpu else ("cores", "threads")
+    peaks = {FMA: peak} | {kind: _dot_peak(plan, target, kind, dev, rounds) for kind in plan.dot_kinds(target)}
+    dots = "".join(f"; {kind}_peak: the same chains of {'vdpbf16ps' if kind == BF16_DOT else 'integer dots'}"
+                   for kind in peaks if kind != FMA)
     return Probes(peak, bw, f"fma_peak: {workers} {unit[0]} x {plan.chains} chains of {plan.lanes}-lane FP32 FMA, "
-                            f"{plan.iters} iterations; stream_read: {plan.stream_parallel} {unit[1]} summing "
-                            f"{plan.stream_bytes >> 20} MiB of FP32; best of {rounds}")
-
-
-def _has_avx512() -> bool:
-    try:
-        return "avx512f" in Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
+                            f"{plan.iters} iterations{dots}; stream_read: {plan.stream_parallel} {unit[1]} summing "
+                            f"{plan.stream_bytes >> 20} MiB of FP32; best of {COMPUTE_REPEATS * rounds} (compute) and "
+                            f"{rounds} (stream)", peaks)

@@ -3,13 +3,19 @@
 
 What this module adds to MetaSchedule, and why:
 
-- ``case_kernels``: the case's PrimFuncs after legalisation and fusion, specialised to a static token count
-  (MetaSchedule tunes and looks records up on static shapes only; ``specialize.py``).
+- ``case_kernels``: the PrimFuncs ``main`` calls, after legalisation, fusion and lifting parameter-only work
+  (the Relax frontend's weight transposes) into ``main_transform_params``, each as its *tile workload* (every
+  row count bound to the padded tile of 16: ``schedule.tuned``), so one tuned binary serves every T.
+- ``Space``: ``hand`` (our rules as design spaces, ``schedule.space``), ``generic`` (MetaSchedule's own rules:
+  multi-level tiling and friends) or ``both``; the log says how many design spaces and measured candidates
+  each produced. The hand schedule's shipped knobs are measured first and committed to the database, so the
+  best record is never slower than the hand schedule.
 - ``load_tensor_intrinsics``: ``TuneContext`` imports every tensor intrinsic TVM ships, and the CUDA ones alone
   take ~30-60 s on this machine; we import the package shell plus the target's own intrinsics (x86 or CUDA).
 - ``fast_build``: MetaSchedule's default builder re-does that import in each fresh worker, so every candidate
-  timed out at 30 s (cookbook §5.1); ours builds without it.
-- ``ProgressCallback``: trials done and best latency per kernel, printed after each measured batch.
+  timed out at 30 s (cookbook §5.1); ours builds candidates in parallel workers without it.
+- ``ProgressCallback``: trials done of planned, best ms per kernel and per space, and the time left.
+  ``Ctrl-C`` stops the search and keeps every measured record (the JSON database is appended per trial).
 - RPC: ``rpc=("host:port", key)`` measures on servers registered with a TVM RPC tracker (``RPCRunner``).
 """
 
@@ -25,15 +31,20 @@ import sys
 import time
 import types
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Literal
 
 import tvm
-from tvm import tirx
+from tvm import relax, tirx
 from tvm.target import Target
 
-from ..passes.target import is_gpu
-from ..schedule.tuned import tuned_dir, workload
-from ..support.errors import UsageError
+from ..passes.target import cpu_isa, is_gpu
+from ..schedule.space import HAND, SPACE_ANNOTATION, default_schedule, hand_space
+from ..schedule.tuned import called_kernels, tile_workload, tuned_dir, workload
+from ..support.errors import BuildError, UsageError, last_line
+
+Space = Literal["hand", "generic", "both"]
+SPACES = ("hand", "generic", "both")
+GENERIC = "generic"
 
 _INTRINSICS = "tvm.s_tir.tensor_intrin"
 
@@ -56,63 +67,100 @@ def fast_build(mod: tvm.IRModule, target: Target, _params):
     """MetaSchedule builder function: a plain ``tvm.compile`` (no tensor-intrinsic import in the worker)."""
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
-    return tvm.compile(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod), target=target).mod
+    return tvm.compile(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod), target=target,
+                       tir_pipeline="s_tir").mod  # as our builds lower (it links imported LLVM IR)
 
 
-def case_kernels(case: str, target: Target, preset: str, frontend: str, tokens: int | None,
-                 vocab_shard: int | None) -> tvm.IRModule:
-    """The case's kernels as an IRModule of static PrimFuncs, named as in the built module."""
+def case_kernels(case: str, target: Target, preset: str, frontend: str,
+                 vocab_shard: int | None) -> dict[str, tirx.PrimFunc]:
+    """The kernels ``main`` calls per call (parameter-only work lifted out), as tile workloads, by name."""
     from ..ir.model import build_relax_module
     from ..passes.pipeline import fuse_passes, legalize_passes
-    from ..schedule.specialize import specialize_to_call_sites
+    from ..schedule.apply import ApplySchedules
     from ..spec.cases import get_case
     from ..spec.presets import make_shapes
 
-    shapes = make_shapes(preset, tokens, vocab_shard)
-    mod = build_relax_module(get_case(case), shapes, frontend, static_tokens=True)
+    # GEMMs in the row-quantum form a tuned build has (``ApplySchedules.row_quantum`` under ``tuned``)
+    rows = ApplySchedules(target).row_quantum
+    mod = build_relax_module(get_case(case), make_shapes(preset, None, vocab_shard), frontend, row_quantum=rows)
     with target:
-        mod = tvm.transform.Sequential(legalize_passes(target) + fuse_passes(target))(mod)
-    mod = specialize_to_call_sites(mod)
-    return tvm.IRModule({gv: f for gv, f in mod.functions_items() if isinstance(f, tirx.PrimFunc)})
+        mod = tvm.transform.Sequential(legalize_passes(target) + fuse_passes(target)
+                                       + [relax.transform.LiftTransformParams()])(mod)
+    return {gv.name_hint: tile_workload(mod[gv]) for gv in called_kernels(mod)}
 
 
 @dataclasses.dataclass
 class KernelProgress:
     trials: int = 0
     best_ms: float = float("inf")
+    by_space: dict[str, int] = dataclasses.field(default_factory=dict)  # measured candidates per space
+    best_by_space: dict[str, float] = dataclasses.field(default_factory=dict)
+
+
+def candidate_space(sch) -> str:
+    """Which design space a measured candidate came from (our hand spaces mark their root block)."""
+    return HAND if SPACE_ANNOTATION in sch.mod["main"].body.block.annotations else GENERIC
 
 
 class ProgressCallback:
-    """A ``PyMeasureCallback`` body: after every measured batch, report trials and best latency per kernel."""
+    """A ``PyMeasureCallback`` body: after every measured batch, trials done of planned, best latency of the
+    kernel overall and per space, and the time left at the rate so far."""
 
     def __init__(self, total: int, log: Callable[[str], None]):
         self.total, self.log = total, log
         self.kernels: dict[str, KernelProgress] = {}
         self.start = time.perf_counter()
 
+    @property
+    def done(self) -> int:
+        return sum(k.trials for k in self.kernels.values())
+
     def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results):
         if not runner_results:  # a task whose space is exhausted still gets scheduled: nothing new to say
             return
         name = task_scheduler.tasks_[task_id].ctx.task_name
         prog = self.kernels.setdefault(name, KernelProgress())
-        for res in runner_results:
+        for cand, res in zip(measure_candidates, runner_results):
+            space = candidate_space(cand.sch)
             prog.trials += 1
-            if res.run_secs:
-                prog.best_ms = min(prog.best_ms, 1e3 * sum(float(s) for s in res.run_secs) / len(res.run_secs))
-        done = sum(k.trials for k in self.kernels.values())
-        self.log(f"[tune] {done}/{self.total} trials, {time.perf_counter() - self.start:.0f}s | {name}: "
-                 f"{prog.trials} trials, best {prog.best_ms:.4g} ms")
+            prog.by_space[space] = prog.by_space.get(space, 0) + 1
+            if res.run_secs and not res.error_msg:
+                ms = 1e3 * sum(float(s) for s in res.run_secs) / len(res.run_secs)
+                prog.best_ms = min(prog.best_ms, ms)
+                prog.best_by_space[space] = min(prog.best_by_space.get(space, float("inf")), ms)
+        elapsed = time.perf_counter() - self.start
+        left = elapsed / self.done * max(self.total - self.done, 0)
+        spaces = ", ".join(f"{s} {n} (best {prog.best_by_space.get(s, float('inf')):.4g} ms)"
+                           for s, n in sorted(prog.by_space.items()))
+        self.log(f"[tune] {self.done}/{self.total} trials, {elapsed:.0f}s, ~{left:.0f}s left | {name}: "
+                 f"{prog.trials} trials, best {prog.best_ms:.4g} ms; {spaces}")
 
 
 @dataclasses.dataclass
 class TuneResult:
     work_dir: Path
-    trials: int
+    trials: int  # measured in this run (the hand defaults committed first not counted)
     seconds: float
     best_ms: dict[str, float]  # kernel -> best measured latency over all records in the database
+    default_ms: dict[str, float]  # kernel -> its hand schedule's shipped knobs, as measured by the tuner
+    spaces: dict[str, dict[str, int]]  # kernel -> space -> design spaces it generated
+    measured: dict[str, dict[str, int]]  # kernel -> space -> candidates measured in this run
+    interrupted: bool = False
+
+    @property
+    def seconds_per_trial(self) -> float:
+        return self.seconds / self.trials if self.trials else float("nan")
 
 
 TRACKER_TIMEOUT_S = 10  # connecting to the tracker and hearing its summary; MetaSchedule would retry forever
+
+
+def parse_tracker(address: str) -> tuple[str, int]:
+    """``HOST:PORT`` -> (host, port); anything else is a one-line ``UsageError``."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise UsageError(f"--rpc-tracker must be HOST:PORT, got {address!r}")
+    return host, int(port)
 
 
 def require_tracker(host: str, port: int, key: str, timeout: float = TRACKER_TIMEOUT_S) -> None:
@@ -146,24 +194,56 @@ def _runner(rpc: tuple[str, str] | None):
     evaluator = ms.runner.EvaluatorConfig(number=3, repeat=1, min_repeat_ms=0, enable_cpu_cache_flush=False)
     if rpc is None:
         return ms.runner.LocalRunner(evaluator_config=evaluator)
-    host, _, port = rpc[0].rpartition(":")
-    if not host or not port.isdigit():
-        raise UsageError(f"--rpc-tracker must be HOST:PORT, got {rpc[0]!r}")
-    require_tracker(host, int(port), rpc[1])
-    return ms.runner.RPCRunner(ms.runner.RPCConfig(tracker_host=host, tracker_port=int(port), tracker_key=rpc[1],
+    host, port = parse_tracker(rpc[0])
+    require_tracker(host, port, rpc[1])
+    return ms.runner.RPCRunner(ms.runner.RPCConfig(tracker_host=host, tracker_port=port, tracker_key=rpc[1],
                                                    session_timeout_sec=120), evaluator)
 
 
-def tune(case: str = "logits", target="llvm", preset: str = "tiny", frontend: str = "tir", trials: int = 16,
-         tokens: int | None = None, vocab_shard: int | None = None, work_dir: str | os.PathLike | None = None,
-         seed: int = 0, rpc: tuple[str, str] | None = None, log: Callable[[str], None] = print) -> TuneResult:
-    """Tune ``case``'s kernels for ``trials`` trials in all; warm-starts from the database in ``work_dir``."""
+def _spaces(space: Space, hand):
+    """The space generators of one kernel: ``hand`` is its hand space's ``ScheduleFn`` body, or None."""
     from tvm.s_tir import meta_schedule as ms
 
+    chosen = {}
+    if space in ("hand", "both") and hand is not None:
+        chosen[HAND] = ms.space_generator.ScheduleFn(hand)
+    if space in ("generic", "both"):
+        chosen[GENERIC] = ms.space_generator.PostOrderApply()
+    return chosen
+
+
+def _measure(sch, target: Target, builder, runner) -> list[float]:
+    """One schedule built and timed by the tuner's own builder and runner: seconds per run (a BuildError says
+    why it could not be)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    (built,) = builder.build([ms.builder.BuilderInput(sch.mod, target)])
+    if built.error_msg:
+        raise BuildError(f"the hand schedule does not build for the tuner: {last_line(built.error_msg)}")
+    args = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)  # a packed weight comes packed
+    (ran,) = runner.run([ms.runner.RunnerInput(built.artifact_path, "cuda" if is_gpu(target) else "cpu", args)])
+    result = ran.result()
+    if result.error_msg:
+        raise BuildError(f"the hand schedule does not run in the tuner: {last_line(result.error_msg)}")
+    return [float(s) for s in result.run_secs]
+
+
+def tune(case: str = "logits", target="llvm", preset: str = "tiny", frontend: str = "tir", trials: int = 16,
+         vocab_shard: int | None = None, work_dir: str | os.PathLike | None = None, seed: int = 0,
+         rpc: tuple[str, str] | None = None, space: Space = "both",
+         log: Callable[[str], None] = print) -> TuneResult:
+    """Tune ``case``'s kernels for ``trials`` trials in all, in ``space``; warm-starts from the database in
+    ``work_dir``. The hand schedule of a kernel without records is measured and committed first."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from ..passes.pipeline import register_with_tvm
     from ..passes.target import resolve_target
+    from ..schedule.apply import ApplySchedules
 
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise UsageError(f"trials must be a positive integer, got {trials!r}")
+    if space not in SPACES:
+        raise UsageError(f"space must be one of {', '.join(SPACES)}, got {space!r}")
     tgt = resolve_target(target)
     if tgt.kind.name == "llvm" and "num-cores" not in tgt.export():
         raise UsageError("MetaSchedule needs the llvm target's num-cores; use --target llvm or set it in the JSON")
@@ -173,23 +253,64 @@ def tune(case: str = "logits", target="llvm", preset: str = "tiny", frontend: st
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UsageError(f"cannot use {out} as the tuning work dir: {e.strerror}") from None
-    kernels = case_kernels(case, tgt, preset, frontend, tokens, vocab_shard)
+    register_with_tvm()  # Ctrl-C inside MetaSchedule's C++ loop comes back as KeyboardInterrupt
+    kernels = case_kernels(case, tgt, preset, frontend, vocab_shard)
     load_tensor_intrinsics(tgt)
     logging.getLogger(_MS_LOGGER).setLevel(logging.WARNING)  # full logs still go to <work_dir>/logs
+    isa = None if is_gpu(tgt) else cpu_isa(tgt)
+    hand_schedules = ApplySchedules(tgt)
+    builder = ms.builder.LocalBuilder(f_build=fast_build, timeout_sec=120)
+    database = ms.database.JSONDatabase(work_dir=str(out))
+    tasks, default_ms, spaces = [], {}, {}
+    for name, func in kernels.items():
+        key = workload(func)
+        ks = hand_schedules.hand_schedule(name, func)
+        generators = _spaces(space, hand_space(ks, isa) if ks is not None else None)
+        if not generators:
+            log(f"[tune] {name}: no hand schedule, so nothing to tune in the hand space (try --space both)")
+            continue
+        spaces[name] = {s: len(ms.TuneContext(key, target=tgt, space_generator=g, task_name=name,
+                                              rand_state=seed).generate_design_space())
+                        for s, g in generators.items()}
+        if ks is not None and not database.has_workload(key):  # the first point: the shipped knobs
+            sch = default_schedule(key, ks, isa)
+            try:
+                run_secs = _measure(sch, tgt, builder, runner)
+            except BuildError as e:  # said, not hidden: the search then starts without it
+                log(f"[tune] warning: {name}: {e}; the search starts without it")
+            else:
+                database.commit_tuning_record(ms.database.TuningRecord(
+                    sch.trace, database.commit_workload(key), run_secs, tgt,
+                    ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)))
+                default_ms[name] = 1e3 * min(run_secs)
+        log(f"[tune] {name}: design spaces " + ", ".join(f"{s} {n}" for s, n in spaces[name].items())
+            + (f"; hand schedule {default_ms[name]:.4g} ms (committed first)" if name in default_ms else ""))
+        generator = (next(iter(generators.values())) if len(generators) == 1
+                     else ms.space_generator.SpaceGeneratorUnion(list(generators.values())))
+        tasks.append(ms.TuneContext(key, target=tgt, space_generator=generator,
+                                    search_strategy=ms.search_strategy.EvolutionarySearch(), task_name=name,
+                                    rand_state=seed, num_threads=os.cpu_count() or 1,
+                                    logger=logging.getLogger(_MS_LOGGER)))
     progress = ProgressCallback(trials, log)
     callbacks = [*ms.measure_callback.MeasureCallback.create("default"), _py_callback(progress)]
-    t0 = time.perf_counter()
-    database = ms.tune_tir(kernels, tgt, str(out), max_trials_global=trials, num_trials_per_iter=min(trials, 16),
-                           builder=ms.builder.LocalBuilder(f_build=fast_build, timeout_sec=120),
-                           runner=runner, database=ms.database.JSONDatabase(work_dir=str(out)),
-                           measure_callbacks=callbacks, seed=seed, num_tuning_cores=os.cpu_count() or 1)
+    t0, interrupted = time.perf_counter(), False
+    try:
+        ms.tune_tasks(tasks=tasks, task_weights=[1.0] * len(tasks), work_dir=str(out), max_trials_global=trials,
+                      num_trials_per_iter=min(trials, 16), builder=builder, runner=runner, database=database,
+                      measure_callbacks=callbacks)
+    except KeyboardInterrupt:
+        interrupted = True
+        log(f"[tune] interrupted: the {progress.done} trials measured are kept in {out}")
     seconds = time.perf_counter() - t0
     best = {}
-    for gv, func in kernels.functions_items():
-        rec = database.query_tuning_record(workload(func), tgt, "main")
-        if rec is not None and rec.run_secs:
-            best[gv.name_hint] = 1e3 * min(float(s) for s in rec.run_secs)
-    return TuneResult(out, trials, seconds, best)
+    for name, func in kernels.items():
+        key = workload(func)
+        if database.has_workload(key):
+            top = database.get_top_k(database.commit_workload(key), 1)
+            if top and top[0].run_secs:
+                best[name] = 1e3 * min(float(s) for s in top[0].run_secs)
+    measured = {name: dict(p.by_space) for name, p in progress.kernels.items()}
+    return TuneResult(out, progress.done, seconds, best, default_ms, spaces, measured, interrupted)
 
 
 def _py_callback(progress: ProgressCallback):

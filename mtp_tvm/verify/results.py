@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from typing import Any
 
 from ..spec.cases import LM_HEAD_LOGITS
 from ..support.atomic_file import write_user_file
@@ -51,6 +52,7 @@ class CheckResult:
     repro_error: str | None = None    # why the reproducer could not be written (a read-only folder, a full disk)
     gate: dict | None = None          # what --disable-pass / --bisect-limit did
     pass_records: list = dataclasses.field(default_factory=list, repr=False)  # with time_passes / dumps
+    profile: Any = dataclasses.field(default=None, repr=False)  # --profile: a tools.profile.Profile
 
     @property
     def passed(self) -> bool:
@@ -66,7 +68,8 @@ class CheckResult:
                 "build_seconds": self.build_seconds, "run_seconds": self.run_seconds, "dump_dir": self.dump_dir,
                 "schedule": self.schedule, "perturbation": self.perturbation, "repro_dir": self.repro_dir,
                 "gate": self.gate,
-                "outputs": {k: v.as_dict() for k, v in self.outputs.items()}}
+                "outputs": {k: v.as_dict() for k, v in self.outputs.items()},
+                **({"profile": self.profile.as_dict()} if self.profile is not None else {})}
 
     def write_report(self, path: str | os.PathLike) -> None:
         """Write the JSON report atomically (a temp file renamed into place)."""

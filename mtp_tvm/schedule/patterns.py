@@ -1,0 +1,338 @@
+"""Kernels matched by what their blocks compute, not by name: the CPU schedule of a PrimFunc that no hand
+schedule file names (the Relax frontend's legalised and fused kernels: ``matmul``,
+``fused_divide1_matmul_cast5_...``, ``transpose``, ``strided_slice``, the norms' pieces).
+
+``match_kernel`` tries, in order:
+
+- ``gemm``: a block ``Y[t, n] += A[t, k] * W[n, k]`` (or ``W[k, n]``: a Relax ``matmul`` reads its weight
+  transposed) on trivial loops ``(t, n, k)``, casts allowed around both operands, N and K static; the kernel's
+  other blocks all spatial (a fused elementwise prologue/epilogue: casts, scales, adds). Rule ``cpu_gemm`` with
+  the knobs of the *twin*: the hand-scheduled TIR kernel whose GEMM has the same operand dtypes
+  (``GEMM_TWINS``: BF16 x BF16 -> FP32 is ``lm_head_logits``, INT8 x INT8 -> INT32 ``w8a8_dual_gemm``), same
+  schedule name (``default``, ``unpacked``, ...), with this kernel's block and buffer names; a signature
+  without a twin gets ``CpuGemm``'s defaults (the tile still comes from the ISA). Spatial blocks that inline are
+  computed into their consumers (``inline``), the rest form the epilogue. Like the TIR frontend's GEMMs, only
+  ceil(T / q) * q token rows run (q: the tile's register rows; ``trim_token_rows``): the loops of the padded
+  rows are cut before scheduling (rows are independent, and padded rows past those are never read into a
+  real row).
+- ``rows``: every block's outer loop binds a spatial iterator (token rows, or a weight's rows), reductions
+  reduce one tensor (a row's sum or max, an argmax): elementwise chains, row reductions, copies, pads,
+  slices, transposes. Rule ``cpu_generic``: spatial intermediates inlined, innermost spatial loops vectorised,
+  outer loops of the blocks with work to share in parallel; reductions keep their order.
+- nothing else: the kernel is lowered as written and named (``ApplySchedules.unscheduled``), e.g. a reduction
+  over its outermost loop, or a contraction that is not the GEMM form above (a batched matmul).
+
+Which blocks inline is found by trying (``compute_inline`` on a scratch copy); the knobs name them, so the rule
+applies a fixed list and the trace replays.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import tvm
+from tvm import s_tir, tirx
+from tvm.ir.expr import TensorLoad
+from tvm.sym import Analyzer
+from tvm.target import Target
+
+from ..passes.target import CpuIsa
+from ..spec.presets import TOKEN_TILE
+from .cpu_rules import row_quantum
+from .files import DEFAULT, KernelSchedule, load_schedules
+from .knobs import CpuGemm, CpuGeneric, GemmOperands
+
+GEMM = "gemm"
+ROWS = "rows"
+
+# (activation, weight, accumulator) dtypes -> the hand-scheduled TIR kernel with that GEMM (tests check each by
+# matching the TIR kernel itself); a Relax GEMM of the same signature takes its knobs.
+GEMM_TWINS = {
+    ("bfloat16", "bfloat16", "float32"): "lm_head_logits",
+    ("int8", "int8", "int32"): "w8a8_dual_gemm",
+}
+PARALLEL_MIN_WORK = 64  # a block's outer loop runs in parallel when each of its iterations has this much work
+
+
+@dataclasses.dataclass(frozen=True)
+class GemmBlock:
+    """A GEMM block found in a kernel: its activation and weight buffers (by name), whether the weight is
+    ``[K, N]``, the operand dtypes and the static column count."""
+
+    block: str
+    activation: str
+    weight: str
+    k_major: bool
+    signature: tuple[str, str, str]  # activation, weight, accumulator dtypes
+    columns: int
+
+
+@dataclasses.dataclass(frozen=True)
+class PatternMatch:
+    """A kernel's pattern and the schedule derived from it. ``func`` is what the schedule applies to: the
+    kernel with its token rows trimmed to ``row_quantum`` (GEMMs over the symbolic token rows), else as is."""
+
+    pattern: str
+    schedule: KernelSchedule
+    func: tirx.PrimFunc
+    twin: str | None = None
+    gemms: tuple[GemmBlock, ...] = ()
+    row_quantum: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Leaf:
+    block: s_tir.SBlock
+    iter_values: list
+    loops: list  # tirx.For, outermost first
+
+
+class _NoPattern(Exception):
+    pass
+
+
+def _leaves(stmt, loops: tuple = ()) -> list[_Leaf]:
+    """The blocks under the root block with their loop nests, in program order."""
+    if isinstance(stmt, tirx.For):
+        return _leaves(stmt.body, (*loops, stmt))
+    if isinstance(stmt, tirx.SeqStmt):
+        return [leaf for s in stmt.seq for leaf in _leaves(s, loops)]
+    if isinstance(stmt, s_tir.SBlockRealize):
+        return [_Leaf(stmt.block, list(stmt.iter_values), list(loops))]
+    raise _NoPattern(type(stmt).__name__)  # opaque structure (lets, conditions, allocations): no pattern
+
+
+def _root(func: tirx.PrimFunc) -> s_tir.SBlock:
+    if not isinstance(func.body, s_tir.SBlockRealize):
+        raise _NoPattern("no root block")
+    return func.body.block
+
+
+def _is(expr, var) -> bool:
+    return isinstance(expr, tirx.Var) and expr.same_as(var)
+
+
+def _indexed(indices, *variables) -> bool:
+    return len(indices) == len(variables) and all(_is(i, v) for i, v in zip(indices, variables))
+
+
+def _is_load(expr) -> bool:
+    return isinstance(expr, TensorLoad)
+
+
+def _uncast(expr):
+    while isinstance(expr, tirx.Cast):
+        expr = expr.value
+    return expr
+
+
+def _kinds(block: s_tir.SBlock) -> list[int]:
+    return [int(iv.iter_type) for iv in block.iter_vars]
+
+
+def _gemm_block(leaf: _Leaf) -> GemmBlock | None:
+    """The leaf as a GEMM ``Y[t, n] += A[t, k] * W[n, k]`` (or ``W[k, n]``), or None."""
+    b = leaf.block
+    if _kinds(b) != [tirx.IterVar.DataPar, tirx.IterVar.DataPar, tirx.IterVar.CommReduce] or len(leaf.loops) != 3:
+        return None
+    if not all(_is(v, lp.loop_var) for v, lp in zip(leaf.iter_values, leaf.loops)) or b.init is None:
+        return None
+    t, n, k = (iv.var for iv in b.iter_vars)
+    store = b.body
+    if not isinstance(store, tirx.BufferStore) or not _indexed(store.indices, t, n):
+        return None
+    value = store.value
+    if not (isinstance(value, tirx.Add) and _is_load(value.a) and value.a.source.same_as(store.buffer)
+            and _indexed(value.a.indices, t, n) and isinstance(value.b, tirx.Mul)):
+        return None
+    x, y = _uncast(value.b.a), _uncast(value.b.b)
+    if not (_is_load(x) and _is_load(y)):
+        return None
+    for act, w in ((x, y), (y, x)):
+        if _indexed(act.indices, t, k) and (_indexed(w.indices, n, k) or _indexed(w.indices, k, n)):
+            extents = [lp.extent for lp in leaf.loops[1:]]
+            if not all(isinstance(e, tirx.IntImm) for e in extents):
+                return None
+            return GemmBlock(b.name_hint, act.source.name, w.source.name, _indexed(w.indices, k, n),
+                             (act.source.dtype, w.source.dtype, store.buffer.dtype), int(extents[0]))
+    return None
+
+
+def _row_outer(leaf: _Leaf) -> bool:
+    """Whether the block's outermost loop binds a spatial iterator directly (its rows)."""
+    if not leaf.loops:
+        return False
+    outer = leaf.loops[0].loop_var
+    return any(_is(v, outer) and int(iv.iter_type) == tirx.IterVar.DataPar
+               for v, iv in zip(leaf.iter_values, leaf.block.iter_vars))
+
+
+def _row_reduction(leaf: _Leaf) -> bool:
+    """A reduction of one tensor (a row's sum, max, argmax): it reads one buffer besides its own outputs."""
+    own = {w.source.name for w in leaf.block.writes}
+    return len({r.source.name for r in leaf.block.reads} - own) <= 1
+
+
+def _token_rows(func: tirx.PrimFunc) -> tirx.Var | None:
+    """The kernel's symbolic token count: a scalar int parameter (Relax passes it to kernels whose buffers are
+    shaped by it), or None."""
+    scalars = [p for p in func.params if not isinstance(p.ty, tirx.BufferType) and "int" in str(p.ty)]
+    return scalars[0] if len(scalars) == 1 else None
+
+
+def trim_token_rows(func: tirx.PrimFunc, quantum: int) -> tirx.PrimFunc:
+    """``func`` with every outer loop over the padded token rows (``ceil(T / 16) * 16``, ``T`` its scalar
+    parameter) cut to ``ceil(T / quantum) * quantum``; the buffers keep their padded shape. Unchanged when it has
+    no such loop, ``quantum`` is the whole tile, or another outer loop has a symbolic extent (e.g. ``T`` rows of
+    an unpad fused into the kernel: TVM could not prove the cut rows cover them)."""
+    tokens = _token_rows(func)
+    if tokens is None or quantum >= TOKEN_TILE:
+        return func
+    padded = tirx.floordiv(tokens + (TOKEN_TILE - 1), TOKEN_TILE) * TOKEN_TILE
+    rows = tirx.floordiv(tokens + (quantum - 1), quantum) * quantum
+    analyzer = Analyzer()
+    body = _root(func).body
+    outer = [s for s in (body.seq if isinstance(body, tirx.SeqStmt) else [body]) if isinstance(s, tirx.For)]
+    if any(not isinstance(s.extent, tirx.IntImm) and not analyzer.can_prove_equal(s.extent, padded) for s in outer):
+        return func
+
+    def bind(stmt, loop_var):  # the block iterator bound to ``loop_var`` gets the trimmed domain too
+        if isinstance(stmt, tirx.For):
+            return tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, bind(stmt.body, loop_var),
+                            stmt.thread_binding, stmt.annotations)
+        if isinstance(stmt, tirx.SeqStmt):
+            return tirx.SeqStmt([bind(s, loop_var) for s in stmt.seq])
+        if isinstance(stmt, s_tir.SBlockRealize):
+            b = stmt.block
+            iters = [tirx.IterVar(tvm.ir.Range.from_min_extent(0, rows), iv.var, iv.iter_type, iv.thread_tag)
+                     if _is(v, loop_var) else iv for iv, v in zip(b.iter_vars, stmt.iter_values)]
+            block = s_tir.SBlock(iters, b.reads, b.writes, b.name_hint, b.body, b.init, b.alloc_buffers,
+                                 b.match_buffers, b.annotations)
+            return s_tir.SBlockRealize(stmt.iter_values, stmt.predicate, block)
+        return stmt
+
+    def cut(stmt):
+        if isinstance(stmt, tirx.SeqStmt):
+            return tirx.SeqStmt([cut(s) for s in stmt.seq])
+        if isinstance(stmt, tirx.For) and analyzer.can_prove_equal(stmt.extent, padded):
+            return tirx.For(stmt.loop_var, stmt.min, rows, stmt.kind, bind(stmt.body, stmt.loop_var),
+                            stmt.thread_binding, stmt.annotations)
+        return stmt
+
+    root = _root(func)
+    new_root = s_tir.SBlock(root.iter_vars, root.reads, root.writes, root.name_hint, cut(root.body), root.init,
+                            root.alloc_buffers, root.match_buffers, root.annotations)
+    realize = func.body
+    return func.with_body(s_tir.SBlockRealize(realize.iter_values, realize.predicate, new_root))
+
+
+def _inlinable(func: tirx.PrimFunc, candidates: list[str]) -> tuple[str, ...]:
+    """The candidate blocks ``compute_inline`` accepts, in the order it accepted them (tried on a copy)."""
+    sch = s_tir.Schedule(tvm.IRModule({"main": tvm.ir.load_json(tvm.ir.save_json(func))}))
+    done: list[str] = []
+    pending = list(candidates)
+    progress = True
+    while pending and progress:
+        progress = False
+        for name in list(pending):
+            try:
+                sch.compute_inline(sch.get_sblock(name))
+            except (s_tir.ScheduleError, tvm.TVMError, ValueError):
+                continue
+            done.append(name)
+            pending.remove(name)
+            progress = True
+    return tuple(done)
+
+
+def _writes_param(leaf: _Leaf, func: tirx.PrimFunc) -> bool:
+    params = {p.name for p in func.params if isinstance(p.ty, tirx.BufferType)}
+    return any(w.source.name in params for w in leaf.block.writes)
+
+
+def _static(expr) -> int | None:
+    return int(expr) if isinstance(expr, tirx.IntImm) else None
+
+
+def _inner_work(leaf: _Leaf) -> int:
+    """Iterations inside the outer loop (static loops only; a symbolic one counts as 1)."""
+    return math.prod(_static(lp.extent) or 1 for lp in leaf.loops[1:])
+
+
+def _vectorizable(leaf: _Leaf, lanes: int) -> bool:
+    """The innermost loop binds a spatial iterator and has a static extent a vector of 2+ lanes divides."""
+    if not leaf.loops:
+        return False
+    inner = leaf.loops[-1]
+    extent = _static(inner.extent)
+    spatial = any(_is(v, inner.loop_var) and int(iv.iter_type) == tirx.IterVar.DataPar
+                  for v, iv in zip(leaf.iter_values, leaf.block.iter_vars))
+    return spatial and extent is not None and math.gcd(extent, lanes) > 1
+
+
+def _twin_knobs(target: Target, isa: CpuIsa, signature, schedule: str) -> tuple[str | None, str, CpuGemm | None]:
+    """``(twin kernel, the schedule name used, its CpuGemm knobs on this ISA)``; None knobs: no usable twin."""
+    twin = GEMM_TWINS.get(signature)
+    per_kernel = load_schedules(target).get(twin, {}) if twin else {}
+    ks = per_kernel.get(schedule, per_kernel.get(DEFAULT))
+    if ks is None or ks.rule != "cpu_gemm":
+        return None, DEFAULT, None
+    return twin, ks.name, ks.knobs_for(isa.name)
+
+
+def _match_gemm(func, leaves, target, isa, schedule) -> PatternMatch | None:
+    gemms = [g for g in map(_gemm_block, leaves) if g is not None]
+    others = [leaf for leaf in leaves if leaf.block.name_hint not in {g.block for g in gemms}]
+    if not gemms or any(set(_kinds(leaf.block)) != {tirx.IterVar.DataPar} or not _row_outer(leaf)
+                        for leaf in others):
+        return None
+    signatures = {g.signature for g in gemms}
+    twin, name, knobs = _twin_knobs(target, isa, gemms[0].signature, schedule) if len(signatures) == 1 \
+        else (None, DEFAULT, None)
+    widen = next(iter(knobs.blocks.values())).widen if knobs is not None and knobs.blocks else False
+    blocks = {g.block: GemmOperands(g.activation, g.weight, widen) for g in gemms}
+    knobs = CpuGemm(blocks=blocks) if knobs is None else dataclasses.replace(knobs, blocks=blocks)
+    quantum = min(row_quantum(knobs, isa, g.columns) for g in gemms)
+    trimmed = trim_token_rows(func, quantum)
+    quantum, func = (quantum if trimmed is not func else None), trimmed
+    # a GEMM's own operands stay loads (its pattern); everything else spatial that is not an output may inline
+    operands = {name for g in gemms for name in (g.activation, g.weight)}
+    candidates = [leaf.block.name_hint for leaf in others if not _writes_param(leaf, func)
+                  and not {w.source.name for w in leaf.block.writes} & operands]
+    inline = _inlinable(func, candidates)
+    epilogue = tuple(leaf.block.name_hint for leaf in others if leaf.block.name_hint not in inline)
+    knobs = dataclasses.replace(knobs, inline=inline, epilogue=epilogue)
+    source = f"pattern gemm <- {twin} knobs" if twin else "pattern gemm (CpuGemm defaults)"
+    return PatternMatch(GEMM, KernelSchedule(twin or "gemm", name, "cpu_gemm", knobs, {}, source), func, twin,
+                        tuple(gemms), quantum)
+
+
+def _match_rows(func, leaves, isa) -> PatternMatch | None:
+    if not leaves or not all(_row_outer(leaf) for leaf in leaves):
+        return None
+    if not all(_row_reduction(leaf) for leaf in leaves if tirx.IterVar.CommReduce in _kinds(leaf.block)):
+        return None
+    if any(_gemm_block(leaf) for leaf in leaves):
+        return None
+    candidates = [leaf.block.name_hint for leaf in leaves if set(_kinds(leaf.block)) == {tirx.IterVar.DataPar}
+                  and not _writes_param(leaf, func)]
+    inline = _inlinable(func, candidates)
+    rest = [leaf for leaf in leaves if leaf.block.name_hint not in inline]
+    knobs = CpuGeneric(
+        inline=inline,
+        vectorize=tuple(leaf.block.name_hint for leaf in rest if _vectorizable(leaf, isa.fp32_lanes)),
+        parallel=tuple(leaf.block.name_hint for leaf in rest
+                       if _inner_work(leaf) >= PARALLEL_MIN_WORK or (_static(leaf.loops[0].extent) or 0)
+                       >= PARALLEL_MIN_WORK))
+    return PatternMatch(ROWS, KernelSchedule("rows", DEFAULT, "cpu_generic", knobs, {}, "pattern rows"), func)
+
+
+def match_kernel(func: tirx.PrimFunc, target: Target, isa: CpuIsa, schedule: str = DEFAULT) -> PatternMatch | None:
+    """The pattern of a CPU kernel no schedule file names and the schedule derived from it, or None (see the
+    module docstring). ``schedule``: the build's schedule name, looked up in a GEMM twin's file."""
+    try:
+        leaves = _leaves(_root(func).body)
+    except _NoPattern:
+        return None
+    return _match_gemm(func, leaves, target, isa, schedule) or _match_rows(func, leaves, isa)

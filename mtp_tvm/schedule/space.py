@@ -1,0 +1,105 @@
+"""The hand rules as MetaSchedule design spaces: tuning starts from the hand schedules and explores around them.
+
+A kernel's hand space is a ``ScheduleFn`` returning one design space per *structural* choice of its rule's knobs
+(``structural_variants``: the column strip, the parallel axis, weight packing, FMA or dot-product path), the
+shipped knobs first. Inside each, the knobs a split consumes (register rows, K chunk, vector width) are
+``sample_categorical`` decisions (the rule's ``Sampler``): MetaSchedule's evolutionary search re-samples them
+whenever it replays a design space, and its cost model ranks the results, so it explores the tile without a
+rule re-running. With fixed decisions a rule is deterministic: ``--schedule default`` and its trace do not
+change (the sampler of a plain build is ``cpu_rules.fixed``).
+
+Every hand-space candidate carries ``SPACE_ANNOTATION`` on its root block, so the tuner can count what each
+space produced; the shipped knobs are measured first and committed (``default_schedule``), so a search never
+ends slower than the hand schedule it started from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import tvm
+from tvm import s_tir, tirx
+
+from ..passes.target import CpuIsa
+from .cpu_rules import fixed
+from .files import KernelSchedule
+from .knobs import CpuGemm, CpuRows
+from .rules import RULES
+
+SPACE_ANNOTATION = "mtp.space"  # root-block annotation: the design space a candidate came from
+HAND = "hand"
+COLUMN_VECTORS = (1, 2, 4)
+ROW_KNOBS = ("register_rows",)  # knobs splitting the token-row loop  # the column strips (in vectors) a GEMM space tries
+
+
+def structural_variants(knobs, isa: CpuIsa | None) -> list:
+    """The knob sets whose schedules differ in structure, not just in a split factor; ``knobs`` first."""
+    if isinstance(knobs, CpuGemm) and isa is not None:
+        fma = [dataclasses.replace(knobs, dot_products=False, register_rows=None, column_vectors=c, parallel=p)
+               for c in COLUMN_VECTORS for p in ("columns", "tokens")]
+        unpacked = dataclasses.replace(knobs, dot_products=False, pack_weight=False)
+        variants = [knobs, *fma, unpacked]
+    elif isinstance(knobs, CpuRows):
+        variants = [knobs, dataclasses.replace(knobs, parallel="none" if knobs.parallel == "rows" else "rows")]
+    else:
+        variants = [knobs]  # the TP LM head (bitwise contract) and GPU rules: their hand schedule as is
+    return [v for i, v in enumerate(variants) if v not in variants[:i]]  # drop repeats, keep the order
+
+
+def _mark(sch: s_tir.Schedule) -> None:
+    sch.annotate(sch.get_sblock("root"), SPACE_ANNOTATION, HAND)
+
+
+def _sampler(sch: s_tir.Schedule):
+    """A ``Sampler``: the row loop (static in the tuning workload, symbolic in the build it must replay on) gets a
+    categorical draw over the choices; a loop of static extent otherwise a perfect tile, its inner factor up to
+    the largest choice (MetaSchedule's tile-size mutator then evolves it); one choice is a constant."""
+
+    def sample(knob: str, loop, choices: list[int], value: int) -> list:
+        if knob not in ROW_KNOBS and isinstance(sch.get(loop).extent, tirx.IntImm) and max(choices) > 1:
+            return sch.sample_perfect_tile(loop, n=2, max_innermost_factor=max(choices))
+        if len(choices) < 2:
+            return [None, value]
+        return [None, sch.sample_categorical(choices, [1 / len(choices)] * len(choices))]
+
+    return sample
+
+
+def _apply(sch: s_tir.Schedule, ks: KernelSchedule, knobs, isa: CpuIsa | None, sampled: bool) -> None:
+    rule = RULES[ks.rule]
+    if rule.samples:
+        rule.apply(sch, knobs, isa, sample=_sampler(sch) if sampled else fixed)
+    else:
+        rule.apply(sch, knobs, isa)
+
+
+def default_schedule(mod: tvm.IRModule, ks: KernelSchedule, isa: CpuIsa | None) -> s_tir.Schedule:
+    """The shipped knobs on a tuning workload (``mod``'s ``main``): the first point of the hand space."""
+    sch = s_tir.Schedule(mod)
+    _mark(sch)
+    _apply(sch, ks, ks.knobs_for(isa.name if isa else None), isa, sampled=False)
+    return sch
+
+
+def hand_space(ks: KernelSchedule, isa: CpuIsa | None) -> Callable[[s_tir.Schedule], list[s_tir.Schedule]]:
+    """The ``ScheduleFn`` body of one kernel's hand space (see the module docstring). A variant the kernel
+    cannot take (no register tile divides its columns, say) is left out; the shipped knobs never are."""
+    shipped = ks.knobs_for(isa.name if isa else None)
+
+    def generate(sch: s_tir.Schedule) -> list[s_tir.Schedule]:
+        spaces = []
+        for knobs in structural_variants(shipped, isa):
+            # a fresh copy of the module each: a schedule's copies share IR nodes that some steps edit in place
+            space = s_tir.Schedule(tvm.ir.load_json(tvm.ir.save_json(sch.mod)))
+            _mark(space)
+            try:
+                _apply(space, ks, knobs, isa, sampled=True)
+            except (RuntimeError, ValueError, TypeError):  # TVM's errors (ScheduleError is a RuntimeError)
+                if knobs is shipped:
+                    raise
+                continue
+            spaces.append(space)
+        return spaces
+
+    return generate

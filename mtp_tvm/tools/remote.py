@@ -1,0 +1,46 @@
+"""A build's ``main`` timed on a remote device through a TVM RPC tracker (``bench --rpc-tracker``), the way
+``tune`` measures candidates: the library is exported here, uploaded to a server registered under the key,
+loaded there, its weights packed there by ``main_transform_params`` (so a cross-compiled target needs nothing
+to run here), and timed with the remote ``time_evaluator``.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import tvm
+from tvm import relax
+
+from ..compiler.runtime import WeightCache, main_args
+from ..passes.target import is_gpu
+from ..support.errors import UsageError
+from .tune import TRACKER_TIMEOUT_S, parse_tracker, require_tracker
+
+SESSION_TIMEOUT_S = 600  # one bench holds its server this long at most
+
+
+class RemoteMain:
+    """``main`` of one build, loaded on a server the tracker hands out for ``key``, with its arguments there."""
+
+    def __init__(self, executable, target, arrays: list, num_input: int, tracker: str, key: str):
+        host, port = parse_tracker(tracker)
+        require_tracker(host, port, key)  # fails in seconds, with one line, before anything is exported
+        self.where = f"{key}@{tracker}"
+        try:
+            session = tvm.rpc.connect_tracker(host, port).request(key, session_timeout=SESSION_TIMEOUT_S)
+        except (RuntimeError, OSError) as e:
+            raise UsageError(f"RPC tracker {tracker} gave no server for {key!r} within {TRACKER_TIMEOUT_S} s: "
+                             f"{e}") from None
+        with tempfile.TemporaryDirectory() as tmp:
+            lib = Path(tmp) / "main.so"
+            executable.export_library(str(lib))
+            session.upload(str(lib))
+        self.device = session.cuda() if is_gpu(target) else session.cpu()
+        self.vm = relax.VirtualMachine(session.load_module(lib.name), self.device)
+        self.args = main_args(self.vm, self.device, arrays, num_input, WeightCache())
+        self.session = session  # the server is held while this object lives
+
+    def time_ms(self, number: int) -> float:
+        """Mean milliseconds per call over ``number`` calls, measured on the remote device."""
+        return self.vm.time_evaluator("main", self.device, number=number, repeat=1)(*self.args).mean * 1e3
