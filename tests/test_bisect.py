@@ -10,7 +10,7 @@ from tvm import s_tir
 
 import mtp_tvm
 from mtp_tvm.ir import tir_kernels as kernels
-from mtp_tvm.schedule.apply import fresh_copy
+from mtp_tvm.schedule.steps import fresh_copy
 from mtp_tvm.tools.bisection import Probe, _search, bisect_passes, bisect_schedule
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "int32_logits_accumulator.py"

@@ -18,7 +18,7 @@ from mtp_tvm.compiler.runtime import TRANSFORM_PARAMS, WeightCache
 from mtp_tvm.compiler.tensors import to_numpy
 from mtp_tvm.ir import tir_kernels as kernels
 from mtp_tvm.passes.target import resolve_target
-from mtp_tvm.schedule.apply import ApplySchedules, fresh_copy
+from mtp_tvm.schedule.apply import ApplySchedules
 from mtp_tvm.schedule.files import (
     kernel_of,
     load_schedules,
@@ -26,6 +26,7 @@ from mtp_tvm.schedule.files import (
     schedule_names,
 )
 from mtp_tvm.schedule.rules import RULES
+from mtp_tvm.schedule.steps import fresh_copy
 from mtp_tvm.spec.cases import CASES
 from mtp_tvm.spec.presets import make_shapes
 from mtp_tvm.verify.golden_check import compare_outputs

@@ -9,6 +9,7 @@ import time
 
 import pytest
 import tvm
+import tvm_ffi
 
 import mtp_tvm
 from mtp_tvm.tools.bench import bench
@@ -135,6 +136,7 @@ def test_hand_space_samples_the_knobs_and_its_traces_replay_on_any_token_count()
     from mtp_tvm.passes.target import cpu_isa, resolve_target
     from mtp_tvm.schedule.apply import ApplySchedules
     from mtp_tvm.schedule.space import SPACE_ANNOTATION, default_schedule, hand_space
+    from mtp_tvm.schedule.steps import fresh_copy
     from mtp_tvm.schedule.tuned import _replay, workload
     from mtp_tvm.tools.tune import case_kernels
 
@@ -152,7 +154,9 @@ def test_hand_space_samples_the_knobs_and_its_traces_replay_on_any_token_count()
     assert all("sample_perfect_tile" in str(s.trace) for s in spaces)  # the K chunk (mutable)
     symbolic = mtp_tvm.compile(case="logits", preset="tiny", target=target)  # the build's own kernel
     default_trace = symbolic.schedule_traces["lm_head_logits"]
+    before = fresh_copy(key)
     shipped = str(default_schedule(key, ks, isa).trace)
+    assert tvm_ffi.structural_equal(key, before)  # scheduling works on a copy: the workload committed stays intact
     def steps(trace: str) -> list[str]:  # the trace's steps with variable names and row extents left out
         lines = [re.sub(r"\b[blv]\d+\b", "_", ln.strip()).replace('"lm_head_logits"', '"main"')
                  for ln in trace.splitlines() if "sch." in ln]

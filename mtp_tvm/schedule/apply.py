@@ -34,14 +34,10 @@ from .gpu_rules import apply_dlight
 from .knobs import CpuGemm
 from .patterns import match_kernel
 from .rules import RULES
+from .steps import fresh_copy
 from .tuned import apply_database
 
 SCHEDULED_ATTR = "tirx.is_scheduled"
-
-
-def fresh_copy(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    """A deep copy of ``func`` (a JSON round trip), so scheduling it cannot touch the original."""
-    return tvm.ir.load_json(tvm.ir.save_json(func))
 
 
 @tvm.transform.module_pass(opt_level=0, name="ApplySchedules")

@@ -26,11 +26,12 @@ from .cpu_rules import fixed
 from .files import KernelSchedule
 from .knobs import CpuGemm, CpuRows
 from .rules import RULES
+from .steps import fresh_copy
 
 SPACE_ANNOTATION = "mtp.space"  # root-block annotation: the design space a candidate came from
 HAND = "hand"
-COLUMN_VECTORS = (1, 2, 4)
-ROW_KNOBS = ("register_rows",)  # knobs splitting the token-row loop  # the column strips (in vectors) a GEMM space tries
+COLUMN_VECTORS = (1, 2, 4)  # the column strips (in vectors) a GEMM space tries
+ROW_KNOBS = ("register_rows",)  # knobs splitting the token-row loop
 
 
 def structural_variants(knobs, isa: CpuIsa | None) -> list:
@@ -76,7 +77,7 @@ def _apply(sch: s_tir.Schedule, ks: KernelSchedule, knobs, isa: CpuIsa | None, s
 
 def default_schedule(mod: tvm.IRModule, ks: KernelSchedule, isa: CpuIsa | None) -> s_tir.Schedule:
     """The shipped knobs on a tuning workload (``mod``'s ``main``): the first point of the hand space."""
-    sch = s_tir.Schedule(mod)
+    sch = s_tir.Schedule(fresh_copy(mod))
     _mark(sch)
     _apply(sch, ks, ks.knobs_for(isa.name if isa else None), isa, sampled=False)
     return sch
@@ -90,8 +91,7 @@ def hand_space(ks: KernelSchedule, isa: CpuIsa | None) -> Callable[[s_tir.Schedu
     def generate(sch: s_tir.Schedule) -> list[s_tir.Schedule]:
         spaces = []
         for knobs in structural_variants(shipped, isa):
-            # a fresh copy of the module each: a schedule's copies share IR nodes that some steps edit in place
-            space = s_tir.Schedule(tvm.ir.load_json(tvm.ir.save_json(sch.mod)))
+            space = s_tir.Schedule(fresh_copy(sch.mod))  # not sch.copy(): copies share nodes edited in place
             _mark(space)
             try:
                 _apply(space, ks, knobs, isa, sampled=True)

@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import math
 
+import tvm
 from tvm import s_tir
 from tvm.tirx import IndexMap
 
 PREPACK_ANNOTATION = "meta_schedule.layout_rewrite_preproc"
+
+
+def fresh_copy(node):
+    """A deep copy of a PrimFunc or IRModule (a JSON round trip): ``s_tir.Schedule`` edits IR nodes in place, and
+    kernels are shared (cached factories, a module and its tuning workload), so every schedule works on a copy."""
+    return tvm.ir.load_json(tvm.ir.save_json(node))
 
 
 def _read_index(sch: s_tir.Schedule, block, buffer_name: str) -> int:

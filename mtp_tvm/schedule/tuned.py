@@ -5,10 +5,10 @@ is ``tools/tune.py``; the hand rules' design spaces are ``space.py``.)
 One tuned binary serves every T. MetaSchedule measures static shapes only, so a kernel is tuned as its
 *tile workload*: every symbolic row count bound to the padded token tile of 16, and a GEMM's ``blocks`` (it runs
 ``blocks * q`` rows, q its default schedule's register rows: ``ir/tir_kernels.py``) bound to one block, so the
-GEMM is tuned on the q rows it runs per block, as a tuned build runs it. At build time each kernel's records, best first, are replayed on the symbolic kernel
-itself; the first that replays is applied. A trace that splits rows by constants (every hand-space trace)
-replays on any T; one that samples the 16-row loop's tiling (MetaSchedule's generic multi-level tiling) is
-static in T and is skipped, and the kernel falls back to its hand schedule when no record replays, with the
+GEMM is tuned on the q rows it runs per block, as a tuned build runs it. At build time each kernel's records,
+best first, are replayed on the symbolic kernel itself; the first that replays is applied. A trace that splits
+rows by constants (every hand-space trace) replays on any T; one that samples the static row loop's tiling
+(MetaSchedule's generic multi-level tiling) is static in T and is skipped, and the kernel falls back to its hand schedule when no record replays, with the
 reason stated (``RecordsApplied.untuned``).
 """
 
@@ -23,7 +23,7 @@ from tvm import relax, s_tir, tirx
 from tvm.target import Target
 
 from ..spec.presets import TOKEN_TILE
-from .steps import PREPACK_ANNOTATION
+from .steps import PREPACK_ANNOTATION, fresh_copy
 
 TUNED_ROOT_ENV = "MTP_TVM_TUNED_ROOT"  # overrides where tuning databases live
 _CHECKOUT = Path(__file__).resolve().parents[2]  # the repository root, when running from a checkout
@@ -95,7 +95,7 @@ class RecordsApplied:
 
 def _replay(func: tirx.PrimFunc, trace: s_tir.Trace) -> s_tir.Schedule | None:
     """``trace`` replayed on ``func`` (any T), or None where it does not apply (it tiles a static row loop)."""
-    sch = s_tir.Schedule(workload(func), error_render_level="none")
+    sch = s_tir.Schedule(fresh_copy(workload(func)), error_render_level="none")  # a failed replay leaves func intact
     try:
         trace.apply_to_schedule(sch, remove_postproc=False)
     except (RuntimeError, ValueError, TypeError):  # TVM's errors (ScheduleError is a RuntimeError)

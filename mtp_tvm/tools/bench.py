@@ -308,8 +308,8 @@ def _remote_timer(rpc: tuple[str, str]) -> Callable[[CompiledCase, dict], Callab
     from .remote import RemoteMain
 
     def timer(compiled: CompiledCase, inputs: dict) -> Callable[[int], float]:
-        arrays = [to_numpy(inputs[n]) for n in compiled.input_specs]
-        return RemoteMain(compiled.executable, compiled.target, arrays, compiled.num_input, *rpc).time_ms
+        args = compiled.device_args([to_numpy(inputs[n]) for n in compiled.input_specs])  # weights packed here
+        return RemoteMain(compiled.executable, compiled.target, args, *rpc).time_ms
 
     return timer
 
@@ -343,8 +343,9 @@ def bench(spec: BuildSpec | None = None, *, rounds: int = 7, number: int | None 
     ``dlight`` ...), timed in the same rounds; one that cannot be built here is listed as unavailable, with why.
     ``profile`` (True, or ``ProfileOptions``): also time every kernel of ``main``
     (``tools/profile.py``) into ``result.profile`` (and ``profile.json`` into the run folder when dumping).
-    ``rpc=("HOST:PORT", key)``: time the TVM contenders on a server of a TVM RPC tracker (``tools/remote.py``),
-    weights packed there; the peers and the roofline probes run only here, so they are not measured then.
+    ``rpc=("HOST:PORT", key)``: time the TVM contenders on a server of a TVM RPC tracker (``tools/remote.py``;
+    the weights are packed here, so the target must run here too); the peers and the roofline probes run only
+    here, so they are not measured then.
     """
     spec, debug = split_options(spec or BuildSpec(case="logits"), None, options, "bench")
     if spec.case not in BENCH_CASES:
@@ -358,7 +359,7 @@ def bench(spec: BuildSpec | None = None, *, rounds: int = 7, number: int | None 
     profiling = profile_options(profile)
     if profiling is not None and rpc is not None:
         raise UsageError("--profile times kernels here; it cannot go with --rpc-tracker")
-    if profiling is not None:
+    if profiling is not None or rpc is not None:  # kernels timed here; under RPC the weights packed here
         from .check import _require_runs_here
 
         _require_runs_here(resolve_target(spec.target))

@@ -33,7 +33,7 @@ from tvm.s_tir.schedule import Trace
 from ..compiler import driver
 from ..compiler.options import BuildSpec, DebugOptions, split_options
 from ..passes.target import target_json
-from ..schedule.apply import fresh_copy
+from ..schedule.steps import fresh_copy
 from ..spec.cases import get_case
 from ..spec.presets import make_shapes
 from ..support.errors import MtpError, UsageError

@@ -1,7 +1,7 @@
 """A build's ``main`` timed on a remote device through a TVM RPC tracker (``bench --rpc-tracker``), the way
 ``tune`` measures candidates: the library is exported here, uploaded to a server registered under the key,
-loaded there, its weights packed there by ``main_transform_params`` (so a cross-compiled target needs nothing
-to run here), and timed with the remote ``time_evaluator``.
+loaded there, and timed with the remote ``time_evaluator`` on ``main``'s arguments made here (the weights packed
+by ``main_transform_params`` here: the RPC call cannot carry its tuple argument), copied to the remote device.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from pathlib import Path
 import tvm
 from tvm import relax
 
-from ..compiler.runtime import WeightCache, main_args
 from ..passes.target import is_gpu
 from ..support.errors import UsageError
 from .tune import TRACKER_TIMEOUT_S, parse_tracker, require_tracker
@@ -23,7 +22,7 @@ SESSION_TIMEOUT_S = 600  # one bench holds its server this long at most
 class RemoteMain:
     """``main`` of one build, loaded on a server the tracker hands out for ``key``, with its arguments there."""
 
-    def __init__(self, executable, target, arrays: list, num_input: int, tracker: str, key: str):
+    def __init__(self, executable, target, args: list, tracker: str, key: str):
         host, port = parse_tracker(tracker)
         require_tracker(host, port, key)  # fails in seconds, with one line, before anything is exported
         self.where = f"{key}@{tracker}"
@@ -38,7 +37,7 @@ class RemoteMain:
             session.upload(str(lib))
         self.device = session.cuda() if is_gpu(target) else session.cpu()
         self.vm = relax.VirtualMachine(session.load_module(lib.name), self.device)
-        self.args = main_args(self.vm, self.device, arrays, num_input, WeightCache())
+        self.args = [tvm.runtime.tensor(a.numpy(), self.device) for a in args]
         self.session = session  # the server is held while this object lives
 
     def time_ms(self, number: int) -> float:

@@ -39,6 +39,7 @@ from tvm.target import Target
 
 from ..passes.target import cpu_isa, is_gpu
 from ..schedule.space import HAND, SPACE_ANNOTATION, default_schedule, hand_space
+from ..schedule.steps import fresh_copy
 from ..schedule.tuned import called_kernels, tile_workload, tuned_dir, workload
 from ..support.errors import BuildError, UsageError, last_line
 
@@ -212,6 +213,15 @@ def _spaces(space: Space, hand):
     return chosen
 
 
+def trial_budgets(names: list[str], hand_ms: dict[str, float], trials: int) -> list[int]:
+    """Trials per kernel, in proportion to its hand schedule's time (a kernel not measured weighs the mean), at
+    least one each: the time is where tuning can win."""
+    known = [hand_ms[n] for n in names if n in hand_ms]
+    mean = sum(known) / len(known) if known else 1.0
+    weights = [hand_ms.get(n, mean) for n in names]
+    return [max(1, round(trials * w / sum(weights))) for w in weights]
+
+
 def _measure(sch, target: Target, builder, runner) -> list[float]:
     """One schedule built and timed by the tuner's own builder and runner: seconds per run (a BuildError says
     why it could not be)."""
@@ -265,13 +275,23 @@ def tune(case: str = "logits", target="llvm", preset: str = "tiny", frontend: st
     for name, func in kernels.items():
         key = workload(func)
         ks = hand_schedules.hand_schedule(name, func)
-        generators = _spaces(space, hand_space(ks, isa) if ks is not None else None)
-        if not generators:
+        hand = hand_space(ks, isa) if ks is not None else None
+        if not _spaces(space, hand):
             log(f"[tune] {name}: no hand schedule, so nothing to tune in the hand space (try --space both)")
             continue
-        spaces[name] = {s: len(ms.TuneContext(key, target=tgt, space_generator=g, task_name=name,
-                                              rand_state=seed).generate_design_space())
-                        for s, g in generators.items()}
+        spaces[name] = {}
+        for s, g in _spaces(space, hand).items():  # counted with generators of their own (rules keep state)
+            try:
+                # every context its own copy: space generation edits IR nodes in place, and the committed records
+                # must replay on the workload as it was
+                ctx = ms.TuneContext(fresh_copy(key), target=tgt, space_generator=g, task_name=name, rand_state=seed)
+                spaces[name][s] = len(ctx.generate_design_space())
+            except (RuntimeError, ValueError, TypeError) as e:  # TVM's rules can fail on a kernel: say so, go on
+                log(f"[tune] warning: {name}: the {s} space fails on this kernel ({last_line(e)}); "
+                    "tuning it without")
+        generators = [g for s, g in _spaces(space, hand).items() if s in spaces[name]]
+        if not generators:
+            continue
         if ks is not None and not database.has_workload(key):  # the first point: the shipped knobs
             sch = default_schedule(key, ks, isa)
             try:
@@ -285,22 +305,28 @@ def tune(case: str = "logits", target="llvm", preset: str = "tiny", frontend: st
                 default_ms[name] = 1e3 * min(run_secs)
         log(f"[tune] {name}: design spaces " + ", ".join(f"{s} {n}" for s, n in spaces[name].items())
             + (f"; hand schedule {default_ms[name]:.4g} ms (committed first)" if name in default_ms else ""))
-        generator = (next(iter(generators.values())) if len(generators) == 1
-                     else ms.space_generator.SpaceGeneratorUnion(list(generators.values())))
-        tasks.append(ms.TuneContext(key, target=tgt, space_generator=generator,
+        generator = generators[0] if len(generators) == 1 else ms.space_generator.SpaceGeneratorUnion(generators)
+        tasks.append(ms.TuneContext(fresh_copy(key), target=tgt, space_generator=generator,
                                     search_strategy=ms.search_strategy.EvolutionarySearch(), task_name=name,
                                     rand_state=seed, num_threads=os.cpu_count() or 1,
                                     logger=logging.getLogger(_MS_LOGGER)))
     progress = ProgressCallback(trials, log)
     callbacks = [*ms.measure_callback.MeasureCallback.create("default"), _py_callback(progress)]
     t0, interrupted = time.perf_counter(), False
-    try:
-        ms.tune_tasks(tasks=tasks, task_weights=[1.0] * len(tasks), work_dir=str(out), max_trials_global=trials,
-                      num_trials_per_iter=min(trials, 16), builder=builder, runner=runner, database=database,
-                      measure_callbacks=callbacks)
-    except KeyboardInterrupt:
-        interrupted = True
-        log(f"[tune] interrupted: the {progress.done} trials measured are kept in {out}")
+    for task, budget in zip(tasks, trial_budgets([t.task_name for t in tasks], default_ms, trials)):
+        # one search per kernel: MetaSchedule's replay fails on some kernels (quantize_rows, w8a8_dual_gemm:
+        # "old_outputs.size() == new_outputs.size()"), and one kernel's failure must not end the others' search
+        try:
+            ms.tune_tasks(tasks=[task], task_weights=[1.0], work_dir=str(out), max_trials_global=budget,
+                          num_trials_per_iter=min(budget, 16), builder=builder, runner=runner, database=database,
+                          measure_callbacks=callbacks)
+        except KeyboardInterrupt:
+            interrupted = True
+            log(f"[tune] interrupted: the {progress.done} trials measured are kept in {out}")
+            break
+        except (RuntimeError, ValueError, TypeError) as e:
+            log(f"[tune] warning: {task.task_name}: MetaSchedule's search failed ({last_line(e)}); its records so "
+                "far are kept, and the other kernels go on")
     seconds = time.perf_counter() - t0
     best = {}
     for name, func in kernels.items():
