@@ -74,12 +74,12 @@ class ApplySchedules:
         knobs = ks.knobs_for(self.isa.name) if ks is not None else None
         return row_quantum(knobs, self.isa, columns) if isinstance(knobs, CpuGemm) else TOKEN_TILE
 
-    def hand_schedule(self, func_name: str, _func: tirx.PrimFunc | None = None) -> KernelSchedule | None:
+    def hand_schedule(self, func_name: str, func: tirx.PrimFunc | None = None) -> KernelSchedule | None:
         """The default hand schedule of a kernel (what ``tune`` starts its hand space from): its file's, else
-        on CPU the one its pattern derives from ``_func`` (``patterns.py``), or None."""
+        on CPU the one its pattern derives from ``func`` (``patterns.py``), or None."""
         ks = self._kernel_schedule(func_name, DEFAULT)
-        if ks is None and _func is not None and self.isa is not None:
-            found = match_kernel(_func, self.target, self.isa)
+        if ks is None and func is not None and self.isa is not None:
+            found = match_kernel(func, self.target, self.isa)
             ks = found.schedule if found is not None else None
         return ks
 

@@ -14,7 +14,7 @@ from tvm import relax
 
 from ..passes.target import is_gpu
 from ..support.errors import UsageError
-from .tune import TRACKER_TIMEOUT_S, parse_tracker, require_tracker
+from .tune import parse_tracker, require_tracker
 
 SESSION_TIMEOUT_S = 600  # one bench holds its server this long at most
 
@@ -25,12 +25,10 @@ class RemoteMain:
     def __init__(self, executable, target, args: list, tracker: str, key: str):
         host, port = parse_tracker(tracker)
         require_tracker(host, port, key)  # fails in seconds, with one line, before anything is exported
-        self.where = f"{key}@{tracker}"
         try:
             session = tvm.rpc.connect_tracker(host, port).request(key, session_timeout=SESSION_TIMEOUT_S)
         except (RuntimeError, OSError) as e:
-            raise UsageError(f"RPC tracker {tracker} gave no server for {key!r} within {TRACKER_TIMEOUT_S} s: "
-                             f"{e}") from None
+            raise UsageError(f"RPC tracker {tracker} gave no server for {key!r}: {e}") from None
         with tempfile.TemporaryDirectory() as tmp:
             lib = Path(tmp) / "main.so"
             executable.export_library(str(lib))

@@ -222,9 +222,9 @@ def trial_budgets(names: list[str], hand_ms: dict[str, float], trials: int) -> l
     return [max(1, round(trials * w / sum(weights))) for w in weights]
 
 
-def _measure(sch, target: Target, builder, runner) -> list[float]:
-    """One schedule built and timed by the tuner's own builder and runner: seconds per run (a BuildError says
-    why it could not be)."""
+def _measure(sch, target: Target, builder, runner) -> tuple[list[float], list]:
+    """One schedule built and timed by the tuner's own builder and runner: (seconds per run, the arguments' info
+    its record needs); a BuildError says why it could not be."""
     from tvm.s_tir import meta_schedule as ms
 
     (built,) = builder.build([ms.builder.BuilderInput(sch.mod, target)])
@@ -235,7 +235,7 @@ def _measure(sch, target: Target, builder, runner) -> list[float]:
     result = ran.result()
     if result.error_msg:
         raise BuildError(f"the hand schedule does not run in the tuner: {last_line(result.error_msg)}")
-    return [float(s) for s in result.run_secs]
+    return [float(s) for s in result.run_secs], args
 
 
 def tune(case: str = "logits", target="llvm", preset: str = "tiny", frontend: str = "tir", trials: int = 16,
@@ -295,13 +295,12 @@ def tune(case: str = "logits", target="llvm", preset: str = "tiny", frontend: st
         if ks is not None and not database.has_workload(key):  # the first point: the shipped knobs
             sch = default_schedule(key, ks, isa)
             try:
-                run_secs = _measure(sch, tgt, builder, runner)
+                run_secs, args_info = _measure(sch, tgt, builder, runner)
             except BuildError as e:  # said, not hidden: the search then starts without it
                 log(f"[tune] warning: {name}: {e}; the search starts without it")
             else:
                 database.commit_tuning_record(ms.database.TuningRecord(
-                    sch.trace, database.commit_workload(key), run_secs, tgt,
-                    ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)))
+                    sch.trace, database.commit_workload(key), run_secs, tgt, args_info))
                 default_ms[name] = 1e3 * min(run_secs)
         log(f"[tune] {name}: design spaces " + ", ".join(f"{s} {n}" for s, n in spaces[name].items())
             + (f"; hand schedule {default_ms[name]:.4g} ms (committed first)" if name in default_ms else ""))
