@@ -135,7 +135,7 @@ def test_hand_space_samples_the_knobs_and_its_traces_replay_on_any_token_count()
 
     from mtp_tvm.passes.target import cpu_isa, resolve_target
     from mtp_tvm.schedule.apply import ApplySchedules
-    from mtp_tvm.schedule.space import SPACE_ANNOTATION, default_schedule, hand_space
+    from mtp_tvm.schedule.space import default_schedule, hand_space, is_hand
     from mtp_tvm.schedule.steps import fresh_copy
     from mtp_tvm.schedule.tuned import _replay, workload
     from mtp_tvm.tools.tune import case_kernels
@@ -149,7 +149,7 @@ def test_hand_space_samples_the_knobs_and_its_traces_replay_on_any_token_count()
     ctx = ms.TuneContext(key, target=target, space_generator=ms.space_generator.ScheduleFn(hand_space(ks, isa)))
     spaces = ctx.generate_design_space()
     assert len(spaces) >= 4
-    assert all(s.mod["main"].body.block.annotations[SPACE_ANNOTATION] == "hand" for s in spaces)
+    assert all(is_hand(s) for s in spaces)
     assert all("sample_categorical" in str(s.trace) for s in spaces)  # the register rows
     assert all("sample_perfect_tile" in str(s.trace) for s in spaces)  # the K chunk (mutable)
     symbolic = mtp_tvm.compile(case="logits", preset="tiny", target=target)  # the build's own kernel
@@ -160,7 +160,7 @@ def test_hand_space_samples_the_knobs_and_its_traces_replay_on_any_token_count()
     def steps(trace: str) -> list[str]:  # the trace's steps with variable names and row extents left out
         lines = [re.sub(r"\b[blv]\d+\b", "_", ln.strip()).replace('"lm_head_logits"', '"main"')
                  for ln in trace.splitlines() if "sch." in ln]
-        return [ln for ln in lines if '"root"' not in ln and "mtp.space" not in ln]
+        return [ln for ln in lines if not any(mark in ln for mark in ('"root"', "mtp.space", "get_child_blocks"))]
 
     assert "sample_" not in shipped and steps(shipped) == steps(default_trace)
     from mtp_tvm.ir.tir_kernels import lm_head_logits
@@ -184,11 +184,85 @@ def test_progress_says_trials_space_and_time_left():
     sched = SimpleNamespace(tasks_=[task])
 
     def cand(space):
-        ann = {"mtp.space": "hand"} if space == "hand" else {}
-        block = SimpleNamespace(annotations=ann)
-        return SimpleNamespace(sch=SimpleNamespace(mod={"main": SimpleNamespace(body=SimpleNamespace(block=block))}))
+        mark = SimpleNamespace(kind=SimpleNamespace(name="Annotate"), attrs=["mtp.space", "hand"])
+        return SimpleNamespace(sch=SimpleNamespace(trace=SimpleNamespace(insts=[mark] if space == "hand" else [])))
 
     ok = SimpleNamespace(run_secs=[0.002], error_msg=None)
     p.apply(sched, 0, [cand("hand"), cand("generic")], None, [ok, SimpleNamespace(run_secs=[0.004], error_msg=None)])
     assert p.done == 2 and p.kernels["lm_head_logits"].by_space == {"hand": 1, "generic": 1}
     assert lines and "2/4 trials" in lines[-1] and "left" in lines[-1] and "hand 1 (best 2 ms)" in lines[-1]
+
+
+@pytest.mark.parametrize("kernel", ["quantize_rows", "w8a8_dual_gemm"])
+def test_candidates_replayed_one_after_another_leave_the_workload_intact(kernel):
+    """MetaSchedule replays every candidate on one module per thread: a trace that edited it in place (TVM 0.27
+    does, once a trace's first step rewrites the root block of a kernel with root-level buffers) made the next
+    replay fail ("old_outputs.size() == new_outputs.size()"), and the projection could not be tuned."""
+    from tvm import s_tir
+    from tvm.s_tir import meta_schedule as ms
+
+    from mtp_tvm.passes.target import cpu_isa, resolve_target
+    from mtp_tvm.schedule.apply import ApplySchedules
+    from mtp_tvm.schedule.space import hand_space
+    from mtp_tvm.schedule.steps import fresh_copy
+    from mtp_tvm.schedule.tuned import workload
+    from mtp_tvm.tools.tune import case_kernels
+
+    target = resolve_target('{"kind": "llvm", "mcpu": "znver4", "num-cores": 2}')
+    key = workload(case_kernels("projection", target, "tiny", "tir", None)[kernel])
+    space = ms.space_generator.ScheduleFn(hand_space(ApplySchedules(target).hand_schedule(kernel), cpu_isa(target)))
+    ctx = ms.TuneContext(fresh_copy(key), target=target, space_generator=space)
+    shared, before = fresh_copy(key), key.script()
+    for design in ctx.generate_design_space():
+        for seed in (1, 2, 3):  # fresh decisions each time, on the same module, as MetaSchedule's replay does
+            s_tir.Trace(design.trace.insts, {}).apply_to_schedule(s_tir.Schedule(shared, seed=seed), False)
+    assert shared.script() == before
+
+
+@pytest.mark.slow
+def test_every_projection_kernel_is_tuned_in_both_spaces_and_keeps_the_golden(tmp_path, monkeypatch):
+    """The projection's kernels with root-level buffers (quantiser, dual GEMM) are searched, not skipped; the
+    dual GEMM's generic space exists (its multi-level tiling without consumer fusion)."""
+    monkeypatch.setenv("MTP_TVM_TUNED_ROOT", str(tmp_path))
+    lines = []
+    r = tune("projection", "llvm", "tiny", "tir", trials=40, log=lines.append)
+    assert not any("search failed" in ln for ln in lines), lines
+    assert r.spaces["w8a8_dual_gemm"]["generic"] >= 1 and r.spaces["quantize_rows"]["hand"] >= 1
+    assert sum(r.measured["w8a8_dual_gemm"].values()) > 0 and sum(r.measured["quantize_rows"].values()) > 0
+    assert all(r.best_ms[k] <= r.default_ms[k] for k in r.default_ms)  # the hand point is committed first
+    for tokens in (1, 17):
+        assert mtp_tvm.check(case="projection", preset="tiny", schedule="tuned", tokens=tokens,
+                             log=lambda _: None).passed
+
+
+def test_the_hand_space_tries_dot_product_tiles_only_where_the_target_has_dot_products():
+    """On AVX512-BF16 the LM head's hand space holds several ``vdpbf16ps`` tiles (each once: the shipped pick is
+    not repeated); on AVX2 (no BF16 dot) the pinned tiles are refused, never silently built as FMA copies."""
+    import dataclasses
+
+    from tvm import s_tir
+    from tvm.s_tir import meta_schedule as ms
+
+    from mtp_tvm.passes.target import cpu_isa, resolve_target
+    from mtp_tvm.schedule.apply import ApplySchedules
+    from mtp_tvm.schedule.cpu_rules import cpu_gemm
+    from mtp_tvm.schedule.space import hand_space
+    from mtp_tvm.schedule.steps import fresh_copy
+    from mtp_tvm.schedule.tuned import workload
+    from mtp_tvm.tools.tune import case_kernels
+
+    tensorized = {}
+    for mcpu in ("znver4", "haswell"):
+        target = resolve_target(f'{{"kind": "llvm", "mcpu": "{mcpu}", "num-cores": 2}}')
+        key = workload(case_kernels("logits", target, "tiny", "tir", None)["lm_head_logits"])
+        ks = ApplySchedules(target).hand_schedule("lm_head_logits")
+        space = ms.space_generator.ScheduleFn(hand_space(ks, cpu_isa(target)))
+        traces = [str(s.trace) for s in ms.TuneContext(key, target=target, space_generator=space)
+                  .generate_design_space()]
+        assert len(set(traces)) == len(traces)
+        tensorized[mcpu] = [t for t in traces if "tensorize" in t]
+        if mcpu == "haswell":
+            pinned = dataclasses.replace(ks.knobs_for(cpu_isa(target).name), dot_rows=4, dot_vectors=2)
+            with pytest.raises(ValueError, match="no dot-product tile"):
+                cpu_gemm(s_tir.Schedule(fresh_copy(key)), pinned, cpu_isa(target))
+    assert len(tensorized["znver4"]) >= 4 and not tensorized["haswell"]

@@ -62,14 +62,16 @@ def row_quantum(knobs: CpuGemm, isa: CpuIsa, columns: int) -> int:
     return register_tile(isa, columns, knobs)[0]
 
 
-def dot_tile(isa: CpuIsa, columns: int, row_quantum: int, lanes: int) -> tuple[int, int] | None:
+def dot_tile(isa: CpuIsa, columns: int, row_quantum: int, lanes: int, knobs: CpuGemm) -> tuple[int, int] | None:
     """``(register_rows, column_vectors)`` of a dot-product tile: rows dividing the kernel's row quantum, a strip
     dividing ``columns``, the accumulators under 1 KiB (larger goes to a heap workspace, out of registers) and
-    inside the register file; 4 rows if they fit, then the most accumulators (measured on Zen 4, FLASH, T=8:
-    BF16 logits 4 x 2 vectors 8.5 ms, 2 x 5 9.9 ms, 8 x 1 slower still; int8 4 x 2 and 2 x 4 within noise)."""
+    inside the register file; the knobs' ``dot_rows``/``dot_vectors`` where set, else 4 rows if they fit, then the
+    most accumulators (measured on Zen 4, FLASH, T=8: BF16 logits 4 x 2 vectors 8.5 ms, 2 x 5 9.9 ms, 8 x 1
+    slower still; int8 4 x 2 and 2 x 4 within noise)."""
     vector_bytes = isa.vector_bits // 8
     fits = [(r, c) for r in (8, 4, 2) if row_quantum % r == 0 for c in range(1, isa.vector_registers)
-            if r * c * vector_bytes < 1024 and r * c + c + 1 <= isa.vector_registers and columns % (c * lanes) == 0]
+            if r * c * vector_bytes < 1024 and r * c + c + 1 <= isa.vector_registers and columns % (c * lanes) == 0
+            and knobs.dot_rows in (None, r) and knobs.dot_vectors in (None, c)]
     return max(fits, key=lambda rc: (rc[0] == 4, rc[0] * rc[1])) if fits else None
 
 
@@ -110,7 +112,10 @@ def cpu_gemm(sch: s_tir.Schedule, knobs: CpuGemm, isa: CpuIsa, sample: Sampler =
         columns = int(sch.get(n).extent)
         rows, tile = register_tile(isa, columns, knobs)  # rows: the kernel's row quantum
         dot = _dot_schedule(sch, b, io, knobs, isa)
-        tile_of_dots = dot and dot_tile(isa, columns, rows, dot[1])
+        tile_of_dots = dot and dot_tile(isa, columns, rows, dot[1], knobs)
+        if (knobs.dot_rows or knobs.dot_vectors) and not tile_of_dots:
+            raise ValueError(f"{name}: no dot-product tile of {knobs.dot_rows or 'any'} rows x "
+                             f"{knobs.dot_vectors or 'any'} vectors on {isa.name} for this block")
         if tile_of_dots:
             dot[0](sch, b, isa, register_rows=tile_of_dots[0], column_vectors=tile_of_dots[1])
             continue

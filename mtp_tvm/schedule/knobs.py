@@ -33,7 +33,9 @@ class CpuGemm:
     K streamed in ``k_chunk`` order, the weight packed column-blocked once (``pack_weight``), strips in parallel
     over ``parallel``. ``register_rows``/``column_vectors`` None: from the target's register budget. With
     ``dot_products`` (and a packed weight), BF16 and int8 blocks use the target's dot-product instructions
-    (``bf16_dot.py``, ``int8_dot.py``) with their own tile, and the FMA knobs do not apply to them."""
+    (``bf16_dot.py``, ``int8_dot.py``) with their own tile of ``dot_rows`` x ``dot_vectors`` accumulators (None:
+    ``cpu_rules.dot_tile`` picks; set on a block the ISA has no dot product for, an error), and the FMA knobs do
+    not apply to them."""
 
     blocks: dict[str, GemmOperands]
     epilogue: tuple[str, ...] = ()
@@ -46,6 +48,8 @@ class CpuGemm:
     accumulator: Literal["global", "local"] = "global"
     pack_weight: bool = True
     dot_products: bool = True  # the ISA's BF16/int8 dot products where the operands allow (int8_dot, bf16_dot)
+    dot_rows: int | None = None
+    dot_vectors: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)

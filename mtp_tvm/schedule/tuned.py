@@ -8,8 +8,8 @@ One tuned binary serves every T. MetaSchedule measures static shapes only, so a 
 GEMM is tuned on the q rows it runs per block, as a tuned build runs it. At build time each kernel's records,
 best first, are replayed on the symbolic kernel itself; the first that replays is applied. A trace that splits
 rows by constants (every hand-space trace) replays on any T; one that samples the static row loop's tiling
-(MetaSchedule's generic multi-level tiling) is static in T and is skipped, and the kernel falls back to its hand schedule when no record replays, with the
-reason stated (``RecordsApplied.untuned``).
+(MetaSchedule's generic multi-level tiling) is static in T and is skipped, and the kernel falls back to its hand
+schedule when no record replays, with the reason stated (``RecordsApplied.untuned``).
 """
 
 from __future__ import annotations

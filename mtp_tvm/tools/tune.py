@@ -38,7 +38,7 @@ from tvm import relax, tirx
 from tvm.target import Target
 
 from ..passes.target import cpu_isa, is_gpu
-from ..schedule.space import HAND, SPACE_ANNOTATION, default_schedule, hand_space
+from ..schedule.space import HAND, default_schedule, hand_points, hand_space, is_hand
 from ..schedule.steps import fresh_copy
 from ..schedule.tuned import called_kernels, tile_workload, tuned_dir, workload
 from ..support.errors import BuildError, UsageError, last_line
@@ -100,7 +100,7 @@ class KernelProgress:
 
 def candidate_space(sch) -> str:
     """Which design space a measured candidate came from (our hand spaces mark their root block)."""
-    return HAND if SPACE_ANNOTATION in sch.mod["main"].body.block.annotations else GENERIC
+    return HAND if is_hand(sch) else GENERIC
 
 
 class ProgressCallback:
@@ -120,15 +120,23 @@ class ProgressCallback:
         if not runner_results:  # a task whose space is exhausted still gets scheduled: nothing new to say
             return
         name = task_scheduler.tasks_[task_id].ctx.task_name
-        prog = self.kernels.setdefault(name, KernelProgress())
         for cand, res in zip(measure_candidates, runner_results):
-            space = candidate_space(cand.sch)
-            prog.trials += 1
-            prog.by_space[space] = prog.by_space.get(space, 0) + 1
-            if res.run_secs and not res.error_msg:
-                ms = 1e3 * sum(float(s) for s in res.run_secs) / len(res.run_secs)
-                prog.best_ms = min(prog.best_ms, ms)
-                prog.best_by_space[space] = min(prog.best_by_space.get(space, float("inf")), ms)
+            ok = res.run_secs and not res.error_msg
+            self.add(name, candidate_space(cand.sch), 1e3 * sum(map(float, res.run_secs)) / len(res.run_secs)
+                     if ok else None)
+        self.say(name)
+
+    def add(self, name: str, space: str, ms: float | None) -> None:
+        """One trial of kernel ``name`` from ``space``: its milliseconds, or None when it failed."""
+        prog = self.kernels.setdefault(name, KernelProgress())
+        prog.trials += 1
+        prog.by_space[space] = prog.by_space.get(space, 0) + 1
+        if ms is not None:
+            prog.best_ms = min(prog.best_ms, ms)
+            prog.best_by_space[space] = min(prog.best_by_space.get(space, float("inf")), ms)
+
+    def say(self, name: str) -> None:
+        prog = self.kernels[name]
         elapsed = time.perf_counter() - self.start
         left = elapsed / self.done * max(self.total - self.done, 0)
         spaces = ", ".join(f"{s} {n} (best {prog.best_by_space.get(s, float('inf')):.4g} ms)"
@@ -140,7 +148,7 @@ class ProgressCallback:
 @dataclasses.dataclass
 class TuneResult:
     work_dir: Path
-    trials: int  # measured in this run (the hand defaults committed first not counted)
+    trials: int  # measured in this run (the hand points measured before the search included)
     seconds: float
     best_ms: dict[str, float]  # kernel -> best measured latency over all records in the database
     default_ms: dict[str, float]  # kernel -> its hand schedule's shipped knobs, as measured by the tuner
@@ -201,8 +209,12 @@ def _runner(rpc: tuple[str, str] | None):
                                                    session_timeout_sec=120), evaluator)
 
 
-def _spaces(space: Space, hand):
-    """The space generators of one kernel: ``hand`` is its hand space's ``ScheduleFn`` body, or None."""
+def _spaces(space: Space, hand, target: Target, key: tvm.IRModule, fuse_consumers: bool = True):
+    """The space generators of the kernel ``key``: ``hand`` is its hand space's ``ScheduleFn`` body, or None. The
+    generic space is MetaSchedule's ``PostOrderApply`` with the target's rules; ``fuse_consumers=False`` (CPU) swaps its
+    multi-level tiling for one without the write cache that computes the consumer inside the tile: where the
+    consumer reads two GEMMs (``w8a8_dual_gemm``'s epilogue) that fusion fails ("requires all the producer(s)
+    of the given block to be present under the target loop") and takes the whole space with it."""
     from tvm.s_tir import meta_schedule as ms
 
     chosen = {}
@@ -210,6 +222,12 @@ def _spaces(space: Space, hand):
         chosen[HAND] = ms.space_generator.ScheduleFn(hand)
     if space in ("generic", "both"):
         chosen[GENERIC] = ms.space_generator.PostOrderApply()
+        if not fuse_consumers:
+            rules = ms.TuneContext(fresh_copy(key), target=target,
+                                   space_generator=chosen[GENERIC]).space_generator.sch_rules
+            tiling = ms.schedule_rule.MultiLevelTiling  # the LLVM default's structure and innermost limit:
+            chosen[GENERIC] = ms.space_generator.PostOrderApply(sch_rules=[
+                tiling(structure="SSRSRS", max_innermost_factor=64) if type(r) is tiling else r for r in rules])
     return chosen
 
 
@@ -222,20 +240,24 @@ def trial_budgets(names: list[str], hand_ms: dict[str, float], trials: int) -> l
     return [max(1, round(trials * w / sum(weights))) for w in weights]
 
 
-def _measure(sch, target: Target, builder, runner) -> tuple[list[float], list]:
-    """One schedule built and timed by the tuner's own builder and runner: (seconds per run, the arguments' info
-    its record needs); a BuildError says why it could not be."""
+def _measure(schedules: list, target: Target, builder, runner) -> list[tuple[list[float], list] | BuildError]:
+    """Schedules built and timed by the tuner's own builder and runner, all in one batch (the builder starts a
+    pool of worker processes per call): per schedule, (seconds per run, the arguments' info its record needs), or
+    a BuildError saying why it could not be."""
     from tvm.s_tir import meta_schedule as ms
 
-    (built,) = builder.build([ms.builder.BuilderInput(sch.mod, target)])
-    if built.error_msg:
-        raise BuildError(f"the hand schedule does not build for the tuner: {last_line(built.error_msg)}")
-    args = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)  # a packed weight comes packed
-    (ran,) = runner.run([ms.runner.RunnerInput(built.artifact_path, "cuda" if is_gpu(target) else "cpu", args)])
-    result = ran.result()
-    if result.error_msg:
-        raise BuildError(f"the hand schedule does not run in the tuner: {last_line(result.error_msg)}")
-    return [float(s) for s in result.run_secs], args
+    built = builder.build([ms.builder.BuilderInput(sch.mod, target) for sch in schedules]) if schedules else []
+    results = []
+    for sch, b in zip(schedules, built):
+        if b.error_msg:
+            results.append(BuildError(f"the hand schedule does not build for the tuner: {last_line(b.error_msg)}"))
+            continue
+        args = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)  # a packed weight comes packed
+        (ran,) = runner.run([ms.runner.RunnerInput(b.artifact_path, "cuda" if is_gpu(target) else "cpu", args)])
+        result = ran.result()
+        results.append(BuildError(f"the hand schedule does not run in the tuner: {last_line(result.error_msg)}")
+                       if result.error_msg else ([float(t) for t in result.run_secs], args))
+    return results
 
 
 def tune(case: str = "logits", target="llvm", preset: str = "tiny", frontend: str = "tir", trials: int = 16,
@@ -271,50 +293,70 @@ def tune(case: str = "logits", target="llvm", preset: str = "tiny", frontend: st
     hand_schedules = ApplySchedules(tgt)
     builder = ms.builder.LocalBuilder(f_build=fast_build, timeout_sec=120)
     database = ms.database.JSONDatabase(work_dir=str(out))
-    tasks, default_ms, spaces = [], {}, {}
+    tasks, default_ms, spaces, points = [], {}, {}, {}
     for name, func in kernels.items():
         key = workload(func)
         ks = hand_schedules.hand_schedule(name, func)
         hand = hand_space(ks, isa) if ks is not None else None
-        if not _spaces(space, hand):
+        if not _spaces(space, hand, tgt, key):
             log(f"[tune] {name}: no hand schedule, so nothing to tune in the hand space (try --space both)")
             continue
-        spaces[name] = {}
-        for s, g in _spaces(space, hand).items():  # counted with generators of their own (rules keep state)
+        spaces[name], fuse = {}, True
+
+        def count(s: str) -> int:  # with generators of their own (rules keep state); every context its own
+            # copy: space generation edits IR nodes in place, and the committed records must replay on the
+            # workload as it was
+            g = _spaces(space, hand, tgt, key, fuse)[s]
+            ctx = ms.TuneContext(fresh_copy(key), target=tgt, space_generator=g, task_name=name, rand_state=seed)
+            return len(ctx.generate_design_space())
+
+        for s in _spaces(space, hand, tgt, key):
             try:
-                # every context its own copy: space generation edits IR nodes in place, and the committed records
-                # must replay on the workload as it was
-                ctx = ms.TuneContext(fresh_copy(key), target=tgt, space_generator=g, task_name=name, rand_state=seed)
-                spaces[name][s] = len(ctx.generate_design_space())
+                spaces[name][s] = count(s)
             except (RuntimeError, ValueError, TypeError) as e:  # TVM's rules can fail on a kernel: say so, go on
+                if s == GENERIC and not is_gpu(tgt):
+                    try:
+                        fuse = False
+                        spaces[name][s] = count(s)
+                        log(f"[tune] {name}: the generic space fails with consumer fusion ({last_line(e)}); "
+                            "its multi-level tiling runs without it")
+                        continue
+                    except (RuntimeError, ValueError, TypeError) as again:
+                        e = again
                 log(f"[tune] warning: {name}: the {s} space fails on this kernel ({last_line(e)}); "
                     "tuning it without")
-        generators = [g for s, g in _spaces(space, hand).items() if s in spaces[name]]
+        generators = [g for s, g in _spaces(space, hand, tgt, key, fuse).items() if s in spaces[name]]
         if not generators:
             continue
-        if ks is not None and not database.has_workload(key):  # the first point: the shipped knobs
-            sch = default_schedule(key, ks, isa)
-            try:
-                run_secs, args_info = _measure(sch, tgt, builder, runner)
-            except BuildError as e:  # said, not hidden: the search then starts without it
-                log(f"[tune] warning: {name}: {e}; the search starts without it")
-            else:
-                database.commit_tuning_record(ms.database.TuningRecord(
-                    sch.trace, database.commit_workload(key), run_secs, tgt, args_info))
-                default_ms[name] = 1e3 * min(run_secs)
-        log(f"[tune] {name}: design spaces " + ", ".join(f"{s} {n}" for s, n in spaces[name].items())
-            + (f"; hand schedule {default_ms[name]:.4g} ms (committed first)" if name in default_ms else ""))
+        if ks is not None and not database.has_workload(key):  # the shipped knobs, then the other structures
+            points[name] = hand_points(key, ks, isa) if HAND in spaces[name] else [default_schedule(key, ks, isa)]
         generator = generators[0] if len(generators) == 1 else ms.space_generator.SpaceGeneratorUnion(generators)
         tasks.append(ms.TuneContext(fresh_copy(key), target=tgt, space_generator=generator,
                                     search_strategy=ms.search_strategy.EvolutionarySearch(), task_name=name,
                                     rand_state=seed, num_threads=os.cpu_count() or 1,
                                     logger=logging.getLogger(_MS_LOGGER)))
     progress = ProgressCallback(trials, log)
+    batch = [(name, sch) for name, schs in points.items() for sch in schs]
+    for (name, sch), measured in zip(batch, _measure([sch for _, sch in batch], tgt, builder, runner)):
+        if isinstance(measured, BuildError):  # said, not hidden: the search then starts without it
+            log(f"[tune] warning: {name}: {measured}; the search starts without it")
+            progress.add(name, HAND, None)
+            continue
+        run_secs, args_info = measured
+        database.commit_tuning_record(ms.database.TuningRecord(
+            sch.trace, database.commit_workload(workload(kernels[name])), run_secs, tgt, args_info))
+        progress.add(name, HAND, 1e3 * min(run_secs))
+        if sch is points[name][0]:
+            default_ms[name] = 1e3 * min(run_secs)
+    for name in (t.task_name for t in tasks):
+        first = len(points.get(name, ()))
+        log(f"[tune] {name}: design spaces " + ", ".join(f"{s} {n}" for s, n in spaces[name].items())
+            + (f"; hand schedule {default_ms[name]:.4g} ms" if name in default_ms else "")
+            + (f"; {first} hand points measured first, best {progress.kernels[name].best_ms:.4g} ms" if first else ""))
     callbacks = [*ms.measure_callback.MeasureCallback.create("default"), _py_callback(progress)]
-    t0, interrupted = time.perf_counter(), False
-    for task, budget in zip(tasks, trial_budgets([t.task_name for t in tasks], default_ms, trials)):
-        # one search per kernel: MetaSchedule's replay fails on some kernels (quantize_rows, w8a8_dual_gemm:
-        # "old_outputs.size() == new_outputs.size()"), and one kernel's failure must not end the others' search
+    interrupted, searched = False, max(trials - progress.done, len(tasks))  # the hand points count as trials
+    for task, budget in zip(tasks, trial_budgets([t.task_name for t in tasks], default_ms, searched)):
+        # one search per kernel: one kernel's failure in MetaSchedule must not end the others' search
         try:
             ms.tune_tasks(tasks=[task], task_weights=[1.0], work_dir=str(out), max_trials_global=budget,
                           num_trials_per_iter=min(budget, 16), builder=builder, runner=runner, database=database,
@@ -326,7 +368,7 @@ def tune(case: str = "logits", target="llvm", preset: str = "tiny", frontend: st
         except (RuntimeError, ValueError, TypeError) as e:
             log(f"[tune] warning: {task.task_name}: MetaSchedule's search failed ({last_line(e)}); its records so "
                 "far are kept, and the other kernels go on")
-    seconds = time.perf_counter() - t0
+    seconds = time.perf_counter() - progress.start
     best = {}
     for name, func in kernels.items():
         key = workload(func)
