@@ -266,3 +266,15 @@ def test_the_hand_space_tries_dot_product_tiles_only_where_the_target_has_dot_pr
             with pytest.raises(ValueError, match="no dot-product tile"):
                 cpu_gemm(s_tir.Schedule(fresh_copy(key)), pinned, cpu_isa(target))
     assert len(tensorized["znver4"]) >= 4 and not tensorized["haswell"]
+
+
+def test_the_local_runner_measures_with_every_usable_core(monkeypatch):
+    """Candidates are timed as the build runs them: TVM's own pool default (half the cores, one thread on 2
+    vCPUs) made a serial row loop look faster than the parallel one that is faster in the build."""
+    from mtp_tvm.compiler.runtime import THREADS_ENV
+    from mtp_tvm.passes.target import usable_cores
+    from mtp_tvm.tools.tune import _runner
+
+    monkeypatch.delenv(THREADS_ENV, raising=False)
+    _runner(None)
+    assert int(__import__("os").environ[THREADS_ENV]) == usable_cores()
