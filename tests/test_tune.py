@@ -1,6 +1,7 @@
 """MetaSchedule tuning: a database, warm start, applied records keep the golden, and measurement over TVM RPC."""
 
 import contextlib
+import os
 import re
 import socket
 import subprocess
@@ -277,4 +278,4 @@ def test_the_local_runner_measures_with_every_usable_core(monkeypatch):
 
     monkeypatch.delenv(THREADS_ENV, raising=False)
     _runner(None)
-    assert int(__import__("os").environ[THREADS_ENV]) == usable_cores()
+    assert int(os.environ[THREADS_ENV]) == usable_cores()
