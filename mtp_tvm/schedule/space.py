@@ -28,7 +28,7 @@ from .knobs import CpuGemm, CpuRows
 from .rules import RULES
 from .steps import fresh_copy
 
-SPACE_ANNOTATION = "mtp.space"  # root-block annotation: the design space a candidate came from
+SPACE_ANNOTATION = "mtp.space"  # a block annotation (``_mark``): the design space a candidate came from
 HAND = "hand"
 COLUMN_VECTORS = (1, 2, 4)  # the column strips (in vectors) a GEMM space tries
 DOT_TILES = ((4, 2), (8, 1), (4, 1), (2, 4), (4, 3), (2, 2))  # dot-product tiles (rows, vectors) it tries
@@ -41,8 +41,8 @@ def structural_variants(knobs, isa: CpuIsa | None) -> list:
         fma = [dataclasses.replace(knobs, dot_products=False, register_rows=None, column_vectors=c, parallel=p)
                for c in COLUMN_VECTORS for p in ("columns", "tokens")]
         unpacked = dataclasses.replace(knobs, dot_products=False, pack_weight=False)
-        dots = [dataclasses.replace(knobs, dot_rows=r, dot_vectors=c) for r, c in DOT_TILES
-                if knobs.dot_products and knobs.pack_weight and (isa.bf16_dot or isa.int8_dot is not None)]
+        has_dots = knobs.dot_products and knobs.pack_weight and (isa.bf16_dot or isa.int8_dot is not None)
+        dots = [dataclasses.replace(knobs, dot_rows=r, dot_vectors=c) for r, c in DOT_TILES] if has_dots else []
         variants = [knobs, *dots, *fma, unpacked]
     elif isinstance(knobs, CpuRows):
         variants = [knobs, dataclasses.replace(knobs, parallel="none" if knobs.parallel == "rows" else "rows")]
@@ -87,6 +87,15 @@ def _apply(sch: s_tir.Schedule, ks: KernelSchedule, knobs, isa: CpuIsa | None, s
         rule.apply(sch, knobs, isa)
 
 
+def _scheduled(mod: tvm.IRModule, ks: KernelSchedule, knobs, isa: CpuIsa | None, sampled: bool) -> s_tir.Schedule:
+    """``knobs`` applied by the kernel's rule to a copy of ``mod`` (not a copy of a schedule: copies share nodes
+    edited in place), marked as a hand-space candidate."""
+    sch = s_tir.Schedule(fresh_copy(mod))
+    _apply(sch, ks, knobs, isa, sampled)
+    _mark(sch)
+    return sch
+
+
 def _variants(mod: tvm.IRModule, ks: KernelSchedule, isa: CpuIsa | None, sampled: bool) -> list[s_tir.Schedule]:
     """Every structural variant of the kernel's shipped knobs scheduled on a copy of ``mod``, shipped first. A
     variant the kernel cannot take (no register tile divides its columns, a dot-product tile on a block without
@@ -95,16 +104,15 @@ def _variants(mod: tvm.IRModule, ks: KernelSchedule, isa: CpuIsa | None, sampled
     shipped = ks.knobs_for(isa.name if isa else None)
     schedules, seen = [], set()
     for knobs in structural_variants(shipped, isa):
-        sch = s_tir.Schedule(fresh_copy(mod))  # not a copy of a schedule: copies share nodes edited in place
         try:
-            _apply(sch, ks, knobs, isa, sampled)
+            sch = _scheduled(mod, ks, knobs, isa, sampled)
         except (RuntimeError, ValueError, TypeError):  # TVM's errors (ScheduleError is a RuntimeError)
             if knobs is shipped:
                 raise
             continue
-        _mark(sch)
-        if str(sch.trace) not in seen:  # (a dot tile the shipped knobs pick anyway)
-            seen.add(str(sch.trace))
+        steps = str(sch.trace)
+        if steps not in seen:  # (a dot tile the shipped knobs pick anyway)
+            seen.add(steps)
             schedules.append(sch)
     return schedules
 
@@ -119,10 +127,7 @@ def hand_points(mod: tvm.IRModule, ks: KernelSchedule, isa: CpuIsa | None) -> li
 
 def default_schedule(mod: tvm.IRModule, ks: KernelSchedule, isa: CpuIsa | None) -> s_tir.Schedule:
     """The shipped knobs on a tuning workload: the first point of the hand space."""
-    sch = s_tir.Schedule(fresh_copy(mod))
-    _apply(sch, ks, ks.knobs_for(isa.name if isa else None), isa, sampled=False)
-    _mark(sch)
-    return sch
+    return _scheduled(mod, ks, ks.knobs_for(isa.name if isa else None), isa, sampled=False)
 
 
 def hand_space(ks: KernelSchedule, isa: CpuIsa | None) -> Callable[[s_tir.Schedule], list[s_tir.Schedule]]:

@@ -101,7 +101,7 @@ class KernelProgress:
 
 
 def candidate_space(sch) -> str:
-    """Which design space a measured candidate came from (our hand spaces mark their root block)."""
+    """Which design space a measured candidate came from (our hand spaces mark their traces: ``is_hand``)."""
     return HAND if is_hand(sch) else GENERIC
 
 
@@ -238,6 +238,15 @@ def _spaces(space: Space, hand, target: Target, key: tvm.IRModule, fuse_consumer
     return chosen
 
 
+def _count_spaces(generator, key: tvm.IRModule, target: Target, name: str, seed: int) -> int:
+    """How many design spaces ``generator`` makes for the workload ``key``: in a context of its own, on a copy
+    (space generation edits IR nodes in place, and the committed records must replay on the workload as it was)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    ctx = ms.TuneContext(fresh_copy(key), target=target, space_generator=generator, task_name=name, rand_state=seed)
+    return len(ctx.generate_design_space())
+
+
 def trial_budgets(names: list[str], hand_ms: dict[str, float], trials: int) -> list[int]:
     """Trials per kernel, in proportion to its hand schedule's time (a kernel not measured weighs the mean), at
     least one each: the time is where tuning can win."""
@@ -309,29 +318,24 @@ def tune(case: str = "logits", target="llvm", preset: str = "tiny", frontend: st
             log(f"[tune] {name}: no hand schedule, so nothing to tune in the hand space (try --space both)")
             continue
         spaces[name], fuse = {}, True
-
-        def count(s: str) -> int:  # with generators of their own (rules keep state); every context its own
-            # copy: space generation edits IR nodes in place, and the committed records must replay on the
-            # workload as it was
-            g = _spaces(space, hand, tgt, key, fuse)[s]
-            ctx = ms.TuneContext(fresh_copy(key), target=tgt, space_generator=g, task_name=name, rand_state=seed)
-            return len(ctx.generate_design_space())
-
         for s in _spaces(space, hand, tgt, key):
-            try:
-                spaces[name][s] = count(s)
-            except (RuntimeError, ValueError, TypeError) as e:  # TVM's rules can fail on a kernel: say so, go on
-                if s == GENERIC and not is_gpu(tgt):
-                    try:
-                        fuse = False
-                        spaces[name][s] = count(s)
-                        log(f"[tune] {name}: the generic space fails with consumer fusion ({last_line(e)}); "
-                            "its multi-level tiling runs without it")
-                        continue
-                    except (RuntimeError, ValueError, TypeError) as again:
-                        e = again
-                log(f"[tune] warning: {name}: the {s} space fails on this kernel ({last_line(e)}); "
+            # counted with generators of their own (rules keep state); a CPU generic space that fails with
+            # consumer fusion is counted again without it (``_spaces``)
+            tries, errors = ((True, False) if s == GENERIC and not is_gpu(tgt) else (True,)), []
+            for fusion in tries:
+                try:
+                    spaces[name][s] = _count_spaces(_spaces(space, hand, tgt, key, fusion)[s], key, tgt, name, seed)
+                except (RuntimeError, ValueError, TypeError) as e:  # TVM's rules can fail on a kernel: say so
+                    errors.append(e)
+                    continue
+                fuse = fuse and fusion
+                break
+            if s not in spaces[name]:
+                log(f"[tune] warning: {name}: the {s} space fails on this kernel ({last_line(errors[-1])}); "
                     "tuning it without")
+            elif errors:
+                log(f"[tune] {name}: the generic space fails with consumer fusion ({last_line(errors[0])}); "
+                    "its multi-level tiling runs without it")
         generators = [g for s, g in _spaces(space, hand, tgt, key, fuse).items() if s in spaces[name]]
         if not generators:
             continue
