@@ -287,11 +287,15 @@ def _cmd_bench(args) -> int:
     if any(v in os.environ for v in OPENBLAS_SLOW_VARS):  # numpy read them at import: re-run without them
         env = {k: v for k, v in os.environ.items() if k not in OPENBLAS_SLOW_VARS}
         os.execve(sys.executable, [sys.executable, "-m", "mtp_tvm", *sys.argv[1:]], env)
-    from .tools.bench import bench
+    from .tools.bench import BenchOptions, bench, parse_contenders, parse_tokens
 
-    result = bench(case=args.case, target=args.target, preset=args.preset, vocab_shard=args.vocab_shard,
-                   frontend=args.frontend, schedule=args.schedule, tokens=args.tokens, rounds=args.rounds, compare_schedules=compare,
-                   profile=args.profile, rpc=(args.rpc_tracker, args.rpc_key) if args.rpc_tracker else None)
+    options = BenchOptions(tokens=parse_tokens(args.tokens) if args.tokens else (), rounds=args.rounds,
+                           threads=args.threads, compare_schedules=compare, profile=args.profile,
+                           rpc=(args.rpc_tracker, args.rpc_key) if args.rpc_tracker else None,
+                           **({"contenders": parse_contenders(args.contenders)} if args.contenders else {}))
+    spec = BuildSpec(case=args.case, target=args.target, preset=args.preset, frontend=args.frontend,
+                     vocab_shard=args.vocab_shard, schedule=args.schedule)
+    result = bench(spec, options, log=lambda line: print(line, file=sys.stderr, flush=True))
     print(result.table())
     if result.profile is not None:
         print(result.profile.table())
@@ -362,15 +366,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-failed", action="store_true",
                    help="run an artifact even though its recorded golden check failed")
     p.set_defaults(handler=_cmd_run)
-    p = sub.add_parser("bench", help="time a case against torch/numpy, interleaved, with measured peak and bandwidth")
+    p = sub.add_parser("bench", help="time a case against torch (eager, torch.compile) and numpy, each in its own "
+                                     "process, side by side, at every T, against the measured roofline")
     p.add_argument("--case", default="logits", help="logits, projection, norm or tail (default logits)")
     p.add_argument("--target", default="llvm", help="llvm, cuda, or a target JSON object (default llvm)")
     p.add_argument("--preset", default="flash", help=f"one of: {', '.join(PRESETS)} (default flash)")
-    p.add_argument("--tokens", type=int, default=None, help="token count T (default: the preset's B*S = 8)")
+    p.add_argument("--tokens", default=None, metavar="T[,T...]",
+                   help="token count T, or a comma list swept in one run, e.g. 1,2,4,8,16 (default: the preset's "
+                        "B*S = 8)")
+    p.add_argument("--contenders", default=None, metavar="A,B,...",
+                   help="the contenders that race TVM (default all: torch_bf16, torch_fp32, numpy_fp32, "
+                        "torch_golden, torch_compile, torch_compile_max_autotune)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="threads of every contender's process (default: every usable core)")
     p.add_argument("--vocab-shard", type=int, default=None, help="vocab shard columns (default 512)")
     p.add_argument("--schedule", default="default", metavar="NAME", help="as for check (default: default)")
     p.add_argument("--frontend", default="tir", help=f"one of: {', '.join(FRONTENDS)} (default tir)")
-    p.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds; medians over them (default 7)")
+    p.add_argument("--rounds", type=int, default=7,
+                   help="timing rounds, each timing every contender in turn; medians over them (default 7)")
     p.add_argument("--compare-schedules", default=None, metavar="A,B,...",
                    help="also time TVM with these schedules in the same rounds, e.g. none,default,tuned,dlight")
     p.add_argument("--json", default=None, metavar="FILE", help="write the figures as JSON")

@@ -120,10 +120,10 @@ def test_wrong_shape_is_refused_naming_the_input_and_both_shapes(llvm_artifacts)
     a = mtp_tvm.load(llvm_artifacts["norm"])
     good = {"hidden_states": np.random.default_rng(1).standard_normal((5, 256)).astype(ml_dtypes.bfloat16),
             "shared_head_norm_w": np.ones(256, np.float32)}
+    as_torch = {k: torch.from_numpy(v.view(np.int16)).view(torch.bfloat16) if v.dtype == ml_dtypes.bfloat16
+                else torch.from_numpy(v) for k, v in good.items()}  # before run makes the numpy weight read-only
     out = a.run(good)["normed_hidden"]
     assert out.shape == (5, 256) and out.dtype == ml_dtypes.bfloat16
-    as_torch = {k: torch.from_numpy(v.view(np.int16)).view(torch.bfloat16) if v.dtype == ml_dtypes.bfloat16
-                else torch.from_numpy(v) for k, v in good.items()}
     np.testing.assert_array_equal(a.run(as_torch)["normed_hidden"].view(np.uint16), out.view(np.uint16))
     with pytest.raises(UsageError) as e:
         a.run({**good, "hidden_states": np.zeros((5, 255), ml_dtypes.bfloat16)})
@@ -132,6 +132,21 @@ def test_wrong_shape_is_refused_naming_the_input_and_both_shapes(llvm_artifacts)
         a.run({**good, "shared_head_norm_w": np.ones(256, np.float16)})
     with pytest.raises(UsageError, match=r"missing \['shared_head_norm_w'\]"):
         a.run({"hidden_states": good["hidden_states"]})
+
+
+def test_a_loaded_artifact_binds_its_weights(compiled, tmp_path):
+    m = compiled("logits", "tir")
+    a = mtp_tvm.load(export.export(m, tmp_path / "logits", log=lambda *_: None).path)
+    inputs = m.case.make_inputs(m.shapes, 0)
+    bound = a.bind({n: inputs[n] for n in a.weight_specs})
+    for t in (1, 5):
+        acts = {"hidden_states": inputs["hidden_states"][:t]}
+        got, want = bound.run(acts), a.run({**inputs, **acts})
+        assert got.keys() == want.keys() == {"candidate_logits"}
+        np.testing.assert_array_equal(got["candidate_logits"], want["candidate_logits"])
+        np.testing.assert_array_equal(got["candidate_logits"], m.run({**inputs, **acts})["candidate_logits"])
+    with pytest.raises(UsageError, match=r"^weights do not match artifact .*: missing \['lm_head_weight'\]"):
+        a.bind({})
 
 
 def test_tampered_library_is_refused(llvm_artifacts, tmp_path):

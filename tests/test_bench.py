@@ -1,66 +1,109 @@
-"""``bench`` on a tiny run: every contender timed, the figures and the JSON keys the issue names, the plot; the
-FLOP and byte counts it divides by. (Figures are measured, never asserted beyond being positive.)"""
+"""``bench`` on a tiny run: every contender in a process of its own, timed at every T of the sweep, the figures
+and the JSON keys the issues name, the plot; the peers' math (torch.compile included) against the golden; the
+worker processes (pids, crashes reported with their stderr, death with the parent); the FLOP and byte counts
+it divides by. (Figures are measured, never asserted beyond being positive.)"""
 
 import json
 import os
+import signal
+import statistics
 import subprocess
 import sys
+import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 
 import mtp_tvm
 from mtp_tvm.compiler.options import BuildSpec
 from mtp_tvm.compiler.tensors import to_numpy
-from mtp_tvm.passes.target import resolve_target
+from mtp_tvm.passes.target import resolve_target, usable_cores
 from mtp_tvm.spec.cases import CASES
 from mtp_tvm.spec.presets import make_shapes
 from mtp_tvm.support.errors import UsageError
 from mtp_tvm.tools.bench import (
     BENCH_CASES,
     CONTENDERS,
+    BenchOptions,
     bench,
     bytes_moved,
     flops,
     gemm_dtype,
     gemm_kind,
     gemm_work,
-    instruction_mix,
-    kinds_used,
-    peer_runner,
+    golden_mismatch,
+    parse_tokens,
+    roofline_ms,
     roofline_peak,
 )
+from mtp_tvm.tools.bench_peers import peer_runner
+from mtp_tvm.tools.bench_tvm import instruction_mix, kinds_used
+from mtp_tvm.tools.bench_worker import Worker, WorkerFailed
 from mtp_tvm.tools.roofline import BF16_DOT, FMA, INT8_DOT, ProbePlan
 from mtp_tvm.verify.comparators import ratio_allclose
 
 ROOT = Path(__file__).resolve().parents[1]
-REQUIRED = {"tvm", "torch_bf16", "torch_fp32", "numpy_fp32"}
+EAGER = ("torch_bf16", "torch_fp32", "numpy_fp32", "torch_golden")
+RACED = (*EAGER, "torch_compile")  # max-autotune compiles for long on 2 cores: its own test below
 
 
 @pytest.fixture(scope="module")
 def tiny_logits():
-    return bench(case="logits", preset="tiny", rounds=2)
+    return bench(case="logits", preset="tiny", tokens=(1, 2), rounds=2, contenders=RACED)
 
 
-def test_bench_times_every_contender(tiny_logits, tmp_path):
-    d = tiny_logits.as_dict()
-    assert REQUIRED | {"torch_golden"} == set(d["median_ms"])
-    assert all(ms > 0 for ms in d["median_ms"].values())
-    assert all(len(v) == 2 for v in d["samples_ms"].values())  # one sample per interleaved round
-    assert d["peak_gflops"] > 0 and d["bandwidth_gbs"] > 0 and 0 < d["roofline_fraction"]
-    assert d["gflops"]["tvm"] > 0 and d["speedup"]["tvm"] == 1.0
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_bench_times_every_contender_at_every_t(tiny_logits, tmp_path):
+    d = json.loads(json.dumps(tiny_logits.as_dict()))
+    assert d["isolation"] == "process" and d["threads"] == usable_cores() and d["tokens"] == [1, 2]
+    assert set(d["per_tokens"]) == {"1", "2"}
+    for t, f in d["per_tokens"].items():
+        assert set(f["median_ms"]) == {"tvm", *RACED} and f["shapes"]["tokens"] == int(t)
+        for name, ms in f["median_ms"].items():  # a figure, or None with why
+            assert (ms is not None and ms > 0 and len(f["samples_ms"][name]) == 2) or f["unavailable"][name]
+        assert f["median_ms"]["tvm"] > 0 and f["roofline_ms"] > 0 and f["roofline_fraction"] > 0
+        peers = {n: ms for n, ms in f["median_ms"].items() if n != "tvm" and ms is not None}
+        assert f["best_peer"] == min(peers, key=peers.get) and f["best_peer_ms"] == peers[f["best_peer"]]
+        assert f["tvm_vs_best_peer"] == pytest.approx(f["best_peer_ms"] / f["median_ms"]["tvm"])
+        assert f["roofline_fraction"] == pytest.approx(f["roofline_ms"] / f["median_ms"]["tvm"])
+    la = d["load_average"]
+    assert la["before"] >= 0 and la["after"] >= 0 and "warning" in la
+    assert d["compile_seconds"]["tvm"] > 0 and set(d["compile_seconds"]["torch_compile"]) == {"1", "2"}
+    assert all(s > 0 for s in d["compile_seconds"]["torch_compile"].values())
+    assert d["numpy_blas"] and d["bandwidth_gbs"] > 0 and d["peak_gflops"] > 0
+    assert len(d["bandwidth_samples_gbs"]) == 2 and d["bandwidth_gbs"] == statistics.median(d["bandwidth_samples_gbs"])
+
+
+def test_every_contender_ran_in_a_process_of_its_own_now_gone(tiny_logits):
+    pids = tiny_logits.workers
+    assert set(pids) == {"tvm", *RACED}
+    assert len(set(pids.values())) == len(pids) and os.getpid() not in pids.values()
+    assert not any(_alive(pid) for pid in pids.values())  # no orphan outlives the bench
+
+
+def test_bench_table_json_and_plot(tiny_logits, tmp_path):
+    text = tiny_logits.table()
+    for word in ("T=1", "T=2", "torch_compile", "roofline", "tvm / roofline", "best peer / tvm", "compile s",
+                 "load average", "own process"):
+        assert word in text
     tiny_logits.write_json(tmp_path / "b.json")
-    assert json.loads((tmp_path / "b.json").read_text())["median_ms"].keys() >= REQUIRED
+    assert json.loads((tmp_path / "b.json").read_text())["per_tokens"]["2"]["median_ms"]["tvm"] > 0
     tiny_logits.plot(tmp_path / "b.png")
     assert (tmp_path / "b.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "tvm speed-up" in tiny_logits.table()
 
 
 def test_bench_json_says_why(tiny_logits):
-    """The ISA, the instruction mix of the kernels and the peak used are recorded next to the old keys."""
+    """The ISA, the instruction mix of the kernels and the peak used are recorded next to the figures."""
     d = json.loads(json.dumps(tiny_logits.as_dict()))
-    assert {"median_ms", "peak_gflops", "peak_fraction", "roofline_fraction"} <= set(d)
     assert d["frontend"] == "tir" and {"name", "vector_bits", "fma", "bf16_dot", "int8_dot", "used"} <= set(d["isa"])
     assert d["instruction_mix"] and all(set(c) == {"fma", "vdpbf16ps", "vpmaddwd", "vpdpwssd"}
                                         for c in d["instruction_mix"].values())
@@ -96,6 +139,11 @@ def test_the_peak_is_that_of_the_instruction_each_gemm_runs_on():
     assert gemm_work(CASES["logits"], s, {FMA}) == {FMA: flops(CASES["logits"], s, 8)}  # useful rows only
 
 
+def test_the_roofline_time_is_the_longer_of_moving_and_computing():
+    assert roofline_ms(0.0, 2e9, 100.0, 20.0) == pytest.approx(100.0)  # 2 GB at 20 GB/s: 100 ms, no FLOPs
+    assert roofline_ms(1e12, 1e6, 100.0, 20.0) == pytest.approx(1e4)  # 1 TFLOP at 100 GFLOP/s: 10 s
+
+
 @pytest.mark.parametrize("mcpu, kinds, instruction", [("znver4", (BF16_DOT, INT8_DOT), "vdpbf16ps"),
                                                       ("haswell", (INT8_DOT,), "vpmaddwd")])
 def test_dot_peak_probes_exist_where_the_target_has_the_instruction(mcpu, kinds, instruction):
@@ -107,15 +155,23 @@ def test_dot_peak_probes_exist_where_the_target_has_the_instruction(mcpu, kinds,
     assert ProbePlan.for_target(resolve_target("cuda"), multiprocessors=4).dot_kinds(resolve_target("cuda")) == ()
 
 
-@pytest.mark.parametrize("peer", ["torch_bf16", "torch_fp32", "numpy_fp32", "torch_golden"])
-@pytest.mark.parametrize("case", BENCH_CASES)
+@pytest.mark.parametrize("case, peer", [(c, p) for c in BENCH_CASES for p in RACED]
+                         + [("projection", "torch_compile_max_autotune")])
 def test_every_peer_computes_the_case(case, peer):
-    """The contenders compute the same math as the golden (to BF16-level tolerance), so the race is fair."""
-    c, s = CASES[case], make_shapes("tiny")
+    """The contenders compute the same math as the golden (to BF16-level tolerance), so the race is fair; the
+    compiled peers too (max-autotune on the projection: its quantisation and two GEMMs)."""
+    c, s = CASES[case], make_shapes("tiny", 2)
     inputs = c.make_inputs(s, 1)
     actual = np.asarray(to_numpy(peer_runner(c, peer, inputs, s)()), dtype=np.float32)
     expected = to_numpy(c.golden(inputs, s)[c.chain[-1].outputs[0].name]).astype(np.float32)
     assert ratio_allclose(atol=5e-2, rtol=5e-2, max_error_ratio=0.05)(actual, expected).passed
+
+
+def test_a_peer_that_computes_garbage_is_not_timed():
+    expected = np.linspace(-3, 3, 64, dtype=np.float32).reshape(2, 32)
+    assert golden_mismatch(expected + 1e-3, expected, 2) is None
+    why = golden_mismatch(np.zeros_like(expected), expected, 2)
+    assert why.startswith("wrong result at T=2") and "off the golden" in why
 
 
 def test_flops_and_bytes_count_the_gemms():
@@ -124,37 +180,128 @@ def test_flops_and_bytes_count_the_gemms():
     assert flops(CASES["tail"], s, 8) == 2 * 8 * 256 * 512 + 2 * (2 * 8 * 256 * 256)
     assert flops(CASES["norm"], s, 8) == 0
     assert flops(CASES["lm-head"], s, 8) == 2 * (s.owners * 8) * 256 * s.vocab  # selected rows, not T
-
-    class Fake:  # bytes_moved reads only the specs
-        shapes, input_specs, output_specs = s, CASES["logits"].input_specs(s), CASES["logits"].output_specs(s)
-
-    assert bytes_moved(Fake) == 8 * 256 * 2 + 512 * 256 * 2 + 8 * 512 * 4
+    assert bytes_moved(CASES["logits"], s) == 8 * 256 * 2 + 512 * 256 * 2 + 8 * 512 * 4
+    assert bytes_moved(CASES["logits"], make_shapes("tiny", 1)) == 256 * 2 + 512 * 256 * 2 + 512 * 4
 
 
 @pytest.mark.parametrize("kwargs", [{"case": "shared-head-logits"}, {"case": "logits", "rounds": 0},
-                                    {"case": "logits", "contenders": ("numpy_fp32",)}, {"case": "logits", "cases": 1},
+                                    {"case": "logits", "contenders": ("numpy", )}, {"case": "logits", "cases": 1},
+                                    {"case": "logits", "tokens": (1, 0)}, {"case": "logits", "threads": 0},
                                     {"spec": BuildSpec(case="lm-head", preset="tiny")}])
 def test_bad_bench_arguments_are_usage_errors(kwargs):
     with pytest.raises(UsageError):
         bench(**{"preset": "tiny", **kwargs})
 
 
+def test_bench_options_read_the_sweep_and_the_contenders():
+    assert parse_tokens("1,2,4,8,16") == (1, 2, 4, 8, 16) and parse_tokens("8") == (8,)
+    with pytest.raises(UsageError, match="comma list"):
+        parse_tokens("1,,2")
+    o = BenchOptions(tokens=4, contenders=("torch_compile", "tvm", "numpy_fp32"))
+    assert o.tokens == (4,) and o.contenders == ("tvm", "numpy_fp32", "torch_compile")  # tvm always, in order
+    assert BenchOptions(tokens=(2, 1, 2)).tokens == (2, 1)
+
+
 def test_bench_contenders_and_cases_come_from_the_stages():
-    assert CONTENDERS == ("tvm", "torch_bf16", "torch_fp32", "numpy_fp32", "torch_golden")
+    assert CONTENDERS == ("tvm", *EAGER, "torch_compile", "torch_compile_max_autotune")
     assert all(st.peers is not None for case in BENCH_CASES for st in CASES[case].chain)
+    assert set(BENCH_CASES) == {"logits", "projection", "norm", "tail"}
 
 
 def test_gpu_probes_build_without_a_gpu():
-    fma, stream = ProbePlan.for_target(resolve_target("cuda"), multiprocessors=4).build(resolve_target("cuda"))
+    cuda = resolve_target("cuda")
+    plan = ProbePlan.for_target(cuda, multiprocessors=4)
+    fma, stream = plan.build_fma(cuda), plan.build_stream(cuda)
     assert "__global__" in fma.mod.imports[0].inspect_source() and stream.mod.imports
 
 
-def test_cli_bench_writes_json_and_plot(tmp_path):
+def test_cli_bench_sweeps_t_and_writes_json_and_plot(tmp_path):
     """The command itself (in its own process: it re-executes without the OpenBLAS overrides)."""
     out = subprocess.run([sys.executable, "-m", "mtp_tvm", "bench", "--case", "norm", "--preset", "tiny",
-                          "--rounds", "1", "--json", str(tmp_path / "n.json"), "--plot", str(tmp_path / "n.png")],
+                          "--rounds", "1", "--tokens", "1,2", "--contenders", "torch_bf16", "--threads", "1",
+                          "--json", str(tmp_path / "n.json"), "--plot", str(tmp_path / "n.png")],
                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
     assert out.returncode == 0, out.stderr
     d = json.loads((tmp_path / "n.json").read_text())
-    assert d["case"] == "norm" and set(d["median_ms"]) >= REQUIRED and (tmp_path / "n.png").exists()
-    assert set(BENCH_CASES) == {"logits", "projection", "norm", "tail"}
+    assert d["case"] == "norm" and d["threads"] == 1 and set(d["per_tokens"]) == {"1", "2"}
+    assert set(d["per_tokens"]["2"]["median_ms"]) == {"tvm", "torch_bf16"} and (tmp_path / "n.png").exists()
+    assert "bench: round 1 of 1" in out.stderr  # the progress, apart from the table
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--tokens", "1,x"], "--tokens takes T or a comma list"),
+    (["--tokens", "0"], "tokens must be an integer"),
+    (["--contenders", "torch_bf16,pytorch"], "unknown contender 'pytorch'"),
+    (["--threads", "0"], "threads must be an integer >= 1"),
+])
+def test_cli_bench_user_errors_are_one_line(argv, message, capsys, monkeypatch):
+    from mtp_tvm.cli import OPENBLAS_SLOW_VARS, main
+
+    for var in OPENBLAS_SLOW_VARS:  # bench re-executes itself without them
+        monkeypatch.delenv(var, raising=False)
+    assert main(["bench", "--case", "logits", "--preset", "tiny", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+
+
+# ---- the worker processes ---------------------------------------------------------------------------------
+
+JOB = '''
+import os, signal, sys, time
+
+class Job:
+    """A stand-in contender: it opens, prints, crashes or sleeps on request."""
+
+    def open(self):
+        return self
+
+    def crash(self):
+        print("about to crash", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    def hang(self):
+        time.sleep(60)
+'''
+
+
+@pytest.fixture
+def job_module(tmp_path, monkeypatch):
+    (tmp_path / "bench_test_job.py").write_text(textwrap.dedent(JOB))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, (str(tmp_path), os.environ.get("PYTHONPATH")))))
+    import bench_test_job
+
+    return bench_test_job
+
+
+def test_a_crashed_or_silent_worker_is_reported_with_its_stderr_not_waited_for(job_module, tmp_path):
+    w = Worker("crashy", job_module.Job(), 1, tmp_path)
+    assert w.opened() == w.pid != os.getpid()
+    with pytest.raises(WorkerFailed, match=r"crashy worker exited with code -9(.|\n)*about to crash"):
+        w.call("crash")
+    assert not _alive(w.pid)
+    w = Worker("sleepy", job_module.Job(), 1, tmp_path)
+    w.opened()
+    t0 = time.monotonic()
+    with pytest.raises(WorkerFailed, match="sleepy worker gave no answer in 1 s"):
+        w.call("hang", timeout=1)
+    assert time.monotonic() - t0 < 10 and not _alive(w.pid)
+
+
+def test_a_worker_dies_with_its_parent_even_a_killed_one(job_module, tmp_path):
+    parent = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        from pathlib import Path
+        from bench_test_job import Job
+        from mtp_tvm.tools.bench_worker import Worker
+        w = Worker("orphan", Job(), 1, Path({str(tmp_path)!r}))
+        print(w.opened(), flush=True)
+        w.call("hang")
+    """)], stdout=subprocess.PIPE, text=True)
+    pid = int(parent.stdout.readline())
+    assert _alive(pid)
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(pid)

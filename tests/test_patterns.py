@@ -23,8 +23,8 @@ from mtp_tvm.schedule.patterns import (
     GEMM_TWINS,
     ROWS,
     match_kernel,
-    trim_token_rows,
 )
+from mtp_tvm.schedule.token_rows import trim_token_rows
 from mtp_tvm.spec.cases import CASES
 from mtp_tvm.spec.presets import make_shapes
 

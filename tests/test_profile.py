@@ -88,7 +88,7 @@ def test_bench_profile_goes_into_its_json(tmp_path):
     out = tmp_path / "bench.json"
     r.write_json(out)
     d = json.loads(out.read_text())
-    assert "median_ms" in d and d["profile"]["kernels"] and d["profile"]["main_ms"] > 0
+    assert d["per_tokens"]["8"]["median_ms"]["tvm"] > 0 and d["profile"]["kernels"] and d["profile"]["main_ms"] > 0
     assert bench(case="norm", preset="tiny", rounds=1, contenders=("tvm",)).as_dict()["profile"] is None
 
 

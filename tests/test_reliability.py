@@ -63,7 +63,7 @@ def test_non_finite_input_is_named(logits_case, bad):
 def test_non_contiguous_inputs_are_accepted_and_give_the_same_result(logits_case):
     m, inputs = logits_case
     ref = m.run(inputs)["candidate_logits"]
-    w = torch.from_numpy(inputs["lm_head_weight"].view(np.int16)).view(torch.bfloat16)
+    w = torch.from_numpy(inputs["lm_head_weight"].view(np.int16).copy()).view(torch.bfloat16)  # run froze the array
     transposed_back = w.T.contiguous().T  # same values, column-major storage
     assert not transposed_back.is_contiguous()
     got = m.run({**inputs, "lm_head_weight": transposed_back})["candidate_logits"]

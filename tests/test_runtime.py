@@ -1,10 +1,20 @@
-"""The runtime's thread count follows the cores the process may use; TVM_NUM_THREADS overrides it."""
+"""The runtime's thread count follows the cores the process may use; TVM_NUM_THREADS overrides it. Bound weights
+give bitwise run's outputs; run packs a set of weight objects once; a changed weight is never served stale; bad
+weights and activations are one-line errors."""
 
+import dataclasses
 import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
+import torch
+
+from mtp_tvm.compiler.runtime import TRANSFORM_PARAMS
+from mtp_tvm.compiler.tensors import to_numpy
+from mtp_tvm.compiler.weights import WeightCache
+from mtp_tvm.support.errors import UsageError
 
 SCRIPT = """
 import os, sys
@@ -37,3 +47,151 @@ def test_a_narrowed_affinity_narrows_the_pool():
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="with one core the default is already 1")
 def test_tvm_num_threads_overrides():
     assert _threads("all", TVM_NUM_THREADS="1") == 1  # (TVM caps it at the cores there are)
+
+
+# ---- bind(weights) and the weight cache -------------------------------------------------------------------------
+
+WEIGHT = "lm_head_weight"
+
+
+class CountingVM:
+    """A VM that counts the calls of ``main_transform_params`` (the weight packing)."""
+
+    def __init__(self, vm):
+        self.vm, self.packs = vm, 0
+
+    def __getitem__(self, name):
+        self.packs += name == TRANSFORM_PARAMS
+        return self.vm[name]
+
+    def __getattr__(self, name):
+        return getattr(self.vm, name)
+
+
+@pytest.fixture
+def logits(compiled):
+    """The session's tiny logits build with a fresh VM that counts its packings, and a fresh weight cache."""
+    m = dataclasses.replace(compiled("logits", "tir"), _vm=None, _weights=WeightCache())
+    m._vm = CountingVM(m.vm)
+    return m
+
+
+def _split(m, inputs: dict) -> tuple[dict, dict]:
+    return {n: inputs[n] for n in m.activation_specs}, {n: inputs[n] for n in m.weight_specs}
+
+
+def _same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(np.array_equal(a[k].view(np.uint8), b[k].view(np.uint8)) for k in a)
+
+
+def test_bound_runs_are_bitwise_the_runs_and_bind_reuses_runs_packing(logits):
+    inputs = logits.case.make_inputs(logits.shapes, 0)
+    acts, weights = _split(logits, inputs)
+    assert list(acts) == ["hidden_states"] and list(weights) == [WEIGHT]
+    bound = logits.bind(weights)
+    for t in (1, 5, logits.shapes.tokens):
+        rows = {"hidden_states": inputs["hidden_states"][:t]}
+        assert _same(bound.run(rows), logits.run({**inputs, **rows}))
+    assert logits.bind(weights).run(acts).keys() == {"candidate_logits"}
+    assert logits.vm.packs == 1  # one weight set, packed once for bind, run and the second bind
+
+
+def test_run_packs_a_set_of_weight_objects_once(logits):
+    inputs = logits.case.make_inputs(logits.shapes, 0)
+    first = logits.run(inputs)
+    assert _same(logits.run(inputs), first) and logits.vm.packs == 1
+    as_numpy = {n: to_numpy(v) for n, v in inputs.items()}
+    logits.run(as_numpy)
+    assert _same(logits.run(as_numpy), first) and logits.vm.packs == 2
+    copy = to_numpy(inputs[WEIGHT]).copy()  # another array, equal bytes: packed again (identity, not content)
+    assert _same(logits.run({**inputs, WEIGHT: copy}), first) and logits.vm.packs == 3
+
+
+def test_a_torch_weight_changed_in_place_is_packed_again_by_run_and_refused_by_a_bound_run(logits):
+    inputs = logits.case.make_inputs(logits.shapes, 0)
+    acts, weights = _split(logits, inputs)
+    before = logits.run(inputs)
+    bound = logits.bind(weights)
+    inputs[WEIGHT].mul_(0.5)
+    with pytest.raises(UsageError, match=rf"^weight '{WEIGHT}' changed in place since bind; call rebind$"):
+        bound.run(acts)
+    after = logits.run(inputs)  # the same object, changed: packed again
+    assert not _same(after, before) and _same(after, logits.run({**inputs, WEIGHT: inputs[WEIGHT].clone()}))
+    bound.rebind(weights)
+    assert _same(bound.run(acts), after)
+
+
+def test_a_bound_numpy_weight_is_read_only_and_made_writeable_it_is_refused(logits):
+    inputs = logits.case.make_inputs(logits.shapes, 0)
+    acts, _ = _split(logits, inputs)
+    w = to_numpy(inputs[WEIGHT]).copy()
+    bound = logits.bind({WEIGHT: w})
+    with pytest.raises(ValueError, match="read-only"):
+        w[0, 0] = 1
+    w.flags.writeable = True
+    w *= 2
+    with pytest.raises(UsageError, match=rf"^weight '{WEIGHT}' was made writeable again since bind; call rebind$"):
+        bound.run(acts)
+    assert _same(logits.run({**acts, WEIGHT: w}), logits.run({**acts, WEIGHT: w.copy()}))  # packed again
+    bound.rebind({WEIGHT: w})
+    assert _same(bound.run(acts), logits.run({**acts, WEIGHT: w}))
+
+
+def test_activations_are_read_in_place_or_copied_alike_and_outputs_stay_the_callers(logits):
+    inputs = logits.case.make_inputs(logits.shapes, 0)
+    acts, weights = _split(logits, inputs)
+    bound = logits.bind(weights)
+    h = inputs["hidden_states"]
+    first = bound.run(acts)  # an aligned torch tensor: shared with the kernels through DLPack
+    kept = {k: v.copy() for k, v in first.items()}
+    flat = torch.empty(h.numel() + 1, dtype=h.dtype)
+    misaligned = flat[1:].view(h.shape)  # 2 bytes past an aligned buffer: copied
+    misaligned.copy_(h)
+    strided = h.t().contiguous().t()
+    for same in (misaligned, to_numpy(h), strided):  # copied
+        assert _same(bound.run({"hidden_states": same}), first)
+    bound.run({"hidden_states": h * 2})
+    assert _same(first, kept)  # an output is the caller's: a later call does not write into it
+
+
+def _nan_at(w: torch.Tensor, where: tuple) -> torch.Tensor:
+    w = w.clone()
+    w[where] = float("nan")
+    return w
+
+
+def _inference(w: torch.Tensor) -> torch.Tensor:
+    with torch.inference_mode():
+        return w.clone()
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda w: {}, rf"weights do not match case 'logits': missing \['{WEIGHT}'\], unexpected \[\]"),
+    (lambda w: {WEIGHT: w, "hidden_states": w}, r"unexpected \['hidden_states'\]"),
+    (lambda w: {WEIGHT: w.float()}, rf"input '{WEIGHT}' has dtype float32, expected bfloat16"),
+    (lambda w: {WEIGHT: w[:3]}, rf"input '{WEIGHT}' has shape \(3, 256\), expected \(512, 256\)"),
+    (lambda w: {WEIGHT: _nan_at(w, (3, 5))}, rf"input '{WEIGHT}' has 1 non-finite values \(NaN/Inf\), the first at "
+                                             r"\(3, 5\)"),
+    (lambda w: {WEIGHT: to_numpy(_nan_at(w, (7, 1)))}, r"1 non-finite values \(NaN/Inf\), the first at \(7, 1\)"),
+    (lambda w: {WEIGHT: _inference(w)}, rf"weight '{WEIGHT}' is a torch inference tensor"),
+])
+def test_bad_weights_at_bind_are_one_line_usage_errors(logits, make, message):
+    weights = make(logits.case.make_inputs(logits.shapes, 0)[WEIGHT])
+    with pytest.raises(UsageError, match=message) as e:
+        logits.bind(weights)
+    assert len(str(e.value).splitlines()) == 1 and logits.vm.packs == 0
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda h, w: {}, r"activations do not match case 'logits': missing \['hidden_states'\]"),
+    (lambda h, w: {"hidden_states": h, WEIGHT: w}, rf"unexpected \['{WEIGHT}'\]"),
+    (lambda h, w: {"hidden_states": h.float()}, "input 'hidden_states' has dtype float32, expected bfloat16"),
+    (lambda h, w: {"hidden_states": _nan_at(h, (1, 2))}, r"'hidden_states' has 1 non-finite .* first at \(1, 2\)"),
+    (lambda h, w: {"hidden_states": h[:0]}, "0 tokens"),
+])
+def test_bad_activations_of_a_bound_run_are_one_line_usage_errors(logits, make, message):
+    inputs = logits.case.make_inputs(logits.shapes, 0)
+    bound = logits.bind({WEIGHT: inputs[WEIGHT]})
+    with pytest.raises(UsageError, match=message) as e:
+        bound.run(make(inputs["hidden_states"], inputs[WEIGHT]))
+    assert len(str(e.value).splitlines()) == 1

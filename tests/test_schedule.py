@@ -14,7 +14,7 @@ from tvm.script import tirx as T
 
 import mtp_tvm
 from mtp_tvm import UsageError
-from mtp_tvm.compiler.runtime import TRANSFORM_PARAMS, WeightCache
+from mtp_tvm.compiler.runtime import TRANSFORM_PARAMS
 from mtp_tvm.compiler.tensors import to_numpy
 from mtp_tvm.ir import tir_kernels as kernels
 from mtp_tvm.passes.target import resolve_target
@@ -27,6 +27,7 @@ from mtp_tvm.schedule.files import (
 )
 from mtp_tvm.schedule.rules import RULES
 from mtp_tvm.schedule.steps import fresh_copy
+from mtp_tvm.schedule.token_rows import row_variants
 from mtp_tvm.spec.cases import CASES
 from mtp_tvm.spec.presets import make_shapes
 from mtp_tvm.verify.golden_check import compare_outputs
@@ -83,7 +84,8 @@ def test_the_trace_is_recorded_and_replays(compiled):
     namespace = {"s_tir": s_tir, "T": T}
     exec(m.schedule_traces["lm_head_logits"], namespace)  # noqa: S102 - our own trace text
     applier = ApplySchedules(LLVM)
-    func = kernels.lm_head_logits(256, 512, applier.row_quantum("lm_head_logits", 512))
+    quantum = applier.row_quantum("lm_head_logits", 512)
+    func = row_variants(kernels.lm_head_logits(256, 512, quantum), quantum)  # as the schedule phase sees it
     replayed = s_tir.Schedule(tvm.IRModule({"lm_head_logits": fresh_copy(func)}))
     namespace["apply_trace"](replayed)
     direct = s_tir.Schedule(tvm.IRModule({"lm_head_logits": fresh_copy(func)}))
@@ -119,15 +121,6 @@ def test_weight_packing_is_lifted_and_done_once(compiled):
     arrays[1] = arrays[1].copy()
     arrays[1][0, 0] += 1
     assert m.device_args(arrays)[1] is not first[1]  # a changed weight is packed anew
-
-
-def test_weight_cache_keys_on_content():
-    calls = []
-    cache = WeightCache()
-    w = np.arange(6, dtype=np.float32).reshape(2, 3)
-    for weights in ([w], [w.copy()], [w + 1], [w.reshape(3, 2)]):
-        cache.get(weights, lambda: calls.append(1) or [len(calls)])
-    assert len(calls) == 3  # equal content hits; new content or a new shape misses
 
 
 def test_unpacked_schedule_keeps_the_weight_layout():
@@ -254,10 +247,10 @@ def test_only_the_real_rows_run_and_the_outputs_stay_bitwise(monkeypatch):
     """The GEMMs run ceil(T / r) * r rows (r = the register rows), not the padded 16, with unchanged outputs."""
     real = mtp_tvm.compile(case="tail", preset="tiny")
     gemm = real.optimized_module["lm_head_logits_prepacked"]  # (after the weight packing is lifted)
-    assert "blocks" in [p.name for p in gemm.params]  # ceil(T / r), passed by main
+    assert "tokens" in [p.name for p in gemm.params]  # T, passed by main: ceil(T / r) * r rows run
     monkeypatch.setattr("mtp_tvm.schedule.apply.row_quantum", lambda knobs, isa, columns: 16)  # the full tile
     full = mtp_tvm.compile(case="tail", preset="tiny")
-    assert "blocks" not in [p.name for p in full.optimized_module["lm_head_logits_prepacked"].params]
+    assert "tokens" not in [p.name for p in full.optimized_module["lm_head_logits_prepacked"].params]
     for tokens in (1, 5, 8, 17):
         inputs = {k: to_numpy(v) for k, v in real.case.make_inputs(make_shapes("tiny", tokens), 3).items()}
         a, b = real.run(inputs), full.run(inputs)

@@ -1,9 +1,13 @@
-"""Input validation against specs (symbolic dims bind once), and .npz files that keep BF16."""
+"""Input validation against specs (symbolic dims bind once; NaN/Inf named by its first index, found without
+widening BF16 or copying the array), and .npz files that keep BF16."""
+
+import tracemalloc
 
 import ml_dtypes
 import numpy as np
 import pytest
 
+from mtp_tvm.compiler import tensors
 from mtp_tvm.compiler.tensors import read_npz, validate_inputs, write_npz
 from mtp_tvm.spec.cases import TensorSpec
 from mtp_tvm.support.errors import UsageError
@@ -24,6 +28,33 @@ def test_zero_tokens_and_wrong_rank_are_refused():
         validate_inputs(SPECS, {"x": np.zeros((0, 8), ml_dtypes.bfloat16), "y": np.zeros((0, 4), np.float32)}, "c")
     with pytest.raises(UsageError, match=r"input 'x' has shape \(8,\), expected \('T', 8\)"):
         validate_inputs(SPECS, {"x": np.zeros(8, ml_dtypes.bfloat16), "y": np.zeros((1, 4), np.float32)}, "c")
+
+
+def test_every_non_finite_bf16_bit_pattern_is_found():
+    every = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(ml_dtypes.bfloat16)
+    bad = np.flatnonzero(~np.isfinite(every.astype(np.float32)))
+    with pytest.raises(UsageError, match=rf"has {bad.size} non-finite values \(NaN/Inf\), the first at \({bad[0]},\)"):
+        validate_inputs({"w": TensorSpec("w", (1 << 16,), "bfloat16")}, {"w": every}, "c")
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32", "float16"])
+def test_the_first_non_finite_value_is_named_across_scan_chunks(monkeypatch, dtype):
+    monkeypatch.setattr(tensors, "FINITE_SCAN_CHUNK", 5)
+    a = np.ones((4, 6), np.float32)
+    a[3, 0], a[2, 3], a[3, 5] = np.inf, np.nan, -np.inf
+    with pytest.raises(UsageError, match=r"input 'w' has 3 non-finite values \(NaN/Inf\), the first at \(2, 3\)$"):
+        validate_inputs({"w": TensorSpec("w", (4, 6), dtype)}, {"w": a.astype(tensors.NUMPY_DTYPES[dtype])}, "c")
+
+
+def test_the_non_finite_scan_of_a_large_bf16_weight_allocates_no_copy():
+    w = np.ones((4096, 2048), ml_dtypes.bfloat16)  # 16 MB; widened to FP32 it would be 32 MB
+    tracemalloc.start()
+    try:
+        validate_inputs({"w": TensorSpec("w", w.shape, "bfloat16")}, {"w": w}, "c")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * tensors.FINITE_SCAN_CHUNK  # a few chunk-sized temporaries, not the array
 
 
 def test_npz_keeps_bf16(tmp_path):

@@ -15,7 +15,8 @@ from tvm import relax
 
 from ..artifact.library_check import check_elf, check_signature
 from ..artifact.manifest import read_manifest, sha256_file
-from ..compiler.runtime import Runnable, WeightCache
+from ..compiler.runtime import Runnable
+from ..compiler.weights import WeightCache
 from ..passes.target import cpu_arch, host_triple
 from ..spec.cases import TensorSpec, get_case
 from ..spec.presets import make_shapes

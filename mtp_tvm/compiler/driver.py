@@ -15,7 +15,8 @@ import tvm
 from tvm import relax
 from tvm.target import Target
 
-from ..compiler.runtime import Runnable, WeightCache
+from ..compiler.runtime import Runnable
+from ..compiler.weights import WeightCache
 from ..instrument.recorder import DumpOptions, PassRecord, PassRecorder
 from ..instrument.run_folder import prune, retention
 from ..ir.model import build_relax_module, get_frontend

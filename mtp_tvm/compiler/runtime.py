@@ -1,11 +1,13 @@
 """Running a built module, shared by fresh builds (``CompiledCase``) and loaded artifacts (``Artifact``): inputs
-validated against the specs, weights packed once per distinct weight set by ``main_transform_params``, outputs
-back as numpy.
+validated against the specs, weights validated and packed by ``main_transform_params`` once per set of weight
+objects (``compiler.weights``), outputs back as numpy. ``bind`` keeps one packed set for a loop of
+``run(activations)`` that costs the kernel and a small constant.
 """
 
 from __future__ import annotations
 
-import hashlib
+import dataclasses
+import functools
 import os
 import warnings
 
@@ -13,11 +15,12 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from ..compiler.tensors import to_device, validate_inputs
+from ..compiler.tensors import check_names, shared_with_device, to_device, to_host, to_numpy, validate_inputs
+from ..compiler.weights import PackedWeights, WeightCache, is_tracked
 from ..ir.model import leading_activations
 from ..passes.target import usable_cores
 from ..spec.cases import TensorSpec
-from ..support.errors import BuildError
+from ..support.errors import BuildError, UsageError
 
 TRANSFORM_PARAMS = "main_transform_params"  # made by LiftTransformParams from main's weight transforms
 THREADS_ENV = "TVM_NUM_THREADS"
@@ -36,37 +39,15 @@ def runtime_threads() -> int:
     return actual
 
 
-def main_args(vm: relax.VirtualMachine, dev, arrays: list[np.ndarray], num_input: int, cache: "WeightCache") -> list:
-    """``main``'s arguments: the activations on the device, then the weights as ``main_transform_params`` made
-    them (packed), transformed once per distinct set of weights. Shared by fresh builds and loaded artifacts."""
-    acts, weights = arrays[:num_input], arrays[num_input:]
-    if not vm.module.implements_function(TRANSFORM_PARAMS):
-        return [to_device(a, dev) for a in arrays]
-    packed = cache.get(weights, lambda: list(vm[TRANSFORM_PARAMS]([to_device(w, dev) for w in weights])))
-    return [to_device(a, dev) for a in acts] + packed
+@dataclasses.dataclass(frozen=True)
+class CallPlan:
+    """What every call needs, worked out once per runnable (its specs are made anew on each access)."""
 
-
-class WeightCache:
-    """The transformed (packed) weights of the last weight set seen, keyed by a digest of the weights' bytes:
-    packing happens once per weight set, and a changed weight is never served stale."""
-
-    def __init__(self):
-        self._key: bytes | None = None
-        self._value: list | None = None
-
-    @staticmethod
-    def digest(weights: list[np.ndarray]) -> bytes:
-        h = hashlib.blake2b(digest_size=16)
-        for w in weights:
-            h.update(str((w.dtype.str, w.shape)).encode())
-            h.update(np.ascontiguousarray(w).view(np.uint8).data)
-        return h.digest()
-
-    def get(self, weights: list[np.ndarray], make) -> list:
-        key = self.digest(weights)
-        if key != self._key:
-            self._key, self._value = key, make()
-        return self._value
+    activation_specs: dict[str, TensorSpec]
+    weight_specs: dict[str, TensorSpec]
+    output_names: tuple[str, ...]
+    device: tvm.runtime.Device
+    owner: str  # how messages name the binary
 
 
 class Runnable:
@@ -103,14 +84,105 @@ class Runnable:
             self._vm = vm
         return self._vm
 
-    def device_args(self, arrays: list[np.ndarray]) -> list:
-        """``main``'s arguments (see ``main_args``)."""
-        return main_args(self.vm, self._runtime()[1], arrays, self.num_input, self._weights)
+    @functools.cached_property
+    def _plan(self) -> CallPlan:
+        _, device, owner = self._runtime()
+        specs, n = self.input_specs, self.num_input
+        return CallPlan(dict(list(specs.items())[:n]), dict(list(specs.items())[n:]), tuple(self.output_specs),
+                        device, owner)
 
-    def run(self, inputs: dict) -> dict[str, np.ndarray]:
-        """Run on named inputs (numpy with ``ml_dtypes.bfloat16`` for BF16, or torch); returns numpy outputs."""
-        arrays, bound = validate_inputs(self.input_specs, inputs, self._runtime()[2])
+    @property
+    def activation_specs(self) -> dict[str, TensorSpec]:
+        """The leading inputs, which every call passes (``BoundCase.run``'s)."""
+        return dict(self._plan.activation_specs)
+
+    @property
+    def weight_specs(self) -> dict[str, TensorSpec]:
+        """The inputs after the activations, packed once (``bind``'s)."""
+        return dict(self._plan.weight_specs)
+
+    def _pack(self, weights: dict) -> PackedWeights:
+        """``weights`` (name -> tensor) as ``main`` takes them: the last packed set while the same objects come
+        back unchanged, else validated and transformed by ``main_transform_params`` (moved to the device when
+        the build packs none)."""
+        vm, plan = self.vm, self._plan
+
+        def transform(arrays: list[np.ndarray]) -> list:
+            on_device = [to_device(w, plan.device) for w in arrays]
+            if not vm.module.implements_function(TRANSFORM_PARAMS):
+                return on_device
+            return list(vm[TRANSFORM_PARAMS](on_device))
+
+        return self._weights.get(weights, lambda w: validate_inputs(plan.weight_specs, w, plan.owner, "weights")[0],
+                                 transform)
+
+    def _activation_args(self, activations: dict) -> list:
+        """The activations validated (dtype, shape, sizes this binary runs, finite) and on the device."""
+        plan = self._plan
+        arrays, bound = validate_inputs(plan.activation_specs, activations, plan.owner, "activations")
         if bound:
             self._check_sizes(bound)
-        outs = self.vm["main"](*self.device_args(arrays))
-        return {name: outs[i].numpy() for i, name in enumerate(self.output_specs)}
+        return [shared_with_device(activations[name], a, plan.device)
+                for name, a in zip(plan.activation_specs, arrays)]
+
+    def _call_main(self, args: list) -> dict[str, np.ndarray]:
+        outs = self.vm["main"](*args)
+        return {name: to_host(outs[i]) for i, name in enumerate(self._plan.output_names)}
+
+    def device_args(self, arrays: list) -> list:
+        """``main``'s arguments for inputs in spec order (the activations not validated: ``bench`` and
+        ``profile`` pass the case's own), the weights packed as ``run`` packs them."""
+        n, plan = self.num_input, self._plan
+        packed = self._pack(dict(zip(plan.weight_specs, arrays[n:])))
+        return [shared_with_device(a, to_numpy(a), plan.device) for a in arrays[:n]] + packed.tensors
+
+    def run(self, inputs: dict) -> dict[str, np.ndarray]:
+        """Run on named inputs (numpy with ``ml_dtypes.bfloat16`` for BF16, or torch); returns numpy outputs.
+        The weights are validated and packed on the first call and again only when they are other objects or
+        changed in place (``compiler.weights``): a numpy weight is read-only from then on. For a loop, ``bind``
+        the weights once and pass only the activations."""
+        plan = self._plan
+        check_names({**plan.activation_specs, **plan.weight_specs}, inputs, plan.owner)
+        packed = self._pack({name: inputs[name] for name in plan.weight_specs})
+        return self._call_main(self._activation_args({name: inputs[name] for name in plan.activation_specs})
+                               + packed.tensors)
+
+    def bind(self, weights: dict) -> "BoundCase":
+        """Validate and pack ``weights`` (name -> tensor: every input after the activations, ``weight_specs``)
+        once, for ``BoundCase.run(activations)``."""
+        return BoundCase(self, weights)
+
+
+class BoundCase:
+    """A runnable with its weights bound: validated (names, dtypes, shapes, finite) and packed once, so that
+    ``run(activations)`` validates only the activations and calls ``main``. A bound weight must not change: a
+    numpy one is read-only, and a torch one changed in place (its version counter moved) is refused with a
+    one-line error until ``rebind``, never served stale."""
+
+    def __init__(self, runnable: Runnable, weights: dict):
+        self.runnable = runnable
+        self.rebind(weights)
+
+    def rebind(self, weights: dict) -> None:
+        """Bind ``weights`` anew (after an in-place change, or other weights): packed again unless they are the
+        objects last packed, unchanged. A torch inference tensor is refused: its changes cannot be seen."""
+        untracked = [name for name, w in weights.items() if not is_tracked(w)]
+        if untracked:
+            raise UsageError(f"weight {untracked[0]!r} is a torch inference tensor (made under "
+                             "torch.inference_mode()), whose in-place changes cannot be seen: bind one made outside "
+                             "inference_mode, or pass it to run() with the activations")
+        self._packed = self.runnable._pack(weights)
+
+    def device_args(self, activations: dict) -> list:
+        """``main``'s arguments: the activations validated and on the device, then the bound packed weights
+        (time ``main`` on them with ``vm.time_evaluator``)."""
+        changed = self._packed.change()
+        if changed is not None:
+            name, how = changed
+            raise UsageError(f"weight {name!r} {how} since bind; call rebind")
+        return self.runnable._activation_args(activations) + self._packed.tensors
+
+    def run(self, activations: dict) -> dict[str, np.ndarray]:
+        """Run on the activations (named like ``run``'s, the leading inputs: ``activation_specs``); returns
+        numpy outputs."""
+        return self.runnable._call_main(self.device_args(activations))

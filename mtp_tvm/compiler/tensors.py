@@ -18,11 +18,14 @@ NUMPY_DTYPES = {"bfloat16": np.dtype(ml_dtypes.bfloat16), "float32": np.dtype(np
 
 
 def to_numpy(x) -> np.ndarray:
-    """A torch tensor or numpy array as numpy; torch BF16 becomes ``ml_dtypes.bfloat16`` bit-exactly."""
+    """A torch tensor or numpy array as numpy, a view where it can be; torch BF16 becomes ``ml_dtypes.bfloat16``
+    bit-exactly. Only the torch calls needed are made: each costs tens of microseconds per call of a decode loop
+    (a kernel that streams the weights leaves every cache cold)."""
     if isinstance(x, torch.Tensor):
-        x = x.detach().cpu()
+        x = x.detach() if x.requires_grad else x
+        x = x if x.device.type == "cpu" else x.cpu()
         if x.dtype == torch.bfloat16:
-            return x.contiguous().view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+            return x.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
         return x.numpy()
     return np.asarray(x)
 
@@ -35,23 +38,79 @@ def to_device(x: np.ndarray, dev) -> tvm.runtime.Tensor:
     return tvm.runtime.tensor(np.ascontiguousarray(x), dev)
 
 
+TVM_ALIGNMENT = 64  # what ``tvm.runtime.from_dlpack`` demands: the compiled kernels may assume aligned buffers
+
+
+def shared_with_device(x, a: np.ndarray, dev) -> tvm.runtime.Tensor:
+    """An input (``x`` as passed, ``a`` its numpy form) on ``dev``: a CPU torch tensor the kernels can read in
+    place (contiguous, aligned) is shared through DLPack, anything else copied. Per call, a copy costs more
+    than the small activation it moves: every buffer is cold after a kernel that streams the weights."""
+    if (isinstance(x, torch.Tensor) and dev.type == "cpu" and x.device.type == "cpu" and x.is_contiguous()
+            and x.data_ptr() % TVM_ALIGNMENT == 0):
+        return tvm.runtime.from_dlpack(x.detach())
+    return to_device(a, dev)
+
+
+def to_host(t: tvm.runtime.Tensor) -> np.ndarray:
+    """An output as numpy: shared through DLPack where numpy reads it (CPU memory, not BF16), else copied.
+    ``main`` returns fresh tensors each call, so a shared output is never overwritten."""
+    if t.device.type == "cpu" and str(t.dtype) != "bfloat16":
+        return np.from_dlpack(t)
+    return t.numpy()
+
+
+FINITE_SCAN_CHUNK = 1 << 20  # elements per step of the non-finite scan: its temporaries stay small on 132 MB weights
+_BF16_EXPONENT = 0x7F80       # a BF16 with every exponent bit set is Inf or NaN
+
+
+def _all_finite(chunk: np.ndarray) -> bool:
+    """Whether ``chunk`` (floating, flat, not empty) holds no NaN/Inf, in one pass; BF16 by its exponent bits."""
+    if dtype_name(chunk) == "bfloat16":
+        return int(np.bitwise_and(chunk.view(np.uint16), _BF16_EXPONENT).max()) != _BF16_EXPONENT
+    return bool(np.isfinite(chunk).all())
+
+
+def _non_finite(chunk: np.ndarray) -> np.ndarray:
+    """Where ``chunk`` (floating, flat) is NaN or Inf; BF16 by its bit pattern, never widened to FP32."""
+    if dtype_name(chunk) == "bfloat16":
+        return np.bitwise_and(chunk.view(np.uint16), _BF16_EXPONENT) == _BF16_EXPONENT
+    return ~np.isfinite(chunk)
+
+
 def _require_finite(name: str, a: np.ndarray) -> None:
-    """NaN/Inf in an input would surface as a confusing golden failure far downstream: name it here."""
+    """NaN/Inf in an input would surface as a confusing golden failure far downstream: name it here. Scanned in
+    chunks (a contiguous array is never copied, nor BF16 widened); counted and located only when one is found."""
     if a.dtype.kind != "f" and dtype_name(a) != "bfloat16":
         return
-    bad = ~np.isfinite(a.astype(np.float32))
-    if bad.any():
-        first = tuple(int(i) for i in np.argwhere(bad)[0])
-        raise UsageError(f"input {name!r} has {int(bad.sum())} non-finite values (NaN/Inf), the first at {first}")
+    flat = a.reshape(-1)  # a view unless ``a`` is strided
+    starts = range(0, flat.size, FINITE_SCAN_CHUNK)
+    if all(_all_finite(flat[start:start + FINITE_SCAN_CHUNK]) for start in starts):
+        return
+    count, first = 0, None
+    for start in starts:
+        bad = _non_finite(flat[start:start + FINITE_SCAN_CHUNK])
+        found = int(np.count_nonzero(bad))
+        if found and first is None:
+            first = start + int(np.argmax(bad))
+        count += found
+    where = tuple(int(i) for i in np.unravel_index(first, a.shape))
+    raise UsageError(f"input {name!r} has {count} non-finite values (NaN/Inf), the first at {where}")
 
 
-def validate_inputs(specs: dict, inputs: dict, owner: str) -> tuple[list[np.ndarray], dict[str, int]]:
-    """Check named inputs against ``specs`` (anything with ``.shape`` and ``.dtype``; a ``str`` dim is symbolic
-    and binds to the first size seen) and return them as numpy arrays in spec order, with the bound dims.
-    Every message names the input and both shapes; ``owner`` says what the specs belong to."""
+def check_names(specs: dict, inputs: dict, owner: str, what: str = "inputs") -> None:
+    """Refuse inputs missing from ``specs`` or not in them, naming both lists."""
     missing, extra = sorted(set(specs) - set(inputs)), sorted(set(inputs) - set(specs))
     if missing or extra:
-        raise UsageError(f"inputs do not match {owner}: missing {missing}, unexpected {extra}")
+        raise UsageError(f"{what} do not match {owner}: missing {missing}, unexpected {extra}")
+
+
+def validate_inputs(specs: dict, inputs: dict, owner: str,
+                    what: str = "inputs") -> tuple[list[np.ndarray], dict[str, int]]:
+    """Check named inputs against ``specs`` (anything with ``.shape`` and ``.dtype``; a ``str`` dim is symbolic
+    and binds to the first size seen) and return them as numpy arrays in spec order, with the bound dims.
+    Every message names the input and both shapes; ``owner`` says what the specs belong to, ``what`` which of
+    its inputs they are ("weights", "activations")."""
+    check_names(specs, inputs, owner, what)
     arrays, bound = [], {}
     for name, spec in specs.items():
         a = to_numpy(inputs[name])

@@ -48,12 +48,12 @@ class TIRFrontend:
         gv = self.bb.add_func(func, name)  # structurally equal kernels are added once
         return self.bb.emit(relax.call_tir(gv, args, out_ty), name_hint=hint)
 
-    def _row_blocks(self, q: int) -> list:
-        """``[ceil(T / q)]``, the ``blocks`` argument of a GEMM kernel that runs fewer rows than the tile of 16."""
+    def _token_count(self, q: int) -> list:
+        """``[T]``, the ``tokens`` argument of a GEMM kernel that runs fewer rows than the tile of 16."""
         if q == TOKEN_TILE:
             return []
-        blocks = (self.tokens + q - 1) // q
-        return [relax.prim_value(tirx.IntImm("int64", blocks) if isinstance(blocks, int) else blocks)]
+        t = self.tokens
+        return [relax.prim_value(tirx.IntImm("int64", t) if isinstance(t, int) else t)]
 
     def pad_rows(self, x, rows, cols: int, dtype: str, hint: str):
         return self.call(kernels.pad_rows(cols, dtype), "pad_rows_" + dtype, [x], _tensor((rows, cols), dtype), hint)
@@ -76,14 +76,14 @@ class TIRFrontend:
         q = self.row_quantum("w8a8_dual_gemm", d)
         return self.call(kernels.w8a8_dual_gemm(d, q), "w8a8_dual_gemm",
                          [q_h, q_p, w["e_proj_w"], w["h_proj_w"], s_h, s_p, w["e_proj_w_scale"], w["h_proj_w_scale"],
-                          *self._row_blocks(q)], _tensor((rows, d), "bfloat16"), "projected")
+                          *self._token_count(q)], _tensor((rows, d), "bfloat16"), "projected")
 
     def norm(self, x, gain, rows, d: int, eps: float):
         return self.call(kernels.rms_norm(d, eps), "rms_norm", [x, gain], _tensor((rows, d), "bfloat16"), "normed")
 
     def logits(self, x, weight, rows, d: int, vocab_shard: int):
         q = self.row_quantum("lm_head_logits", vocab_shard)
-        return self.call(kernels.lm_head_logits(d, vocab_shard, q), "lm_head_logits", [x, weight, *self._row_blocks(q)],
+        return self.call(kernels.lm_head_logits(d, vocab_shard, q), "lm_head_logits", [x, weight, *self._token_count(q)],
                          _tensor((rows, vocab_shard), "float32"), "logits_padded")
 
     def lm_head(self, hidden, weight, row_indices, s: Shapes):

@@ -7,10 +7,11 @@ count ``m`` is symbolic, so one binary serves any token count. Block names (``su
 Reductions over K run in the reference's accumulation order (the norms' chunked sums of squares as
 ``(k_chunk, k_inner)`` loops of ``K_CHUNK``). The GEMMs have trivial block bindings (``t, n, k``: the tiling is
 the schedule's, which is what MetaSchedule's multi-level tiling needs). With ``row_quantum`` below the token
-tile of 16 (a CPU register tile's rows; it divides 16) a GEMM runs only ``blocks * row_quantum`` rows, ``blocks``
-= ceil(T / row_quantum) passed by the caller, so padded rows the register tile does not need are never computed
-and splitting the row loop by the register rows needs no bounds predicate. With the full tile (GPUs, tuned
-records) it runs every padded row ``m``, a multiple of 16 that schedules split without a predicate either.
+tile of 16 (a CPU register tile's rows; it divides 16) a GEMM takes the token count ``tokens`` and runs only
+ceil(tokens / row_quantum) * row_quantum rows, so padded rows the register tile does not need are never computed
+and splitting the row loop by the register rows needs no bounds predicate (the CPU schedule phase then adds
+smaller variants for small T: ``schedule/token_rows.py``). With the full tile (GPUs) it runs every padded row
+``m``, a multiple of 16 that schedules split without a predicate either.
 """
 
 from __future__ import annotations
@@ -213,7 +214,7 @@ def _dual_gemm_macro(hidden: int):
 def w8a8_dual_gemm(hidden: int, row_quantum: int = TOKEN_TILE):
     """``e_proj(q_h) + h_proj(q_p)`` (spec §1.6): two INT8 x INT8 -> INT32 GEMMs (exact, so any K order), each
     dequantised by token scale then channel scale, summed in FP32, BF16 out. See the module docstring for
-    ``row_quantum`` and ``blocks``."""
+    ``row_quantum`` and ``tokens``."""
     gemm = _dual_gemm_macro(hidden)
 
     if row_quantum == TOKEN_TILE:  # every padded row. (Only the returned form is parsed: a macro expanded in two
@@ -236,7 +237,7 @@ def w8a8_dual_gemm(hidden: int, row_quantum: int = TOKEN_TILE):
     @T.prim_func(s_tir=True, private=True)
     def w8a8_dual_gemm(q_h: T.handle, q_p: T.handle, e_w: T.Buffer((hidden, hidden), "int8"),
                        h_w: T.Buffer((hidden, hidden), "int8"), s_h: T.handle, s_p: T.handle,
-                       e_ws: T.Buffer((hidden,), "float32"), h_ws: T.Buffer((hidden,), "float32"), blocks: T.int64,
+                       e_ws: T.Buffer((hidden,), "float32"), h_ws: T.Buffer((hidden,), "float32"), tokens: T.int64,
                        out: T.handle):
         T.func_attr({"tir.noalias": True, "op_pattern": OPAQUE})
         m = T.int64()
@@ -245,7 +246,8 @@ def w8a8_dual_gemm(hidden: int, row_quantum: int = TOKEN_TILE):
         SH = T.match_buffer(s_h, (m,), "float32")
         SP = T.match_buffer(s_p, (m,), "float32")
         OUT = T.match_buffer(out, (m, hidden), "bfloat16")
-        gemm(QH, QP, e_w, h_w, SH, SP, e_ws, h_ws, OUT, blocks * row_quantum, blocks * row_quantum)
+        gemm(QH, QP, e_w, h_w, SH, SP, e_ws, h_ws, OUT, (tokens + row_quantum - 1) // row_quantum * row_quantum,
+             (tokens + row_quantum - 1) // row_quantum * row_quantum)
 
     return w8a8_dual_gemm
 
@@ -253,7 +255,7 @@ def w8a8_dual_gemm(hidden: int, row_quantum: int = TOKEN_TILE):
 @functools.lru_cache(maxsize=None)
 def lm_head_logits(hidden: int, vocab_shard: int, row_quantum: int = TOKEN_TILE):
     """Local logits (spec §2.1): BF16 x BF16 -> FP32, K accumulated in order (so in chunk order, whatever the
-    chunking). See the module docstring for ``row_quantum`` and ``blocks``."""
+    chunking). See the module docstring for ``row_quantum`` and ``tokens``."""
 
     @T.macro
     def logits(X, w, Y, rows, extent):
@@ -277,12 +279,13 @@ def lm_head_logits(hidden: int, vocab_shard: int, row_quantum: int = TOKEN_TILE)
         return lm_head_logits
 
     @T.prim_func(s_tir=True, private=True)
-    def lm_head_logits(x: T.handle, w: T.Buffer((vocab_shard, hidden), "bfloat16"), blocks: T.int64, y: T.handle):
+    def lm_head_logits(x: T.handle, w: T.Buffer((vocab_shard, hidden), "bfloat16"), tokens: T.int64, y: T.handle):
         T.func_attr({"tir.noalias": True, "op_pattern": OPAQUE})
         m = T.int64()
         X = T.match_buffer(x, (m, hidden), "bfloat16")
         Y = T.match_buffer(y, (m, vocab_shard), "float32")
-        logits(X, w, Y, blocks * row_quantum, blocks * row_quantum)
+        logits(X, w, Y, (tokens + row_quantum - 1) // row_quantum * row_quantum,
+               (tokens + row_quantum - 1) // row_quantum * row_quantum)
 
     return lm_head_logits
 

@@ -35,6 +35,7 @@ from .knobs import CpuGemm
 from .patterns import match_kernel
 from .rules import RULES
 from .steps import fresh_copy
+from .token_rows import row_variants, written_quantum
 from .tuned import apply_database
 
 SCHEDULED_ATTR = "tirx.is_scheduled"
@@ -108,9 +109,12 @@ class ApplySchedules:
         if ks is None:
             self.unscheduled.append(name)
             return None
+        knobs = ks.knobs_for(self.isa.name if self.isa else None)
+        quantum = written_quantum(func) if isinstance(knobs, CpuGemm) and self.isa is not None else None
+        if quantum is not None:  # a TIR GEMM written for the register rows: small-T variants too
+            func = row_variants(func, quantum)
         sch = s_tir.Schedule(tvm.IRModule({name: func}))
         sch.work_on(name)
-        knobs = ks.knobs_for(self.isa.name if self.isa else None)
         try:
             RULES[ks.rule].apply(sch, knobs, self.isa)
         except Exception as e:
@@ -154,7 +158,8 @@ class ApplySchedules:
     def trace_script(self) -> str:
         """Every trace as one Python file: ``apply_<func>(sch)`` per scheduled PrimFunc."""
         parts = [f'"""Schedule traces of one build (schedule {self.schedule!r}, target {self.target.kind.name}).\n\n'
-                 'Each function replays on an ``s_tir.Schedule`` of the named PrimFunc."""\n'
+                 'Each function replays on an ``s_tir.Schedule`` of the named PrimFunc (a CPU GEMM: as '
+                 '``schedule.token_rows.row_variants`` gives it, with its small-T variants)."""\n'
                  "from tvm import s_tir\nfrom tvm.script import tirx as T\n"]
         if self.unscheduled:
             parts.append(f"# lowered as written (no schedule covers them): {', '.join(sorted(self.unscheduled))}\n")

@@ -21,8 +21,7 @@ from tvm import s_tir
 from tvm.script import tirx as T
 
 from ..passes.target import CpuIsa
-from .int8_dot import _operand_indices, check_tile, pair_packed, register_tile_loops
-from .steps import PREPACK_ANNOTATION, weight_k_major
+from .int8_dot import _operand_indices, check_tile, pack_pairs, register_tile_loops
 
 LANES = 16  # FP32 lanes of one zmm accumulator
 INTRIN = "mtp_bf16_dpbf16ps_512"
@@ -79,13 +78,15 @@ def _impl(a: T.handle, w: T.handle, c: T.handle):
 s_tir.TensorIntrin.register(INTRIN, _desc, _impl, override=True)
 
 
-def apply_bf16_dot(sch: s_tir.Schedule, block, isa: CpuIsa, *, register_rows: int, column_vectors: int) -> None:
+def apply_bf16_dot(sch: s_tir.Schedule, block, isa: CpuIsa, *, register_rows: int, column_vectors: int,
+                   pack_vectors: int | None = None) -> None:
     """Schedule ``acc[t, n] += f32(A[t, k]) * f32(W[n, k])`` (trivial loops ``t, n, k``; A, W bfloat16, acc
     float32) onto ``vdpbf16ps``: a ``register_rows`` x ``column_vectors`` tile of 16-lane FP32 accumulators stays
     in registers over all of K; the loops are (column strip: parallel, row block, K pair, row, vector). Each step
     broadcasts an activation pair straight from A (4 bytes) and loads a weight vector: the weight is packed
-    ``[N / strip, K / 2, strip, 2]`` (``pair_packed``; a 16-column vector's K pair is one 64-byte load) in a
-    preprocess block the pipeline lifts out of the per-call path.
+    ``[N / strip, K / 2, strip, 2]`` (``pack_pairs``; a 16-column vector's K pair is one 64-byte load) in a
+    preprocess block the pipeline lifts out of the per-call path, unless ``pack_vectors`` says a sibling variant
+    already packed it in strips of that many vectors (``column_vectors`` is then a multiple: strips side by side).
 
     Preconditions (ValueError): ``isa.bf16_dot``; K a multiple of 32 (the kernels' contract: whole 64-byte rows
     of A; the broadcast form itself needs K even) and N of the strip (16 x ``column_vectors``); the row count
@@ -94,11 +95,10 @@ def apply_bf16_dot(sch: s_tir.Schedule, block, isa: CpuIsa, *, register_rows: in
     if not isa.bf16_dot:
         raise ValueError(f"{isa.name}: no AVX512-BF16 (vdpbf16ps)")
     check_tile(sch, block, 512, LANES, register_rows, column_vectors, k_multiple=32)
-    _, w_index = _operand_indices(sch, block)
-    k_major = weight_k_major(sch, block, w_index)  # a Relax matmul's W[k, n]: packed to the same layout
-    packed = sch.cache_read(block, w_index, "global")
-    sch.transform_layout(packed, ("write", 0), pair_packed(column_vectors * LANES, k_major))
-    sch.annotate(packed, PREPACK_ANNOTATION, 1)
+    if pack_vectors is not None and column_vectors % pack_vectors:
+        raise ValueError(f"{column_vectors} vectors are not whole strips of the {pack_vectors} packed ones")
+    if pack_vectors is None:
+        pack_pairs(sch, block, _operand_indices(sch, block)[1], column_vectors * LANES)
 
     rows, nl = register_tile_loops(sch, block, LANES, register_rows, column_vectors)
     sch.annotate(rows, "pragma_import_llvm", _LLVM_IR)

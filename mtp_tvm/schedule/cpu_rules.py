@@ -14,9 +14,11 @@ from .bf16_dot import apply_bf16_dot
 from .int8_dot import apply_int8_dot, int8_lanes
 from .knobs import CpuGemm, CpuGeneric, CpuLmHead, CpuRows
 from .steps import _pack_weight, _read_index, _vectorized_rows
+from .token_rows import row_variant_blocks
 
 ROW_QUANTA = (8, 4, 2, 1)  # register rows must divide the token tile of 16: the row loop is a multiple of them
 K_CHUNKS = (32, 64, 128, 256)  # K chunks a tuning space samples (those dividing K)
+MAX_STREAMS = 12  # accumulator vectors a small-T tile spans at most (``side_by_side``)
 
 # ``sample(knob, loop, choices, value)``: the split factors of ``loop`` for a knob (its inner factor) that
 # MetaSchedule may sample. Outside tuning they are ``[None, value]``; a design space (``space.py``) returns
@@ -90,6 +92,54 @@ def _dot_schedule(sch: s_tir.Schedule, block, io, knobs: CpuGemm, isa: CpuIsa):
     return None  # (also a block a pass changed, e.g. another accumulator type: the FMA path takes any)
 
 
+def side_by_side(isa: CpuIsa, columns: int, rows: int, strip: int, lanes: int) -> int:
+    """How many packed strips of ``strip`` columns a small-T tile of ``rows`` rows spans: decode sizes have too
+    few rows for enough independent accumulators in one strip, so the tile takes neighbouring strips too (each a
+    contiguous stream of the packed weight). The most strips, up to ``MAX_STREAMS`` vectors, that divide the
+    columns, fit the register file (accumulators, weight vectors, a broadcast) and keep the tile under 1 KiB
+    (larger goes to a heap workspace, out of registers)."""
+    vectors = -(-strip // lanes)
+    vector_bytes = isa.vector_bits // 8
+    fits = [m for m in range(1, MAX_STREAMS // vectors + 1) if columns % (m * strip) == 0
+            and rows * m * vectors * vector_bytes < 1024 and (rows + 1) * m * vectors + 1 <= isa.vector_registers]
+    return max(fits, default=1)
+
+
+def _fma_schedule(sch: s_tir.Schedule, b, io, knobs: CpuGemm, isa: CpuIsa, rows: int, tile: int, strips: int,
+                  pack: bool, sample: Sampler) -> None:
+    """The FMA path of one GEMM block: ``rows`` register rows x ``strips`` packed strips of ``tile`` columns."""
+    t, n, k = sch.get_loops(b)
+    depth = int(sch.get(k).extent)
+    kc, ki = sch.split(k, sample("k_chunk", k, [c for c in K_CHUNKS if depth % c == 0], knobs.k_chunk))
+    no, *columns = sch.split(n, [None, tile] if strips == 1 else [None, strips, tile])
+    row_extent = sch.get(t).extent  # static in a tuning workload (the 16-row tile), else blocks * rows
+    row_extent = int(row_extent) if isinstance(row_extent, tirx.IntImm) else rows
+    to, tr = sch.split(t, sample("register_rows", t, fitting_rows(isa, tile, row_extent), rows))
+    sch.reorder(no, to, kc, ki, tr, *columns)
+    if pack:
+        _pack_weight(sch, b, io.weight, tile)
+    if io.widen:
+        widened = sch.cache_read(b, _read_index(sch, b, io.activation), "global", consumer_blocks=[b])
+        _vectorized_rows(sch, widened, isa.fp32_lanes)
+    acc = sch.cache_write(b, 0, knobs.accumulator)
+    # unit loops kept: a 1-row tile has the same loop nest as any other, so a trace replays for every
+    # sampled row count
+    sch.reverse_compute_at(acc, to, preserve_unit_loops=True)
+    if knobs.unroll:
+        sch.unroll(tr)
+    for strip in columns[:-1]:  # strips side by side
+        sch.unroll(strip)
+    sch.vectorize(columns[-1])
+    tile_rows, tile_columns = sch.get_loops(acc)[-2:]
+    sch.unroll(tile_rows)
+    if strips > 1:
+        strip, tile_columns = sch.split(tile_columns, [strips, tile])
+        sch.unroll(strip)
+    sch.vectorize(tile_columns)
+    sch.parallel({"columns": no, "tokens": to}[knobs.parallel])
+    sch.decompose_reduction(b, kc)
+
+
 def cpu_gemm(sch: s_tir.Schedule, knobs: CpuGemm, isa: CpuIsa, sample: Sampler = fixed) -> None:
     """Register-blocked GEMM ``Y[t, n] += A[t, k] * W[n, k]`` on the trivial loops ``(t, n, k)``, ``t`` over
     the rows that run (a multiple of the register rows).
@@ -103,13 +153,17 @@ def cpu_gemm(sch: s_tir.Schedule, knobs: CpuGemm, isa: CpuIsa, sample: Sampler =
     ``vpmaddwd``, VNNI: ``vpdpwssd``) is tensorized onto it instead (``dot_tile``). ``sample`` may turn the
     register rows and the K chunk of the FMA path into MetaSchedule samples (a tuning space). ``inline`` blocks
     (a fused kernel's elementwise prologue/epilogue) are computed into their consumers first.
+
+    A kernel with small-T variants (``token_rows.row_variants``) gets each variant's block the same way, with
+    the variant's rows as register rows and as many neighbouring strips of the one packed weight as fit
+    (``side_by_side``): the general block packs the weight, every variant reads that pack.
     """
     for name in knobs.inline:
-        sch.compute_inline(sch.get_sblock(name))
+        for b, _ in row_variant_blocks(sch, name):
+            sch.compute_inline(b)
     for name, io in knobs.blocks.items():
-        b = sch.get_sblock(name)
-        t, n, k = sch.get_loops(b)
-        columns = int(sch.get(n).extent)
+        (b, _), *small = row_variant_blocks(sch, name)
+        columns = int(sch.get(sch.get_loops(b)[1]).extent)
         rows, tile = register_tile(isa, columns, knobs)  # rows: the kernel's row quantum
         dot = _dot_schedule(sch, b, io, knobs, isa)
         tile_of_dots = dot and dot_tile(isa, columns, rows, dot[1], knobs)
@@ -117,34 +171,20 @@ def cpu_gemm(sch: s_tir.Schedule, knobs: CpuGemm, isa: CpuIsa, sample: Sampler =
             raise ValueError(f"{name}: no dot-product tile of {knobs.dot_rows or 'any'} rows x "
                              f"{knobs.dot_vectors or 'any'} vectors on {isa.name} for this block")
         if tile_of_dots:
-            dot[0](sch, b, isa, register_rows=tile_of_dots[0], column_vectors=tile_of_dots[1])
+            apply_dot, lanes = dot
+            dot_rows, vectors = tile_of_dots
+            apply_dot(sch, b, isa, register_rows=dot_rows, column_vectors=vectors)
+            for variant, r in small:
+                strips = side_by_side(isa, columns, r, vectors * lanes, lanes)
+                apply_dot(sch, variant, isa, register_rows=r, column_vectors=strips * vectors, pack_vectors=vectors)
             continue
-        depth = int(sch.get(k).extent)
-        kc, ki = sch.split(k, sample("k_chunk", k, [c for c in K_CHUNKS if depth % c == 0], knobs.k_chunk))
-        no, ni = sch.split(n, [None, tile])
-        row_extent = sch.get(t).extent  # static in a tuning workload (the 16-row tile), else blocks * rows
-        row_extent = int(row_extent) if isinstance(row_extent, tirx.IntImm) else rows
-        to, tr = sch.split(t, sample("register_rows", t, fitting_rows(isa, tile, row_extent), rows))
-        sch.reorder(no, to, kc, ki, tr, ni)
-        if knobs.pack_weight:
-            _pack_weight(sch, b, io.weight, tile)
-        if io.widen:
-            widened = sch.cache_read(b, _read_index(sch, b, io.activation), "global")
-            _vectorized_rows(sch, widened, isa.fp32_lanes)
-        acc = sch.cache_write(b, 0, knobs.accumulator)
-        # unit loops kept: a 1-row tile has the same loop nest as any other, so a trace replays for every
-        # sampled row count
-        sch.reverse_compute_at(acc, to, preserve_unit_loops=True)
-        if knobs.unroll:
-            sch.unroll(tr)
-        sch.vectorize(ni)
-        tile_rows, tile_columns = sch.get_loops(acc)[-2:]
-        sch.unroll(tile_rows)
-        sch.vectorize(tile_columns)
-        sch.parallel({"columns": no, "tokens": to}[knobs.parallel])
-        sch.decompose_reduction(b, kc)
+        _fma_schedule(sch, b, io, knobs, isa, rows, tile, 1, knobs.pack_weight, sample)
+        for variant, r in small:
+            strips = side_by_side(isa, columns, r, tile, isa.fp32_lanes)
+            _fma_schedule(sch, variant, io, knobs, isa, r, tile, strips, False, fixed)
     for name in knobs.epilogue:
-        _vectorized_rows(sch, sch.get_sblock(name), isa.fp32_lanes)
+        for b, _ in row_variant_blocks(sch, name):
+            _vectorized_rows(sch, b, isa.fp32_lanes)
 
 
 def cpu_rows(sch: s_tir.Schedule, knobs: CpuRows, isa: CpuIsa, sample: Sampler = fixed) -> None:

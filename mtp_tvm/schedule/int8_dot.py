@@ -19,6 +19,7 @@ from tvm.tirx import IndexMap
 
 from ..passes.target import CpuIsa
 from .steps import PREPACK_ANNOTATION, weight_k_major
+from .token_rows import outermost_reader
 
 _INSTRUCTIONS = {  # (vector bits, vnni) -> LLVM intrinsic; int16 operands, int32 lanes
     (256, False): "llvm.x86.avx2.pmadd.wd",
@@ -94,15 +95,26 @@ def pair_packed(tile: int, k_major: bool = False) -> IndexMap:
     return IndexMap.from_func(lambda n, k: (n // tile, k // 2, n % tile, k % 2), index_dtype="int32")
 
 
-def _operand_indices(sch: s_tir.Schedule, block) -> tuple[int, int]:
+def _operand_indices(sch: s_tir.Schedule, block) -> tuple[int, int | None]:
     """The read indices of the activation (indexed first by the row iterator) and the weight (indexed by the
-    column iterator: ``W[n, k]``, or ``W[k, n]`` in a Relax ``matmul``); the accumulator's own read is skipped."""
+    column iterator: ``W[n, k]``, or ``W[k, n]`` in a Relax ``matmul``; None once a sibling variant packed it);
+    the accumulator's own read is skipped."""
     stmt = sch.get(block)
     row, column = (iv.var for iv in stmt.iter_vars[:2])
     inputs = [(i, [d.min for d in r.region]) for i, r in enumerate(stmt.reads)
               if not r.source.same_as(stmt.writes[0].source)]
     return (next(i for i, idx in inputs if idx[0].same_as(row)),
-            next(i for i, idx in inputs if any(d.same_as(column) for d in idx)))
+            next((i for i, idx in inputs if any(d.same_as(column) for d in idx)), None))
+
+
+def pack_pairs(sch: s_tir.Schedule, block, weight_index: int, tile: int) -> None:
+    """Pack the weight ``[N / tile, K / 2, tile, 2]`` (``pair_packed``) in a preprocess block the pipeline lifts
+    out of the per-call path; every block reading the weight (a kernel's small-T variants too) reads the pack."""
+    k_major = weight_k_major(sch, block, weight_index)  # a Relax matmul's W[k, n]: packed to the same layout
+    weight = sch.get(block).reads[weight_index].source
+    packed = sch.cache_read(outermost_reader(sch, block), weight, "global")
+    sch.transform_layout(packed, ("write", 0), pair_packed(tile, k_major))
+    sch.annotate(packed, PREPACK_ANNOTATION, 1)
 
 
 def check_tile(sch: s_tir.Schedule, block, vector_bits: int, lanes: int, register_rows: int, column_vectors: int,
@@ -146,26 +158,28 @@ def register_tile_loops(sch: s_tir.Schedule, block, lanes: int, register_rows: i
     return to, nl
 
 
-def apply_int8_dot(sch: s_tir.Schedule, block, isa: CpuIsa, *, register_rows: int, column_vectors: int) -> None:
+def apply_int8_dot(sch: s_tir.Schedule, block, isa: CpuIsa, *, register_rows: int, column_vectors: int,
+                   pack_vectors: int | None = None) -> None:
     """Schedule ``acc[t, n] += int32(A[t, k]) * int32(W[n, k])`` (trivial loops ``t, n, k``; A, W int8) onto
     ``vpmaddwd``/``vpdpwssd``: a ``register_rows`` x ``column_vectors`` tile of int32 accumulator vectors stays
     in registers over all of K; the loops are (column strip: parallel, row block, K pair, row, vector).
 
     The activation is widened to int16 once per call (a pair broadcast is then one 32-bit load); the weight is
-    packed ``[N / strip, K / 2, strip, 2]`` (``pair_packed``) in a preprocess block the pipeline lifts out of the
-    per-call path. Preconditions (ValueError): the ISA has an int8 dot (``int8_lanes``) and ``check_tile``: K even,
-    N a multiple of the strip (``column_vectors`` x lanes), rows of ``register_rows``, the tile under 1 KiB.
+    packed ``[N / strip, K / 2, strip, 2]`` (``pack_pairs``) in a preprocess block the pipeline lifts out of the
+    per-call path, unless ``pack_vectors`` says a sibling variant already packed it in strips of that many
+    vectors (``column_vectors`` is then a multiple: strips side by side). Preconditions (ValueError): the ISA has
+    an int8 dot (``int8_lanes``) and ``check_tile``: K even, N a multiple of the strip (``column_vectors`` x
+    lanes), rows of ``register_rows``, the tile under 1 KiB.
     """
     lanes = int8_lanes(isa)
-    tile = column_vectors * lanes
     check_tile(sch, block, isa.vector_bits, lanes, register_rows, column_vectors)
     depth = int(sch.get(sch.get_loops(block)[2]).extent)
     a_index, w_index = _operand_indices(sch, block)
-    k_major = weight_k_major(sch, block, w_index)  # a Relax matmul's W[k, n]: packed to the same layout
-    packed = sch.cache_read(block, w_index, "global")
-    sch.transform_layout(packed, ("write", 0), pair_packed(tile, k_major))
-    sch.annotate(packed, PREPACK_ANNOTATION, 1)
-    widened = sch.cache_read(block, a_index, "global")
+    if pack_vectors is not None and column_vectors % pack_vectors:
+        raise ValueError(f"{column_vectors} vectors are not whole strips of the {pack_vectors} packed ones")
+    if pack_vectors is None:
+        pack_pairs(sch, block, w_index, column_vectors * lanes)
+    widened = sch.cache_read(block, a_index, "global", consumer_blocks=[block])
     sch.unsafe_set_dtype(widened, 0, "int16")
 
     _, nl = register_tile_loops(sch, block, lanes, register_rows, column_vectors)

@@ -12,9 +12,8 @@ schedule file names (the Relax frontend's legalised and fused kernels: ``matmul`
   schedule name (``default``, ``unpacked``, ...), with this kernel's block and buffer names; a signature
   without a twin gets ``CpuGemm``'s defaults (the tile still comes from the ISA). Spatial blocks that inline are
   computed into their consumers (``inline``), the rest form the epilogue. Like the TIR frontend's GEMMs, only
-  ceil(T / q) * q token rows run (q: the tile's register rows; ``trim_token_rows``): the loops of the padded
-  rows are cut before scheduling (rows are independent, and padded rows past those are never read into a
-  real row).
+  ceil(T / q) * q token rows run (q: the tile's register rows), and 1, 2 or 4 for T up to those
+  (``token_rows.row_variants``): the loops of the padded rows are cut before scheduling.
 - ``rows``: every block's outer loop binds a spatial iterator (token rows, or a weight's rows), reductions
   reduce one tensor (a row's sum or max, an argmax): elementwise chains, row reductions, copies, pads,
   slices, transposes. Rule ``cpu_generic``: spatial intermediates inlined, innermost spatial loops vectorised,
@@ -34,14 +33,13 @@ import math
 import tvm
 from tvm import s_tir, tirx
 from tvm.ir.expr import TensorLoad
-from tvm.sym import Analyzer
 from tvm.target import Target
 
 from ..passes.target import CpuIsa
-from ..spec.presets import TOKEN_TILE
 from .cpu_rules import row_quantum
 from .files import DEFAULT, KernelSchedule, load_schedules
 from .knobs import CpuGemm, CpuGeneric, GemmOperands
+from .token_rows import row_variants
 
 GEMM = "gemm"
 ROWS = "rows"
@@ -174,59 +172,6 @@ def _row_reduction(leaf: _Leaf) -> bool:
     return len({r.source.name for r in leaf.block.reads} - own) <= 1
 
 
-def _token_rows(func: tirx.PrimFunc) -> tirx.Var | None:
-    """The kernel's symbolic token count: a scalar int parameter (Relax passes it to kernels whose buffers are
-    shaped by it), or None."""
-    scalars = [p for p in func.params if not isinstance(p.ty, tirx.BufferType) and "int" in str(p.ty)]
-    return scalars[0] if len(scalars) == 1 else None
-
-
-def trim_token_rows(func: tirx.PrimFunc, quantum: int) -> tirx.PrimFunc:
-    """``func`` with every outer loop over the padded token rows (``ceil(T / 16) * 16``, ``T`` its scalar
-    parameter) cut to ``ceil(T / quantum) * quantum``; the buffers keep their padded shape. Unchanged when it has
-    no such loop, ``quantum`` is the whole tile, or another outer loop has a symbolic extent (e.g. ``T`` rows of
-    an unpad fused into the kernel: TVM could not prove the cut rows cover them)."""
-    tokens = _token_rows(func)
-    if tokens is None or quantum >= TOKEN_TILE:
-        return func
-    padded = tirx.floordiv(tokens + (TOKEN_TILE - 1), TOKEN_TILE) * TOKEN_TILE
-    rows = tirx.floordiv(tokens + (quantum - 1), quantum) * quantum
-    analyzer = Analyzer()
-    body = _root(func).body
-    outer = [s for s in (body.seq if isinstance(body, tirx.SeqStmt) else [body]) if isinstance(s, tirx.For)]
-    if any(not isinstance(s.extent, tirx.IntImm) and not analyzer.can_prove_equal(s.extent, padded) for s in outer):
-        return func
-
-    def bind(stmt, loop_var):  # the block iterator bound to ``loop_var`` gets the trimmed domain too
-        if isinstance(stmt, tirx.For):
-            return tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, bind(stmt.body, loop_var),
-                            stmt.thread_binding, stmt.annotations)
-        if isinstance(stmt, tirx.SeqStmt):
-            return tirx.SeqStmt([bind(s, loop_var) for s in stmt.seq])
-        if isinstance(stmt, s_tir.SBlockRealize):
-            b = stmt.block
-            iters = [tirx.IterVar(tvm.ir.Range.from_min_extent(0, rows), iv.var, iv.iter_type, iv.thread_tag)
-                     if _is(v, loop_var) else iv for iv, v in zip(b.iter_vars, stmt.iter_values)]
-            block = s_tir.SBlock(iters, b.reads, b.writes, b.name_hint, b.body, b.init, b.alloc_buffers,
-                                 b.match_buffers, b.annotations)
-            return s_tir.SBlockRealize(stmt.iter_values, stmt.predicate, block)
-        return stmt
-
-    def cut(stmt):
-        if isinstance(stmt, tirx.SeqStmt):
-            return tirx.SeqStmt([cut(s) for s in stmt.seq])
-        if isinstance(stmt, tirx.For) and analyzer.can_prove_equal(stmt.extent, padded):
-            return tirx.For(stmt.loop_var, stmt.min, rows, stmt.kind, bind(stmt.body, stmt.loop_var),
-                            stmt.thread_binding, stmt.annotations)
-        return stmt
-
-    root = _root(func)
-    new_root = s_tir.SBlock(root.iter_vars, root.reads, root.writes, root.name_hint, cut(root.body), root.init,
-                            root.alloc_buffers, root.match_buffers, root.annotations)
-    realize = func.body
-    return func.with_body(s_tir.SBlockRealize(realize.iter_values, realize.predicate, new_root))
-
-
 def _inlinable(func: tirx.PrimFunc, candidates: list[str]) -> tuple[str, ...]:
     """The candidate blocks ``compute_inline`` accepts, in the order it accepted them (tried on a copy)."""
     sch = s_tir.Schedule(tvm.IRModule({"main": tvm.ir.load_json(tvm.ir.save_json(func))}))
@@ -294,7 +239,7 @@ def _match_gemm(func, leaves, target, isa, schedule) -> PatternMatch | None:
     blocks = {g.block: GemmOperands(g.activation, g.weight, widen) for g in gemms}
     knobs = CpuGemm(blocks=blocks) if knobs is None else dataclasses.replace(knobs, blocks=blocks)
     quantum = min(row_quantum(knobs, isa, g.columns) for g in gemms)
-    trimmed = trim_token_rows(func, quantum)
+    trimmed = row_variants(func, quantum)
     quantum, func = (quantum if trimmed is not func else None), trimmed
     # a GEMM's own operands stay loads (its pattern); everything else spatial that is not an output may inline
     operands = {name for g in gemms for name in (g.activation, g.weight)}

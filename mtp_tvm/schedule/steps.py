@@ -8,6 +8,8 @@ import tvm
 from tvm import s_tir
 from tvm.tirx import IndexMap
 
+from .token_rows import outermost_reader
+
 PREPACK_ANNOTATION = "meta_schedule.layout_rewrite_preproc"
 
 
@@ -49,7 +51,8 @@ def _pack_weight(sch: s_tir.Schedule, block, weight: str, tile: int) -> None:
     """Column-block a weight in a preprocess block that the pipeline lifts out of the per-call path."""
     index = _read_index(sch, block, weight)
     k_major = weight_k_major(sch, block, index)
-    packed = sch.cache_read(block, index, "global")
+    # once, at the root, for every block reading the weight (a kernel's small-T variants too)
+    packed = sch.cache_read(outermost_reader(sch, block), sch.get(block).reads[index].source, "global")
     sch.transform_layout(packed, ("write", 0), _column_blocked(tile, k_major))
     sch.annotate(packed, PREPACK_ANNOTATION, 1)  # 1, not True: the trace prints booleans as 1
 

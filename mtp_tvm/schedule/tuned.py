@@ -3,9 +3,10 @@ tuned as, and applying the records to a module whose token count stays symbolic.
 is ``tools/tune.py``; the hand rules' design spaces are ``space.py``.)
 
 One tuned binary serves every T. MetaSchedule measures static shapes only, so a kernel is tuned as its
-*tile workload*: every symbolic row count bound to the padded token tile of 16, and a GEMM's ``blocks`` (it runs
-``blocks * q`` rows, q its default schedule's register rows: ``ir/tir_kernels.py``) bound to one block, so the
-GEMM is tuned on the q rows it runs per block, as a tuned build runs it. At build time each kernel's records,
+*tile workload*: every symbolic row count bound to the padded token tile of 16, and a GEMM's ``tokens`` (it runs
+ceil(tokens / q) * q rows, q its default schedule's register rows: ``ir/tir_kernels.py``) bound to 1, so the
+GEMM is tuned on the q rows it runs per row block, as a tuned build runs it (without the small-T variants of
+``token_rows.py``: records replay on the general row loop only). At build time each kernel's records,
 best first, are replayed on the symbolic kernel itself; the first that replays is applied. A trace that splits
 rows by constants (every hand-space trace) replays on any T; one that samples the static row loop's tiling
 (MetaSchedule's generic multi-level tiling) is static in T and is skipped, and the kernel falls back to its hand
@@ -47,7 +48,7 @@ def tuned_dir(target: Target, case: str) -> Path:
 
 def tile_workload(func: tirx.PrimFunc, rows: int = TOKEN_TILE) -> tirx.PrimFunc:
     """``func`` with every symbolic buffer dim bound to ``rows`` and every scalar parameter (a GEMM's
-    ``blocks``) to 1: the static shape it is tuned at. (Shapes that are expressions of a var, the pad kernels'
+    ``tokens``) to 1: the static shape it is tuned at. (Shapes that are expressions of a var, the pad kernels'
     ``ceil16(n)``, follow from the var.)"""
     bindings, known = {}, set()
     for param in func.params:

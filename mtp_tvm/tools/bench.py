@@ -1,96 +1,111 @@
-"""``bench``: time a case's TVM build against the libraries a user would call instead, interleaved in one run,
-next to this machine's measured peaks and memory bandwidth (``tools/roofline.py``), and say why: the ISA the
-build targets, the FMA / dot-product instructions in each kernel's assembly, and the peak of the instruction
-the GEMMs actually run on.
+"""``bench``: time a case's TVM build against what a user would run instead, each contender in a process of its
+own but side by side, at every T of a sweep, against this machine's roofline (``tools/roofline.py``), and say
+why: the ISA the build targets, the FMA / dot-product instructions in each kernel's assembly, and the peak of
+the instruction the GEMMs run on.
 
-Contenders (each computes the whole case, stage after stage, from the same seeded inputs; a stage's peers are
-its ``Stage.peers``):
+What is timed (every contender computes the whole case, its stage chain, from the same seeded inputs):
 
-- ``tvm``: the compiled module's ``main`` (``time_evaluator``), weights already packed (``main_transform_params``
-  runs once, at load, outside the timing);
-- ``torch_bf16``: the matching torch ops in BF16 (``F.linear`` for the GEMMs, ``F.rms_norm``);
-- ``torch_fp32`` / ``numpy_fp32``: the same in FP32 (weights converted once, outside the timing);
-- ``torch_golden``: the golden implementation (``mtp_tvm.golden``), what the checks compare against.
+- ``tvm``: the build's ``main`` (``tools/bench_tvm.py``), one binary for every T (its token dim is symbolic),
+  weights packed once, outside the timing; ``tvm:<schedule>`` for each of ``compare_schedules``;
+- the peers (``tools/bench_peers.py``): torch eager BF16 and FP32, numpy FP32, the torch golden, and
+  ``torch.compile`` (inductor, ``freezing``, static shapes: one compile per T) in its default mode and in
+  ``max-autotune``.
 
-Rounds interleave the contenders (round r times every contender once), so drift in clock speed or load hits
-all of them alike; medians over rounds are reported.
+How (``tools/bench_worker.py``):
 
-FLOP/s of a contender counts the useful ``2*T*K*N`` of its GEMMs (``Stage.gemms``, T the real tokens, not the
-padded 16), and so does the roofline: ``min(peak, FLOPs / bytes x bandwidth)``, bytes being what the case must
-read and write (weights once, activations, outputs). The peak is that of the instruction each GEMM runs on
-(``gemm_kind``: its operands' dot product, ``vdpbf16ps`` or ``vpdpwssd``/``vpmaddwd``, where the build's
-assembly has it, else the FP32 FMA), combined over the case's GEMMs by their FLOPs (``roofline_peak``), so a
-kernel on dot products is not judged against an FMA peak it can pass.
+- **Isolated.** Each contender runs in a worker process of its own (the TVM builds share one), so TVM's,
+  torch's and OpenBLAS's thread pools never share a process, and every worker gets the same thread count
+  (``threads``: ``TVM_NUM_THREADS``, ``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS`` and ``torch.set_num_threads``).
+  The inputs are made once, here (``Case.make_inputs`` per T; the first T's weights serve every T), and reach
+  the workers as ``.npz`` files; the TVM worker reads them as numpy and runs no torch op.
+- **Ready before timed.** Every worker is started, then set up one after the other (so one's compile is not
+  another's load): built or compiled, warmed up, its batch sized. Compile times (the TVM build, once;
+  ``torch.compile``, per T, from an empty inductor cache: a cold compile) are reported apart, never inside a
+  per-call figure.
+- **Checked before timed.** Each contender's output at each T is compared with the golden (``PEER_CHECK``,
+  BF16-level tolerance): one that does not match is not timed, and is listed unavailable with why, as is one
+  that cannot run here (a compile that raises, a torch without CUDA for a GPU build, numpy for a GPU build) or
+  whose worker dies.
+- **Side by side.** Round r asks each worker in turn, at each T, to time a batch of calls (about 50 ms) and
+  answer ms per call, so drift in clock or load hits every contender alike; before the next batch the previous
+  worker must have gone quiet (OpenBLAS's threads spin ~0.1 s after a call). Medians over rounds.
+- **Load.** The 1-minute load average (``os.getloadavg``) just before and after the rounds; a change by more
+  than ``LOAD_CHANGE`` and by more than half is flagged in the table and the JSON (the bench's own timed
+  worker counts in it too: up to ``threads``).
 
-The JSON adds to the figures: ``frontend``; ``isa`` (the target's ISA name, vector bits, its features and
-those the code uses); ``instruction_mix`` (per kernel of the assembly, the count of each instruction family:
-``fma``, ``vdpbf16ps``, ``vpmaddwd``, ``vpdpwssd``; static counts in the code, not executed ones); ``peaks``
-(GFLOP/s per instruction kind measured here) and ``peak_kind`` (which of them ``peak_gflops`` is).
+Per T: every contender's median ms; the roofline time ``max(bytes / bandwidth, FLOPs / peak)``, bytes being
+what the case must move (every input read once, every output written once), FLOPs the useful ``2*T*K*N`` of its
+GEMMs (``Stage.gemms``, T the real tokens, not the padded 16), the bandwidth the median of one read-stream probe
+per round, timed just before TVM's batches (a shared machine's bandwidth drifts by tens of percent within a
+minute: a probe once, before the rounds, made fractions above 100 %), the peak that of the instruction each GEMM runs on
+(``gemm_kind``: its operands' dot product, ``vdpbf16ps`` or ``vpdpwssd``/``vpmaddwd``, where the build's assembly
+has it, else the FP32 FMA), combined over the GEMMs by their FLOPs (``roofline_peak``); TVM's fraction of it
+(roofline ms / tvm ms); the best peer (the fastest non-TVM contender that ran) and ``tvm_vs_best_peer`` (its ms
+over TVM's: above 1, TVM is faster).
+
+The JSON (``BenchResult.as_dict``): ``isolation`` ("process"), ``threads``, ``load_average`` (``before``,
+``after``, ``warning``), ``workers`` (pid each), the case, target, preset, frontend, schedule and sizes;
+``isa`` (the target's ISA, its features and those the code uses), ``instruction_mix`` (per kernel, static counts
+of ``fma``, ``vdpbf16ps``, ``vpmaddwd``, ``vpdpwssd`` in its assembly), ``peaks`` (GFLOP/s per instruction kind
+measured here), ``peak_kind`` and ``peak_gflops`` (the GEMMs' peak), ``bandwidth_gbs`` (the median of
+``bandwidth_samples_gbs``, one a round); ``compile_seconds``
+(contender -> seconds, or T -> seconds for ``torch.compile``); and ``per_tokens`` (T -> ``median_ms``,
+``samples_ms``, ``unavailable``, ``gflops``, ``gbs``, ``roofline_ms``, ``roofline_fraction``, ``best_peer``,
+``best_peer_ms``, ``tvm_vs_best_peer``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import itertools
 import json
 import math
 import os
 import statistics
+import tempfile
 import time
+from pathlib import Path
 from typing import Callable
 
-import torch
-
-from ..compiler.driver import CompiledCase, compile
 from ..compiler.options import BuildSpec, split_options
 from ..compiler.tensors import NUMPY_DTYPES, to_numpy
-from ..passes.target import cpu_isa, device_for, is_gpu, resolve_target, target_json
-from ..spec.cases import TOKENS, Case, Stage
-from ..spec.presets import Shapes
+from ..passes.target import is_gpu, resolve_target, target_json, usable_cores
+from ..spec.cases import TOKENS, Case, Stage, get_case
+from ..spec.presets import Shapes, make_shapes
 from ..support.atomic_file import write_user_file
-from ..support.errors import MtpError, UsageError
+from ..support.errors import UsageError
 from ..support.text_table import text_table
-from .code_stats import assembly_kernels
-from .profile import Profile, ProfileOptions, profile_options, write_to_run_folder
-from .profile import profile as profile_main
-from .roofline import BF16_DOT, FMA, INT8_DOT, measure_probes
+from ..verify.comparators import ratio_allclose
+from .bench_peers import PEERS, PeerJob, peer_unavailable
+from .bench_tvm import TVM, TvmJob
+from .bench_worker import InputFiles, Ready, Worker, WorkerFailed
+from .check import _require_runs_here
+from .profile import Profile, ProfileOptions, profile_options
+from .roofline import BF16_DOT, FMA, INT8_DOT
 
 BENCH_CASES = ("logits", "projection", "norm", "tail")  # every stage of each has ``peers``
+CONTENDERS = (TVM, *PEERS)
+PEER_CHECK = ratio_allclose(atol=5e-2, rtol=5e-2, max_error_ratio=0.05)  # BF16-level: peers round differently
+LOAD_CHANGE = 1.0  # the 1-minute load average moved by more than this (and by more than half): say so
+TIME_LIMIT_S = 600.0  # one timed batch; a worker silent this long is hung
 
 
-# ---- FLOPs and bytes -------------------------------------------------------------------------------------
+# ---- FLOPs, bytes and the roofline ------------------------------------------------------------------------
 
 def flops(case: Case, s: Shapes, rows: int) -> float:
     """``2*M*K*N`` over every GEMM of the case's stages (``Stage.gemms``), token rows counted as ``rows``."""
     return float(sum(2 * (rows if m == TOKENS else m) * k * n for st in case.chain for m, k, n in st.gemms(s)))
 
 
-def bytes_moved(compiled: CompiledCase) -> float:
-    """Every input read once and every output written once: the least traffic any implementation needs."""
-    t = compiled.shapes.tokens
-    specs = (*compiled.input_specs.values(), *compiled.output_specs.values())
-    return float(sum(math.prod(sp.concrete(t)) * NUMPY_DTYPES[sp.dtype].itemsize for sp in specs))
+def bytes_moved(case: Case, s: Shapes) -> float:
+    """Every input read once and every output written once, at ``s.tokens``: the least traffic any
+    implementation needs."""
+    specs = (*case.input_specs(s).values(), *case.output_specs(s).values())
+    return float(sum(math.prod(sp.concrete(s.tokens)) * NUMPY_DTYPES[sp.dtype].itemsize for sp in specs))
 
-
-# ---- why: instructions and their peaks --------------------------------------------------------------------
 
 DOT_OF_DTYPE = {"bfloat16": BF16_DOT, "int8": INT8_DOT}  # GEMM operand dtype -> the dot product it can run on
-FAMILIES = {FMA: ("fma",), BF16_DOT: ("vdpbf16ps",), INT8_DOT: ("vpmaddwd", "vpdpwssd")}  # code_stats families
-
-
-def instruction_mix(compiled: CompiledCase) -> dict[str, dict[str, int]]:
-    """Kernel -> its FMA and dot-product instruction counts in the build's assembly (``code_stats``), for the
-    kernels that have any; empty for a GPU build."""
-    if is_gpu(compiled.target):
-        return {}
-    asm = "\n".join(m.inspect_source("asm") for m in compiled.executable.mod.imports if m.kind == "llvm")
-    families = [f for fams in FAMILIES.values() for f in fams]
-    return {name: {f: code.families.get(f, 0) for f in families} for name, code in sorted(assembly_kernels(asm).items())
-            if any(code.families.get(f) for f in families)}
-
-
-def kinds_used(mix: dict[str, dict[str, int]]) -> set[str]:
-    """The instruction kinds (``fma``, ``bf16_dot``, ``int8_dot``) whose instructions the code contains."""
-    return {kind for kind, fams in FAMILIES.items() if any(counts.get(f) for counts in mix.values() for f in fams)}
 
 
 def gemm_kind(dtype: str, used: set[str]) -> str:
@@ -128,303 +143,449 @@ def roofline_peak(work: dict[str, float], peaks: dict[str, float]) -> tuple[floa
     return sum(work.values()) / seconds, label
 
 
-def isa_record(compiled: CompiledCase, used: set[str]) -> dict | None:
-    """The target ISA as the schedules read it (``passes.target.CpuIsa``) and the features the code uses."""
-    if is_gpu(compiled.target):
-        return None
-    isa = cpu_isa(compiled.target)
-    return {"name": isa.name, "vector_bits": isa.vector_bits, "fma": isa.fma, "bf16_dot": isa.bf16_dot,
-            "int8_dot": isa.int8_dot, "used": sorted(used)}
+def roofline_ms(useful_flops: float, moved_bytes: float, peak_gflops: float, bandwidth_gbs: float) -> float:
+    """The least time the work can take here: moving its bytes at the measured bandwidth, or its FLOPs at the
+    peak, whichever is longer."""
+    return max(moved_bytes / bandwidth_gbs, useful_flops / peak_gflops) / 1e6
 
 
-# ---- contenders ------------------------------------------------------------------------------------------
+# ---- options ----------------------------------------------------------------------------------------------
+
+def _count(name: str, value, optional: bool = False) -> None:
+    if optional and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UsageError(f"{name} must be an integer >= 1, got {value!r}")
+
 
 @dataclasses.dataclass(frozen=True)
-class _Peer:
-    """A non-TVM contender: ``stage(st, inputs, shapes) -> f(x) -> y`` (weights prepared there, once, outside
-    the timing) and ``activation(hidden)``, the case's hidden input as this contender reads it."""
+class BenchOptions:
+    """How ``bench`` races (what it builds is a ``BuildSpec``): ``tokens`` the T sweep (an int or a sequence;
+    empty: the spec's T); ``contenders`` those from ``CONTENDERS`` that race TVM (TVM always runs); ``rounds``
+    timing rounds; ``number`` calls per timed batch (None: each contender's about 50 ms); ``threads`` every
+    worker's thread count (None: every usable core); ``seed`` of the inputs; ``compare_schedules`` more TVM
+    builds timed in the same rounds; ``profile`` (True or ``ProfileOptions``) every kernel of ``main`` at the
+    first T; ``rpc = (HOST:PORT, key)`` TVM timed on a server of a TVM RPC tracker (``tools/remote.py``)."""
 
-    stage: Callable[[Stage, dict, Shapes], Callable]
-    activation: Callable[[torch.Tensor], object]
+    tokens: tuple[int, ...] = ()
+    contenders: tuple[str, ...] = CONTENDERS
+    rounds: int = 7
+    number: int | None = None
+    threads: int | None = None
+    seed: int = 0
+    compare_schedules: tuple[str, ...] = ()
+    profile: bool | ProfileOptions = False
+    rpc: tuple[str, str] | None = None
 
-
-def _torch_peer(dtype: torch.dtype) -> _Peer:
-    return _Peer(lambda st, t, s: st.peers.torch(t, s, dtype), lambda x: x.to(dtype))
-
-
-def _golden_peer(st: Stage, t: dict, s: Shapes) -> Callable:
-    return lambda x: st.golden(x, t, s)[0]
-
-
-PEERS = {"torch_bf16": _torch_peer(torch.bfloat16), "torch_fp32": _torch_peer(torch.float32),
-         "numpy_fp32": _Peer(lambda st, t, s: st.peers.numpy(t, s), lambda x: x.float().numpy()),
-         "torch_golden": _Peer(_golden_peer, lambda x: x)}
-CONTENDERS = ("tvm", *PEERS)
-
-
-def peer_runner(case: Case, peer: str, inputs: dict[str, torch.Tensor], s: Shapes) -> Callable[[], object]:
-    """The whole case (its stage chain, each stage's ``Stage.peers``) for one peer, as a zero-argument callable."""
-    how = PEERS[peer]
-    stages = [how.stage(st, inputs, s) for st in case.chain]
-    opening = case.chain[0].hidden_input
-    x0 = None if opening is None else how.activation(inputs[opening.name])
-
-    def run():
-        x = x0
-        for f in stages:
-            x = f(x)
-        return x
-
-    return run
+    def __post_init__(self):
+        tokens = (self.tokens,) if isinstance(self.tokens, int) else tuple(self.tokens)
+        for t in tokens:
+            _count("tokens", t)
+        contenders = (self.contenders,) if isinstance(self.contenders, str) else tuple(self.contenders)
+        unknown = [c for c in contenders if c not in CONTENDERS]
+        if unknown:
+            raise UsageError(f"unknown contender {unknown[0]!r}; choose from {', '.join(CONTENDERS)}")
+        _count("rounds", self.rounds)
+        _count("number", self.number, optional=True)
+        _count("threads", self.threads, optional=True)
+        object.__setattr__(self, "tokens", tuple(dict.fromkeys(tokens)))
+        object.__setattr__(self, "contenders", tuple(c for c in CONTENDERS if c == TVM or c in contenders))
+        object.__setattr__(self, "compare_schedules", tuple(self.compare_schedules))
 
 
-# ---- timing ----------------------------------------------------------------------------------------------
+_OPTION_FIELDS = {f.name for f in dataclasses.fields(BenchOptions)}
+
+
+def parse_tokens(text: str) -> tuple[int, ...]:
+    """``"1,2,4"`` -> ``(1, 2, 4)``: ``bench --tokens``, one T or a comma list."""
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise UsageError(f"--tokens takes T or a comma list of T such as 1,2,4,8,16; got {text!r}") from None
+
+
+def parse_contenders(text: str) -> tuple[str, ...]:
+    """``"torch_bf16,torch_compile"`` -> a tuple (checked by ``BenchOptions``): ``bench --contenders``."""
+    return tuple(filter(None, (part.strip() for part in text.split(","))))
+
+
+# ---- the result -------------------------------------------------------------------------------------------
 
 @dataclasses.dataclass
-class BenchResult:
-    case: str
-    target: dict
-    preset: str
-    schedule: str
+class TokensFigures:
+    """The figures of one T: every contender's median and samples (None and ``unavailable[name]`` = why, where
+    it could not run), GFLOP/s and GB/s of the useful work, the roofline time and TVM's fraction of it, the
+    best peer and TVM's ratio to it (best peer ms / tvm ms: above 1, TVM is faster)."""
+
+    tokens: int
     shapes: dict
-    median_ms: dict[str, float | None]  # None: the contender could not run here (see ``unavailable``)
+    median_ms: dict[str, float | None]
     samples_ms: dict[str, list[float]]
     unavailable: dict[str, str]
     gflops: dict[str, float]
     gbs: dict[str, float]
-    speedup: dict[str, float]  # peer median / tvm median
-    peak_gflops: float
-    bandwidth_gbs: float
-    roofline_gflops: float
-    roofline_fraction: float
-    peak_fraction: float
-    build_seconds: float
+    flops: float
+    bytes: float
+    roofline_ms: float | None
+    roofline_fraction: float | None
+    best_peer: str | None
+    best_peer_ms: float | None
+    tvm_vs_best_peer: float | None
+
+
+def _str_keys(d: dict) -> dict:
+    """JSON object keys: T as text."""
+    return {str(k): _str_keys(v) if isinstance(v, dict) else v for k, v in d.items()}
+
+
+@dataclasses.dataclass
+class BenchResult:
+    """A bench run (see the module docstring); ``per_tokens``: T -> ``TokensFigures``."""
+
+    case: str
+    target: dict
+    preset: str
+    frontend: str
+    schedule: str
+    shapes: dict  # the sizes every T shares
+    tokens: list[int]
+    per_tokens: dict[int, TokensFigures]
+    compile_seconds: dict[str, float | dict[int, float]]  # apart from every timed figure
+    threads: int
+    load_average: dict  # before, after: 1-minute load average around the rounds; warning: None unless it moved
+    workers: dict[str, int]  # worker -> its pid
+    peak_gflops: float | None
+    peak_kind: str | None  # the instruction(s) ``peak_gflops`` is the peak of (the GEMMs' own)
+    peaks: dict[str, float]  # measured GFLOP/s per instruction kind
+    bandwidth_gbs: float | None  # the median of ``bandwidth_samples_gbs``
+    bandwidth_samples_gbs: list[float]  # one read-bandwidth probe a round, beside the contenders
     probes: str
     numpy_blas: list[dict]
-    frontend: str = "tir"
-    isa: dict | None = None  # the target ISA, its features and those the code uses (``isa_record``)
-    instruction_mix: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)  # kernel -> family counts
-    peaks: dict[str, float] = dataclasses.field(default_factory=dict)  # measured GFLOP/s per instruction kind
-    peak_kind: str = FMA  # the instruction(s) ``peak_gflops`` is the peak of (the GEMMs' own)
-    profile: Profile | None = None  # --profile: every kernel of main (tools/profile.py)
+    isa: dict | None  # the target ISA, its features and those the code uses (``bench_tvm.isa_record``)
+    instruction_mix: dict[str, dict[str, int]]  # kernel -> family counts
+    profile: Profile | None = None  # --profile: every kernel of main at the first T (tools/profile.py)
     measured_on: str = "here"  # where TVM ran: here, or KEY@HOST:PORT (--rpc-tracker; no peers, no roofline)
+    isolation: str = "process"  # every contender in a worker process of its own
 
     def as_dict(self) -> dict:
-        d = {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in dataclasses.asdict(self).items()}
-        if self.profile is not None:
-            d["profile"] = self.profile.as_dict()
-        return d
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d["per_tokens"] = {str(t): dataclasses.asdict(f) for t, f in self.per_tokens.items()}
+        d["compile_seconds"] = _str_keys(self.compile_seconds)
+        d["profile"] = None if self.profile is None else self.profile.as_dict()
+        return {k: d[k] for k in ("isolation", "threads", "load_average", "workers", "case", "target", "preset",
+                                  "frontend", "schedule", "shapes", "tokens", "measured_on", "isa",
+                                  "instruction_mix", "peaks", "peak_kind", "peak_gflops", "bandwidth_gbs",
+                                  "bandwidth_samples_gbs", "probes",
+                                  "numpy_blas", "compile_seconds", "per_tokens", "profile")}
 
     def write_json(self, path: str | os.PathLike) -> None:
         write_user_file(path, lambda p: p.write_text(json.dumps(self.as_dict(), indent=1)))
 
+    @property
+    def contenders(self) -> list[str]:
+        """Every contender: tvm, its other schedules, then the peers."""
+        return list(dict.fromkeys(n for f in self.per_tokens.values() for n in f.median_ms))
+
     def table(self) -> str:
-        rows = [("contender", "median ms", "GFLOP/s", "GB/s", "tvm speed-up")]
-        for name, ms in self.median_ms.items():
-            if ms is None:
-                rows.append((name, "-", "-", "-", self.unavailable[name]))
-                continue
-            rows.append((name if name != "tvm" else f"tvm:{self.schedule}", f"{ms:.3f}", f"{self.gflops[name]:.1f}",
-                         f"{self.gbs[name]:.1f}", "-" if name == "tvm" else f"{self.speedup[name]:.2f}x"))
-        lines = text_table(rows)
-        s = self.shapes
-        head = (f"case={self.case} target={self.target['kind']} preset={self.preset} frontend={self.frontend} "
-                f"schedule={self.schedule} T={s['tokens']} (padded {s['tokens_padded']}) D={s['hidden']} "
-                f"V={s['vocab_shard']} build={self.build_seconds:.2f}s")
-        peaks = ", ".join(f"{kind} {gflops:.1f}" for kind, gflops in self.peaks.items())
-        tail = (f"peak {self.peak_gflops:.1f} GFLOP/s ({self.peak_kind}; measured peaks: {peaks}), bandwidth "
-                f"{self.bandwidth_gbs:.1f} GB/s; tvm at {100 * self.peak_fraction:.0f}% of peak and "
-                f"{100 * self.roofline_fraction:.0f}% of the roofline ({self.roofline_gflops:.1f} GFLOP/s) on the "
-                f"{s['tokens']} useful rows") if self.measured_on == "here" else (
-                f"TVM timed on {self.measured_on}; peers and the roofline are measured only where bench runs")
-        why = []
+        figures = list(self.per_tokens.values())
+        s, la = self.shapes, self.load_average
+        head = [f"case={self.case} target={self.target['kind']} preset={self.preset} frontend={self.frontend} "
+                f"schedule={self.schedule} D={s['hidden']} V={s['vocab_shard']}; every contender in its own "
+                f"process, {self.threads} thread{'s' if self.threads > 1 else ''} each",
+                f"load average (1 min) {la['before']:.2f} before the rounds, {la['after']:.2f} after"
+                + (f"; WARNING: {la['warning']}" if la["warning"] else "")]
+        rows = [("median ms", *(f"T={f.tokens}" for f in figures))]
+        for name in self.contenders:
+            label = f"tvm:{self.schedule}" if name == TVM else name
+            rows.append((label, *("-" if f.median_ms.get(name) is None else f"{f.median_ms[name]:.3f}"
+                                  for f in figures)))
+        if self.measured_on == "here":
+            rows.append(("roofline", *(f"{f.roofline_ms:.3f}" for f in figures)))
+            rows.append(("tvm / roofline", *("-" if f.roofline_fraction is None else f"{100 * f.roofline_fraction:.0f}%"
+                                             for f in figures)))
+        rows.append(("best peer", *(f.best_peer or "-" for f in figures)))
+        rows.append(("best peer / tvm", *("-" if f.tvm_vs_best_peer is None else f"{f.tvm_vs_best_peer:.2f}x"
+                                          for f in figures)))
+        body = text_table(rows, align_right=frozenset(range(1, len(rows[0]))))
+        why_not = {}
+        for f in figures:
+            for name, why in f.unavailable.items():
+                why_not.setdefault((name, why), []).append(str(f.tokens))
+        notes = [f"unavailable: {name} (T={','.join(ts)}): {why}" for (name, why), ts in why_not.items()]
+        compiles = "; ".join(f"{name} {v:.1f}" if not isinstance(v, dict) else
+                             f"{name} " + ", ".join(f"T={t} {sec:.1f}" for t, sec in v.items())
+                             for name, v in self.compile_seconds.items())
+        notes.append(f"compile s (apart from the figures): {compiles}")
+        if self.measured_on == "here":
+            peaks = ", ".join(f"{kind} {gflops:.1f}" for kind, gflops in self.peaks.items())
+            spread = (f" (median of {len(self.bandwidth_samples_gbs)} rounds, {min(self.bandwidth_samples_gbs):.1f}-"
+                      f"{max(self.bandwidth_samples_gbs):.1f})" if self.bandwidth_samples_gbs else "")
+            notes.append(f"roofline: max(bytes / {self.bandwidth_gbs:.1f} GB/s{spread}, useful FLOPs / "
+                         f"{self.peak_gflops:.1f} GFLOP/s ({self.peak_kind}; measured peaks: {peaks}))")
+        else:
+            notes.append(f"TVM timed on {self.measured_on}; peers and the roofline are measured only where bench runs")
         if self.isa is not None:
             have = [f for f in ("fma", "bf16_dot") if self.isa[f]] + ([f"int8_dot={self.isa['int8_dot']}"]
                                                                         if self.isa["int8_dot"] else [])
-            why.append(f"isa {self.isa['name']} ({self.isa['vector_bits']}-bit; {', '.join(have) or 'no FMA'}); "
-                       f"the code uses {', '.join(self.isa['used']) or 'none of them'}")
+            notes.append(f"isa {self.isa['name']} ({self.isa['vector_bits']}-bit; {', '.join(have) or 'no FMA'}); "
+                         f"the code uses {', '.join(self.isa['used']) or 'none of them'}")
         for kernel, counts in self.instruction_mix.items():
-            why.append(f"  {kernel}: " + ", ".join(f"{fam} {n}" for fam, n in counts.items() if n))
-        return "\n".join([head, *lines, tail, *why])
+            notes.append(f"  {kernel}: " + ", ".join(f"{fam} {n}" for fam, n in counts.items() if n))
+        return "\n".join([*head, *body, *notes])
 
     def plot(self, path: str | os.PathLike) -> None:
+        """Median ms per contender, grouped by T (log scale: T sweeps span decades)."""
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        names = [n for n, ms in self.median_ms.items() if ms is not None]
-        fig, ax = plt.subplots(figsize=(7, 3.5))
-        bars = ax.bar(names, [self.median_ms[n] for n in names],
-                      color=["tab:green" if n == "tvm" else "tab:gray" for n in names])
-        ax.bar_label(bars, labels=[f"{self.median_ms[n]:.2f} ms\n{self.gflops[n]:.0f} GF/s" for n in names],
-                     fontsize=8)
-        ax.set_ylabel("median ms (lower is better)")
+        names, figures = self.contenders, list(self.per_tokens.values())
+        width = 0.8 / max(len(names), 1)
+        tab10 = plt.get_cmap("tab10").colors
+        others = itertools.cycle(tab10[:2] + tab10[3:])  # every colour but TVM's green
+        fig, ax = plt.subplots(figsize=(max(6.0, 1.4 * len(figures) + 0.3 * len(names)) + 2.5, 4))
+        for i, name in enumerate(names):
+            xs = [j + (i - (len(names) - 1) / 2) * width for j, f in enumerate(figures)
+                  if f.median_ms.get(name) is not None]
+            ms = [f.median_ms[name] for f in figures if f.median_ms.get(name) is not None]
+            ax.bar(xs, ms, width, label=f"tvm:{self.schedule}" if name == TVM else name,
+                   color=tab10[2] if name == TVM else next(others))
+        if self.measured_on == "here":
+            for j, f in enumerate(figures):
+                ax.hlines(f.roofline_ms, j - 0.45, j + 0.45, colors="black", linestyles="dashed",
+                          label="roofline" if j == 0 else None)
+        ax.set_xticks(range(len(figures)), [f"T={f.tokens}" for f in figures])
+        ax.set_yscale("log")
+        ax.set_ylabel("median ms per call (lower is better)")
         s = self.shapes
-        ax.set_title(f"{self.case} {self.preset} T={s['tokens']} V={s['vocab_shard']} on {self.target['kind']} "
-                     f"(schedule {self.schedule})", fontsize=9)
-        ax.margins(y=0.25)
+        ax.set_title(f"{self.case} {self.preset} V={s['vocab_shard']} on {self.target['kind']} (schedule "
+                     f"{self.schedule}), {self.threads} threads, one process each", fontsize=9)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         fig.tight_layout()
         write_user_file(path, lambda p: fig.savefig(p, format="png", dpi=120))
         plt.close(fig)
 
 
-def peer_unavailable(peer: str, gpu: bool) -> str | None:
-    """Why ``peer`` cannot run against a GPU build here, or None."""
-    if gpu and peer == "numpy_fp32":
-        return "numpy runs on the host CPU, not the GPU"
-    if gpu and peer != "tvm" and not torch.cuda.is_available():
-        return f"this torch ({torch.__version__}) has no CUDA"
+# ---- the race ---------------------------------------------------------------------------------------------
+
+def _load_warning(before: float, after: float) -> str | None:
+    moved = after - before
+    if abs(moved) > LOAD_CHANGE and abs(moved) > 0.5 * before:
+        return (f"the load average moved from {before:.2f} to {after:.2f} during the rounds: other work shared "
+                "the cores, read the figures with care")
     return None
 
 
-def _time_python(fn: Callable, number: int, sync: Callable[[], None]) -> float:
-    t0 = time.perf_counter()
-    for _ in range(number):
-        fn()
-    sync()
-    return (time.perf_counter() - t0) / number
+def golden_mismatch(actual, expected, tokens: int) -> str | None:
+    """Why an output is not the golden's (``PEER_CHECK``), or None."""
+    c = PEER_CHECK(actual, expected)
+    if c.passed:
+        return None
+    return (f"wrong result at T={tokens}: {c.detail or f'{c.mismatches} of {c.numel} values'} off the golden "
+            f"beyond {c.comparator}, max abs diff {c.max_abs_diff:.3g}")
 
 
-def numpy_blas_info() -> list[dict]:
-    """Which BLAS kernels numpy runs (threadpoolctl), so the numpy figure can be read correctly."""
-    try:
-        from threadpoolctl import threadpool_info
-    except ImportError:
-        return []
-    return [{k: str(v) for k, v in i.items() if k in ("internal_api", "version", "architecture", "num_threads")}
-            for i in threadpool_info()]
+def _figures(case: Case, s: Shapes, names: list[str], samples: dict[str, list[float]], unavailable: dict[str, str],
+             peaks: dict[str, float] | None, bandwidth: float | None, used: set[str]) -> TokensFigures:
+    """One T's figures; ``names``: every contender, in the order the table shows them."""
+    median = {n: statistics.median(samples[n]) for n in names if n in samples}
+    useful, moved = flops(case, s, s.tokens), bytes_moved(case, s)
+    tvm_ms = median.get(TVM)
+    roof = None if peaks is None else roofline_ms(useful, moved, roofline_peak(gemm_work(case, s, used), peaks)[0],
+                                                  bandwidth)
+    peers = {n: ms for n, ms in median.items() if not n.startswith(TVM)}
+    best = min(peers, key=peers.get) if peers else None
+    return TokensFigures(
+        tokens=s.tokens, shapes=s.as_dict(), median_ms={n: median.get(n) for n in names},
+        samples_ms=samples, unavailable=unavailable,
+        gflops={n: useful / ms / 1e6 for n, ms in median.items()},
+        gbs={n: moved / ms / 1e6 for n, ms in median.items()},
+        flops=useful, bytes=moved, roofline_ms=roof,
+        roofline_fraction=None if roof is None or tvm_ms is None else roof / tvm_ms,
+        best_peer=best, best_peer_ms=peers.get(best),
+        tvm_vs_best_peer=None if best is None or tvm_ms is None else peers[best] / tvm_ms)
 
 
-def _local_timer(compiled: CompiledCase, inputs: dict) -> Callable[[int], float]:
-    """``time_ms(number)``: ``main`` here, weights packed once."""
-    vm, dev = compiled.vm, device_for(compiled.target)
-    args = compiled.device_args([to_numpy(inputs[n]) for n in compiled.input_specs])
-    return lambda number: vm.time_evaluator("main", dev, number=number, repeat=1)(*args).mean * 1e3
+def _portable_debug(debug):
+    """``DebugOptions`` as they travel to the TVM worker: user passes only as a plugin file's path."""
+    if debug.api_only_passes:
+        raise UsageError("bench builds in a worker process: give extra passes as a pass plugin file "
+                         "(--pass-plugin FILE, or DebugOptions(extra_passes=load_pass_plugin(FILE)))")
+    plugin = None if debug.extra_passes is None else str(debug.extra_passes.path)
+    return dataclasses.replace(debug, extra_passes=None), plugin
 
 
-def _remote_timer(rpc: tuple[str, str]) -> Callable[[CompiledCase, dict], Callable[[int], float]]:
-    """Like ``_local_timer``, on a server of the RPC tracker ``rpc = (HOST:PORT, key)`` (``tools/remote.py``)."""
-    from .remote import RemoteMain
+class _Race:
+    """The workers of one bench: started, opened (imports done) and set up one after the other, their outputs
+    checked against the golden, then timed in rounds. A peer whose worker fails is dropped, unavailable at every
+    T from then on (its samples with it); the TVM worker's failure ends the bench."""
 
-    def timer(compiled: CompiledCase, inputs: dict) -> Callable[[int], float]:
-        args = compiled.device_args([to_numpy(inputs[n]) for n in compiled.input_specs])  # weights packed here
-        return RemoteMain(compiled.executable, compiled.target, args, *rpc).time_ms
+    def __init__(self, folder: Path, threads: int, sweep: tuple[int, ...], running: contextlib.ExitStack,
+                 log: Callable[[str], None]):
+        self.folder, self.threads, self.sweep, self.running, self.log = folder, threads, sweep, running, log
+        self.workers: dict[str, Worker] = {}
+        self.pids: dict[str, int] = {}
+        self.ready: dict[str, Ready] = {}
+        self.unavailable: dict[int, dict[str, str]] = {t: {} for t in sweep}
+        self.samples: dict[int, dict[str, list[float]]] = {t: {} for t in sweep}
 
-    return timer
+    def start(self, name: str, job, env: dict[str, str] | None = None) -> None:
+        self.workers[name] = Worker(name, job, self.threads, self.folder, env)
+        self.running.callback(self.workers[name].close)
+
+    @contextlib.contextmanager
+    def _dropping(self, name: str, when: str = ""):
+        try:
+            yield
+        except WorkerFailed as e:
+            if name == TVM:
+                raise
+            self.workers.pop(name)
+            for t in self.sweep:
+                self.unavailable[t][name] = e.summary + when
+                self.samples[t].pop(name, None)
+
+    def set_up(self) -> None:
+        """Every worker opened (so no import runs during another's setup), then set up in turn."""
+        for name, w in list(self.workers.items()):
+            with self._dropping(name):
+                self.pids[name] = w.opened()
+        self.log(f"bench: {len(self.pids)} workers started ({self.threads} threads each)")
+        for name, w in list(self.workers.items()):
+            t0 = time.perf_counter()
+            with self._dropping(name):
+                self.ready[name] = w.call("setup")
+                self.log(f"bench: {name} ready in {time.perf_counter() - t0:.1f} s")
+        for r in self.ready.values():
+            for name, per_t in r.unavailable.items():
+                for t, why in per_t.items():
+                    self.unavailable[t][name] = why
+
+    def check(self, golden: dict[int, object]) -> None:
+        """A contender whose output at T is not the golden's is not timed at T."""
+        for r in self.ready.values():
+            for name, per_t in r.outputs.items():
+                for t, out in per_t.items():
+                    why = golden_mismatch(out, golden[t], t)
+                    if why:
+                        self.unavailable[t][name] = why
+
+    def time(self, rounds: int, bandwidth: bool) -> tuple[float, float, list[float]]:
+        """``rounds`` rounds, each asking every contender in turn at every T for a batch (and, with
+        ``bandwidth``, the TVM worker for a read-bandwidth sample first); the 1-minute load average before and
+        after, and the bandwidth samples."""
+        timed = [(name, worker) for worker, r in self.ready.items() for name in r.outputs]
+        before, bandwidths = os.getloadavg()[0], []
+        for r in range(rounds):
+            self.log(f"bench: round {r + 1} of {rounds}")
+            if bandwidth:
+                bandwidths.append(self.workers[TVM].call("bandwidth_gbs", timeout=TIME_LIMIT_S))
+            for t in self.sweep:
+                for name, worker in timed:
+                    if name in self.unavailable[t]:
+                        continue
+                    with self._dropping(worker, " while timed"):
+                        w = self.workers[worker]
+                        self.samples[t].setdefault(name, []).append(w.call("time_ms", name, t, timeout=TIME_LIMIT_S))
+                        w.settle()
+        return before, os.getloadavg()[0], bandwidths
 
 
-def _remote_result(compiled: CompiledCase, schedule: str, samples: dict, unavailable: dict,
-                   where: str) -> BenchResult:
-    """A bench of TVM contenders timed on a remote device: medians and FLOP/s; no peers, peaks or roofline
-    (those are measured where bench runs, which is not where TVM ran)."""
-    c, s = compiled.case, compiled.shapes
-    median = {p: statistics.median(v) for p, v in samples.items()}
-    useful, moved = flops(c, s, s.tokens), bytes_moved(compiled)
-    nan = float("nan")
-    return BenchResult(
-        case=c.name, target=target_json(compiled.target), preset=s.preset.name, schedule=schedule,
-        shapes=s.as_dict(), median_ms={**median, **dict.fromkeys(unavailable)}, samples_ms=samples,
-        unavailable=unavailable, gflops={p: useful / (ms / 1e3) / 1e9 for p, ms in median.items()},
-        gbs={p: moved / (ms / 1e3) / 1e9 for p, ms in median.items()},
-        speedup={p: ms / median["tvm"] for p, ms in median.items()}, peak_gflops=nan, bandwidth_gbs=nan,
-        roofline_gflops=nan, roofline_fraction=nan, peak_fraction=nan, build_seconds=compiled.build_seconds,
-        probes="not measured: TVM ran on a remote device", numpy_blas=[], frontend=compiled.frontend,
-        measured_on=where)
+def _cold_cache(folder: Path, peer: str) -> dict[str, str]:
+    """An empty inductor (and Triton) cache of its own: a compiled peer's compile time is a cold compile's."""
+    return {"TORCHINDUCTOR_CACHE_DIR": str(folder / f"inductor-{peer}"),
+            "TRITON_CACHE_DIR": str(folder / f"triton-{peer}")}
 
 
-def bench(spec: BuildSpec | None = None, *, rounds: int = 7, number: int | None = None,
-          contenders: tuple[str, ...] = CONTENDERS, seed: int = 0, compare_schedules: tuple[str, ...] = (),
-          profile: bool | ProfileOptions = False, rpc: tuple[str, str] | None = None, **options) -> BenchResult:
-    """Build ``spec`` (default: the ``logits`` case; keywords: the fields of ``BuildSpec`` and ``DebugOptions``,
-    as for ``compile``), then time every contender ``rounds`` times, interleaved; see the module docstring.
+def bench(spec: BuildSpec | None = None, options: BenchOptions | None = None, *,
+          log: Callable[[str], None] | None = None, **keywords) -> BenchResult:
+    """Build ``spec`` (default: the ``logits`` case) and race it against its peers as ``options`` say; see the
+    module docstring. Keywords are the fields of ``BuildSpec``, ``DebugOptions`` and ``BenchOptions`` (``tokens``
+    is the sweep: an int or a sequence) and override ``spec``/``options``. ``log`` hears the progress (the
+    compiles may take minutes).
 
-    ``compare_schedules`` adds one TVM contender ``tvm:<name>`` per other schedule (``none``, ``tuned``,
-    ``dlight`` ...), timed in the same rounds; one that cannot be built here is listed as unavailable, with why.
-    ``profile`` (True, or ``ProfileOptions``): also time every kernel of ``main``
-    (``tools/profile.py``) into ``result.profile`` (and ``profile.json`` into the run folder when dumping).
-    ``rpc=("HOST:PORT", key)``: time the TVM contenders on a server of a TVM RPC tracker (``tools/remote.py``;
-    the weights are packed here, so the target must run here too); the peers and the roofline probes run only
-    here, so they are not measured then.
+    ``compare_schedules``: one that cannot be built here is listed as unavailable, with why. ``profile``: also
+    time every kernel of ``main`` (``tools/profile.py``) into ``result.profile`` (and ``profile.json`` into the
+    run folder when dumping). ``rpc``: the weights are packed here, so the target must run here too; the peers
+    and the roofline probes run only here, so they are not measured then.
     """
-    spec, debug = split_options(spec or BuildSpec(case="logits"), None, options, "bench")
+    log = log or (lambda _message: None)
+    options = dataclasses.replace(options or BenchOptions(),
+                                  **{k: keywords.pop(k) for k in list(keywords) if k in _OPTION_FIELDS})
+    spec, debug = split_options(spec or BuildSpec(case="logits"), None, keywords, "bench")
     if spec.case not in BENCH_CASES:
         raise UsageError(f"bench case must be one of {', '.join(BENCH_CASES)}, got {spec.case!r}")
-    unknown = sorted(set(contenders) - set(CONTENDERS))
-    if unknown or "tvm" not in contenders:
-        raise UsageError(f"contenders must include tvm and come from {', '.join(CONTENDERS)}; got {unknown}")
-    if rounds < 1:
-        raise UsageError(f"rounds must be >= 1, got {rounds}")
-    schedule = spec.schedule
-    profiling = profile_options(profile)
-    if profiling is not None and rpc is not None:
+    sweep = options.tokens or (make_shapes(spec.preset, spec.tokens).tokens,)
+    case = get_case(spec.case)
+    shapes = {t: make_shapes(spec.preset, t, spec.vocab_shard, spec.owners, spec.tp) for t in sweep}
+    for s in shapes.values():
+        case.check_shapes(s)
+    profiling = profile_options(options.profile)
+    if profiling is not None and options.rpc is not None:
         raise UsageError("--profile times kernels here; it cannot go with --rpc-tracker")
-    if profiling is not None or rpc is not None:  # kernels timed here; under RPC the weights packed here
-        from .check import _require_runs_here
+    portable, plugin = _portable_debug(debug)
+    tgt = resolve_target(spec.target)
+    _require_runs_here(tgt)  # TVM runs here (under RPC: its weights are packed here)
+    threads = options.threads or usable_cores()
+    spec = dataclasses.replace(spec, tokens=sweep[0],
+                               target=spec.target if isinstance(spec.target, (str, dict)) else target_json(tgt))
+    gpu = is_gpu(tgt)
+    remote = None if options.rpc is None else f"{options.rpc[1]}@{options.rpc[0]}"
+    why_not = {p: f"runs here; TVM runs on {remote}" if remote else peer_unavailable(p, gpu)
+               for p in options.contenders if p != TVM}
 
-        _require_runs_here(resolve_target(spec.target))
-    compiled = compile(spec, debug)
-    c, s, tgt = compiled.case, compiled.shapes, compiled.target
-    gpu = tgt.kind.name == "cuda"
-    torch.set_num_threads(int(tgt.attrs.get("num-cores", os.cpu_count() or 1)) if not gpu else torch.get_num_threads())
-    inputs = c.make_inputs(s, seed)
-    timer = _remote_timer(rpc) if rpc is not None else _local_timer
-    variants = {"tvm": timer(compiled, inputs)}  # contender -> (ms per call over ``number`` calls)
-    first = variants["tvm"](1)  # warm up, and size the batch of calls per sample to about 50 ms
-    n = number or max(1, min(200, int(50 / max(first, 1e-3))))
-    tdev = "cuda" if gpu and torch.cuda.is_available() else "cpu"
-    peer_inputs = {k: v.to(tdev) for k, v in inputs.items()}
-    sync = torch.cuda.synchronize if gpu else (lambda: None)
-    unavailable = {p: why for p in contenders if (why := peer_unavailable(p, gpu))}
-    if rpc is not None:
-        unavailable.update({p: f"runs here; TVM runs on {rpc[1]}@{rpc[0]}" for p in contenders if p != "tvm"})
-    runners = {p: peer_runner(c, p, peer_inputs, s) for p in contenders if p != "tvm" and p not in unavailable}
-    for other in dict.fromkeys(compare_schedules):
-        if other == schedule:
-            continue
-        try:
-            variants[f"tvm:{other}"] = timer(compile(dataclasses.replace(spec, schedule=other)), inputs)
-        except MtpError as e:  # e.g. no tuning database yet, or dlight on a CPU target
-            unavailable[f"tvm:{other}"] = str(e)
-    for r in runners.values():
-        r()
-    sync()
-    samples: dict[str, list[float]] = {p: [] for p in (*variants, *runners)}
-    for _ in range(rounds):
-        for p, time_ms in variants.items():
-            samples[p].append(time_ms(n))
-        for p, r in runners.items():
-            samples[p].append(_time_python(r, n, sync) * 1e3)
-    if rpc is not None:
-        return _remote_result(compiled, schedule, samples, unavailable, f"{rpc[1]}@{rpc[0]}")
-    probes = measure_probes(tgt)
-    profiled = None if profiling is None else profile_main(compiled, inputs, profiling, probes=probes)
-    if profiled is not None and compiled.dump_dir is not None:
-        write_to_run_folder(profiled, compiled.dump_dir)
-    median = {p: statistics.median(v) for p, v in samples.items()}
-    timed = dict(median)
-    median.update(dict.fromkeys(unavailable))  # every contender is a key; None where it could not run
-    useful = flops(c, s, s.tokens)
-    moved = bytes_moved(compiled)
-    tvm_s = median["tvm"] / 1e3
-    mix = instruction_mix(compiled)
-    used = kinds_used(mix)
-    peaks = probes.peaks or {FMA: probes.peak_gflops}
-    peak, peak_kind = roofline_peak(gemm_work(c, s, used), peaks)
-    # attainable = min(peak, intensity x bandwidth) on the useful rows only (the padded ones are not work a
-    # user asked for); a kernel without GEMMs (the norm) is judged on bandwidth
-    roofline = min(peak, useful / moved * probes.bandwidth_gbs)
-    fraction = (useful / tvm_s / 1e9) / roofline if useful else (moved / tvm_s / 1e9) / probes.bandwidth_gbs
+    inputs = {t: case.make_inputs(s, options.seed) for t, s in shapes.items()}
+    specs = case.input_specs(shapes[sweep[0]])
+    activations = tuple(n for n, sp in specs.items() if TOKENS in sp.shape)
+    weights = {n: v for n, v in inputs[sweep[0]].items() if n not in activations}  # one weight set for every T
+    inputs = {t: {**{n: inputs[t][n] for n in activations}, **weights} for t in sweep}
+    final = case.chain[-1].outputs[0].name
+    golden = {t: case.golden(inputs[t], shapes[t])[final] for t in sweep}
+
+    with tempfile.TemporaryDirectory(prefix="mtp-bench-") as tmp, contextlib.ExitStack() as running:
+        race = _Race(Path(tmp), threads, sweep, running, log)
+        files = InputFiles.write(race.folder, {n: sp.dtype for n, sp in specs.items()}, activations,
+                                 {t: {n: to_numpy(v) for n, v in inputs[t].items()} for t in sweep})
+        race.start(TVM, TvmJob(spec, portable, plugin, options.compare_schedules, sweep, files, options.number,
+                               options.rpc))
+        for p, why in why_not.items():
+            if why:
+                for t in sweep:
+                    race.unavailable[t][p] = why
+            else:
+                race.start(p, PeerJob(p, case.name, shapes, files, "cuda" if gpu else "cpu", threads, options.number),
+                           _cold_cache(race.folder, p) if PEERS[p].compiles else None)
+        race.set_up()
+        race.check(golden)
+        before, after, bandwidths = race.time(options.rounds, bandwidth=remote is None)
+        probes = profiled = None
+        if remote is None:
+            probes = race.workers[TVM].call("probes")
+            probes = dataclasses.replace(probes, bandwidth_gbs=statistics.median(bandwidths),
+                                         how=f"{probes.how}; bandwidth: the median of one stream_read a round")
+            if profiling is not None:
+                profiled = race.workers[TVM].call("profile", profiling, probes)
+
+    details = race.ready[TVM].details
+    used = set(details["kinds_used"])
+    peaks = None if probes is None else probes.peaks or {FMA: probes.peak_gflops}
+    names = [TVM, *(f"tvm:{o}" for o in dict.fromkeys(options.compare_schedules) if o != spec.schedule),
+             *(p for p in options.contenders if p != TVM)]
+    per_tokens = {t: _figures(case, shapes[t], names, race.samples[t], race.unavailable[t], peaks,
+                              None if probes is None else probes.bandwidth_gbs, used) for t in sweep}
+    first = shapes[sweep[0]]
+    peak, peak_kind = (None, None) if peaks is None else roofline_peak(gemm_work(case, first, used), peaks)
     return BenchResult(
-        case=c.name, target=target_json(tgt), preset=s.preset.name, schedule=schedule, shapes=s.as_dict(),
-        median_ms=median, samples_ms=samples,
-        unavailable=unavailable,
-        gflops={p: useful / (ms / 1e3) / 1e9 for p, ms in timed.items()},
-        gbs={p: moved / (ms / 1e3) / 1e9 for p, ms in timed.items()},
-        speedup={p: ms / median["tvm"] for p, ms in timed.items()},
-        peak_gflops=peak, bandwidth_gbs=probes.bandwidth_gbs, roofline_gflops=roofline,
-        roofline_fraction=fraction,
-        peak_fraction=(useful / tvm_s / 1e9) / peak,
-        build_seconds=compiled.build_seconds, probes=probes.how, numpy_blas=numpy_blas_info(), profile=profiled,
-        frontend=compiled.frontend, isa=isa_record(compiled, used), instruction_mix=mix, peaks=peaks,
-        peak_kind=peak_kind)
+        case=case.name, target=target_json(tgt), preset=first.preset.name, frontend=details["frontend"],
+        schedule=spec.schedule,
+        shapes={k: v for k, v in first.as_dict().items() if k not in ("batch", "seq", "tokens", "tokens_padded")},
+        tokens=list(sweep), per_tokens=per_tokens,
+        compile_seconds={n: v for r in race.ready.values() for n, v in r.compile_seconds.items()},
+        threads=threads, load_average={"before": before, "after": after, "warning": _load_warning(before, after)},
+        workers=race.pids, peak_gflops=peak, peak_kind=peak_kind, peaks=peaks or {},
+        bandwidth_gbs=None if probes is None else probes.bandwidth_gbs, bandwidth_samples_gbs=bandwidths,
+        probes="not measured: TVM ran on a remote device" if probes is None else probes.how,
+        numpy_blas=race.ready["numpy_fp32"].details["numpy_blas"] if "numpy_fp32" in race.ready else [],
+        isa=details["isa"], instruction_mix=details["instruction_mix"], profile=profiled,
+        measured_on=remote or "here")

@@ -1,7 +1,8 @@
 """A build's ``main`` timed on a remote device through a TVM RPC tracker (``bench --rpc-tracker``), the way
 ``tune`` measures candidates: the library is exported here, uploaded to a server registered under the key,
 loaded there, and timed with the remote ``time_evaluator`` on ``main``'s arguments made here (the weights packed
-by ``main_transform_params`` here: the RPC call cannot carry its tuple argument), copied to the remote device.
+by ``main_transform_params`` here: the RPC call cannot carry its tuple argument), copied to the remote device
+once per token count T.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ SESSION_TIMEOUT_S = 600  # one bench holds its server this long at most
 
 
 class RemoteMain:
-    """``main`` of one build, loaded on a server the tracker hands out for ``key``, with its arguments there."""
+    """``main`` of one build, loaded on a server the tracker hands out for ``key``, with its arguments for each
+    token count (``args``: T -> ``main``'s arguments made here) there."""
 
-    def __init__(self, executable, target, args: list, tracker: str, key: str):
+    def __init__(self, executable, target, args: dict[int, list], tracker: str, key: str):
         host, port = parse_tracker(tracker)
         require_tracker(host, port, key)  # fails in seconds, with one line, before anything is exported
         try:
@@ -35,9 +37,11 @@ class RemoteMain:
             session.upload(str(lib))
         self.device = session.cuda() if is_gpu(target) else session.cpu()
         self.vm = relax.VirtualMachine(session.load_module(lib.name), self.device)
-        self.args = [tvm.runtime.tensor(a.numpy(), self.device) for a in args]
+        self.args = {t: [tvm.runtime.tensor(a.numpy(), self.device) for a in t_args] for t, t_args in args.items()}
         self.session = session  # the server is held while this object lives
 
-    def time_ms(self, number: int) -> float:
-        """Mean milliseconds per call over ``number`` calls, measured on the remote device."""
-        return self.vm.time_evaluator("main", self.device, number=number, repeat=1)(*self.args).mean * 1e3
+    def timer(self, tokens: int):
+        """``time_ms(number)``: mean milliseconds per call over ``number`` calls at ``tokens``, measured on the
+        remote device."""
+        args = self.args[tokens]
+        return lambda number: self.vm.time_evaluator("main", self.device, number=number, repeat=1)(*args).mean * 1e3

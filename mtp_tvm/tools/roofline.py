@@ -202,13 +202,15 @@ class ProbePlan:
     def stream_steps(self) -> int:
         return self.stream_bytes // 4 // self.stream_parallel // self.stream_lanes
 
-    def build(self, target):
-        """The two probe kernels, compiled for ``target`` (a GPU build needs no GPU)."""
-        fma = tvm.compile(fma_probe(self.blocks, self.threads, self.iters, self.chains, self.lanes, self.gpu),
-                          target=target)
-        stream = tvm.compile(_schedule_stream(stream_probe(self.stream_parallel, self.stream_steps,
-                                                           self.stream_lanes), self.gpu), target=target)
-        return fma, stream
+    def build_fma(self, target):
+        """The FMA probe, compiled for ``target`` (a GPU build needs no GPU)."""
+        return tvm.compile(fma_probe(self.blocks, self.threads, self.iters, self.chains, self.lanes, self.gpu),
+                           target=target)
+
+    def build_stream(self, target):
+        """The read-stream probe, compiled for ``target``."""
+        return tvm.compile(_schedule_stream(stream_probe(self.stream_parallel, self.stream_steps,
+                                                         self.stream_lanes), self.gpu), target=target)
 
     def dot_kinds(self, target) -> tuple[str, ...]:
         """The dot-product kinds ``target`` has (and the GEMM schedules use): their peaks are probed too."""
@@ -241,22 +243,37 @@ def _dot_peak(plan: ProbePlan, target, kind: str, dev, rounds: int) -> float:
     return ops / min(t.results) / 1e9
 
 
-def measure_probes(target, rounds: int = 5) -> Probes:
+class StreamProbe:
+    """The read-bandwidth probe, built once and timed as often as asked: ``bench`` times it in every round beside
+    the contenders, since a shared machine's bandwidth drifts by tens of percent between seconds."""
+
+    def __init__(self, target, plan: ProbePlan | None = None):
+        self.plan = plan or ProbePlan.for_target(target)
+        self.dev = device_for(target)
+        self.shape = (self.plan.stream_parallel, self.plan.stream_steps, self.plan.stream_lanes)
+        self._kernel = self.plan.build_stream(target).jit()
+        self._buf = tvm.runtime.tensor(np.ones(self.shape, np.float32), self.dev)
+        self._out = tvm.runtime.tensor(np.zeros((self.plan.stream_parallel, self.plan.stream_lanes), np.float32),
+                                       self.dev)
+
+    def gbs(self, repeat: int = 1) -> float:
+        """GB/s of the best of ``repeat`` samples (two reads of the buffer each)."""
+        t = self._kernel.time_evaluator("main", self.dev, number=2, repeat=repeat)(self._buf, self._out)
+        return math.prod(self.shape) * 4 / min(t.results) / 1e9
+
+
+def measure_probes(target, rounds: int = 5, stream: StreamProbe | None = None) -> Probes:
     """The FP32 FMA peak, the dot-product peaks the target has, and the read bandwidth of the target device, by
     our own TVM kernels (best of ``rounds``; of ``COMPUTE_REPEATS * rounds`` for the short compute probes)."""
     dev = device_for(target)
     plan = ProbePlan.for_target(target)
-    fma, stream = (ex.jit() for ex in plan.build(target))
+    fma = plan.build_fma(target).jit()
     workers = plan.blocks * plan.threads
     a = tvm.runtime.tensor(np.full((workers, plan.lanes), 0.999, np.float32), dev)
     o = tvm.runtime.tensor(np.zeros((workers, plan.chains, plan.lanes), np.float32), dev)
     t_fma = fma.time_evaluator("main", dev, number=3, repeat=COMPUTE_REPEATS * rounds)(a, o)
     peak = 2.0 * workers * plan.iters * plan.chains * plan.lanes / min(t_fma.results) / 1e9
-    shape = (plan.stream_parallel, plan.stream_steps, plan.stream_lanes)
-    buf = tvm.runtime.tensor(np.ones(shape, np.float32), dev)
-    out = tvm.runtime.tensor(np.zeros((plan.stream_parallel, plan.stream_lanes), np.float32), dev)
-    t_bw = stream.time_evaluator("main", dev, number=2, repeat=rounds)(buf, out)
-    bw = math.prod(shape) * 4 / min(t_bw.results) / 1e9
+    bw = (stream or StreamProbe(target, plan)).gbs(rounds)
     unit = ("threads", "blocks") if plan.gpu else ("cores", "threads")
     peaks = {FMA: peak} | {kind: _dot_peak(plan, target, kind, dev, rounds) for kind in plan.dot_kinds(target)}
     dots = "".join(f"; {kind}_peak: the same chains of {'vdpbf16ps' if kind == BF16_DOT else 'integer dots'}"

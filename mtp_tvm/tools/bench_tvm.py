@@ -1,0 +1,153 @@
+"""``bench``'s TVM contenders in their worker process (``tools/bench_worker.py``): the build (one binary for every
+T: its token dim is symbolic) and every ``--compare-schedules`` build, each ``main`` timed by the library's
+``time_evaluator`` with the weights packed once (``main_transform_params`` runs at setup, outside the timing),
+here or on a TVM RPC server (``tools/remote.py``). The same worker measures the roofline probes (the bandwidth
+once a round, beside the contenders) and, with
+``--profile``, every kernel of ``main``. It reads its inputs as numpy arrays and runs no torch op.
+
+It also says why the figures are what they are: the FMA / dot-product instructions in each kernel's assembly
+(``instruction_mix``) and the ISA they come from (``isa_record``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..compiler.driver import CompiledCase, compile
+from ..compiler.options import BuildSpec, DebugOptions
+from ..passes.plugins import load_pass_plugin
+from ..passes.target import cpu_isa, device_for, is_gpu
+from ..support.errors import MtpError
+from ..verify.comparators import as_float32
+from .bench_worker import InputFiles, Ready, calls_per_batch
+from .code_stats import assembly_kernels
+from .profile import Profile, ProfileOptions, write_to_run_folder
+from .profile import profile as profile_main
+from .roofline import BF16_DOT, FMA, INT8_DOT, Probes, StreamProbe, measure_probes
+
+FAMILIES = {FMA: ("fma",), BF16_DOT: ("vdpbf16ps",), INT8_DOT: ("vpmaddwd", "vpdpwssd")}  # code_stats families
+TVM = "tvm"
+
+
+def instruction_mix(compiled: CompiledCase) -> dict[str, dict[str, int]]:
+    """Kernel -> its FMA and dot-product instruction counts in the build's assembly (``code_stats``), for the
+    kernels that have any; empty for a GPU build."""
+    if is_gpu(compiled.target):
+        return {}
+    asm = "\n".join(m.inspect_source("asm") for m in compiled.executable.mod.imports if m.kind == "llvm")
+    families = [f for fams in FAMILIES.values() for f in fams]
+    return {name: {f: code.families.get(f, 0) for f in families} for name, code in sorted(assembly_kernels(asm).items())
+            if any(code.families.get(f) for f in families)}
+
+
+def kinds_used(mix: dict[str, dict[str, int]]) -> set[str]:
+    """The instruction kinds (``fma``, ``bf16_dot``, ``int8_dot``) whose instructions the code contains."""
+    return {kind for kind, fams in FAMILIES.items() if any(counts.get(f) for counts in mix.values() for f in fams)}
+
+
+def isa_record(compiled: CompiledCase, used: set[str]) -> dict | None:
+    """The target ISA as the schedules read it (``passes.target.CpuIsa``) and the features the code uses."""
+    if is_gpu(compiled.target):
+        return None
+    isa = cpu_isa(compiled.target)
+    return {"name": isa.name, "vector_bits": isa.vector_bits, "fma": isa.fma, "bf16_dot": isa.bf16_dot,
+            "int8_dot": isa.int8_dot, "used": sorted(used)}
+
+
+@dataclasses.dataclass(frozen=True)
+class TvmJob:
+    """The TVM contenders of one bench: ``spec`` built (its ``tokens``: the profile's T) with ``debug`` (user
+    passes only as a plugin file, ``plugin``: a loaded module does not travel between processes), and once per
+    other schedule of ``compare_schedules``; timed at every T of ``tokens`` on ``inputs``, ``number`` calls per
+    batch (None: about ``bench_worker.SAMPLE_MS``), here or on ``rpc = (HOST:PORT, key)``."""
+
+    spec: BuildSpec
+    debug: DebugOptions
+    plugin: str | None
+    compare_schedules: tuple[str, ...]
+    tokens: tuple[int, ...]
+    inputs: InputFiles
+    number: int | None
+    rpc: tuple[str, str] | None
+
+    def open(self) -> TvmWorker:
+        return TvmWorker(self)
+
+
+class TvmWorker:
+    """The builds and their timers (contender -> T -> ``time_ms(number)``), made by ``setup``."""
+
+    def __init__(self, job: TvmJob):
+        self.job = job
+        self.builds: dict[str, CompiledCase] = {}
+        self.timers: dict[str, dict[int, tuple]] = {}  # contender -> T -> (ms per call of a batch, calls)
+        self.arrays: dict[int, list] = {}
+        self.stream: StreamProbe | None = None  # the bandwidth probe (built at setup when TVM runs here)
+
+    def setup(self) -> Ready:
+        job, ready = self.job, Ready()
+        debug = job.debug if job.plugin is None else dataclasses.replace(job.debug,
+                                                                         extra_passes=load_pass_plugin(job.plugin))
+        compiled = compile(job.spec, debug)  # a user error or a failed build: raised in the bench process
+        self.builds[TVM] = compiled
+        ready.compile_seconds[TVM] = compiled.build_seconds
+        for other in dict.fromkeys(job.compare_schedules):
+            if other == job.spec.schedule:
+                continue
+            try:
+                self.builds[f"tvm:{other}"] = build = compile(dataclasses.replace(job.spec, schedule=other))
+                ready.compile_seconds[f"tvm:{other}"] = build.build_seconds
+            except MtpError as e:  # e.g. no tuning database yet, or dlight on a CPU target: this one is missing
+                ready.unavailable[f"tvm:{other}"] = dict.fromkeys(job.tokens, str(e))
+        weights = job.inputs.weights()  # the same objects for every T and build: packed once per build
+        for tokens in job.tokens:
+            named = {**job.inputs.activations_of(tokens), **weights}
+            self.arrays[tokens] = [named[n] for n in compiled.input_specs]
+        last = list(compiled.output_specs).index(compiled.case.chain[-1].outputs[0].name)
+        for name, build in self.builds.items():
+            ready.outputs[name], self.timers[name] = {}, {}
+            args = {t: build.device_args(a) for t, a in self.arrays.items()}
+            remote = self._remote(build, args) if job.rpc is not None else None
+            for tokens, a in args.items():
+                ready.outputs[name][tokens] = as_float32(build.vm["main"](*a)[last].numpy())
+                time_ms = remote.timer(tokens) if remote is not None else self._local(build, a)
+                self.timers[name][tokens] = (time_ms, calls_per_batch(time_ms, job.number))
+        if job.rpc is None:
+            self.stream = StreamProbe(compiled.target)
+        mix = instruction_mix(compiled)
+        used = kinds_used(mix)
+        ready.details.update(instruction_mix=mix, kinds_used=sorted(used), isa=isa_record(compiled, used),
+                             frontend=compiled.frontend, dump_dir=str(compiled.dump_dir) if compiled.dump_dir else None)
+        return ready
+
+    @staticmethod
+    def _local(build: CompiledCase, args: list):
+        vm, dev = build.vm, device_for(build.target)
+        return lambda number: vm.time_evaluator("main", dev, number=number, repeat=1)(*args).mean * 1e3
+
+    def _remote(self, build: CompiledCase, args: dict[int, list]):
+        from .remote import RemoteMain
+
+        return RemoteMain(build.executable, build.target, args, *self.job.rpc)
+
+    def time_ms(self, contender: str, tokens: int) -> float:
+        """Milliseconds per call of ``contender``'s ``main`` over one batch at ``tokens``."""
+        time_ms, calls = self.timers[contender][tokens]
+        return time_ms(calls)
+
+    def bandwidth_gbs(self) -> float:
+        """One read-bandwidth sample, timed in a round beside the contenders."""
+        return self.stream.gbs()
+
+    def probes(self) -> Probes:
+        """This machine's peaks and bandwidth, by the TVM probe kernels, in this worker's threads."""
+        return measure_probes(self.builds[TVM].target, stream=self.stream)
+
+    def profile(self, options: ProfileOptions, probes: Probes) -> Profile:
+        """Every kernel of ``main`` at the build's T (the first of the sweep), into the run folder when dumping."""
+        compiled = self.builds[TVM]
+        named = dict(zip(compiled.input_specs, self.arrays[compiled.shapes.tokens]))
+        profiled = profile_main(compiled, named, options, probes=probes)
+        if compiled.dump_dir is not None:
+            write_to_run_folder(profiled, compiled.dump_dir)
+        return profiled
