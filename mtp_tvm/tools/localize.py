@@ -87,8 +87,11 @@ class Against:
                                            if getattr(self, k) is not None})
         if ref.frontend not in FRONTENDS:
             raise UsageError(f"--against frontend={ref.frontend}: choose one of {', '.join(FRONTENDS)}")
-        validate_schedule(ref.schedule, resolve_target(ref.target))
-        plugin = load_pass_plugin(self.pass_plugin) if self.pass_plugin else None
+        try:
+            validate_schedule(ref.schedule, resolve_target(ref.target))
+            plugin = load_pass_plugin(self.pass_plugin) if self.pass_plugin else None
+        except UsageError as e:
+            raise UsageError(f"--against {self}: {e}") from None
         return ref, DebugOptions(disable_passes=self.disable_passes, bisect_limit=self.bisect_limit,
                                  extra_passes=plugin)
 
@@ -347,4 +350,15 @@ def localize(spec: BuildSpec | None = None, debug: DebugOptions | None = None, *
             result.kernel_repro_dir = str(write_kernel_repro(result, test, reference, opts, debug.dump_root))
         except (UsageError, OSError) as e:
             result.kernel_repro_error = str(e) if isinstance(e, UsageError) else f"{e.strerror}: {e.filename}"
+    return result
+
+
+def localize_failure(test: CompiledCase, seed: int, tolerance: dict | None = None) -> LocalizeResult:
+    """What a failing ``check --dump-passes`` adds beside ``repro/``: the build it checked against a clean
+    ``schedule=none`` build of the same case, and ``kernel_repro/`` for the first differing call."""
+    options = LocalizeOptions(Against(schedule="none"), seed, tolerance)
+    reference = compile(*options.against.reference(test.spec))
+    result = compare_builds(test, reference, options)
+    if result.first is not None:
+        result.kernel_repro_dir = str(write_kernel_repro(result, test, reference, options))
     return result
