@@ -9,15 +9,7 @@ from pathlib import Path
 from ..compiler.driver import compile
 from ..compiler.options import BuildSpec, DebugOptions, split_options
 from ..instrument.run_folder import retention, update_index
-from ..passes.target import (
-    device_for,
-    host_triple,
-    is_gpu,
-    resolve_target,
-    runs_here,
-    target_json,
-    target_triple,
-)
+from ..passes.target import require_runs_here, resolve_target, target_json
 from ..support.errors import MtpError, UsageError
 from ..verify.comparators import device_hidden_logits_allclose, logits_tolerance
 from ..verify.golden_check import (
@@ -32,20 +24,10 @@ from ..verify.golden_check import (
 from ..verify.results import CheckResult
 from .profile import ProfileOptions, profile_options, write_to_run_folder
 from .profile import profile as profile_main
+from .kernel_calls import nan_origin, record
 from .kernel_repro import KERNEL_REPRO_DIR
+from .localize import localize_failure
 from .repro import write_repro
-
-
-def _require_runs_here(target) -> None:
-    """A check runs what it builds: a target this machine can build but not run (another CPU, C source) is
-    refused before the build, pointing to ``build``."""
-    if is_gpu(target):
-        device_for(target)  # no GPU: its own message
-    elif not runs_here(target):
-        what = target.kind.name + (f" for {target_triple(target_json(target))}" if target.kind.name == "llvm" else "")
-        raise UsageError(f"target {what} builds here but cannot run on this machine "
-                         f"({host_triple()}); build it with `mtp-tvm build --target ... --out DIR` and run or check "
-                         "the artifact where it runs")
 
 
 def check(spec: BuildSpec | None = None, debug: DebugOptions | None = None, *, seed: int = 0,
@@ -70,7 +52,7 @@ def check(spec: BuildSpec | None = None, debug: DebugOptions | None = None, *, s
     if report is not None and not Path(report).resolve().parent.is_dir():  # fail before the build, not after
         raise UsageError(f"cannot write report {report}: {Path(report).parent} is not a directory")
     profiling = profile_options(profile)
-    _require_runs_here(resolve_target(spec.target))
+    require_runs_here(resolve_target(spec.target))
     log(f"[BUILD] case={spec.case} preset={spec.preset} frontend={spec.frontend} schedule={spec.schedule}")
     compiled = compile(spec, debug)
     c, s = compiled.case, compiled.shapes
@@ -99,8 +81,6 @@ def check(spec: BuildSpec | None = None, debug: DebugOptions | None = None, *, s
         if compiled.dump_dir is not None:
             write_to_run_folder(result.profile, compiled.dump_dir)
     if nan_check:
-        from .kernel_calls import nan_origin, record
-
         result.nan_checked, result.nan_origin = True, nan_origin(record(compiled, golden[0]))
     if not result.passed and perturbation is None:
         try:
@@ -108,8 +88,6 @@ def check(spec: BuildSpec | None = None, debug: DebugOptions | None = None, *, s
         except (UsageError, OSError) as e:  # the failure is the news: report it (exit 1), and why no reproducer
             result.repro_error = str(e) if isinstance(e, UsageError) else f"{e.strerror}: {e.filename}"
         if compiled.dump_dir is not None:
-            from .localize import localize_failure
-
             log("[LOCALIZE] every kernel call against schedule=none")
             try:
                 result.kernel_repro_dir = localize_failure(compiled, seed, tolerance).kernel_repro_dir

@@ -29,14 +29,13 @@ from ..compiler.driver import CompiledCase, compile
 from ..compiler.options import BuildSpec, DebugOptions, split_options
 from ..ir.frontends import FRONTENDS
 from ..passes.plugins import load_pass_plugin
-from ..passes.target import resolve_target
+from ..passes.target import require_runs_here, resolve_target
 from ..schedule.files import kernel_of, validate_schedule
 from ..support.atomic_file import write_user_file
 from ..support.errors import UsageError
 from ..support.text_table import text_table
 from ..verify.comparators import Comparison, ratio_allclose
 from ..verify.golden_check import DEFAULT_TOLERANCE, validate_seed
-from .check import _require_runs_here
 from .kernel_repro import write_kernel_repro
 from .kernel_calls import PARAM, KernelCall, NanOrigin, nan_origin, record
 
@@ -335,8 +334,8 @@ def localize(spec: BuildSpec | None = None, debug: DebugOptions | None = None, *
     against = against if isinstance(against, Against) else Against.parse(against)
     opts = LocalizeOptions(against, seed, tolerance, max_mb)
     ref_spec, ref_debug = against.reference(spec)
-    _require_runs_here(resolve_target(spec.target))
-    _require_runs_here(resolve_target(ref_spec.target))
+    require_runs_here(resolve_target(spec.target))
+    require_runs_here(resolve_target(ref_spec.target))
     log(f"[BUILD] reference ({against}): frontend={ref_spec.frontend} schedule={ref_spec.schedule}")
     reference = compile(ref_spec, ref_debug)
     log(f"[BUILD] test: case={spec.case} preset={spec.preset} frontend={spec.frontend} schedule={spec.schedule}")
