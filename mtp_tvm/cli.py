@@ -15,7 +15,7 @@ import threading
 import traceback
 
 from .compiler.options import BuildSpec, DebugOptions
-from .ir.frontends import FRONTENDS
+from .ir.model import FRONTENDS
 from .spec.cases import CASES
 from .spec.presets import PRESETS
 from .support.errors import MtpError, UsageError

@@ -104,7 +104,7 @@ def _te_unpad_rows(xp, tokens):
     return te.compute((tokens, xp.shape[1]), lambda i, k: xp[i, k], name="unpad_rows")
 
 
-def _te_round_to_bf16(x):
+def round_to_bf16(x):
     """FP32 -> FP32 on the BF16 grid, round-to-nearest-even, by integer bit arithmetic.
 
     TVM's BF16ComputeLegalize promotes BF16 buffers *inside* a kernel to FP32 and drops the
@@ -134,7 +134,7 @@ def _te_select_rows(x, row_indices, owners: int):
     return te.compute((owners, row_indices.shape[1], x.shape[1]), select, name="select_rows")
 
 
-def _te_round_half_even(x):
+def round_half_even(x):
     return te.compute(x.shape, lambda *i: tirx.nearbyint(x(*i)), name="round_half_even")
 
 
@@ -174,7 +174,7 @@ class RelaxFrontend:
         y = R.multiply(xf, inv)
         for g in gains:
             y = R.multiply(y, g)
-        y = self.bb.emit_te(_te_round_to_bf16, self.emit(y, f"{hint}_f32_out"), primfunc_name_hint="round_to_bf16")
+        y = self.bb.emit_te(round_to_bf16, self.emit(y, f"{hint}_f32_out"), primfunc_name_hint="round_to_bf16")
         return self.emit(R.astype(y, "bfloat16"), hint)  # exact: y is on the BF16 grid already
 
     def _quantize_rows(self, y, hint: str):
@@ -182,7 +182,7 @@ class RelaxFrontend:
         amax = R.maximum(R.max(R.abs(yf), axis=[1], keepdims=True), self.const(INT8_AMAX_EPS))
         scale_q = self.emit(R.divide(self.const(INT8_SCALE_MAX), amax), f"{hint}_scale_q")
         scale_dq = self.emit(R.divide(self.const(1.0), scale_q), f"{hint}_scale_dq")
-        rounded = self.bb.emit_te(_te_round_half_even, self.emit(R.multiply(yf, scale_q), f"{hint}_scaled"),
+        rounded = self.bb.emit_te(round_half_even, self.emit(R.multiply(yf, scale_q), f"{hint}_scaled"),
                                   primfunc_name_hint="round_half_even")
         q = R.astype(R.astype(R.astype(rounded, "int32"), "float16"), "int8")
         return self.emit(q, hint), scale_dq
@@ -217,5 +217,3 @@ class RelaxFrontend:
         logits = self.emit(R.reshape(flat, (s.owners, MAX_LOGIT_ROWS, s.vocab)), "logits")
         return [logits, self.emit(R.astype(R.argmax(logits, axis=-1), "int32"), "sampled_ids")]
 
-
-FRONTENDS = {"relax": RelaxFrontend, "tir": TIRFrontend}

@@ -10,10 +10,13 @@ from __future__ import annotations
 import tvm
 from tvm import relax, tirx
 
-from ..ir.frontends import FRONTENDS, RowQuantum, token_tile_rows
+from ..ir.frontends import RelaxFrontend, RowQuantum, TIRFrontend, token_tile_rows
+from ..ir.torch_frontend import TorchFrontend
 from ..spec.cases import ROWS, TOKENS, Case, FrontendCall, parse_arg
 from ..spec.presets import TOKEN_TILE, Shapes
 from ..support.errors import UsageError
+
+FRONTENDS = {"relax": RelaxFrontend, "tir": TIRFrontend, "torch": TorchFrontend}  # --frontend NAME
 
 
 def get_frontend(name: str):

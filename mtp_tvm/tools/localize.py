@@ -27,7 +27,7 @@ import numpy as np
 
 from ..compiler.driver import CompiledCase, compile
 from ..compiler.options import BuildSpec, DebugOptions, split_options
-from ..ir.frontends import FRONTENDS
+from ..ir.model import FRONTENDS
 from ..passes.plugins import load_pass_plugin
 from ..passes.target import require_runs_here, resolve_target
 from ..schedule.files import kernel_of, validate_schedule
