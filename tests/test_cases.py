@@ -51,7 +51,7 @@ def test_weight_pairs_come_from_one_draw():
 
 def test_stages_carry_their_facts():
     """Each stage names its frontend call in the argument vocabulary, and every output names known comparators."""
-    from mtp_tvm.ir.frontends import FRONTENDS
+    from mtp_tvm.ir.model import FRONTENDS
     from mtp_tvm.verify.golden_check import OUTPUT_CHECKS
 
     s = make_shapes("tiny")

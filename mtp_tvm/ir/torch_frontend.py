@@ -11,6 +11,8 @@ frontends. Padding and unpadding are the Relax frontend's (token rows are model 
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 import tvm
 from torch.export import Dim
@@ -83,7 +85,9 @@ def _example(args: dict) -> tuple[tuple, tuple]:
 def import_golden(fn, args: dict) -> tvm.IRModule:
     """``fn`` over tensors shaped as ``args`` (name -> Relax expression), exported and imported, to spec."""
     tensors, dynamic = _example(args)
-    program = torch.export.export(_Golden(fn, list(args)), tensors, dynamic_shapes=dynamic)
+    with warnings.catch_warnings():  # torch's own deprecation inside export, not the user's to act on
+        warnings.filterwarnings("ignore", message=".*LeafSpec", category=FutureWarning)
+        program = torch.export.export(_Golden(fn, list(args)), tensors, dynamic_shapes=dynamic)
     return narrow_gemms(from_exported_program(program, keep_params_as_input=True, custom_convert_map=CUSTOM_CONVERTERS))
 
 

@@ -11,14 +11,18 @@ by which stage it comes from:
   the widened copies, and for the INT32 one even accumulates in FP32 (``out_dtype="float32"``: inexact past
   2^24). The spec's GEMMs read the narrow operands (BF16, INT8) and accumulate in FP32 / INT32, so the matmul
   reads them directly (the widening is exact; the schedule rules then find the GEMM's twin by its operand
-  dtypes), accumulates in the spec's type and casts the result as the importer's did. A rank-3 activation
-  times a 2-D weight becomes one 2-D GEMM between reshapes (the CPU GEMM pattern is 2-D).
+  dtypes), accumulates in the spec's type and casts the result as the importer's did. The cast is moved
+  through ops that only move or select values (transposes, reshapes, slices, gathers, ``where`` with a
+  constant the narrow type holds exactly): the LM head's golden widens the hidden state before it gathers
+  the rows.
 """
 
 from __future__ import annotations
 
+import torch
 import tvm
 from tvm import relax
+from tvm.ir.expr import GenericConst  # a tensor constant (IntImm and FloatImm are Constants too)
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from ..ir.frontends import round_half_even, round_to_bf16
@@ -26,7 +30,9 @@ from ..ir.frontends import round_half_even, round_to_bf16
 # a narrow operand dtype -> the accumulator its spec GEMM uses; an up-cast to it (or wider) is exact
 ACCUMULATORS = {"bfloat16": "float32", "int8": "int32"}
 _EXACT_WIDENINGS = {"bfloat16": {"float32", "float64"}, "int8": {"int16", "int32", "int64", "float32"}}
-_LAYOUT_OPS = ("relax.permute_dims", "relax.reshape")  # they move values: they commute with a cast
+# ops that only move or select values (the data is their first argument): they commute with a cast
+_MOVERS = ("relax.permute_dims", "relax.reshape", "relax.strided_slice", "relax.expand_dims", "relax.squeeze",
+           "relax.index_tensor", "relax.take")
 
 
 def _op(expr, name: str) -> bool:
@@ -52,31 +58,38 @@ class _ToSpec(PyExprMutator):
     def _producer(self, expr):
         return self.lookup_binding(expr) if isinstance(expr, relax.Var) else expr
 
-    def _narrow(self, expr):
-        """``expr`` as the narrow tensor it exactly widens (through layout ops), emitted; None if it is not."""
+    def _narrow(self, expr, dtype: str | None = None):
+        """``expr`` as the narrow tensor (of ``dtype``, if given) it exactly widens, through ops that move or
+        select values, emitted; None if it is not one."""
         value = self._producer(expr)
+        if isinstance(value, GenericConst) or _op(value, "relax.full"):  # a constant fits if exactly representable
+            const = value if isinstance(value, GenericConst) else value.args[1]
+            fill = torch.from_numpy(const.value.numpy())
+            if dtype is None or fill.ndim or not torch.equal(fill.to(getattr(torch, dtype)).to(fill.dtype), fill):
+                return None
+            narrow = relax.const(fill.item(), dtype)
+            return narrow if value is const else self.builder_.emit(relax.op.full(value.args[0], narrow, dtype))
         if _op(value, "relax.astype"):
             src = value.args[0]
-            return src if _dtype(expr) in _EXACT_WIDENINGS.get(_dtype(src), ()) else None
-        if any(_op(value, name) for name in _LAYOUT_OPS):
-            inner = self._narrow(value.args[0])
-            if inner is None:
-                return None
-            return self.builder_.emit(relax.Call(value.op, [inner, *value.args[1:]], value.attrs, value.ty_args))
+            wide_enough = _dtype(expr) in _EXACT_WIDENINGS.get(_dtype(src), ())
+            return src if wide_enough and dtype in (None, _dtype(src)) else None
+        if any(_op(value, name) for name in _MOVERS):
+            inner = self._narrow(value.args[0], dtype)
+            return None if inner is None else self.builder_.emit(
+                relax.Call(value.op, [inner, *value.args[1:]], value.attrs, value.ty_args))
+        if _op(value, "relax.where"):
+            a = self._narrow(value.args[1], dtype)
+            b = None if a is None else self._narrow(value.args[2], _dtype(a))
+            return None if b is None else self.builder_.emit(relax.op.where(value.args[0], a, b))
         return None
 
     def _matmul(self, call: relax.Call):
-        a, b = self._narrow(call.args[0]), self._narrow(call.args[1])
-        if a is None or b is None or _dtype(a) != _dtype(b) or _dtype(a) not in ACCUMULATORS:
+        a = self._narrow(call.args[0])
+        b = None if a is None else self._narrow(call.args[1], _dtype(a))
+        if b is None or _dtype(a) not in ACCUMULATORS:
             return call
-        out = _dtype(call)
-        a_shape = list(a.ty.shape)
-        flat = len(a_shape) == 3 and len(b.ty.shape) == 2
-        if flat:
-            a = self.builder_.emit(relax.op.reshape(a, [a_shape[0] * a_shape[1], a_shape[2]]))
         y = relax.op.matmul(a, b, out_dtype=ACCUMULATORS[_dtype(a)])
-        if flat:
-            y = relax.op.reshape(self.builder_.emit(y), [*a_shape[:2], b.ty.shape[1]])
+        out = _dtype(call)
         return y if ACCUMULATORS[_dtype(a)] == out else relax.op.astype(self.builder_.emit(y), out)
 
     def visit_call_(self, call):
