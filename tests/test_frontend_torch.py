@@ -48,6 +48,12 @@ def test_the_projection_is_bitwise_the_other_frontends(compiled):
     np.testing.assert_array_equal(out["torch"], out["relax"])
 
 
+def test_the_norms_chunk_loop_is_one_reshaped_sum(compiled):
+    """The golden's per-chunk slices and sums (spec §1.3) are not kernels of their own (bitwise: the test above)."""
+    kernels = re.findall(r"call_tir\((\w+)", compiled("norm", "torch").optimized_module["main"].script())
+    assert kernels and not any("strided_slice" in k for k in kernels) and len(kernels) < 8
+
+
 @pytest.mark.parametrize("case, twins", [("tail", {"w8a8_dual_gemm": 2, "lm_head_logits": 1}),
                                          ("lm-head", {"lm_head_logits": 1})])
 def test_the_importers_gemms_get_their_twins_schedules(case, twins, tmp_path):

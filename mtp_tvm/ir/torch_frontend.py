@@ -21,7 +21,7 @@ from tvm.relax.frontend.torch import from_exported_program
 from tvm.sym import Analyzer
 
 from ..ir.frontends import RelaxFrontend
-from ..ir.torch_to_spec import emit_rounding, narrow_gemms
+from ..ir.torch_to_spec import emit_rounding, to_spec
 from ..spec import golden
 from ..spec.cases import STAGES
 from ..spec.presets import Shapes
@@ -85,10 +85,11 @@ def _example(args: dict) -> tuple[tuple, tuple]:
 def import_golden(fn, args: dict) -> tvm.IRModule:
     """``fn`` over tensors shaped as ``args`` (name -> Relax expression), exported and imported, to spec."""
     tensors, dynamic = _example(args)
-    with warnings.catch_warnings():  # torch's own deprecation inside export, not the user's to act on
+    with warnings.catch_warnings():  # torch's own deprecation inside export and its decompositions: not ours
         warnings.filterwarnings("ignore", message=".*LeafSpec", category=FutureWarning)
         program = torch.export.export(_Golden(fn, list(args)), tensors, dynamic_shapes=dynamic)
-    return narrow_gemms(from_exported_program(program, keep_params_as_input=True, custom_convert_map=CUSTOM_CONVERTERS))
+        mod = from_exported_program(program, keep_params_as_input=True, custom_convert_map=CUSTOM_CONVERTERS)
+    return to_spec(mod)
 
 
 class _Inliner:

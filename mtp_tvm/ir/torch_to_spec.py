@@ -18,13 +18,18 @@ by which stage it comes from:
   through ops that only move or select values (transposes, reshapes, slices, gathers, ``where`` with a
   constant the narrow type holds exactly): the LM head's golden widens the hidden state before it gathers
   the rows.
+
+One more rewrite changes no arithmetic, only the kernels: the golden RMSNorm's chunked sum of squares (a Python
+loop over 128-column slices, spec §1.3) imports as a slice, a square-sum and an add per chunk, two small kernels
+per chunk; it becomes the sum over ``reshape(x, [rows, D/128, 128])`` chunks, the same additions in the same
+order, as the Relax frontend writes it.
 """
 
 from __future__ import annotations
 
 import torch
 import tvm
-from tvm import relax
+from tvm import relax, tirx
 from tvm.ir.expr import GenericConst  # a tensor constant (IntImm and FloatImm are Constants too)
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
@@ -44,6 +49,11 @@ def _op(expr, name: str) -> bool:
 
 def _dtype(expr) -> str:
     return str(expr.ty.dtype)
+
+
+def _ints(expr) -> list[int] | None:
+    fields = getattr(expr, "fields", None)
+    return None if fields is None or not all(isinstance(f, tirx.IntImm) for f in fields) else [int(f) for f in fields]
 
 
 def _is_scalar(expr, value: float | None = None) -> bool:
@@ -110,15 +120,61 @@ class _ToSpec(PyExprMutator):
             return relax.op.divide(c, recip.args[1])
         return call
 
+    def _chunk_term(self, expr):
+        """``sum(y, axis=-1, keepdims)`` of ``y = x[..., k0:k1]`` or ``y * y`` -> ``(x, squared, k0, k1)``."""
+        total = self._producer(expr)
+        if not (_op(total, "relax.sum") and total.attrs.keepdims and [int(a) for a in total.attrs.axis] == [-1]):
+            return None
+        term = self._producer(total.args[0])
+        squared = _op(term, "relax.multiply") and term.args[0].same_as(term.args[1])
+        piece = self._producer(term.args[0]) if squared else term
+        if not _op(piece, "relax.strided_slice") or len(piece.args) < 4:
+            return None
+        x = piece.args[0]
+        axes, begin, end = (_ints(a) for a in piece.args[1:4])
+        strides = _ints(piece.args[4]) if len(piece.args) > 4 else [1]
+        if None in (axes, begin, end, strides) or axes != [len(x.ty.shape) - 1] or strides != [1]:
+            return None
+        return x, squared, begin[0], end[0]
+
+    def _chunked_sum(self, call: relax.Call):
+        """``((0 + s(x[:, 0:c])) + s(x[:, c:2c])) + ...`` over the whole last axis, ``s`` a row sum (of squares)
+        -> the sum over chunks of ``s`` of ``reshape(x, [..., n, c])``: the same additions in the same order (a
+        legalised sum accumulates in order from 0), as two kernels instead of two per chunk."""
+        chunks, acc = [], call
+        while _op(acc, "relax.add"):
+            term = self._chunk_term(acc.args[1])
+            if term is None:
+                return call
+            chunks.append(term)
+            acc = self._producer(acc.args[0])
+        if not (_op(acc, "relax.full") and _is_scalar(acc.args[1], 0.0)) or not chunks:
+            return call
+        chunks.reverse()
+        x, squared = chunks[0][:2]
+        width = chunks[0][3] - chunks[0][2]
+        size = x.ty.shape[-1]
+        if not isinstance(size, tirx.IntImm) or any(
+                not c[0].same_as(x) or c[1] != squared or c[2:] != (i * width, (i + 1) * width)
+                for i, c in enumerate(chunks)) or len(chunks) * width != int(size):
+            return call
+        xr = self.builder_.emit(relax.op.reshape(x, [*list(x.ty.shape)[:-1], len(chunks), width]))
+        term = self.builder_.emit(relax.op.multiply(xr, xr)) if squared else xr
+        per_chunk = self.builder_.emit(relax.op.sum(term, axis=[-1]))
+        return relax.op.sum(per_chunk, axis=[-1], keepdims=True)
+
     def visit_call_(self, call):
         call = self.visit_expr_post_order(call)
         if _op(call, "relax.matmul"):
             return self._matmul(call)
+        if _op(call, "relax.add"):
+            return self._chunked_sum(call)
         return self._scalar_over(call) if _op(call, "relax.multiply") else call
 
 
-def narrow_gemms(mod: tvm.IRModule) -> tvm.IRModule:
-    """The imported module with its GEMMs on the narrow operands, the widened copies they orphan removed."""
+def to_spec(mod: tvm.IRModule) -> tvm.IRModule:
+    """The imported module with the rewrites above (all but the rounding kernels, which ``emit_rounding`` makes in
+    the module they run in), and what they orphan (widened copies, per-chunk kernels) removed."""
     return relax.transform.DeadCodeElimination()(_ToSpec(mod).transform())
 
 
