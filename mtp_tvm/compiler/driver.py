@@ -23,7 +23,7 @@ from ..ir.model import build_relax_module, get_frontend
 from ..passes.codegen import device_source, generated_code
 from ..passes.gate import PassGate, gate_summary
 from ..passes.pipeline import FIRST_LOWERING_PHASE, compile_module
-from ..passes.plugins import extra_pass_names, resolve_extra_passes
+from ..passes.plugins import PassPlugin, extra_pass_names, resolve_extra_passes
 from ..passes.target import (
     device_for,
     is_gpu,
@@ -126,10 +126,14 @@ def compile(spec: BuildSpec | None = None, debug: DebugOptions | None = None, **
                 ex = compile_module(mod, tgt, applier, extra, on_phase=on_phase)
         except UsageError:
             raise
-        except Exception as e:  # TVM errors are multi-line C++ traces; keep the last line for the user
-            message = last_line(e)
+        except (Exception, SystemExit) as e:  # TVM errors are multi-line C++ traces; keep the last line
+            exited = isinstance(e, SystemExit)  # a user pass called sys.exit (passes.pipeline registers it)
+            message = (f"{_user_passes(debug)} called sys.exit({e.code!r}) during the build of {c.name}; user code "
+                       "must return, not exit") if exited else last_line(e)
             run_dir = _finish_dumps(recorder, meta, error=message) if recorder is not None else None
             where = f" (IR dumps: {run_dir})" if run_dir else ""
+            if exited:
+                raise UsageError(message + where) from None
             raise BuildError(f"build of {c.name} for {target_name(tgt)} failed: {message}{where}") from e
         seconds = time.perf_counter() - t0
         source = device_source(ex) if is_gpu(tgt) else None
@@ -153,6 +157,11 @@ def compile(spec: BuildSpec | None = None, debug: DebugOptions | None = None, **
             if compiled.dump_dir is not None and keep:  # the retention of the dumps root (instrument.run_folder)
                 compiled.pruned_dumps = [str(p) for p in prune(compiled.dump_dir.parent, keep=keep)]
         return compiled
+
+
+def _user_passes(debug: DebugOptions) -> str:
+    return (f"pass plugin {debug.extra_passes.path}" if isinstance(debug.extra_passes, PassPlugin)
+            else "a pass of extra_passes")
 
 
 def _finish_dumps(recorder: PassRecorder, meta: dict, **kwargs):
