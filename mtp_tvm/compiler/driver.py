@@ -107,6 +107,7 @@ def compile(spec: BuildSpec | None = None, debug: DebugOptions | None = None, **
     gate = PassGate.for_target(tgt, debug.disable_passes, debug.bisect_limit, extra_pass_names(extra))
     dump = DumpOptions(debug.dump_root, debug.only_changed, debug.dump_filter,
                        debug.dump_func) if debug.dump_passes else None
+    keep = retention() if dump else 0  # the retention of the dumps root (instrument.run_folder), read up front
     recorder = PassRecorder(gate, dump) if dump or debug.time_passes or gate.active else None
     mod = build_relax_module(c, shapes, frontend, row_quantum=applier.row_quantum)
     meta = {"case": c.name, "target": target_json(tgt), "preset": shapes.preset.name, "frontend": frontend,
@@ -153,8 +154,7 @@ def compile(spec: BuildSpec | None = None, debug: DebugOptions | None = None, **
                                               attachments={"schedule_trace.py": applier.trace_script()},
                                               meanwhile=jit)
             compiled.dump_seconds = time.perf_counter() - t1
-            keep = retention()
-            if compiled.dump_dir is not None and keep:  # the retention of the dumps root (instrument.run_folder)
+            if compiled.dump_dir is not None and keep:
                 compiled.pruned_dumps = [str(p) for p in prune(compiled.dump_dir.parent, keep=keep)]
         return compiled
 

@@ -15,6 +15,7 @@ import uuid
 from pathlib import Path
 
 from ..support import atomic_file
+from ..support.env import env_int, env_path
 from ..support.errors import UsageError
 
 DUMPS_ENV = "MTP_TVM_DUMPS"  # the default dumps root (``dumps/``), e.g. a temporary folder for tests
@@ -27,7 +28,7 @@ INDEX_FILE = "index.json"
 
 
 def dumps_root(root: str | os.PathLike | None = None) -> Path:
-    return Path(root) if root is not None else Path(os.environ.get(DUMPS_ENV, "dumps"))
+    return Path(root) if root is not None else env_path(DUMPS_ENV) or Path("dumps")
 
 
 def _safe(name: str) -> str:
@@ -66,14 +67,12 @@ def update_index(run: Path, **sections) -> dict:
 KEPT_MARKER = "kept"  # ``mtp-tvm dumps keep RUN``: never pruned
 KEEP_ENV = "MTP_TVM_DUMPS_KEEP"  # how many complete runs a dumping build leaves in its root (0: all)
 DEFAULT_KEEP = 20
+MAX_KEEP = 1_000_000
 
 
 def retention() -> int:
     """How many complete runs a dumping build keeps in its root: ``$MTP_TVM_DUMPS_KEEP``, default 20, 0 keeps all."""
-    text = os.environ.get(KEEP_ENV, str(DEFAULT_KEEP))
-    if not text.isdigit():
-        raise UsageError(f"{KEEP_ENV} must be a whole number of runs (0 keeps all), got {text!r}")
-    return int(text)
+    return env_int(KEEP_ENV, 0, MAX_KEEP, DEFAULT_KEEP, " (runs to keep; 0 keeps all)")
 
 
 def prune(root: str | os.PathLike | None = None, keep: int | None = None,

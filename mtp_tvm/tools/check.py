@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..compiler.driver import compile
 from ..compiler.options import BuildSpec, DebugOptions, split_options
+from ..compiler.runtime import threads_wanted
 from ..instrument.run_folder import retention, update_index
 from ..passes.target import (
     device_for,
@@ -63,6 +64,7 @@ def check(spec: BuildSpec | None = None, debug: DebugOptions | None = None, *, s
     """
     spec, debug = split_options(spec, debug, options, "check")
     validate_seed(seed)
+    threads_wanted()  # a bad TVM_NUM_THREADS fails before the build, not after it
     if report is not None and not Path(report).resolve().parent.is_dir():  # fail before the build, not after
         raise UsageError(f"cannot write report {report}: {Path(report).parent} is not a directory")
     profiling = profile_options(profile)

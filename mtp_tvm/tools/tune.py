@@ -38,8 +38,8 @@ import tvm
 from tvm import relax, tirx
 from tvm.target import Target
 
-from ..compiler.runtime import THREADS_ENV
-from ..passes.target import cpu_isa, is_gpu, usable_cores
+from ..compiler.runtime import threads_wanted
+from ..passes.target import cpu_isa, is_gpu
 from ..schedule.space import HAND, default_schedule, hand_points, hand_space, is_hand
 from ..schedule.steps import fresh_copy
 from ..schedule.tuned import called_kernels, tile_workload, tuned_dir, workload
@@ -208,7 +208,7 @@ def _runner(rpc: tuple[str, str] | None):
 
     evaluator = ms.runner.EvaluatorConfig(number=3, repeat=1, min_repeat_ms=0, enable_cpu_cache_flush=False)
     if rpc is None:
-        os.environ.setdefault(THREADS_ENV, str(usable_cores()))
+        threads_wanted()
         return ms.runner.LocalRunner(evaluator_config=evaluator)
     host, port = parse_tracker(rpc[0])
     require_tracker(host, port, rpc[1])
