@@ -15,7 +15,15 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from ..compiler.tensors import check_names, shared_with_device, to_device, to_host, to_numpy, validate_inputs
+from ..compiler.tensors import (
+    check_names,
+    require_mapping,
+    shared_with_device,
+    to_device,
+    to_host,
+    to_numpy,
+    validate_inputs,
+)
 from ..compiler.weights import PackedWeights, WeightCache, is_tracked
 from ..ir.model import leading_activations
 from ..passes.target import usable_cores
@@ -177,6 +185,7 @@ class BoundCase:
     def rebind(self, weights: dict) -> None:
         """Bind ``weights`` anew (after an in-place change, or other weights): packed again unless they are the
         objects last packed, unchanged. A torch inference tensor is refused: its changes cannot be seen."""
+        require_mapping(weights, "weights")
         untracked = [name for name, w in weights.items() if not is_tracked(w)]
         if untracked:
             raise UsageError(f"weight {untracked[0]!r} is a torch inference tensor (made under "

@@ -4,7 +4,6 @@ torch, and leave a reproducer when it fails."""
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from ..compiler.driver import compile
 from ..compiler.options import BuildSpec, DebugOptions, split_options
@@ -20,7 +19,6 @@ from ..passes.target import (
     target_triple,
 )
 from ..support.errors import UsageError
-from ..verify.comparators import device_hidden_logits_allclose, logits_tolerance
 from ..verify.golden_check import (
     LM_HEAD_LOGITS,
     GoldenOptions,
@@ -28,7 +26,7 @@ from ..verify.golden_check import (
     _perturbation,
     golden_check,
     seeded_golden,
-    validate_seed,
+    validate_check_args,
 )
 from ..verify.results import CheckResult
 from .profile import ProfileOptions, profile_options, write_to_run_folder
@@ -63,10 +61,10 @@ def check(spec: BuildSpec | None = None, debug: DebugOptions | None = None, *, s
     and ``profile.json`` into the run folder when dumping.
     """
     spec, debug = split_options(spec, debug, options, "check")
-    validate_seed(seed)
+    validate_check_args(seed, tolerance, report, log, logits_tol)
+    if perturb_logit is not None and not isinstance(perturb_logit, (tuple, list)):
+        raise UsageError(f"perturb_logit must be (owner, row, col[, delta]), got {perturb_logit!r}")
     threads_wanted()  # a bad TVM_NUM_THREADS fails before the build, not after it
-    if report is not None and not Path(report).resolve().parent.is_dir():  # fail before the build, not after
-        raise UsageError(f"cannot write report {report}: {Path(report).parent} is not a directory")
     profiling = profile_options(profile)
     _require_runs_here(resolve_target(spec.target))
     log(f"[BUILD] case={spec.case} preset={spec.preset} frontend={spec.frontend} schedule={spec.schedule}")
@@ -81,8 +79,6 @@ def check(spec: BuildSpec | None = None, debug: DebugOptions | None = None, *, s
         log(f"[tuned] {kernel}: {why}; its hand schedule is used")
     if (logits_tol is not None or perturb_logit is not None) and LM_HEAD_LOGITS not in c.output_specs(s):
         raise UsageError(f"LM-head logits options apply to cases with the lm_head stage; {c.name!r} has none")
-    if logits_tol is not None:  # a bad option fails before the run, not after it
-        device_hidden_logits_allclose(s.tp, **logits_tolerance(logits_tol))
     perturbation = None if perturb_logit is None else _perturbation(
         tuple(perturb_logit), c.output_specs(s)[LM_HEAD_LOGITS].shape)
     options = GoldenOptions(seed, tolerance, logits_tol, perturbation)
