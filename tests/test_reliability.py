@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -295,3 +296,39 @@ def test_run_and_bind_given_no_dict_are_usage_errors(logits_case, inputs, messag
         m.run(inputs)
     with pytest.raises(mtp_tvm.UsageError, match=message.replace("inputs", "weights")):
         m.bind(inputs)
+
+
+def test_eight_concurrent_dumping_checks_keeping_one_run_each_print_their_verdict(tmp_path):
+    """Issue 25 item 1: a run was marked complete before its verdict went into index.json, so another process's
+    retention removed it meanwhile (FileNotFoundError, exit 1, no verdict). Now a run is complete only when its
+    process writes no more to it."""
+    cmd = [sys.executable, "-m", "mtp_tvm", "check", "--case", "norm", "--preset", "tiny",
+           "--dump-passes", str(tmp_path)]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={**ENV, "MTP_TVM_DUMPS_KEEP": "1"}) for _ in range(8)]
+    outs = [(p.wait(timeout=900), *p.communicate()) for p in procs]
+    for rc, out, err in outs:
+        assert rc == 0 and "PASSED" in out and "Traceback" not in err, (rc, out[-1500:], err[-1500:])
+    complete = [r for r in tmp_path.iterdir() if (r / "complete").exists()]
+    assert len(complete) >= 1
+    for run in complete:  # what retention left is whole, verdict included
+        assert json.loads((run / "index.json").read_text())["check"]["passed"] is True
+
+
+def test_retention_running_between_the_build_and_the_verdict_leaves_the_run_alone(tmp_path, monkeypatch):
+    """The race of the test above, made certain: another process prunes the root (keep 0) while this check
+    runs its golden check; its run is not complete yet, so it is not removed, and the verdict lands."""
+    from mtp_tvm.instrument.run_folder import prune
+    from mtp_tvm.tools import check as check_module
+
+    real = check_module.golden_check
+
+    def pruned_meanwhile(*args, **kwargs):
+        assert prune(tmp_path, keep=0) == []  # the only run is this one, still open
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(check_module, "golden_check", pruned_meanwhile)
+    result = mtp_tvm.check(case="norm", preset="tiny", dump_passes=tmp_path, log=lambda *_: None)
+    run = Path(result.dump_dir)
+    assert result.passed and (run / "complete").exists()
+    assert json.loads((run / "index.json").read_text())["check"]["passed"] is True

@@ -1,6 +1,7 @@
 """Run folders: where a dumping build writes, one new folder per build under ``dumps/`` (or ``$MTP_TVM_DUMPS``),
 named ``<case>-<target>-<YYYYmmdd-HHMMSS>-<id>`` so concurrent processes never share one; ``index.json`` is its
-table of contents and ``complete`` is written last. Folders do not grow without bound: a dumping build keeps the
+table of contents and ``complete`` is written last, once its process will not write to it again (a check after
+its verdict: ``compiler.driver.finish_run``). Folders do not grow without bound: a dumping build keeps the
 newest ``retention()`` complete runs of its root (default 20), never one still being written or marked kept.
 """
 
@@ -46,6 +47,11 @@ def new_run_dir(root: str | os.PathLike | None, label: str) -> Path:
     except OSError as e:
         raise UsageError(f"cannot create dump folder under {root}: {e.strerror}") from None
     return run
+
+
+def mark_complete(run: Path) -> None:
+    """Write ``complete``: the run's process writes no more to it, and retention may remove it from now on."""
+    (run / COMPLETE_MARKER).write_text("")
 
 
 def write_json(path: Path, data: dict) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from ..compiler.driver import compile
+from ..compiler.driver import compile_open, finish_run
 from ..compiler.options import BuildSpec, DebugOptions, split_options
 from ..compiler.runtime import threads_wanted
 from ..instrument.run_folder import retention, update_index
@@ -68,11 +68,27 @@ def check(spec: BuildSpec | None = None, debug: DebugOptions | None = None, *, s
     profiling = profile_options(profile)
     _require_runs_here(resolve_target(spec.target))
     log(f"[BUILD] case={spec.case} preset={spec.preset} frontend={spec.frontend} schedule={spec.schedule}")
-    compiled = compile(spec, debug)
-    c, s = compiled.case, compiled.shapes
+    compiled = compile_open(spec, debug)
+    try:
+        result = _check_built(compiled, debug, seed, tolerance, logits_tol, perturb_logit, profiling, log)
+    except KeyboardInterrupt:  # an interrupted run stays incomplete
+        raise
+    except BaseException:  # a check that raised writes no more to its run either
+        finish_run(compiled)
+        raise
+    finish_run(compiled)  # after the verdict is in its index: retention (of any process) may remove it from now
     if compiled.pruned_dumps:
         log(f"[dumps] removed {len(compiled.pruned_dumps)} old run(s) beyond the newest {retention()} "
             f"(MTP_TVM_DUMPS_KEEP; `mtp-tvm dumps keep RUN` keeps one for good)")
+    if report is not None:
+        result.write_report(report)
+    return result
+
+
+def _check_built(compiled, debug: DebugOptions, seed: int, tolerance, logits_tol, perturb_logit, profiling,
+                 log) -> CheckResult:
+    """The golden check of a fresh build, its profile and reproducer, and its verdict in the run's index."""
+    c, s, spec = compiled.case, compiled.shapes, compiled.spec
     if compiled.unscheduled:
         log(f"[schedule] no {spec.schedule!r} schedule covers {', '.join(compiled.unscheduled)}: lowered as written")
     for kernel, why in compiled.untuned.items():
@@ -101,6 +117,4 @@ def check(spec: BuildSpec | None = None, debug: DebugOptions | None = None, *, s
         repro = os.path.relpath(result.repro_dir, compiled.dump_dir) if result.repro_dir else None
         update_index(compiled.dump_dir, check={"passed": result.passed, "seed": seed,
                                                "failed_outputs": result.failed_outputs, "repro": repro})
-    if report is not None:
-        result.write_report(report)
     return result
