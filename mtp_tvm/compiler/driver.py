@@ -63,6 +63,7 @@ class CompiledCase(Runnable):
     spec: BuildSpec = dataclasses.field(default_factory=BuildSpec)  # as asked (sizes may be None: defaults)
     debug: DebugOptions = dataclasses.field(default_factory=DebugOptions, repr=False)
     pruned_dumps: list[str] = dataclasses.field(default_factory=list)  # old runs the retention removed
+    prune_error: str | None = None             # why the retention could not remove an old run
     dump_seconds: float = 0.0                  # writing the dumps after the build (and, meanwhile, the JIT)
     _vm: relax.VirtualMachine | None = dataclasses.field(default=None, repr=False)
     _weights: WeightCache = dataclasses.field(default_factory=WeightCache, repr=False)
@@ -107,8 +108,10 @@ def finish_run(compiled: CompiledCase) -> None:
         return
     mark_complete(compiled.dump_dir)
     keep = retention()
-    if keep:
-        compiled.pruned_dumps = [str(p) for p in prune(compiled.dump_dir.parent, keep=keep)]
+    try:
+        compiled.pruned_dumps = [str(p) for p in prune(compiled.dump_dir.parent, keep=keep)] if keep else []
+    except UsageError as e:  # an old run this process may not remove: said, and the build stands
+        compiled.prune_error = str(e)
 
 
 def compile_open(spec: BuildSpec | None = None, debug: DebugOptions | None = None, **options) -> CompiledCase:

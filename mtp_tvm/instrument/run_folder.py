@@ -12,10 +12,11 @@ import json
 import os
 import re
 import shutil
+import stat
 import uuid
 from pathlib import Path
 
-from ..support import atomic_file
+from ..support import atomic_file, plain_files
 from ..support.env import env_int, env_path
 from ..support.errors import UsageError
 
@@ -51,7 +52,10 @@ def new_run_dir(root: str | os.PathLike | None, label: str) -> Path:
 
 def mark_complete(run: Path) -> None:
     """Write ``complete``: the run's process writes no more to it, and retention may remove it from now on."""
-    (run / COMPLETE_MARKER).write_text("")
+    try:
+        plain_files.write_marker(run / COMPLETE_MARKER)
+    except OSError as e:
+        raise UsageError(f"cannot mark {run} complete: {e.strerror}") from None
 
 
 def write_json(path: Path, data: dict) -> None:
@@ -63,7 +67,7 @@ def update_index(run: Path, **sections) -> dict:
     """Add top-level sections (e.g. the golden check's verdict) to a finished run's index, and re-render it."""
     from ..instrument.report import write_html
 
-    index = json.loads((run / INDEX_FILE).read_text())
+    index = json.loads(plain_files.read_text(run / INDEX_FILE))
     index.update(sections)
     write_json(run / INDEX_FILE, index)
     write_html(run, index)
@@ -81,20 +85,35 @@ def retention() -> int:
     return env_int(KEEP_ENV, 0, MAX_KEEP, DEFAULT_KEEP, " (runs to keep; 0 keeps all)")
 
 
+def _is_run_folder(entry: Path) -> bool:
+    """A real folder of the root: a symlink (which may lead out of the root) or a special file is never one."""
+    try:
+        return stat.S_ISDIR(entry.lstat().st_mode)
+    except OSError:  # removed meanwhile
+        return False
+
+
+def run_folders(root: Path) -> list[Path]:
+    """The run folders directly under ``root`` (``_is_run_folder``); an unreadable root is one line."""
+    try:
+        return [entry for entry in root.iterdir() if _is_run_folder(entry)] if root.is_dir() else []
+    except OSError as e:
+        raise UsageError(f"cannot read the dumps root {root}: {e.strerror}") from None
+
+
 def prune(root: str | os.PathLike | None = None, keep: int | None = None,
           older_than: datetime.timedelta | None = None) -> list[Path]:
     """Remove complete runs beyond the newest ``keep`` and those finished more than ``older_than`` ago; returns
-    what was removed. A run without its ``complete`` marker (being written, or interrupted) and a run marked
-    ``kept`` are never touched."""
+    what was removed. A run without its ``complete`` marker (being written, or interrupted), a run marked
+    ``kept`` and anything in the root that is not a real folder (a symlink to a folder elsewhere) are never
+    touched; a run that cannot be removed (a read-only root) is one line."""
     root = dumps_root(root)
-    if not root.is_dir():
-        return []
     finished = {}
-    for run in root.iterdir():
+    for run in run_folders(root):
         try:
-            if run.is_dir() and not (run / KEPT_MARKER).exists():
-                finished[run] = (run / COMPLETE_MARKER).stat().st_mtime
-        except FileNotFoundError:  # not complete, or another process is removing it
+            if not os.path.lexists(run / KEPT_MARKER):
+                finished[run] = (run / COMPLETE_MARKER).lstat().st_mtime
+        except OSError:  # not complete, or another process is removing it
             continue
     runs = sorted(finished, key=finished.get, reverse=True)  # newest first
     doomed = set(runs[keep:]) if keep is not None else set()
@@ -102,13 +121,19 @@ def prune(root: str | os.PathLike | None = None, keep: int | None = None,
         cutoff = datetime.datetime.now().timestamp() - older_than.total_seconds()
         doomed |= {r for r in runs if finished[r] < cutoff}
     for run in sorted(doomed):
-        (run / COMPLETE_MARKER).unlink(missing_ok=True)  # first: a half-removed run never looks complete
-        shutil.rmtree(run, ignore_errors=True)
+        try:
+            (run / COMPLETE_MARKER).unlink(missing_ok=True)  # first: a half-removed run never looks complete
+        except OSError as e:
+            raise UsageError(f"cannot remove {run}: {e.strerror}") from None
+        shutil.rmtree(run, ignore_errors=True)  # never follows a link inside the run either
     return sorted(doomed)
 
 
 def keep_run(run: Path) -> Path:
     """Mark ``run`` so that pruning never removes it."""
     marker = run / KEPT_MARKER
-    marker.write_text("kept by mtp-tvm dumps keep\n")
+    try:
+        plain_files.write_marker(marker, "kept by mtp-tvm dumps keep\n")
+    except OSError as e:
+        raise UsageError(f"cannot mark {run} kept: {e.strerror}: {marker}") from None
     return marker

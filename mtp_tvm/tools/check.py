@@ -80,6 +80,8 @@ def check(spec: BuildSpec | None = None, debug: DebugOptions | None = None, *, s
     if compiled.pruned_dumps:
         log(f"[dumps] removed {len(compiled.pruned_dumps)} old run(s) beyond the newest {retention()} "
             f"(MTP_TVM_DUMPS_KEEP; `mtp-tvm dumps keep RUN` keeps one for good)")
+    if compiled.prune_error:
+        log(f"[dumps] retention: {compiled.prune_error}")
     if report is not None:
         result.write_report(report)
     return result

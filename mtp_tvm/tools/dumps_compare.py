@@ -32,7 +32,7 @@ from ..instrument.ir_text import (
     normalized,
 )
 from ..instrument.run_states import finish_order, state_files
-from ..support import atomic_file
+from ..support import atomic_file, plain_files
 from ..support.errors import UsageError
 from ..support.html_page import Markup, escape, render
 from ..support.text_table import text_table
@@ -305,7 +305,7 @@ class _Side:
             return None
         if name not in self._funcs:
             try:
-                text = (self.run / name).read_text()
+                text = plain_files.read_text(self.run / name)
             except (OSError, UnicodeDecodeError):
                 text = None
             self._funcs[name] = None if text is None else {"": text, **functions(text)}
@@ -383,7 +383,7 @@ def _read(run: Path, name: str, index: dict) -> str | None:
     if name not in index.get("codegen", []):
         return None
     try:
-        return (run / name).read_text()
+        return plain_files.read_text(run / name)
     except (OSError, UnicodeDecodeError):
         return None
 
