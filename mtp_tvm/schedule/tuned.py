@@ -96,7 +96,7 @@ def check_database(work_dir: Path) -> None:
                                                  and isinstance(entry[1], list) and len(entry[1]) >= 3):
                     raise ValueError(f"names workload {entry[0]!r}; the database has {workloads}")
             except ValueError as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-                why = f"{e.msg} at column {e.colno}" if isinstance(e, json.JSONDecodeError) else str(e)
+                why = f"{e.msg}, column {e.colno}" if isinstance(e, json.JSONDecodeError) else str(e)
                 raise UsageError(f"tuning database {path} line {number} is damaged ({why}); remove that line "
                                  "(or the folder) and tune again") from None
             workloads += name == WORKLOADS_FILE
