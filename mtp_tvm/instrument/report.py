@@ -8,7 +8,8 @@ every dump and diff, and shows a pass's diff syntax-highlighted below the table.
 (``kernel_history``; the same as ``mtp-tvm dumps show RUN --func NAME --history``). The page is rendered
 by ``support.html_page``: its data never becomes markup. A run profiled with
 ``--profile`` (``profile.json`` in the folder) also gets a table of ``main``'s kernels: time, share of ``main``,
-GB/s, GFLOP/s, roofline fraction.
+GB/s, GFLOP/s, roofline fraction. A run that ``localize`` compared (``index.json``'s ``localize``) gets the
+per-call table, the first differing call highlighted and linked to its kernel history.
 """
 
 from __future__ import annotations
@@ -139,6 +140,8 @@ td.empty { background: #f6f6f6; } #history h3 { font-size: 1em; margin: 1em 0 .3
 .t-com { color: #a0a1a7; font-style: italic; }
 .t-ns { color: #4078f2; }
 span.bar { display: inline-block; height: .7em; background: #4a8; margin-left: .4em; vertical-align: middle; }
+#calls { width: auto; margin-bottom: .5em; } tr.call-first { background: #ffd6d6; font-weight: bold; }
+tr.call-diff { color: #c00; } pre#localize-first { background: #fafafa; border: 1px solid #ddd; padding: .6em; }
 #kernels { width: auto; margin-bottom: 1em; } tr.kernel:nth-child(even) { background: #f5f5f5; } tr.other { color: #777; } tr.total { border-top: 2px solid #999; }
 </style></head>
 <body>
@@ -146,6 +149,11 @@ span.bar { display: inline-block; height: .7em; background: #4a8; margin-left: .
 <section id="profile" hidden><h2>Kernels of main (--profile)</h2><p id="profile-summary"></p>
 <table id="kernels"><thead><tr><th>kernel</th><th>ms</th><th>share of main</th><th>GB/s</th><th>GFLOP/s</th>
 <th>roofline</th></tr></thead><tbody></tbody></table></section>
+<section id="localize" hidden><h2>Kernel calls against a reference build (localize)</h2>
+<p id="localize-summary"></p>
+<table id="calls"><thead><tr><th>test call</th><th>reference call</th><th>out</th><th>shape</th><th>max |diff|</th>
+<th>mismatches</th><th>inputs</th><th>result</th></tr></thead><tbody></tbody></table>
+<pre id="localize-first"></pre></section>
 <nav>
  <label>phase <select id="phase"><option value="">all</option></select></label>
  <label><input type="checkbox" id="changed"> changed only</label>
@@ -333,6 +341,24 @@ if (profile) {
     (profile.peak_gflops ? `; peak ${profile.peak_gflops.toFixed(1)} GFLOP/s, bandwidth ` +
       `${profile.bandwidth_gbs.toFixed(1)} GB/s (measured)` : "");
   $("profile").hidden = false;
+}
+const loc = index.localize;
+if (loc) {  // the first differing call highlighted, each test call linked to its kernel's history
+  const callLink = (r) => r.test && kernelHistory[r.kernel] ?
+    `<a href="#func=${encodeURIComponent(r.kernel)}">${esc(r.test)}</a>` : esc(r.test);
+  $("calls").querySelector("tbody").innerHTML = loc.rows.map((r) =>
+    `<tr class="${r.result === "FIRST" ? "call-first" : r.result === "DIFF" ? "call-diff" : ""}">` +
+    `<td>${callLink(r)}</td><td>${esc(r.reference)}</td><td class="num">${r.out}</td>` +
+    `<td>${esc(r.shape.join("x"))}</td><td class="num">${r.max_abs_diff.toPrecision(3)}</td>` +
+    `<td class="num">${r.mismatches}/${r.numel}</td><td>${r.inputs_matched ? "same" : "differ"}</td>` +
+    `<td>${esc(r.result)}</td></tr>`).join("");
+  const none = (calls) => calls.length ? calls.map(esc).join(", ") : "none";
+  $("localize-summary").innerHTML = `test [${esc(loc.test)}] against reference [${esc(loc.reference)}]: ` +
+    `<b class="${loc.passed ? "changed" : "failed"}">${loc.passed ? "every call within tolerance" : "differs"}</b>` +
+    ` &middot; no partner: test ${none(loc.unpartnered_test)}; reference ${none(loc.unpartnered_reference)}` +
+    (loc.kernel_repro ? ` &middot; ${link(loc.kernel_repro + "/repro.py", "kernel reproducer")}` : "");
+  $("localize-first").textContent = loc.first;
+  $("localize").hidden = false;
 }
 const files = [["input module", index.input], ...index.codegen.map((f) => ["generated code", f]),
                ...index.attachments.map((f) => ["attachment", f]), ["index (JSON)", "index.json"],
