@@ -551,7 +551,7 @@ def bench(spec: BuildSpec | None = None, options: BenchOptions | None = None, *,
         files = InputFiles.write(race.folder, {n: sp.dtype for n, sp in specs.items()}, activations,
                                  {t: {n: to_numpy(v) for n, v in inputs[t].items()} for t in sweep})
         race.start(TVM, TvmJob(spec, portable, plugin, options.compare_schedules, sweep, files, options.number,
-                               options.rpc))
+                               options.rpc, profiles=profiling is not None))
         for p, why in why_not.items():
             if why:
                 for t in sweep:
