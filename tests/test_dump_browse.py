@@ -133,15 +133,6 @@ def test_a_dumping_build_keeps_the_newest_runs_of_its_root(tmp_path, monkeypatch
 
 # ---- issue 25 items 5 and 8: links out of the root, special files, read-only roots, extreme ages ----------------
 
-def _fake_runs(root, names):
-    """Complete run folders without builds (retention reads only their markers)."""
-    for name in names:
-        (root / name).mkdir(parents=True)
-        (root / name / "complete").write_text("")
-        (root / name / "000_input.py").write_text("# module\n")
-        (root / name / "index.json").write_text("{}")
-
-
 def _cli_sub(argv, timeout=60):
     """The CLI in a process of its own, so that a hang is a timeout, not a stuck test run."""
     import subprocess
@@ -160,7 +151,7 @@ def test_retention_never_follows_a_symlinked_run_out_of_the_root(tmp_path, capsy
     assert main(["dumps", "--root", str(root), "prune", "--keep", "0"]) == 0
     out = capsys.readouterr().out
     assert "link-run" not in out and "2 run(s) removed" in out
-    assert sorted(p.name for p in (elsewhere / "precious").iterdir()) == ["000_input.py", "complete", "index.json"]
+    assert sorted(p.name for p in (elsewhere / "precious").iterdir()) == ["complete", "index.json"]
     assert (root / "link-run").is_symlink() and not (root / "a-1").exists()
     assert main(["dumps", "--root", str(root), "list"]) == 0
     assert "link-run" not in capsys.readouterr().out  # not a run of this root

@@ -48,12 +48,14 @@ CORES = len(os.sched_getaffinity(0))
     ("MTP_TVM_DUMPS_KEEP", "", "MTP_TVM_DUMPS_KEEP must be an integer"),
     ("MTP_TVM_DUMPS_KEEP", "99999999999999999999", "MTP_TVM_DUMPS_KEEP must be an integer"),
     ("MTP_TVM_DUMPS", "", "MTP_TVM_DUMPS is set but empty"),
+    ("MTP_TVM_TUNED_ROOT", "", "MTP_TVM_TUNED_ROOT is set but empty"),
 ])
 def test_a_bad_environment_is_one_line_exit_2_before_the_build(monkeypatch, capsys, tmp_path, name, value,
                                                                  message):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv(name, value)
-    argv = ["check", "--case", "norm", "--preset", "tiny"] + (["--dump-passes"] if "DUMPS" in name else [])
+    argv = ["check", "--case", "norm", "--preset", "tiny"] + (["--dump-passes"] if "DUMPS" in name else []) + (
+        ["--schedule", "tuned"] if "TUNED" in name else [])
     assert main(argv) == 2
     out = capsys.readouterr()
     assert "PASSED" not in out.out and "FAILED" not in out.out, out.out  # refused before the build

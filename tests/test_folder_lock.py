@@ -1,5 +1,6 @@
 """One writer or many readers of a folder, never both, and nobody waits: the other side is one line."""
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -19,37 +20,37 @@ with folder_lock(Path(sys.argv[1]), sys.argv[2] == "ex", "busy"):
 """
 
 
-def _holder(folder, mode):
+@contextlib.contextmanager
+def _held(folder, mode):
+    """``folder``'s lock held by another process (``ex`` exclusive, ``sh`` shared) for the ``with`` block."""
     p = subprocess.Popen([sys.executable, "-c", HOLD, str(folder), mode], stdout=subprocess.PIPE, text=True)
-    assert p.stdout.readline().strip() == "held"
-    return p
+    try:
+        assert p.stdout.readline().strip() == "held"
+        yield
+    finally:
+        p.kill()
+        p.wait()
+
+
+def _refused(folder, exclusive):
+    with pytest.raises(UsageError, match="^busy$"):
+        with folder_lock(folder, exclusive, "busy"):
+            pass
 
 
 def test_a_writer_excludes_writers_and_readers_of_other_processes(tmp_path):
-    holder = _holder(tmp_path, "ex")
-    try:
-        for exclusive in (True, False):
-            with pytest.raises(UsageError, match="^busy$"):
-                with folder_lock(tmp_path, exclusive, "busy"):
-                    pass
-    finally:
-        holder.kill()
-        holder.wait()
+    with _held(tmp_path, "ex"):
+        _refused(tmp_path, True)
+        _refused(tmp_path, False)
     with folder_lock(tmp_path, True, "busy"):  # the lock went with the killed process
         pass
 
 
 def test_readers_share_and_exclude_a_writer(tmp_path):
-    holder = _holder(tmp_path, "sh")
-    try:
+    with _held(tmp_path, "sh"):
         with folder_lock(tmp_path, False, "busy"):
             pass
-        with pytest.raises(UsageError, match="^busy$"):
-            with folder_lock(tmp_path, True, "busy"):
-                pass
-    finally:
-        holder.kill()
-        holder.wait()
+        _refused(tmp_path, True)
 
 
 def test_a_special_file_at_the_lock_path_is_refused(tmp_path):

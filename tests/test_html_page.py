@@ -94,13 +94,19 @@ def test_the_dump_filter_of_the_issue_stays_text_in_index_html(hostile_run):
     assert set(parsed.json) == {"index-data", "diff-data", "profile-data", "history-data"}
 
 
-def test_every_placeholder_and_markup_string_in_the_index_stays_text(hostile_run, tmp_path):
+def _hostile_copy(hostile_run, tmp_path) -> tuple:
+    """A copy of the run and its index with every pass's name and phase ending in ``HOSTILE`` (not yet written)."""
     run = tmp_path / "run"
     shutil.copytree(hostile_run, run)
     index = json.loads((run / "index.json").read_text())
     for p in index["passes"]:
         p["name"] += HOSTILE
         p["phase"] += HOSTILE
+    return run, index
+
+
+def test_every_placeholder_and_markup_string_in_the_index_stays_text(hostile_run, tmp_path):
+    run, index = _hostile_copy(hostile_run, tmp_path)
     update_index(run, case=HOSTILE, target={**index["target"], "kind": HOSTILE}, preset=HOSTILE, error=HOSTILE,
                  passes=index["passes"],
                  check={"passed": False, "seed": 0, "failed_outputs": [HOSTILE], "repro": HOSTILE})
@@ -124,3 +130,17 @@ def test_the_compare_page_keeps_hostile_run_names_and_passes_as_text(hostile_run
     page = compare_runs(a, b).html()
     parsed = _assert_inert(page)
     assert not parsed.json and page.count("<script") == 0
+
+
+def test_a_browser_renders_the_hostile_page_with_no_element_or_link_from_its_data(hostile_run, tmp_path):
+    """The page's own script puts the data into the DOM: escaped there too, and no ``javascript:`` link."""
+    from tests.test_dump_report import _dom
+
+    run, index = _hostile_copy(hostile_run, tmp_path)
+    for p in index["passes"]:
+        p["file"] = "javascript:alert(6)" if p["file"] else p["file"]
+    update_index(run, passes=index["passes"], error=HOSTILE, preset=HOSTILE)
+    dom = _dom(run / "index.html")
+    assert "<tr class=\"pass" in dom  # the script ran and drew the table
+    assert "<img" not in dom and "<svg" not in dom and 'href="javascript:' not in dom
+    assert "onerror=alert(4)&gt;" in dom  # the data, as text

@@ -30,6 +30,7 @@ from tvm import relax, s_tir, tirx
 from tvm.target import Target
 
 from ..spec.presets import TOKEN_TILE
+from ..support.env import env_path
 from ..support.errors import UsageError
 from ..support.folder_lock import folder_lock
 from .steps import PREPACK_ANNOTATION, fresh_copy
@@ -44,8 +45,8 @@ ISA_KEYS = ("kind", "mtriple", "mcpu", "mattr", "mabi", "arch")  # what the code
 def tuned_root() -> Path:
     """Where tuning databases live: ``$MTP_TVM_TUNED_ROOT``; else ``schedules/tuned/`` in a checkout; else (an
     installed package) ``$XDG_CACHE_HOME/mtp_tvm/tuned`` (default ``~/.cache/mtp_tvm/tuned``)."""
-    if os.environ.get(TUNED_ROOT_ENV):
-        return Path(os.environ[TUNED_ROOT_ENV])
+    if env_path(TUNED_ROOT_ENV) is not None:
+        return env_path(TUNED_ROOT_ENV)
     if (_CHECKOUT / "pyproject.toml").is_file() and (_CHECKOUT / "schedules").is_dir():
         return _CHECKOUT / "schedules" / "tuned"
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mtp_tvm" / "tuned"

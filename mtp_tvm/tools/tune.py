@@ -322,7 +322,11 @@ def _require_one_target(work_dir: Path, target: Target) -> None:
     here = target_identity(target)
     for number, line in enumerate((work_dir / RECORDS_FILE).read_bytes().splitlines()
                                   if (work_dir / RECORDS_FILE).exists() else (), 1):
-        other = target_identity(Target(json.loads(line)[1][2])) if line.strip() else here
+        try:
+            other = target_identity(Target(json.loads(line)[1][2])) if line.strip() else here
+        except (ValueError, TypeError, RuntimeError) as e:  # a target this TVM does not know
+            raise UsageError(f"tuning database {work_dir / RECORDS_FILE} line {number} is damaged (its target: "
+                             f"{last_line(e)}); remove that line (or the folder) and tune again") from None
         if other != here:
             raise UsageError(f"{work_dir} holds records tuned for {describe_identity(other)} (line {number} of "
                              f"{RECORDS_FILE}), not for {describe_identity(here)}: tune into another --work-dir")
