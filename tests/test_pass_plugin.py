@@ -63,6 +63,13 @@ def exiter(mod, ctx):
 def passes(target):
     return {"fuse": [exiter]}
 """
+RAISE_IN_PASS = """import tvm
+@tvm.transform.module_pass(opt_level=0, name="Raiser")
+def raiser(mod, ctx):
+    raise KeyError('no such block')
+def passes(target):
+    return {"fuse": [raiser]}
+"""
 
 
 @pytest.mark.parametrize("source, message", [
@@ -75,6 +82,7 @@ def passes(target):
     ("def passes(target):\n    return {'fuse': 'tirx.X'}\n", r"for phase 'fuse' must be a list of passes, got str"),
     ("def passes(target):\n    return {'fuse': 3}\n", r"for phase 'fuse' must be a list of passes, got int"),
     (EXIT_IN_PASS, r"called sys.exit\('0'\) during the build of norm"),
+    (RAISE_IN_PASS, r"raised KeyError in raiser \(line 4\) during the build of norm: .*no such block"),
 ])
 @pytest.mark.parametrize("command", ["check", "build"])
 def test_a_plugin_that_exits_raises_or_returns_garbage_is_one_line_exit_2(tmp_path, capsys, source, message,

@@ -9,6 +9,7 @@ import contextlib
 import dataclasses
 import difflib
 import time
+import traceback
 from pathlib import Path
 
 import tvm
@@ -152,13 +153,16 @@ def compile_open(spec: BuildSpec | None = None, debug: DebugOptions | None = Non
             raise
         except (Exception, SystemExit) as e:  # TVM errors are multi-line C++ traces; keep the last line
             exited = isinstance(e, SystemExit)  # a user pass called sys.exit (passes.pipeline registers it)
+            in_plugin = None if exited else _plugin_frame(debug, e)
             message = (f"{_user_passes(debug)} called sys.exit({e.code!r}) during the build of {c.name}; user code "
-                       "must return, not exit") if exited else last_line(e)
+                       "must return, not exit") if exited else (
+                f"{_user_passes(debug)} raised {type(e).__name__} in {in_plugin} during the build of {c.name}: "
+                f"{last_line(e)}") if in_plugin else last_line(e)
             run_dir = _finish_dumps(recorder, meta, error=message) if recorder is not None else None
             if run_dir is not None:
                 mark_complete(run_dir)
             where = f" (IR dumps: {run_dir})" if run_dir else ""
-            if exited:
+            if exited or in_plugin:
                 raise UsageError(message + where) from None
             raise BuildError(f"build of {c.name} for {target_name(tgt)} failed: {message}{where}") from e
         seconds = time.perf_counter() - t0
@@ -185,6 +189,16 @@ def compile_open(spec: BuildSpec | None = None, debug: DebugOptions | None = Non
 def _user_passes(debug: DebugOptions) -> str:
     return (f"pass plugin {debug.extra_passes.path}" if isinstance(debug.extra_passes, PassPlugin)
             else "a pass of extra_passes")
+
+
+def _plugin_frame(debug: DebugOptions, error: BaseException) -> str | None:
+    """``function (line N)`` of the pass plugin's code an exception came from (its traceback crosses TVM's FFI
+    with the plugin's frames kept), None when it came from elsewhere: the plugin's bug, not a failed build."""
+    if not isinstance(debug.extra_passes, PassPlugin):
+        return None
+    plugin = str(debug.extra_passes.path.resolve())
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename == plugin]
+    return f"{frames[-1].name} (line {frames[-1].lineno})" if frames else None
 
 
 def _finish_dumps(recorder: PassRecorder, meta: dict, **kwargs):
