@@ -482,6 +482,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("mtp-tvm: interrupted", file=sys.stderr)
         return 130
+    except SystemExit as e:  # nothing of ours exits inside a handler: user code (a plugin) did; never a success
+        if args.debug:
+            traceback.print_exc()
+        print(f"mtp-tvm: error: user code called sys.exit({e.code!r}) during {args.command}; nothing was "
+              "completed", file=sys.stderr)
+        return 2
     finally:
         if on_main_thread:
             signal.signal(signal.SIGTERM, previous)

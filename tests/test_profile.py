@@ -92,6 +92,14 @@ def test_bench_profile_goes_into_its_json(tmp_path):
     assert bench(case="norm", preset="tiny", rounds=1, contenders=("tvm",)).as_dict()["profile"] is None
 
 
+def test_a_dumping_bench_profile_completes_its_run_after_writing_profile_json(tmp_path):
+    """Issue 25: a run is complete only when its process writes no more to it (profile.json comes last)."""
+    bench(case="norm", preset="tiny", rounds=1, contenders=("tvm",), profile=FAST, dump_passes=tmp_path)
+    (run,) = [r for r in tmp_path.iterdir() if r.is_dir()]
+    assert (run / "complete").exists() and (run / "profile.json").exists()
+    assert json.loads((run / "index.json").read_text())["profile"] == "profile.json"
+
+
 NO_GPU = not tvm.cuda().exist
 
 

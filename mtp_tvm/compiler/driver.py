@@ -9,6 +9,7 @@ import contextlib
 import dataclasses
 import difflib
 import time
+import traceback
 from pathlib import Path
 
 import tvm
@@ -18,12 +19,12 @@ from tvm.target import Target
 from ..compiler.runtime import Runnable
 from ..compiler.weights import WeightCache
 from ..instrument.recorder import DumpOptions, PassRecord, PassRecorder
-from ..instrument.run_folder import prune, retention
+from ..instrument.run_folder import mark_complete, prune, retention
 from ..ir.model import build_relax_module, get_frontend
 from ..passes.codegen import device_source, generated_code
 from ..passes.gate import PassGate, gate_summary
 from ..passes.pipeline import FIRST_LOWERING_PHASE, compile_module
-from ..passes.plugins import extra_pass_names, resolve_extra_passes
+from ..passes.plugins import PassPlugin, extra_pass_names, resolve_extra_passes
 from ..passes.target import (
     device_for,
     is_gpu,
@@ -63,6 +64,7 @@ class CompiledCase(Runnable):
     spec: BuildSpec = dataclasses.field(default_factory=BuildSpec)  # as asked (sizes may be None: defaults)
     debug: DebugOptions = dataclasses.field(default_factory=DebugOptions, repr=False)
     pruned_dumps: list[str] = dataclasses.field(default_factory=list)  # old runs the retention removed
+    prune_error: str | None = None             # why the retention could not remove an old run
     dump_seconds: float = 0.0                  # writing the dumps after the build (and, meanwhile, the JIT)
     _vm: relax.VirtualMachine | None = dataclasses.field(default=None, repr=False)
     _weights: WeightCache = dataclasses.field(default_factory=WeightCache, repr=False)
@@ -95,6 +97,27 @@ def compile(spec: BuildSpec | None = None, debug: DebugOptions | None = None, **
     """Build ``spec.case`` for ``spec.target`` with the named schedule (``mtp_tvm.schedule``), recording what
     ``debug`` asks for. Keywords are the fields of ``BuildSpec`` and ``DebugOptions`` (``compile(case="tail",
     preset="tiny", dump_passes=True)``) and override ``spec``/``debug``."""
+    compiled = compile_open(spec, debug, **options)
+    finish_run(compiled)
+    return compiled
+
+
+def finish_run(compiled: CompiledCase) -> None:
+    """Mark the build's run folder ``complete`` and apply its root's retention (which removes only complete
+    runs): called once nothing more will be written to it (``check`` writes its verdict first)."""
+    if compiled.dump_dir is None:
+        return
+    mark_complete(compiled.dump_dir)
+    keep = retention()
+    try:
+        compiled.pruned_dumps = [str(p) for p in prune(compiled.dump_dir.parent, keep=keep)] if keep else []
+    except UsageError as e:  # an old run this process may not remove: said, and the build stands
+        compiled.prune_error = str(e)
+
+
+def compile_open(spec: BuildSpec | None = None, debug: DebugOptions | None = None, **options) -> CompiledCase:
+    """``compile`` leaving a run folder open (not ``complete``, so no retention removes it) for the caller to
+    add to and then ``finish_run``; a failed build's run folder is complete when the error is raised."""
     spec, debug = split_options(spec, debug, options, "compile")
     c = get_case(spec.case)
     shapes = make_shapes(spec.preset, spec.tokens, spec.vocab_shard, spec.owners, spec.tp)
@@ -107,6 +130,8 @@ def compile(spec: BuildSpec | None = None, debug: DebugOptions | None = None, **
     gate = PassGate.for_target(tgt, debug.disable_passes, debug.bisect_limit, extra_pass_names(extra))
     dump = DumpOptions(debug.dump_root, debug.only_changed, debug.dump_filter,
                        debug.dump_func) if debug.dump_passes else None
+    if dump:
+        retention()  # a bad MTP_TVM_DUMPS_KEEP fails before the build
     recorder = PassRecorder(gate, dump) if dump or debug.time_passes or gate.active else None
     mod = build_relax_module(c, shapes, frontend, row_quantum=applier.row_quantum)
     meta = {"case": c.name, "target": target_json(tgt), "preset": shapes.preset.name, "frontend": frontend,
@@ -126,10 +151,19 @@ def compile(spec: BuildSpec | None = None, debug: DebugOptions | None = None, **
                 ex = compile_module(mod, tgt, applier, extra, on_phase=on_phase)
         except UsageError:
             raise
-        except Exception as e:  # TVM errors are multi-line C++ traces; keep the last line for the user
-            message = last_line(e)
+        except (Exception, SystemExit) as e:  # TVM errors are multi-line C++ traces; keep the last line
+            exited = isinstance(e, SystemExit)  # a user pass called sys.exit (passes.pipeline registers it)
+            in_plugin = None if exited else _plugin_frame(debug, e)
+            message = (f"{_user_passes(debug)} called sys.exit({e.code!r}) during the build of {c.name}; user code "
+                       "must return, not exit") if exited else (
+                f"{_user_passes(debug)} raised {type(e).__name__} in {in_plugin} during the build of {c.name}: "
+                f"{last_line(e)}") if in_plugin else last_line(e)
             run_dir = _finish_dumps(recorder, meta, error=message) if recorder is not None else None
+            if run_dir is not None:
+                mark_complete(run_dir)
             where = f" (IR dumps: {run_dir})" if run_dir else ""
+            if exited or in_plugin:
+                raise UsageError(message + where) from None
             raise BuildError(f"build of {c.name} for {target_name(tgt)} failed: {message}{where}") from e
         seconds = time.perf_counter() - t0
         source = device_source(ex) if is_gpu(tgt) else None
@@ -149,15 +183,28 @@ def compile(spec: BuildSpec | None = None, debug: DebugOptions | None = None, **
                                               attachments={"schedule_trace.py": applier.trace_script()},
                                               meanwhile=jit)
             compiled.dump_seconds = time.perf_counter() - t1
-            keep = retention()
-            if compiled.dump_dir is not None and keep:  # the retention of the dumps root (instrument.run_folder)
-                compiled.pruned_dumps = [str(p) for p in prune(compiled.dump_dir.parent, keep=keep)]
         return compiled
 
 
+def _user_passes(debug: DebugOptions) -> str:
+    return (f"pass plugin {debug.extra_passes.path}" if isinstance(debug.extra_passes, PassPlugin)
+            else "a pass of extra_passes")
+
+
+def _plugin_frame(debug: DebugOptions, error: BaseException) -> str | None:
+    """``function (line N)`` of the pass plugin's code an exception came from (its traceback crosses TVM's FFI
+    with the plugin's frames kept), None when it came from elsewhere: the plugin's bug, not a failed build."""
+    if not isinstance(debug.extra_passes, PassPlugin):
+        return None
+    plugin = str(debug.extra_passes.path.resolve())
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename == plugin]
+    return f"{frames[-1].name} (line {frames[-1].lineno})" if frames else None
+
+
 def _finish_dumps(recorder: PassRecorder, meta: dict, **kwargs):
-    """Write the run folder; a full disk (or any write error) is a one-line error, and the folder it leaves has
-    no ``complete`` marker, so ``dumps list`` shows it as incomplete."""
+    """Write the run folder (not yet ``complete``: ``finish_run``); a full disk (or any write error) is a
+    one-line error, and the folder it leaves has no ``complete`` marker, so ``dumps list`` shows it as
+    incomplete."""
     try:
         return recorder.finish(meta, **kwargs)
     except OSError as e:

@@ -187,6 +187,9 @@ class BenchOptions:
         _count("rounds", self.rounds)
         _count("number", self.number, optional=True)
         _count("threads", self.threads, optional=True)
+        if self.threads is not None and self.threads > usable_cores():  # TVM_NUM_THREADS of every worker
+            raise UsageError(f"threads must be at most the {usable_cores()} cores this process may use, got "
+                             f"{self.threads}")
         object.__setattr__(self, "tokens", tuple(dict.fromkeys(tokens)))
         object.__setattr__(self, "contenders", tuple(c for c in CONTENDERS if c == TVM or c in contenders))
         object.__setattr__(self, "compare_schedules", tuple(self.compare_schedules))
@@ -547,7 +550,7 @@ def bench(spec: BuildSpec | None = None, options: BenchOptions | None = None, *,
         files = InputFiles.write(race.folder, {n: sp.dtype for n, sp in specs.items()}, activations,
                                  {t: {n: to_numpy(v) for n, v in inputs[t].items()} for t in sweep})
         race.start(TVM, TvmJob(spec, portable, plugin, options.compare_schedules, sweep, files, options.number,
-                               options.rpc))
+                               options.rpc, profiles=profiling is not None))
         for p, why in why_not.items():
             if why:
                 for t in sweep:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..compiler.driver import CompiledCase, compile
+from ..compiler.driver import CompiledCase, compile, compile_open, finish_run
 from ..compiler.options import BuildSpec, DebugOptions
 from ..passes.plugins import load_pass_plugin
 from ..passes.target import cpu_isa, device_for, is_gpu
@@ -59,7 +59,8 @@ class TvmJob:
     """The TVM contenders of one bench: ``spec`` built (its ``tokens``: the profile's T) with ``debug`` (user
     passes only as a plugin file, ``plugin``: a loaded module does not travel between processes), and once per
     other schedule of ``compare_schedules``; timed at every T of ``tokens`` on ``inputs``, ``number`` calls per
-    batch (None: about ``bench_worker.SAMPLE_MS``), here or on ``rpc = (HOST:PORT, key)``."""
+    batch (None: about ``bench_worker.SAMPLE_MS``), here or on ``rpc = (HOST:PORT, key)``. ``profiles``: a
+    ``profile`` call will follow, so a dumping build's run folder stays open for its ``profile.json``."""
 
     spec: BuildSpec
     debug: DebugOptions
@@ -69,6 +70,7 @@ class TvmJob:
     inputs: InputFiles
     number: int | None
     rpc: tuple[str, str] | None
+    profiles: bool = False
 
     def open(self) -> TvmWorker:
         return TvmWorker(self)
@@ -88,7 +90,8 @@ class TvmWorker:
         job, ready = self.job, Ready()
         debug = job.debug if job.plugin is None else dataclasses.replace(job.debug,
                                                                          extra_passes=load_pass_plugin(job.plugin))
-        compiled = compile(job.spec, debug)  # a user error or a failed build: raised in the bench process
+        # a user error or a failed build: raised in the bench process
+        compiled = compile_open(job.spec, debug) if job.profiles else compile(job.spec, debug)
         self.builds[TVM] = compiled
         ready.compile_seconds[TVM] = compiled.build_seconds
         for other in dict.fromkeys(job.compare_schedules):
@@ -150,4 +153,5 @@ class TvmWorker:
         profiled = profile_main(compiled, named, options, probes=probes)
         if compiled.dump_dir is not None:
             write_to_run_folder(profiled, compiled.dump_dir)
+        finish_run(compiled)  # the run folder is complete now (``TvmJob.profiles``)
         return profiled

@@ -4,14 +4,13 @@ torch, and leave a reproducer when it fails."""
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
-from ..compiler.driver import compile
+from ..compiler.driver import compile_open, finish_run
 from ..compiler.options import BuildSpec, DebugOptions, split_options
+from ..compiler.runtime import threads_wanted
 from ..instrument.run_folder import retention, update_index
 from ..passes.target import require_runs_here, resolve_target, target_json
 from ..support.errors import MtpError, UsageError
-from ..verify.comparators import device_hidden_logits_allclose, logits_tolerance
 from ..verify.golden_check import (
     LM_HEAD_LOGITS,
     GoldenOptions,
@@ -19,7 +18,7 @@ from ..verify.golden_check import (
     _perturbation,
     golden_check,
     seeded_golden,
-    validate_seed,
+    validate_check_args,
 )
 from ..verify.results import CheckResult
 from .profile import ProfileOptions, profile_options, write_to_run_folder
@@ -48,25 +47,43 @@ def check(spec: BuildSpec | None = None, debug: DebugOptions | None = None, *, s
     with a ``schedule=none`` build and writes ``kernel_repro/`` beside ``repro/`` (``tools/localize.py``).
     """
     spec, debug = split_options(spec, debug, options, "check")
-    validate_seed(seed)
-    if report is not None and not Path(report).resolve().parent.is_dir():  # fail before the build, not after
-        raise UsageError(f"cannot write report {report}: {Path(report).parent} is not a directory")
+    validate_check_args(seed, tolerance, report, log, logits_tol)
+    if perturb_logit is not None and not isinstance(perturb_logit, (tuple, list)):
+        raise UsageError(f"perturb_logit must be (owner, row, col[, delta]), got {perturb_logit!r}")
+    threads_wanted()  # a bad TVM_NUM_THREADS fails before the build, not after it
     profiling = profile_options(profile)
     require_runs_here(resolve_target(spec.target))
     log(f"[BUILD] case={spec.case} preset={spec.preset} frontend={spec.frontend} schedule={spec.schedule}")
-    compiled = compile(spec, debug)
-    c, s = compiled.case, compiled.shapes
+    compiled = compile_open(spec, debug)
+    try:
+        result = _check_built(compiled, debug, seed, tolerance, logits_tol, perturb_logit, profiling, nan_check,
+                              log)
+    except KeyboardInterrupt:  # an interrupted run stays incomplete
+        raise
+    except BaseException:  # a check that raised writes no more to its run either
+        finish_run(compiled)
+        raise
+    finish_run(compiled)  # after the verdict is in its index: retention (of any process) may remove it from now
     if compiled.pruned_dumps:
         log(f"[dumps] removed {len(compiled.pruned_dumps)} old run(s) beyond the newest {retention()} "
             f"(MTP_TVM_DUMPS_KEEP; `mtp-tvm dumps keep RUN` keeps one for good)")
+    if compiled.prune_error:
+        log(f"[dumps] retention: {compiled.prune_error}")
+    if report is not None:
+        result.write_report(report)
+    return result
+
+
+def _check_built(compiled, debug: DebugOptions, seed: int, tolerance, logits_tol, perturb_logit, profiling,
+                 nan_check: bool, log) -> CheckResult:
+    """The golden check of a fresh build, its profile and reproducer, and its verdict in the run's index."""
+    c, s, spec = compiled.case, compiled.shapes, compiled.spec
     if compiled.unscheduled:
         log(f"[schedule] no {spec.schedule!r} schedule covers {', '.join(compiled.unscheduled)}: lowered as written")
     for kernel, why in compiled.untuned.items():
         log(f"[tuned] {kernel}: {why}; its hand schedule is used")
     if (logits_tol is not None or perturb_logit is not None) and LM_HEAD_LOGITS not in c.output_specs(s):
         raise UsageError(f"LM-head logits options apply to cases with the lm_head stage; {c.name!r} has none")
-    if logits_tol is not None:  # a bad option fails before the run, not after it
-        device_hidden_logits_allclose(s.tp, **logits_tolerance(logits_tol))
     perturbation = None if perturb_logit is None else _perturbation(
         tuple(perturb_logit), c.output_specs(s)[LM_HEAD_LOGITS].shape)
     options = GoldenOptions(seed, tolerance, logits_tol, perturbation)
@@ -98,6 +115,4 @@ def check(spec: BuildSpec | None = None, debug: DebugOptions | None = None, *, s
         kernel = {"kernel_repro": KERNEL_REPRO_DIR} if result.kernel_repro_dir else {}
         update_index(compiled.dump_dir, check={"passed": result.passed, "seed": seed,
                                                "failed_outputs": result.failed_outputs, "repro": repro, **kernel})
-    if report is not None:
-        result.write_report(report)
     return result

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import html
 import re
 from pathlib import Path
 
@@ -33,8 +32,9 @@ from ..instrument.ir_text import (
     normalized,
 )
 from ..instrument.run_states import finish_order, state_files
-from ..support import atomic_file
+from ..support import atomic_file, plain_files
 from ..support.errors import UsageError
+from ..support.html_page import Markup, escape, render
 from ..support.text_table import text_table
 from ..tools.code_stats import KernelCode, kernels
 from ..tools.dumps_browse import load_index
@@ -229,7 +229,7 @@ class RunComparison:
     def html(self) -> str:
         """The comparison as one self-contained page: the same table (verdicts coloured, the divergence marked),
         the diff there side by side (all of it), and the generated code."""
-        esc = html.escape
+        esc = escape
         both, only_a, only_b = self.counts()
         head = [f"<tr><th>A</th><td>{esc(str(self.a))}</td><td>{esc(_describe(self.a_index))}</td></tr>",
                 f"<tr><th>B</th><td>{esc(str(self.b))}</td><td>{esc(_describe(self.b_index))}</td></tr>"]
@@ -253,14 +253,14 @@ class RunComparison:
             code.append(f"<tr><td>{esc(c.name)}</td><td class='num'>{'-' if c.a_bytes is None else c.a_bytes}</td>"
                         f"<td class='num'>{'-' if c.b_bytes is None else c.b_bytes}</td><td>{esc(c.verdict)}</td></tr>")
         kernels = "".join(f"<pre>{esc(c.table())}</pre>" for c in self.code if c.kernels and c.verdict != IDENTICAL)
-        return (_PAGE.replace("{{title}}", esc(f"{self.a.name} vs {self.b.name}"))
-                .replace("{{head}}", "".join(head))
-                .replace("{{settings}}", f"<ul>{settings}</ul>" if settings else "<p>same settings</p>")
-                .replace("{{counts}}", f"{both} aligned, {only_a} only in A, {only_b} only in B")
-                .replace("{{verdict}}", esc(self.verdict()) + (
-                    ' (<a href="#divergence">row</a>, <a href="#diff">diff</a>)' if self.divergence is not None else ""))
-                .replace("{{rows}}", "\n".join(rows)).replace("{{diff}}", diff)
-                .replace("{{code}}", "".join(code)).replace("{{kernels}}", kernels))
+        return render(_PAGE, title=esc(f"{self.a.name} vs {self.b.name}"), head=Markup("".join(head)),
+                      settings=Markup(f"<ul>{settings}</ul>" if settings else "<p>same settings</p>"),
+                      counts=esc(f"{both} aligned, {only_a} only in A, {only_b} only in B"),
+                      verdict=Markup(esc(self.verdict()) + (
+                          ' (<a href="#divergence">row</a>, <a href="#diff">diff</a>)'
+                          if self.divergence is not None else "")),
+                      rows=Markup("\n".join(rows)), diff=Markup(diff), code=Markup("".join(code)),
+                      kernels=Markup(kernels))
 
 
 def _target(index: dict) -> str:
@@ -305,7 +305,7 @@ class _Side:
             return None
         if name not in self._funcs:
             try:
-                text = (self.run / name).read_text()
+                text = plain_files.read_text(self.run / name)
             except (OSError, UnicodeDecodeError):
                 text = None
             self._funcs[name] = None if text is None else {"": text, **functions(text)}
@@ -383,7 +383,7 @@ def _read(run: Path, name: str, index: dict) -> str | None:
     if name not in index.get("codegen", []):
         return None
     try:
-        return (run / name).read_text()
+        return plain_files.read_text(run / name)
     except (OSError, UnicodeDecodeError):
         return None
 
@@ -491,12 +491,12 @@ def _side_by_side_html(diff: tuple[str, ...]) -> str:
     out = ['<table class="sbs"><colgroup><col class="lnc"><col><col class="lnc"><col></colgroup>']
     for r in side_by_side(diff):
         if r[0] in ("hunk", "file"):
-            out.append(f'<tr class="{r[0]}"><td colspan="4">{html.escape(r[1])}</td></tr>')
+            out.append(f'<tr class="{r[0]}"><td colspan="4">{escape(r[1])}</td></tr>')
             continue
         cells = []
         for no, text, kind in ((r[0], r[1], r[2]), (r[3], r[4], r[5])):
             cls = {"del": "old d-del", "add": "new d-add", "": "ctx", None: "empty"}[kind]
-            cells.append(f'<td class="ln">{"" if no is None else no}</td><td class="{cls}">{html.escape(text)}</td>')
+            cells.append(f'<td class="ln">{"" if no is None else no}</td><td class="{cls}">{escape(text)}</td>')
         out.append("<tr>" + "".join(cells) + "</tr>")
     out.append("</table>")
     return "\n".join(out)

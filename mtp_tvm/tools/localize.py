@@ -25,8 +25,9 @@ import re
 
 import numpy as np
 
-from ..compiler.driver import CompiledCase, compile
+from ..compiler.driver import CompiledCase, compile, compile_open, finish_run
 from ..compiler.options import BuildSpec, DebugOptions, split_options
+from ..instrument.run_folder import update_index
 from ..ir.model import FRONTENDS
 from ..passes.plugins import load_pass_plugin
 from ..passes.target import require_runs_here, resolve_target
@@ -36,7 +37,7 @@ from ..support.errors import UsageError
 from ..support.text_table import text_table
 from ..verify.comparators import Comparison, ratio_allclose
 from ..verify.golden_check import DEFAULT_TOLERANCE, validate_seed
-from .kernel_repro import write_kernel_repro
+from .kernel_repro import KERNEL_REPRO_DIR, write_kernel_repro
 from .kernel_calls import PARAM, KernelCall, NanOrigin, nan_origin, record
 
 AGAINST_KEYS = ("target", "frontend", "schedule", "disable-pass", "bisect-limit", "pass-plugin")
@@ -204,15 +205,32 @@ class LocalizeResult:
             lines.append(f"  its inputs already differed ({', '.join(bad)}): it received different inputs")
         return "\n".join(lines)
 
-    def table(self) -> str:
-        rows = [("test call", "reference call", "out", "shape", "max |diff|", "mismatches", "inputs", "result")]
-        first = self.first
+    def call_rows(self) -> list[dict]:
+        """One row per partnered output, as the terminal table and the run page show them: ``result`` is
+        ``FIRST`` for the first differing call's failing outputs, ``DIFF`` for later ones, else ``ok``."""
+        first, rows = self.first, []
         for p in self.pairs:
             for j, c in enumerate(p.outputs):
-                mark = "FIRST" if p is first and not c.passed else "ok" if c.passed else "DIFF"
-                rows.append((p.test.name if j == 0 else "", p.reference.name if j == 0 else "", str(j),
-                             "x".join(map(str, p.test.outputs[j][0])), f"{c.max_abs_diff:.3g}",
-                             f"{c.mismatches}/{c.numel}", "same" if p.inputs_matched else "differ", mark))
+                rows.append({"test": p.test.name if j == 0 else "", "reference": p.reference.name if j == 0 else "",
+                             "kernel": p.test.kernel, "out": j, "shape": list(p.test.outputs[j][0]),
+                             "max_abs_diff": c.max_abs_diff, "mismatches": c.mismatches, "numel": c.numel,
+                             "inputs_matched": p.inputs_matched,
+                             "result": "FIRST" if p is first and not c.passed else "ok" if c.passed else "DIFF"})
+        return rows
+
+    def page_section(self) -> dict:
+        """What the run's ``index.html`` shows (``index.json``'s ``localize``): the per-call table, the calls
+        without a partner, the first differing call and its reproducer (relative to the run folder)."""
+        return {"test": self.test, "reference": self.reference, "passed": self.passed, "rows": self.call_rows(),
+                "unpartnered_test": [c.name for c in self.unpartnered_test],
+                "unpartnered_reference": [c.name for c in self.unpartnered_reference],
+                "first": self.describe_first(), "kernel_repro": KERNEL_REPRO_DIR if self.kernel_repro_dir else None}
+
+    def table(self) -> str:
+        rows = [("test call", "reference call", "out", "shape", "max |diff|", "mismatches", "inputs", "result")]
+        rows += [(r["test"], r["reference"], str(r["out"]), "x".join(map(str, r["shape"])), f"{r['max_abs_diff']:.3g}",
+                  f"{r['mismatches']}/{r['numel']}", "same" if r["inputs_matched"] else "differ", r["result"])
+                 for r in self.call_rows()]
         head = (f"localize {self.case}: test [{self.test}] against reference [{self.reference}]: "
                 f"{len(self.test_calls)} and {len(self.reference_calls)} kernel calls, {len(self.pairs)} partnered")
         lines = [head, *text_table(rows, {4, 5})]
@@ -339,17 +357,27 @@ def localize(spec: BuildSpec | None = None, debug: DebugOptions | None = None, *
     log(f"[BUILD] reference ({against}): frontend={ref_spec.frontend} schedule={ref_spec.schedule}")
     reference = compile(ref_spec, ref_debug)
     log(f"[BUILD] test: case={spec.case} preset={spec.preset} frontend={spec.frontend} schedule={spec.schedule}")
-    test = compile(spec, debug)
-    if reference.shapes != test.shapes:
-        raise UsageError("the reference build has other sizes than the build under test")
-    log(f"[RUN] seed={seed}: every kernel call of both builds")
-    result = compare_builds(test, reference, opts)
-    if kernel_repro and result.first is not None:
-        try:
-            result.kernel_repro_dir = str(write_kernel_repro(result, test, reference, opts, debug.dump_root))
-        except (UsageError, OSError) as e:
-            result.kernel_repro_error = str(e) if isinstance(e, UsageError) else f"{e.strerror}: {e.filename}"
+    test = compile_open(spec, debug)  # its run folder (when dumping) gets the per-call table before it is complete
+    try:
+        if reference.shapes != test.shapes:
+            raise UsageError("the reference build has other sizes than the build under test")
+        log(f"[RUN] seed={seed}: every kernel call of both builds")
+        result = compare_builds(test, reference, opts)
+        if kernel_repro and result.first is not None:
+            try:
+                result.kernel_repro_dir = str(write_kernel_repro(result, test, reference, opts, debug.dump_root))
+            except (UsageError, OSError) as e:
+                result.kernel_repro_error = str(e) if isinstance(e, UsageError) else f"{e.strerror}: {e.filename}"
+        _show_in_run(test, result)
+    finally:
+        finish_run(test)
     return result
+
+
+def _show_in_run(test: CompiledCase, result: LocalizeResult) -> None:
+    """The per-call table into the test build's run page (``index.json``'s ``localize``), when it dumps."""
+    if test.dump_dir is not None:
+        update_index(test.dump_dir, localize=result.page_section())
 
 
 def localize_failure(test: CompiledCase, seed: int, tolerance: dict | None = None) -> LocalizeResult:
@@ -360,4 +388,5 @@ def localize_failure(test: CompiledCase, seed: int, tolerance: dict | None = Non
     result = compare_builds(test, reference, options)
     if result.first is not None:
         result.kernel_repro_dir = str(write_kernel_repro(result, test, reference, options))
+    _show_in_run(test, result)
     return result

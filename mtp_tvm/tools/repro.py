@@ -28,7 +28,7 @@ from pathlib import Path
 import tvm
 
 from ..compiler.tensors import dtype_name, read_npz, to_numpy, write_npz
-from ..instrument.run_folder import new_run_dir
+from ..instrument.run_folder import mark_complete, new_run_dir
 from ..passes.pipeline import FIRST_LOWERING_PHASE, OPTIMIZING_PHASES
 from ..passes.plugins import extra_pass_names, resolve_extra_passes
 from ..passes.target import resolve_target, target_json
@@ -119,7 +119,7 @@ def write_repro(compiled, inputs: dict, expected: dict, options: GoldenOptions, 
     run = compiled.dump_dir or new_run_dir(root, f"{compiled.case.name}-{compiled.target.kind.name}")
     final = write_folder(run, REPRO_DIR, lambda tmp: _write_bundle(tmp, compiled, inputs, expected, options, result))
     if compiled.dump_dir is None:
-        (run / "complete").write_text("")
+        mark_complete(run)
     return final
 
 
