@@ -72,3 +72,39 @@ def test_build_takes_the_debugging_options_and_artifact_checks_refuse_them(tmp_p
     assert f"IR dumps: {tmp_path}/dumps/logits-llvm-" in out
     assert main(["check", "--artifact", str(tmp_path / "art"), "--bisect-limit", "3"]) == 2
     assert "--artifact does not compile, so --bisect-limit cannot apply" in capsys.readouterr().err
+
+
+_IMPORTS = """
+import json, sys, time
+t0 = time.perf_counter()
+from mtp_tvm.cli import main
+try:
+    rc = main(sys.argv[1:])
+except SystemExit as e:  # --help and argparse's usage errors
+    rc = e.code
+print(json.dumps({"rc": rc, "heavy": sorted(m for m in ("tvm", "torch") if m in sys.modules)}), file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize("argv", [
+    ["--help"], ["list"], ["list", "--preset", "tiny"], ["dumps", "--root", "{tmp}", "list"],
+    ["dumps", "--root", "{tmp}", "show", "latest"], ["dumps", "--root", "{tmp}", "prune", "--keep", "3"],
+    ["check", "--case", "nope"], ["build", "--preset", "huge", "--out", "{tmp}/a"], ["check", "--tokens", "0"],
+    ["tune", "--frontend", "onnx"], ["bench", "--vocab-shard", "0"], ["check", "--no-such-flag"],
+    ["run", "{tmp}/a", "--out", "{tmp}/o.npz"], ["inputs", "--case", "tial", "--out", "{tmp}/in.npz"],
+])
+def test_commands_that_build_nothing_import_neither_tvm_nor_torch_and_answer_within_a_second(argv, tmp_path):
+    """--help, list, dumps and every usage error: the handlers import TVM and torch only to build or run, so
+    these answer at once (a newcomer waited 6-9 s for each, mostly on ``import tvm``)."""
+    import time
+
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    walls = []
+    for _ in range(2):  # the faster of two: one run may share the CPUs with a build
+        t0 = time.perf_counter()
+        out = subprocess.run([sys.executable, "-c", _IMPORTS, *argv], capture_output=True, text=True)
+        walls.append(time.perf_counter() - t0)
+    result = json.loads(out.stderr.strip().splitlines()[-1])
+    assert result["heavy"] == [], (argv, result, out.stderr)
+    assert result["rc"] in (0, 2), (argv, out.stderr)
+    assert min(walls) < 1.0, (argv, walls)

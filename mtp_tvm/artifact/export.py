@@ -59,10 +59,10 @@ from ..passes.target import (
     target_json,
     target_triple,
 )
+from ..spec.cases import validate_seed
 from ..support.atomic_file import remove_stale, replace_dir, temp_prefix
 from ..support.errors import BuildError, UsageError, last_line
 from ..support.text_table import text_table
-from ..verify.golden_check import validate_seed
 from ..verify.results import CheckResult
 
 

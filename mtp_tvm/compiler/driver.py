@@ -19,7 +19,7 @@ from ..compiler.runtime import Runnable
 from ..compiler.weights import WeightCache
 from ..instrument.recorder import DumpOptions, PassRecord, PassRecorder
 from ..instrument.run_folder import prune, retention
-from ..ir.model import build_relax_module, get_frontend
+from ..ir.model import build_relax_module
 from ..passes.codegen import device_source, generated_code
 from ..passes.gate import PassGate, gate_summary
 from ..passes.pipeline import FIRST_LOWERING_PHASE, compile_module
@@ -35,7 +35,7 @@ from ..passes.target import (
 from ..schedule.apply import ApplySchedules
 from ..schedule.files import TUNED
 from ..schedule.tuned import tuned_dir
-from ..spec.cases import ROWS, TOKENS, Case, TensorSpec, get_case
+from ..spec.cases import ROWS, TOKENS, Case, TensorSpec
 from ..spec.presets import Shapes, make_shapes
 from ..support.errors import BuildError, UsageError, last_line
 from .options import BuildSpec, DebugOptions, split_options
@@ -82,6 +82,12 @@ class CompiledCase(Runnable):
         tokens = bound.get(TOKENS, bound.get(ROWS, 0) * self.shapes.owners)  # T directly, or R rows per owner
         self.case.check_shapes(self.shapes, tokens)
 
+    def sized(self, tokens: int | None = None) -> tuple[Case, Shapes]:
+        s = self.shapes
+        shapes = make_shapes(s.preset, s.tokens if tokens is None else tokens, s.vocab_shard, s.owners, s.tp)
+        self.case.check_shapes(shapes)
+        return self.case, shapes
+
 
 def _check_disabled_names(gate: PassGate, records: list[PassRecord]) -> None:
     ran = {r.name for r in records}
@@ -96,11 +102,8 @@ def compile(spec: BuildSpec | None = None, debug: DebugOptions | None = None, **
     ``debug`` asks for. Keywords are the fields of ``BuildSpec`` and ``DebugOptions`` (``compile(case="tail",
     preset="tiny", dump_passes=True)``) and override ``spec``/``debug``."""
     spec, debug = split_options(spec, debug, options, "compile")
-    c = get_case(spec.case)
-    shapes = make_shapes(spec.preset, spec.tokens, spec.vocab_shard, spec.owners, spec.tp)
-    c.check_shapes(shapes)
+    c, shapes = spec.resolve()
     frontend, schedule = spec.frontend, spec.schedule
-    get_frontend(frontend)
     tgt = resolve_target(spec.target)
     applier = ApplySchedules(tgt, schedule, tuned_dir(tgt, c.name) if schedule == TUNED else None)
     extra = resolve_extra_passes(debug.extra_passes, tgt)

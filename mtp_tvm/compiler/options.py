@@ -12,11 +12,15 @@ import dataclasses
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..passes.plugins import ExtraPasses, PassPlugin
-from ..passes.target import target_json
+from ..ir.frontend_names import check_frontend
+from ..spec.cases import Case, get_case
+from ..spec.presets import Shapes, make_shapes
 from ..support.errors import UsageError
+
+if TYPE_CHECKING:  # the options are read before any command needs TVM (``mtp-tvm --help`` stays instant)
+    from ..passes.plugins import ExtraPasses
 
 
 def _require(ok: bool, message: str) -> None:
@@ -50,9 +54,20 @@ class BuildSpec:
         for name in ("case", "preset", "frontend", "schedule"):
             _require(isinstance(getattr(self, name), str), f"{name} must be a name, got {getattr(self, name)!r}")
 
+    def resolve(self) -> tuple[Case, Shapes]:
+        """The case and its sizes, every name and size checked (one-line ``UsageError``s) without importing TVM
+        or torch, so a command refuses a typo at once instead of after seconds of imports."""
+        case = get_case(self.case)
+        shapes = make_shapes(self.preset, self.tokens, self.vocab_shard, self.owners, self.tp)
+        case.check_shapes(shapes)
+        check_frontend(self.frontend)
+        return case, shapes
+
     def as_argv(self, target_flag: str | None = None) -> list[str]:
         """The ``mtp-tvm`` flags of this spec (sizes left at their default are omitted); ``target_flag``
         replaces the target's spelling (e.g. the JSON of a resolved target)."""
+        from ..passes.target import target_json
+
         target = target_flag if target_flag is not None else (
             self.target if isinstance(self.target, str) else
             json.dumps(self.target if isinstance(self.target, dict) else target_json(self.target)))
@@ -107,6 +122,8 @@ class DebugOptions:
     def as_argv(self) -> list[str]:
         """The ``mtp-tvm`` flags of these options. Passes given as Python objects have no flag: the caller
         says so (``api_only_passes``)."""
+        from ..passes.plugins import PassPlugin
+
         argv: list[str] = []
         if self.dump_passes:
             argv += ["--dump-passes"] + ([] if self.dump_passes is True else [str(self.dump_passes)])
@@ -124,6 +141,8 @@ class DebugOptions:
     @property
     def api_only_passes(self) -> bool:
         """Whether user passes were given as Python objects, which no command-line flag can restate."""
+        from ..passes.plugins import PassPlugin
+
         return self.extra_passes is not None and not isinstance(self.extra_passes, PassPlugin)
 
 

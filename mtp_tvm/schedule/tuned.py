@@ -24,6 +24,7 @@ from tvm import relax, s_tir, tirx
 from tvm.target import Target
 
 from ..spec.presets import TOKEN_TILE
+from .bf16_dot import register_dot_intrinsics
 from .steps import PREPACK_ANNOTATION, fresh_copy
 
 TUNED_ROOT_ENV = "MTP_TVM_TUNED_ROOT"  # overrides where tuning databases live
@@ -96,6 +97,7 @@ class RecordsApplied:
 
 def _replay(func: tirx.PrimFunc, trace: s_tir.Trace) -> s_tir.Schedule | None:
     """``trace`` replayed on ``func`` (any T), or None where it does not apply (it tiles a static row loop)."""
+    register_dot_intrinsics()  # a record may tensorize onto them
     sch = s_tir.Schedule(fresh_copy(workload(func)), error_render_level="none")  # a failed replay leaves func intact
     try:
         trace.apply_to_schedule(sch, remove_postproc=False)

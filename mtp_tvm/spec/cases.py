@@ -21,12 +21,14 @@ import math
 from typing import Callable
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
 from ..spec import golden
 from ..spec.presets import INT8_AMAX_EPS, INT8_SCALE_MAX, MAX_LOGIT_ROWS, Shapes
 from ..support.errors import UsageError
+from ..support.lazy import lazy_module
+
+torch = lazy_module("torch")  # inputs, goldens and peers need it; names, shapes and dtypes do not
+F = lazy_module("torch.nn.functional")
 
 TOKENS, ROWS = "T", "R"
 
@@ -353,7 +355,7 @@ class Case:
 
     def make_inputs(self, s: Shapes, seed: int) -> dict[str, torch.Tensor]:
         """Seeded inputs, drawn in spec order so one seed always gives bitwise-identical tensors."""
-        gen = torch.Generator().manual_seed(seed)
+        gen = torch.Generator().manual_seed(validate_seed(seed))
         out: dict[str, torch.Tensor] = {}
         pending = None
         for p in self.params():
@@ -389,6 +391,12 @@ CASES: dict[str, Case] = {c.name: c for c in (
     Case("tail-lm-head", ("projection", "norm", "lm_head"),
          "projection -> shared-head norm (hidden_out) -> TP-sharded LM head (spec §3)"),
 )}
+
+
+def validate_seed(seed) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+        raise UsageError(f"seed must be an integer in [0, 2**63), got {seed!r}")
+    return seed
 
 
 def get_case(name: str) -> Case:

@@ -33,6 +33,7 @@ from tvm.s_tir.schedule import Trace
 from ..compiler import driver
 from ..compiler.options import BuildSpec, DebugOptions, split_options
 from ..passes.target import target_json
+from ..schedule.bf16_dot import register_dot_intrinsics
 from ..schedule.steps import fresh_copy
 from ..spec.cases import get_case
 from ..spec.presets import make_shapes
@@ -213,6 +214,7 @@ def trace_pass(func: str, apply: Callable[[s_tir.Schedule], None], seen: dict | 
         if seen is not None:
             seen["func"] = fresh_copy(mod[gv])
         sch = s_tir.Schedule(tvm.IRModule({func: fresh_copy(mod[gv])}))
+        register_dot_intrinsics()  # the trace may tensorize onto them
         apply(sch)
         out = tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs)
         out[gv] = sch.mod[func].with_attr("tirx.is_scheduled", True)

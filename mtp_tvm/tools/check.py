@@ -18,6 +18,7 @@ from ..passes.target import (
     target_json,
     target_triple,
 )
+from ..spec.cases import validate_seed
 from ..support.errors import UsageError
 from ..verify.comparators import device_hidden_logits_allclose, logits_tolerance
 from ..verify.golden_check import (
@@ -27,7 +28,6 @@ from ..verify.golden_check import (
     _perturbation,
     golden_check,
     seeded_golden,
-    validate_seed,
 )
 from ..verify.results import CheckResult
 from .profile import ProfileOptions, profile_options, write_to_run_folder
