@@ -28,11 +28,13 @@ from .support.errors import MtpError, UsageError
 _DEFAULTS = BuildSpec()  # the one table of build defaults: every command's flags and the API's keywords
 
 
-def _add_spec_args(p: argparse.ArgumentParser, case_help: str | None = None, sizes: bool = True) -> None:
-    """The flags of ``BuildSpec`` (what binary), their defaults its fields'; ``sizes``: the LM head's too."""
-    p.add_argument("--case", default=_DEFAULTS.case,
+def _add_spec_args(p: argparse.ArgumentParser, case_help: str | None = None, sizes: bool = True,
+                   unset: bool = False) -> None:
+    """The flags of ``BuildSpec`` (what binary), their defaults its fields'; ``sizes``: the LM head's too;
+    ``unset``: left None when not given (the handler tells given from default)."""
+    p.add_argument("--case", default=None if unset else _DEFAULTS.case,
                    help=case_help or f"one of: {', '.join(CASES)} (default {_DEFAULTS.case})")
-    p.add_argument("--preset", default=_DEFAULTS.preset,
+    p.add_argument("--preset", default=None if unset else _DEFAULTS.preset,
                    help=f"one of: {', '.join(PRESETS)} (default {_DEFAULTS.preset})")
     p.add_argument("--vocab-shard", type=int, default=None, help="vocab shard columns (default 512)")
     if sizes:
@@ -270,17 +272,16 @@ def _cmd_inputs(args) -> int:
     """The seeded inputs ``check`` draws, as an ``.npz`` for ``run --inputs``: of a case (no build) or of an
     artifact (its manifest's case and sizes)."""
     if args.artifact:
-        defaults = build_parser().parse_args(["inputs", "--out", args.out])
         given = [f"--{o.replace('_', '-')}" for o in ("case", "preset", "vocab_shard", "owners", "tp")
-                 if getattr(args, o) != getattr(defaults, o)]
+                 if getattr(args, o) is not None]
         if given:
             raise UsageError(f"--artifact takes {', '.join(given)} from the artifact's manifest; drop them")
         from .artifact.load import load
 
         inputs = load(args.artifact, allow_failed=True).make_inputs(tokens=args.tokens, seed=args.seed)
     else:
-        spec = BuildSpec(case=args.case, preset=args.preset, tokens=args.tokens, vocab_shard=args.vocab_shard,
-                         owners=args.owners, tp=args.tp)
+        spec = BuildSpec(case=args.case or _DEFAULTS.case, preset=args.preset or _DEFAULTS.preset,
+                         tokens=args.tokens, vocab_shard=args.vocab_shard, owners=args.owners, tp=args.tp)
         case, shapes = spec.resolve()
         inputs = case.make_inputs(shapes, args.seed)
     from .compiler.tensors import to_numpy, write_npz
@@ -475,7 +476,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", default=None, metavar="PNG", help="write a bar chart (matplotlib)")
     p.set_defaults(handler=_cmd_bench)
     p = sub.add_parser("inputs", parents=[common], help="write the seeded inputs check draws, as an .npz for run --inputs")
-    _add_spec_args(p)
+    _add_spec_args(p, unset=True)
     p.add_argument("--tokens", type=int, default=None, help="token count T (default: the preset's B*S = 8)")
     p.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
     p.add_argument("--artifact", default=None, metavar="DIR",

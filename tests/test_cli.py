@@ -108,3 +108,49 @@ def test_commands_that_build_nothing_import_neither_tvm_nor_torch_and_answer_wit
     assert result["heavy"] == [], (argv, result, out.stderr)
     assert result["rc"] in (0, 2), (argv, out.stderr)
     assert min(walls) < 1.0, (argv, walls)
+
+
+def test_inputs_written_for_a_case_run_an_artifact_like_its_random_inputs(tmp_path, capsys):
+    """The README's first steps: ``inputs`` writes the seeded inputs (no build), ``build`` an artifact, ``run``
+    it on the file; ``run --random-inputs`` draws the same inputs itself, and ``inputs --artifact`` the
+    artifact's."""
+    import numpy as np
+
+    from mtp_tvm.compiler.tensors import read_npz
+
+    common = ["--case", "logits", "--preset", "tiny", "--vocab-shard", "256"]
+    assert main(["inputs", *common, "--tokens", "3", "--seed", "4", "--out", str(tmp_path / "in.npz")]) == 0
+    assert "lm_head_weight       (256, 256)       bfloat16" in capsys.readouterr().out
+    assert main(["build", *common, "--out", str(tmp_path / "a")]) == 0
+    assert main(["run", str(tmp_path / "a"), "--inputs", str(tmp_path / "in.npz"), "--out", str(tmp_path / "o.npz")]) == 0
+    assert main(["run", str(tmp_path / "a"), "--random-inputs", "--tokens", "3", "--seed", "4",
+                 "--out", str(tmp_path / "r.npz")]) == 0
+    assert main(["inputs", "--artifact", str(tmp_path / "a"), "--tokens", "3", "--seed", "4",
+                 "--out", str(tmp_path / "ia.npz")]) == 0
+    capsys.readouterr()
+    with np.load(tmp_path / "o.npz") as o, np.load(tmp_path / "r.npz") as r:
+        assert o["candidate_logits"].shape == (3, 256) and np.array_equal(o["candidate_logits"], r["candidate_logits"])
+    dtypes = {"hidden_states": "bfloat16", "lm_head_weight": "bfloat16"}
+    a, b = read_npz(tmp_path / "in.npz", dtypes), read_npz(tmp_path / "ia.npz", dtypes)
+    assert all(np.array_equal(a[k].view(np.uint16), b[k].view(np.uint16)) for k in dtypes)
+    assert main(["run", str(tmp_path / "a"), "--out", str(tmp_path / "x.npz")]) == 2
+    assert "--random-inputs" in capsys.readouterr().err
+    assert main(["inputs", "--artifact", str(tmp_path / "a"), "--case", "tail", "--out", str(tmp_path / "x.npz")]) == 2
+    assert "from the artifact's manifest" in capsys.readouterr().err
+    assert not (tmp_path / "x.npz").exists()
+
+
+def test_list_shows_every_tensor_with_shape_and_dtype(capsys):
+    assert main(["list", "--preset", "tiny"]) == 0
+    lines = {" ".join(line.split()) for line in capsys.readouterr().out.splitlines()}
+    assert {"in hidden_states [T, 256] bfloat16", "in lm_head_weight [512, 256] bfloat16",
+            "out candidate_logits [T, 512] float32", "in hidden_out [2, R, 256] bfloat16",
+            "out logits [2, 8, 1024] float32", "in e_proj_w [256, 256] int8"} <= lines
+
+
+def test_debug_works_after_the_subcommand(capsys):
+    assert main(["dumps", "show", "no-such-run", "--debug"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" in err and err.strip().endswith("see `mtp-tvm dumps list`")
+    assert main(["dumps", "show", "no-such-run"]) == 2
+    assert "Traceback" not in capsys.readouterr().err
