@@ -97,3 +97,8 @@ def test_a_failing_check_that_cannot_write_its_reproducer_still_reports_the_fail
                "--pass-plugin", str(PLUGIN)])
     out = capsys.readouterr().out
     assert rc == 1 and "FAILED" in out and "reproducer: not written: cannot create dump folder under /proc" in out
+
+
+def test_the_reproducer_folder_gets_the_mode_mkdir_would_give(failing, tmp_path):
+    (tmp_path / "plain").mkdir()
+    assert os.stat(failing.repro_dir).st_mode == (tmp_path / "plain").stat().st_mode

@@ -60,7 +60,7 @@ from ..passes.target import (
     target_triple,
 )
 from ..spec.cases import validate_seed
-from ..support.atomic_file import remove_stale, replace_dir, temp_prefix
+from ..support.atomic_file import make_temp_dir, remove_stale, replace_dir, temp_prefix
 from ..support.errors import BuildError, UsageError, last_line
 from ..support.text_table import text_table
 from ..verify.results import CheckResult
@@ -181,7 +181,7 @@ def _staged(out: Path | None, force: bool):
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         remove_stale(out, PARTIAL)
-        stage = _Stage(Path(tempfile.mkdtemp(prefix=temp_prefix(out, PARTIAL), dir=out.parent)))
+        stage = _Stage(make_temp_dir(temp_prefix(out, PARTIAL), out.parent))
     except OSError as e:
         raise UsageError(f"cannot create {out}: {e.strerror}") from None
     try:

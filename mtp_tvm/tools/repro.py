@@ -21,7 +21,6 @@ import dataclasses
 import json
 import shlex
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
@@ -32,6 +31,7 @@ from ..instrument.run_folder import new_run_dir
 from ..passes.pipeline import FIRST_LOWERING_PHASE, OPTIMIZING_PHASES
 from ..passes.plugins import extra_pass_names, resolve_extra_passes
 from ..passes.target import resolve_target, target_json
+from ..support.atomic_file import make_temp_dir
 from ..support.errors import MtpError, last_line
 from ..verify.golden_check import GoldenOptions, Provenance, golden_check
 
@@ -100,7 +100,7 @@ def write_repro(compiled, inputs: dict, expected: dict, options: GoldenOptions, 
     """Write ``repro/`` into the build's run folder (a new run folder under ``root`` when it has none)."""
     run = compiled.dump_dir or new_run_dir(root, f"{compiled.case.name}-{compiled.target.kind.name}")
     final = run / REPRO_DIR
-    tmp = Path(tempfile.mkdtemp(prefix=f".{REPRO_DIR}.tmp-", dir=run))  # a name of its own per writer
+    tmp = make_temp_dir(f".{REPRO_DIR}.tmp-", run)  # a name of its own per writer
     try:
         _write_bundle(tmp, compiled, inputs, expected, options, result)
         tmp.replace(final)
