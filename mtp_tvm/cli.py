@@ -20,6 +20,7 @@ from .ir.frontend_names import FRONTEND_NAMES
 from .spec.cases import CASES
 from .spec.presets import PRESETS
 from .support.errors import MtpError, UsageError
+from .support.native_log import VERBOSE_ENV
 
 # Only the modules above load with the parser: each handler imports what it needs, so ``--help``, ``list``,
 # ``dumps ...`` and usage errors never import TVM or torch (tests/test_cli.py measures it).
@@ -401,9 +402,12 @@ def _cmd_list(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mtp-tvm", description="DeepSeek-V4 MTP decode tail on Apache TVM")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
-    common = argparse.ArgumentParser(add_help=False)  # the same flag after the subcommand (not set: the above's)
-    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks for errors")
+    common = argparse.ArgumentParser(add_help=False)  # also after the subcommand (there not set: the above's)
+    for p in (parser, common):
+        p.add_argument("--debug", action="store_true", help="show tracebacks for errors",
+                       **({"default": argparse.SUPPRESS} if p is common else {}))
+        p.add_argument("--verbose", action="store_true", help="let TVM's and LLVM's own log lines through "
+                       "(otherwise kept in the run folder's tvm.log)", **({"default": argparse.SUPPRESS} if p is common else {}))
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("check", parents=[common], help="build a case, run it on seeded inputs, golden-check every stage")
     _add_build_args(p)
@@ -535,6 +539,8 @@ def _terminated(_signum, _frame):
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.verbose:
+        os.environ[VERBOSE_ENV] = "1"
     on_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminated) if on_main_thread else None
     try:

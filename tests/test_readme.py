@@ -247,7 +247,7 @@ def _synopsis_flags_known(text: str) -> list[str]:
         words = line.split()
         if words[:1] == ["mtp-tvm"]:
             current = subcommands.get(words[1], parser) if len(words) > 1 else parser
-        unknown += [f for f in re.findall(r"(?<![\w-])--[a-z][a-z-]*", line.split("#")[0]) if f not in _flags(current)]
+        unknown += [f for f in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", line.split("#")[0]) if f not in _flags(current)]
     return unknown
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import difflib
 import time
 from pathlib import Path
 
@@ -37,8 +36,11 @@ from ..schedule.files import TUNED
 from ..schedule.tuned import tuned_dir
 from ..spec.cases import ROWS, TOKENS, Case, TensorSpec
 from ..spec.presets import Shapes, make_shapes
-from ..support.errors import BuildError, UsageError, last_line
+from ..support.errors import BuildError, UsageError, did_you_mean, last_line
+from ..support.native_log import native_stderr
 from .options import BuildSpec, DebugOptions, split_options
+
+NATIVE_LOG = "tvm.log"  # in the run folder: what TVM and LLVM printed themselves during the build
 
 
 @dataclasses.dataclass
@@ -92,9 +94,7 @@ class CompiledCase(Runnable):
 def _check_disabled_names(gate: PassGate, records: list[PassRecord]) -> None:
     ran = {r.name for r in records}
     for name in sorted(gate.disabled - ran):
-        close = difflib.get_close_matches(name, ran, n=3, cutoff=0.5)
-        raise UsageError(f"--disable-pass {name}: no pass of that name runs"
-                         + (f"; did you mean {', '.join(close)}?" if close else ""))
+        raise UsageError(f"--disable-pass {name}: no pass of that name runs{did_you_mean(name, ran)}")
 
 
 def compile(spec: BuildSpec | None = None, debug: DebugOptions | None = None, **options) -> CompiledCase:
@@ -102,6 +102,14 @@ def compile(spec: BuildSpec | None = None, debug: DebugOptions | None = None, **
     ``debug`` asks for. Keywords are the fields of ``BuildSpec`` and ``DebugOptions`` (``compile(case="tail",
     preset="tiny", dump_passes=True)``) and override ``spec``/``debug``."""
     spec, debug = split_options(spec, debug, options, "compile")
+    with native_stderr() as native:  # TVM's and LLVM's own lines: into the run folder, not between ours
+        compiled = _compile(spec, debug.from_environment())
+    if native.text and compiled.dump_dir is not None:
+        (compiled.dump_dir / NATIVE_LOG).write_text(native.text)
+    return compiled
+
+
+def _compile(spec: BuildSpec, debug: DebugOptions) -> CompiledCase:
     c, shapes = spec.resolve()
     frontend, schedule = spec.frontend, spec.schedule
     tgt = resolve_target(spec.target)

@@ -79,6 +79,9 @@ class BuildSpec:
         return argv
 
 
+DUMP_ENV = "MTP_TVM_DUMP"
+
+
 @dataclasses.dataclass(frozen=True)
 class DebugOptions:
     """Debugging a build. ``dump_passes``: True dumps every pass into a new folder under ``dumps/``, a path dumps
@@ -118,6 +121,14 @@ class DebugOptions:
 
     def replace(self, **changes) -> DebugOptions:
         return dataclasses.replace(self, **changes)
+
+    def from_environment(self) -> DebugOptions:
+        """``MTP_TVM_DUMP=1`` dumps a build that did not say (``dump_passes=None``) as ``--dump-passes`` would
+        (under ``$MTP_TVM_DUMPS`` or ``dumps/``): how a program using the API gets run folders without a code
+        change, like torch's ``TORCH_COMPILE_DEBUG=1``. ``0`` or unset: off."""
+        value = os.environ.get(DUMP_ENV, "").strip()
+        _require(value in ("", "0", "1"), f"{DUMP_ENV} must be 1 or 0, got {value!r} (the dumps root is MTP_TVM_DUMPS)")
+        return self.replace(dump_passes=True) if value == "1" and self.dump_passes is None else self
 
     def as_argv(self) -> list[str]:
         """The ``mtp-tvm`` flags of these options. Passes given as Python objects have no flag: the caller

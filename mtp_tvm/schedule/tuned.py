@@ -97,7 +97,6 @@ class RecordsApplied:
 
 def _replay(func: tirx.PrimFunc, trace: s_tir.Trace) -> s_tir.Schedule | None:
     """``trace`` replayed on ``func`` (any T), or None where it does not apply (it tiles a static row loop)."""
-    register_dot_intrinsics()  # a record may tensorize onto them
     sch = s_tir.Schedule(fresh_copy(workload(func)), error_render_level="none")  # a failed replay leaves func intact
     try:
         trace.apply_to_schedule(sch, remove_postproc=False)
@@ -112,6 +111,7 @@ def apply_database(mod: tvm.IRModule, target: Target, work_dir: str | os.PathLik
     it gets that record's schedule (marked scheduled); the rest are named in ``untuned`` with the reason."""
     from tvm.s_tir import meta_schedule as ms
 
+    register_dot_intrinsics()  # the database parses every record's trace as it loads
     database = ms.database.JSONDatabase(work_dir=str(work_dir), allow_missing=False)
     out = RecordsApplied()
     for gv, func in list(mod.functions_items()):

@@ -41,6 +41,7 @@ from tvm.target import Target
 from ..compiler.options import BuildSpec
 from ..compiler.runtime import THREADS_ENV
 from ..passes.target import cpu_isa, is_gpu, usable_cores
+from ..schedule.bf16_dot import register_dot_intrinsics
 from ..schedule.space import HAND, default_schedule, hand_points, hand_space, is_hand
 from ..schedule.steps import fresh_copy
 from ..schedule.tuned import called_kernels, tile_workload, tuned_dir, workload
@@ -324,6 +325,7 @@ def tune(case: str = _BUILD.case, target=_BUILD.target, preset: str = _BUILD.pre
     isa = None if is_gpu(tgt) else cpu_isa(tgt)
     hand_schedules = ApplySchedules(tgt)
     builder = ms.builder.LocalBuilder(f_build=fast_build, timeout_sec=120)
+    register_dot_intrinsics()  # the database parses the records of a previous run as it loads
     database = ms.database.JSONDatabase(work_dir=str(out))
     tasks, default_ms, spaces, points = [], {}, {}, {}
     for name, func in kernels.items():
