@@ -188,23 +188,22 @@ def output_matches(expected: str, actual: str, bindings: Bindings) -> str | None
     chunks.append(chunk)
     got, at = actual.split("\n"), 0
     for chunk in (c for c in chunks if c):
+        best = 0  # the most lines of the chunk matched at any start: the next one is the line to report
         for start in range(at, len(got) - len(chunk) + 1):
             trial = Bindings(bindings)
-            matched = True
             for k, line in enumerate(chunk):
-                m = _line_pattern(line, trial).fullmatch(got[start + k])
-                if m is None:
-                    matched = False
+                if _line_pattern(line, trial).fullmatch(got[start + k]) is None:
+                    best = max(best, k)
                     break
                 for readme, here in zip(RUN_NAME.finditer(line), RUN_NAME.finditer(got[start + k])):
                     trial.bind(readme, here)
-            if matched:
+            else:
                 bindings.update(trial)
                 bindings.ids.update(trial.ids)
                 at = start + len(chunk)
                 break
         else:
-            return chunk[0]
+            return chunk[best]
     return None
 
 
@@ -222,8 +221,9 @@ def _commands(text: str) -> list[str]:
 
 
 def _shell(command: str, cwd: Path, timeout: int = 1800) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", "-c", command], cwd=cwd, env=_env(cwd), capture_output=True, text=True,
-                          timeout=timeout)
+    """``command``'s stdout and stderr in one stream, in the order a terminal shows them."""
+    return subprocess.run(["bash", "-c", command], cwd=cwd, env=_env(cwd), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=timeout)
 
 
 def _flags(parser) -> set[str]:
@@ -278,8 +278,8 @@ class ReadmeRunner:
             for command in _commands(block.text):
                 r = _shell(bindings.command(command, roots), cwd)
                 if r.returncode:
-                    return f"{where}: `{command}` exits {r.returncode}:\n{(r.stdout + r.stderr)[-3000:]}"
-                outputs.append(r.stdout + r.stderr)
+                    return f"{where}: `{command}` exits {r.returncode}:\n{(r.stdout)[-3000:]}"
+                outputs.append(r.stdout)
             self.last_output = "\n".join(outputs)
             return None
         if block.kind == "output":
@@ -290,7 +290,7 @@ class ReadmeRunner:
         if block.kind == "session":
             for command, expected in _session(block.text):
                 r = _shell(bindings.command(command, roots), cwd)
-                actual = r.stdout + r.stderr
+                actual = r.stdout
                 missing = output_matches(expected, actual, bindings) if expected.strip() else None
                 if missing is not None:
                     return f"{where}: `{command}`: not in its output: {missing!r}\n{actual[-4000:]}"
