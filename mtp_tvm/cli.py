@@ -8,6 +8,8 @@ one table across files without separating any logic."""
 from __future__ import annotations
 
 import argparse
+import atexit
+import contextlib
 import dataclasses
 import os
 import signal
@@ -21,6 +23,7 @@ from .spec.cases import CASES
 from .spec.presets import PRESETS
 from .support.errors import MtpError, UsageError
 from .support.native_log import VERBOSE_ENV
+from .support.timing import phase, start, time_line
 
 # Only the modules above load with the parser: each handler imports what it needs, so ``--help``, ``list``,
 # ``dumps ...`` and usage errors never import TVM or torch (tests/test_cli.py measures it).
@@ -106,6 +109,7 @@ def _print_debug_footer(args, records, gate, dump_dir) -> None:
     from .passes.gate import describe_gate
 
     if args.time_passes:
+        print(time_line())
         print(timing_table(records))
     line = describe_gate(gate) if gate else None
     if line:
@@ -152,9 +156,10 @@ def _cmd_check(args) -> int:
     spec, debug = _build_spec(args), _debug_options(args)
     logits_tol = {k: getattr(args, k) for k in ("atol", "rtol", "max_error_ratio", "max_e2e_abs_diff")
                   if getattr(args, k) is not None}
-    from .artifact.export import build_target, parse_archs
-    from .tools.check import check
-    from .verify.results import summary_table
+    with phase("import"):
+        from .artifact.export import build_target, parse_archs
+        from .tools.check import check
+        from .verify.results import summary_table
 
     result = check(dataclasses.replace(spec, target=build_target(args.target, parse_archs(args.arch))), debug,
                    seed=args.seed, report=args.report, logits_tol=logits_tol or None,
@@ -170,7 +175,9 @@ def _cmd_check(args) -> int:
         print(f"reproducer: {result.repro_dir} (python {result.repro_dir}/repro.py)")
     elif result.repro_error:
         print(f"reproducer: not written: {result.repro_error}")
-    return _check_exit(args, result)
+    code = _check_exit(args, result)
+    print(time_line())
+    return code
 
 
 def _check_exit(args, result) -> int:
@@ -231,8 +238,9 @@ def _cmd_check_prebuilt(args) -> int:
 
 def _cmd_build(args) -> int:
     spec, debug = _build_spec(args), _debug_options(args)
-    from .artifact.export import build, describe
-    from .verify.results import summary_table
+    with phase("import"):
+        from .artifact.export import build, describe
+        from .verify.results import summary_table
 
     built = build(args.out, spec, debug, arch=args.arch, force=args.force,
                   check=args.check, seed=args.seed)
@@ -243,6 +251,7 @@ def _cmd_build(args) -> int:
     else:
         print(describe(built))
     _print_debug_footer(args, built.compiled.pass_records, built.compiled.gate, built.compiled.dump_dir)
+    print(time_line())
     return 0 if built.check is None or built.check.passed else 1
 
 
@@ -352,8 +361,9 @@ def _cmd_bench(args) -> int:
     spec = BuildSpec(case=args.case, target=args.target, preset=args.preset, frontend=args.frontend,
                      vocab_shard=args.vocab_shard, schedule=args.schedule)
     spec.resolve()
-    from .passes.target import resolve_target
-    from .schedule.files import schedule_names
+    with phase("import"):
+        from .passes.target import resolve_target
+        from .schedule.files import schedule_names
 
     compare = tuple(filter(None, (s.strip() for s in (args.compare_schedules or "").split(","))))
     known = schedule_names(resolve_target(args.target))
@@ -364,7 +374,8 @@ def _cmd_bench(args) -> int:
     if any(v in os.environ for v in OPENBLAS_SLOW_VARS):  # numpy read them at import: re-run without them
         env = {k: v for k, v in os.environ.items() if k not in OPENBLAS_SLOW_VARS}
         os.execve(sys.executable, [sys.executable, "-m", "mtp_tvm", *sys.argv[1:]], env)
-    from .tools.bench import BenchOptions, bench, parse_contenders, parse_tokens
+    with phase("import"):
+        from .tools.bench import BenchOptions, bench, parse_contenders, parse_tokens
 
     options = BenchOptions(tokens=parse_tokens(args.tokens) if args.tokens else (), rounds=args.rounds,
                            threads=args.threads, compare_schedules=compare, profile=args.profile,
@@ -380,6 +391,7 @@ def _cmd_bench(args) -> int:
     if args.plot:
         result.plot(args.plot)
         print(f"plot: {args.plot}")
+    print(time_line())
     return 0
 
 
@@ -531,14 +543,40 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _process_startup() -> float:
+    """Seconds this process ran before the command started (the interpreter, the parser's imports), counted as
+    import in the time line: its age from ``/proc`` (to the 10 ms tick; psutil rounds the boot time to whole
+    seconds); 0 where there is no ``/proc``."""
+    try:
+        started = int(open("/proc/self/stat").read().rpartition(")")[2].split()[19])  # field 22: starttime
+        return max(float(open("/proc/uptime").read().split()[0]) - started / os.sysconf("SC_CLK_TCK"), 0.0)
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 def _terminated(_signum, _frame):
     """SIGTERM (a job scheduler, ``kill``) unwinds like Ctrl-C, so temporary folders and files are removed."""
     raise KeyboardInterrupt
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command. As a program (``argv`` None: ``mtp-tvm``, ``python -m mtp_tvm``) the process ends as
+    soon as its output is out: the interpreter's teardown of TVM's and torch's objects takes seconds (2-7 s on a
+    2-core machine) and does nothing a command needs; atexit handlers still run."""
+    code = _run(argv)
+    if argv is None:
+        atexit._run_exitfuncs()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):  # a closed pipe (``| head``)
+                stream.flush()
+        os._exit(code)
+    return code
+
+
+def _run(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    start(_process_startup())
     if args.verbose:
         os.environ[VERBOSE_ENV] = "1"
     on_main_thread = threading.current_thread() is threading.main_thread()

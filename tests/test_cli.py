@@ -1,5 +1,6 @@
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -172,3 +173,35 @@ def test_tvm_and_llvm_lines_go_to_the_run_folder_not_between_ours(tmp_path):
                           '{"kind": "llvm", "mcpu": "znver9"}'], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stdout == ""
     assert bad.stderr.startswith("mtp-tvm: error: unknown mcpu 'znver9'") and len(bad.stderr.splitlines()) == 1
+
+
+_TIME_LINE = re.compile(r"time: (?P<wall>[\d.]+) s = import (?P<import>[\d.]+) \+ build (?P<build>[\d.]+) "
+                        r"\(passes (?P<passes>[\d.]+), codegen (?P<codegen>[\d.]+)\) \+ inputs (?P<inputs>[\d.]+) "
+                        r"\+ run (?P<run>[\d.]+) \+ golden (?P<golden>[\d.]+) \+ dumps (?P<dumps>[\d.]+) "
+                        r"\+ other (?P<other>-?[\d.]+)")
+
+
+@pytest.mark.parametrize("command", ["check", "build"])
+def test_the_time_line_accounts_for_the_wall_time(command, tmp_path):
+    """check and build end with the split of their wall time; the parts add up to it, what no part covers stays
+    under 5 %, and the wall time is the one the process took (its teardown skipped: seconds of TVM and torch
+    objects being freed that no command needs). --time-passes shows the same line above the pass table."""
+    import time
+
+    argv = [sys.executable, "-m", "mtp_tvm", command, "--case", "logits", "--preset", "tiny", "--time-passes",
+            "--dump-passes", str(tmp_path / "d"), *(["--out", str(tmp_path / "a")] if command == "build" else [])]
+    t0 = time.perf_counter()
+    out = subprocess.run(argv, capture_output=True, text=True)
+    external = time.perf_counter() - t0
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    m = _TIME_LINE.fullmatch(lines[-1])
+    assert m, lines[-1]
+    t = {k: float(v) for k, v in m.groupdict().items()}
+    parts = ("import", "build", "inputs", "run", "golden", "dumps", "other")
+    assert abs(sum(t[p] for p in parts) - t["wall"]) <= 0.1 * len(parts)  # printed to 0.1 s each
+    assert t["other"] <= 0.05 * t["wall"] and t["passes"] + t["codegen"] <= t["build"] + 0.1
+    assert t["import"] > 0 and t["build"] > 0 and t["dumps"] > 0  # (tiny inputs, run, golden: 0.0 s or so)
+    assert abs(t["wall"] - external) <= 0.05 * external, (t["wall"], external)
+    above = lines.index(next(ln for ln in lines if ln.startswith("pass timing:"))) - 1
+    assert _TIME_LINE.fullmatch(lines[above])

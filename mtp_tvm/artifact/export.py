@@ -63,6 +63,7 @@ from ..spec.cases import validate_seed
 from ..support.atomic_file import make_temp_dir, remove_stale, replace_dir, temp_prefix
 from ..support.errors import BuildError, UsageError, last_line
 from ..support.text_table import text_table
+from ..support.timing import phase
 from ..verify.results import CheckResult
 
 
@@ -283,7 +284,7 @@ def export(compiled: CompiledCase, out: str | os.PathLike | None, archs: tuple[s
     if check:
         validate_seed(seed)
         _require_device(compiled.target)
-    with _staged(None if out is None else Path(out), force) as stage:
+    with phase("build"), _staged(None if out is None else Path(out), force) as stage:  # export: part of a build
         manifest = _write_artifact(stage.path, compiled, archs)
         _write_json(stage.path / MANIFEST, manifest)
         result = None

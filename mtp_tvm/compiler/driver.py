@@ -16,6 +16,7 @@ from tvm.target import Target
 
 from ..compiler.runtime import Runnable
 from ..compiler.weights import WeightCache
+from ..instrument.pass_clock import PassClock
 from ..instrument.recorder import DumpOptions, PassRecord, PassRecorder
 from ..instrument.run_folder import prune, retention
 from ..ir.model import build_relax_module
@@ -38,6 +39,7 @@ from ..spec.cases import ROWS, TOKENS, Case, TensorSpec
 from ..spec.presets import Shapes, make_shapes
 from ..support.errors import BuildError, UsageError, did_you_mean, last_line
 from ..support.native_log import native_stderr
+from ..support.timing import phase, transfer
 from .options import BuildSpec, DebugOptions, split_options
 
 NATIVE_LOG = "tvm.log"  # in the run folder: what TVM and LLVM printed themselves during the build
@@ -102,10 +104,11 @@ def compile(spec: BuildSpec | None = None, debug: DebugOptions | None = None, **
     ``debug`` asks for. Keywords are the fields of ``BuildSpec`` and ``DebugOptions`` (``compile(case="tail",
     preset="tiny", dump_passes=True)``) and override ``spec``/``debug``."""
     spec, debug = split_options(spec, debug, options, "compile")
-    with native_stderr() as native:  # TVM's and LLVM's own lines: into the run folder, not between ours
+    with phase("build"), native_stderr() as native:  # TVM's and LLVM's own lines: into the run folder
         compiled = _compile(spec, debug.from_environment())
     if native.text and compiled.dump_dir is not None:
-        (compiled.dump_dir / NATIVE_LOG).write_text(native.text)
+        with phase("dumps"):
+            (compiled.dump_dir / NATIVE_LOG).write_text(native.text)
     return compiled
 
 
@@ -132,9 +135,11 @@ def _compile(spec: BuildSpec, debug: DebugOptions) -> CompiledCase:
         if recorder is not None:
             recorder.record_input(mod)
         t0 = time.perf_counter()
+        clock = PassClock()
         try:
-            with tvm.transform.PassContext(opt_level=3, instruments=[recorder] if recorder else []):
+            with phase("codegen"), tvm.transform.PassContext(opt_level=3, instruments=[clock, *filter(None, [recorder])]):
                 ex = compile_module(mod, tgt, applier, extra, on_phase=on_phase)
+                transfer(clock.seconds, "passes")
         except UsageError:
             raise
         except Exception as e:  # TVM errors are multi-line C++ traces; keep the last line for the user
@@ -170,6 +175,7 @@ def _finish_dumps(recorder: PassRecorder, meta: dict, **kwargs):
     """Write the run folder; a full disk (or any write error) is a one-line error, and the folder it leaves has
     no ``complete`` marker, so ``dumps list`` shows it as incomplete."""
     try:
-        return recorder.finish(meta, **kwargs)
+        with phase("dumps"):
+            return recorder.finish(meta, **kwargs)
     except OSError as e:
         raise UsageError(f"cannot write IR dumps ({e.strerror}): {e.filename or 'the dump folder'}") from None

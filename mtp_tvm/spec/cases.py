@@ -26,6 +26,7 @@ from ..spec import golden
 from ..spec.presets import INT8_AMAX_EPS, INT8_SCALE_MAX, MAX_LOGIT_ROWS, Shapes
 from ..support.errors import UsageError
 from ..support.lazy import lazy_module
+from ..support.timing import phase
 
 torch = lazy_module("torch")  # inputs, goldens and peers need it; names, shapes and dtypes do not
 F = lazy_module("torch.nn.functional")
@@ -355,17 +356,19 @@ class Case:
 
     def make_inputs(self, s: Shapes, seed: int) -> dict[str, torch.Tensor]:
         """Seeded inputs, drawn in spec order so one seed always gives bitwise-identical tensors."""
-        gen = torch.Generator().manual_seed(validate_seed(seed))
-        out: dict[str, torch.Tensor] = {}
-        pending = None
-        for p in self.params():
-            if p.draw is None:
-                out[p.name], pending = pending, None
-                continue
-            value = p.draw(gen, s)
-            if isinstance(value, tuple):
-                value, pending = value
-            out[p.name] = value
+        validate_seed(seed)
+        with phase("inputs"):
+            gen = torch.Generator().manual_seed(seed)
+            out: dict[str, torch.Tensor] = {}
+            pending = None
+            for p in self.params():
+                if p.draw is None:
+                    out[p.name], pending = pending, None
+                    continue
+                value = p.draw(gen, s)
+                if isinstance(value, tuple):
+                    value, pending = value
+                out[p.name] = value
         return out
 
     def golden(self, inputs: dict[str, torch.Tensor], s: Shapes) -> dict[str, torch.Tensor]:
@@ -373,10 +376,11 @@ class Case:
         first = self.chain[0].hidden_input
         x = None if first is None else inputs[first.name]
         out = {}
-        for st in self.chain:
-            values = st.golden(x, inputs, s)
-            out.update(zip((o.name for o in st.outputs), values))
-            x = values[0]
+        with phase("golden"):
+            for st in self.chain:
+                values = st.golden(x, inputs, s)
+                out.update(zip((o.name for o in st.outputs), values))
+                x = values[0]
         return out
 
 

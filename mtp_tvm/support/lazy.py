@@ -7,18 +7,22 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
+from ..support.timing import phase
+
 
 class LazyModule:
     """Stands for module ``name``; the first attribute read imports it (``importlib`` caches it after)."""
 
     def __init__(self, name: str):
-        self._name = name
+        self._name, self._module = name, None
 
     def __getattr__(self, attr: str):
-        return getattr(self.load(), attr)
+        return getattr(self._module or self.load(), attr)
 
     def load(self) -> ModuleType:
-        return importlib.import_module(self._name)
+        with phase("import"):
+            self._module = importlib.import_module(self._name)
+        return self._module
 
     def __repr__(self) -> str:
         return f"<lazy module {self._name!r}>"

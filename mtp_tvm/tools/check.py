@@ -20,6 +20,7 @@ from ..passes.target import (
 )
 from ..spec.cases import validate_seed
 from ..support.errors import UsageError
+from ..support.timing import phase
 from ..verify.comparators import device_hidden_logits_allclose, logits_tolerance
 from ..verify.golden_check import (
     LM_HEAD_LOGITS,
@@ -94,15 +95,21 @@ def check(spec: BuildSpec | None = None, debug: DebugOptions | None = None, *, s
         result.profile = profile_main(compiled, golden[0], profiling)
         if compiled.dump_dir is not None:
             write_to_run_folder(result.profile, compiled.dump_dir)
-    if not result.passed and perturbation is None:
+    with phase("dumps"):
+        _write_outcome(compiled, result, golden, options, debug.dump_root, report)
+    return result
+
+
+def _write_outcome(compiled, result, golden, options, dump_root, report) -> None:
+    """The reproducer of a failing check, the check's verdict in the run folder's index, the JSON report."""
+    if not result.passed and options.perturbation is None:
         try:
-            result.repro_dir = str(write_repro(compiled, *golden, options, result, debug.dump_root))
+            result.repro_dir = str(write_repro(compiled, *golden, options, result, dump_root))
         except (UsageError, OSError) as e:  # the failure is the news: report it (exit 1), and why no reproducer
             result.repro_error = str(e) if isinstance(e, UsageError) else f"{e.strerror}: {e.filename}"
     if compiled.dump_dir is not None:
         repro = os.path.relpath(result.repro_dir, compiled.dump_dir) if result.repro_dir else None
-        update_index(compiled.dump_dir, check={"passed": result.passed, "seed": seed,
+        update_index(compiled.dump_dir, check={"passed": result.passed, "seed": options.seed,
                                                "failed_outputs": result.failed_outputs, "repro": repro})
     if report is not None:
         result.write_report(report)
-    return result

@@ -13,6 +13,7 @@ from ..compiler.tensors import to_numpy
 from ..spec.cases import LM_HEAD_LOGITS, Case, Stage, validate_seed
 from ..spec.presets import Shapes
 from ..support.errors import UsageError
+from ..support.timing import phase
 from ..verify.comparators import (
     Comparison,
     check_logits_contract,
@@ -113,14 +114,16 @@ def golden_check(run, c: Case, s: Shapes, built: Provenance, options: GoldenOpti
     log(f"[RUN] seed={options.seed}")
     inputs, expected = golden or seeded_golden(c, s, options.seed)
     t0 = time.perf_counter()
-    actual = run({k: to_numpy(v) for k, v in inputs.items()})
+    with phase("run"):
+        actual = run({k: to_numpy(v) for k, v in inputs.items()})
     run_seconds = time.perf_counter() - t0
     perturbation = options.perturbation
     if perturbation is not None:  # a debugging aid: one deliberately wrong device logit
         actual[LM_HEAD_LOGITS] = actual[LM_HEAD_LOGITS].copy()
         actual[LM_HEAD_LOGITS][tuple(perturbation["index"])] += perturbation["delta"]
         log(f"[PERTURB] logits{tuple(perturbation['index'])} += {perturbation['delta']}")
-    outputs = compare_outputs(c, s, actual, expected, options.tolerance, inputs, options.logits_tol)
+    with phase("golden"):
+        outputs = compare_outputs(c, s, actual, expected, options.tolerance, inputs, options.logits_tol)
     return CheckResult(c.name, built.target, s.preset.name, built.frontend, options.seed, s.as_dict(), outputs,
                        built.build_seconds, run_seconds, str(built.dump_dir) if built.dump_dir else None,
                        perturbation, built.schedule)
