@@ -205,3 +205,23 @@ def test_the_time_line_accounts_for_the_wall_time(command, tmp_path):
     assert abs(t["wall"] - external) <= 0.05 * external, (t["wall"], external)
     above = lines.index(next(ln for ln in lines if ln.startswith("pass timing:"))) - 1
     assert _TIME_LINE.fullmatch(lines[above])
+
+
+def test_every_command_takes_its_build_defaults_from_one_table():
+    """check, build, bisect, bench and tune (and the API's tune) default to BuildSpec's fields: tune once
+    defaulted to preset tiny while check and bench built flash."""
+    import inspect
+
+    from mtp_tvm.cli import build_parser
+    from mtp_tvm.compiler.options import BuildSpec
+    from mtp_tvm.tools.tune import tune
+
+    spec = BuildSpec()
+    parser = build_parser()
+    for command in (["check"], ["build", "--out", "x"], ["bisect"], ["bench"], ["tune"]):
+        args = parser.parse_args(command)
+        for name in ("case", "preset", "target", "frontend", "schedule"):
+            if hasattr(args, name):
+                assert getattr(args, name) == getattr(spec, name), (command, name)
+    defaults = inspect.signature(tune).parameters
+    assert all(defaults[n].default == getattr(spec, n) for n in ("case", "preset", "target", "frontend"))
