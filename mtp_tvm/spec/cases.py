@@ -28,8 +28,7 @@ from ..support.errors import UsageError
 from ..support.lazy import lazy_module
 from ..support.timing import phase
 
-torch = lazy_module("torch")  # inputs, goldens and peers need it; names, shapes and dtypes do not
-F = lazy_module("torch.nn.functional")
+torch = lazy_module("torch")  # inputs and goldens need it; names, shapes and dtypes do not
 
 TOKENS, ROWS = "T", "R"
 
@@ -194,7 +193,13 @@ def _np_rms_norm(x, w, eps: float):  # numpy has no RMSNorm: the formula, in FP3
     return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
 
 
+# The torch peers import torch themselves, not through the lazy module: torch.compile traces them (bench's
+# compiled chain calls them inside ``forward``) and cannot trace the lazy module's first import.
+
 def _torch_projection(t: dict, s: Shapes, dtype: torch.dtype) -> Callable:
+    import torch
+    import torch.nn.functional as F
+
     w = {k: v.to(dtype) for k, v in t.items()}
 
     def projection(_x):  # W8A8 with the INT8 GEMMs as dtype GEMMs of the (exactly representable) integers
@@ -224,6 +229,8 @@ def _numpy_projection(t: dict, s: Shapes) -> Callable:
 
 
 def _torch_norm(t: dict, s: Shapes, dtype: torch.dtype) -> Callable:
+    import torch.nn.functional as F
+
     w = t["shared_head_norm_w"].to(dtype)
     return lambda x: F.rms_norm(x, (x.shape[-1],), w, s.eps)
 
@@ -234,6 +241,8 @@ def _numpy_norm(t: dict, s: Shapes) -> Callable:
 
 
 def _torch_logits(t: dict, _s: Shapes, dtype: torch.dtype) -> Callable:
+    import torch.nn.functional as F
+
     w = t["lm_head_weight"].to(dtype)
     return lambda x: F.linear(x, w)
 

@@ -71,5 +71,6 @@ def time_line() -> str:
     """``time: 12.2 s = import 3.1 + build 6.0 (passes 2.0, codegen 3.5) + inputs 0.4 + ...``."""
     wall, parts = split()
     inner = ", ".join(f"{p} {_totals.get(p, 0.0):.1f}" for p in BUILD_PARTS)
-    shown = [f"{p} {s:.1f}" + (f" ({inner})" if p == "build" else "") for p, s in parts.items()]
+    measured = any(_totals.get(p) for p in BUILD_PARTS)  # not where the build ran in another process (bench)
+    shown = [f"{p} {s:.1f}" + (f" ({inner})" if p == "build" and measured else "") for p, s in parts.items()]
     return f"time: {wall:.1f} s = " + " + ".join(shown)
