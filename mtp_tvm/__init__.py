@@ -5,7 +5,8 @@ API: ``check(...)`` -> ``CheckResult``; ``compile(...)`` -> ``CompiledCase`` wit
 ``output_specs``, ``make_inputs(tokens, seed)``, ``run(inputs) -> outputs`` and ``bind(weights) -> BoundCase``
 (weights packed once, ``run(activations)`` in a loop); ``build(out, ...)`` writes a target binary folder;
 ``load(dir)`` -> ``Artifact`` with the same ``make_inputs``, ``run`` and ``bind``; ``check_artifact(dir)``
-golden-checks one.
+golden-checks one; ``localize(..., against=...)`` -> ``LocalizeResult``: the first kernel call that differs from
+a reference build.
 
 The names are imported on first use (PEP 562), so ``import mtp_tvm`` and the commands that only read files do
 not import TVM or torch.
@@ -19,10 +20,11 @@ _LAZY = {  # public name -> the module that defines it
     "build": "artifact.export", "load": "artifact.load", "Artifact": "artifact.load",
     "check_artifact": "artifact.load", "compile": "compiler.driver", "CompiledCase": "compiler.driver",
     "BoundCase": "compiler.runtime", "check": "tools.check", "CheckResult": "verify.results",
+    "localize": "tools.localize", "LocalizeResult": "tools.localize",
 }
 
 __all__ = ["check", "CheckResult", "compile", "CompiledCase", "MtpError", "UsageError", "BuildError",
-           "build", "load", "Artifact", "check_artifact", "BoundCase"]
+           "build", "load", "Artifact", "check_artifact", "BoundCase", "localize", "LocalizeResult"]
 
 
 def __getattr__(name: str):

@@ -164,8 +164,10 @@ def _cmd_check(args) -> int:
     result = check(dataclasses.replace(spec, target=build_target(args.target, parse_archs(args.arch))), debug,
                    seed=args.seed, report=args.report, logits_tol=logits_tol or None,
                    perturb_logit=parse_logit_perturbation(args.perturb_logit) if args.perturb_logit else None,
-                   profile=args.profile)
+                   profile=args.profile, nan_check=args.nan_check)
     print(summary_table(result))
+    if result.nan_checked:
+        print(result.nan_origin.describe() if result.nan_origin else "NaN/Inf: none in any kernel call's output")
     if result.profile is not None:
         print(result.profile.table())
     _print_debug_footer(args, result.pass_records, result.gate, result.dump_dir)
@@ -175,9 +177,25 @@ def _cmd_check(args) -> int:
         print(f"reproducer: {result.repro_dir} (python {result.repro_dir}/repro.py)")
     elif result.repro_error:
         print(f"reproducer: not written: {result.repro_error}")
+    if result.kernel_repro_dir:
+        print(f"kernel reproducer: {result.kernel_repro_dir} (python {result.kernel_repro_dir}/repro.py)")
     code = _check_exit(args, result)
     print(time_line())
     return code
+
+
+def _cmd_localize(args) -> int:
+    spec, debug = _build_spec(args), _debug_options(args)
+    with phase("import"):
+        from .tools.localize import localize
+
+    result = localize(spec, debug, against=args.against, seed=args.seed,
+                      max_mb=args.localize_max_mb, log=lambda line: print(line, file=sys.stderr))
+    print(result.table())
+    if args.report:
+        result.write_json(args.report)
+        print(f"report: {args.report}")
+    return 0 if result.passed else 1
 
 
 def _check_exit(args, result) -> int:
@@ -432,7 +450,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compile-only", action="store_true",
                    help="build the target binary (CUDA device code included) and stop: no inputs, no run")
     _add_profile_arg(p)
+    p.add_argument("--nan-check", action="store_true",
+                   help="name the first kernel call whose output holds NaN/Inf while its inputs held none")
     p.set_defaults(handler=_cmd_check)
+    p = sub.add_parser("localize", parents=[common],
+                       help="name the first kernel call whose numbers differ from a reference build's")
+    _add_build_args(p)
+    p.add_argument("--against", required=True, metavar="KEY=VALUE[,...]",
+                   help="the reference build: target, frontend, schedule, disable-pass, bisect-limit, pass-plugin "
+                        "(e.g. schedule=none); it drops this build's debugging changes unless named")
+    p.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
+    p.add_argument("--localize-max-mb", type=float, default=None, metavar="MB",
+                   help="keep at most MB of recorded tensors at once (oldest calls compared and dropped first)")
+    p.add_argument("--report", default=None, metavar="FILE", help="write the result as JSON")
+    p.set_defaults(handler=_cmd_localize)
     p = sub.add_parser("tune", parents=[common], help="tune a case's kernels with MetaSchedule (records in schedules/tuned/)")
     _add_spec_args(p, sizes=False)
     _add_target_args(p)
@@ -591,6 +622,12 @@ def _run(argv: list[str] | None) -> int:
     except KeyboardInterrupt:
         print("mtp-tvm: interrupted", file=sys.stderr)
         return 130
+    except SystemExit as e:  # nothing of ours exits inside a handler: user code (a plugin) did; never a success
+        if args.debug:
+            traceback.print_exc()
+        print(f"mtp-tvm: error: user code called sys.exit({e.code!r}) during {args.command}; nothing was "
+              "completed", file=sys.stderr)
+        return 2
     finally:
         if on_main_thread:
             signal.signal(signal.SIGTERM, previous)

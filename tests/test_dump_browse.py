@@ -129,3 +129,97 @@ def test_a_dumping_build_keeps_the_newest_runs_of_its_root(tmp_path, monkeypatch
     r = mtp_tvm.check(case="logits", preset="tiny", dump_passes=tmp_path)
     assert r.passed and "[dumps] removed 2 old run(s) beyond the newest 2" in capsys.readouterr().out
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["logits-llvm-3", Path(r.dump_dir).name])
+
+
+# ---- issue 25 items 5 and 8: links out of the root, special files, read-only roots, extreme ages ----------------
+
+def _fake_runs(root, names):
+    """Complete run folders without builds (retention reads only their markers)."""
+    for name in names:
+        (root / name).mkdir(parents=True)
+        (root / name / "complete").write_text("")
+        (root / name / "000_input.py").write_text("# module\n")
+        (root / name / "index.json").write_text("{}")
+
+
+def _cli_sub(argv, timeout=60):
+    """The CLI in a process of its own, so that a hang is a timeout, not a stuck test run."""
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "mtp_tvm", *argv], capture_output=True, text=True, timeout=timeout)
+
+
+def test_retention_never_follows_a_symlinked_run_out_of_the_root(tmp_path, capsys):
+    from mtp_tvm.cli import main
+
+    root, elsewhere = tmp_path / "dumps", tmp_path / "elsewhere"
+    _fake_runs(root, ["a-1", "a-2"])
+    _fake_runs(elsewhere, ["precious"])
+    (root / "link-run").symlink_to(elsewhere / "precious")
+    assert main(["dumps", "--root", str(root), "prune", "--keep", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "link-run" not in out and "2 run(s) removed" in out
+    assert sorted(p.name for p in (elsewhere / "precious").iterdir()) == ["000_input.py", "complete", "index.json"]
+    assert (root / "link-run").is_symlink() and not (root / "a-1").exists()
+    assert main(["dumps", "--root", str(root), "list"]) == 0
+    assert "link-run" not in capsys.readouterr().out  # not a run of this root
+
+
+def test_a_fifo_where_a_marker_or_the_index_goes_is_refused_not_waited_on(tmp_path):
+    import os
+
+    root = tmp_path / "dumps"
+    _fake_runs(root, ["r-1", "r-2"])
+    os.mkfifo(root / "r-1" / "kept")
+    (root / "r-2" / "index.json").unlink()
+    os.mkfifo(root / "r-2" / "index.json")
+    keep = _cli_sub(["dumps", "--root", str(root), "keep", str(root / "r-1")])
+    assert keep.returncode == 2 and keep.stderr.startswith("mtp-tvm: error: cannot mark") and \
+        keep.stderr.count("\n") == 1, keep.stderr
+    show = _cli_sub(["dumps", "--root", str(root), "show", str(root / "r-2")])
+    assert show.returncode == 2 and "not a regular file" in show.stderr and show.stderr.count("\n") == 1, show.stderr
+    listed = _cli_sub(["dumps", "--root", str(root), "list"])
+    assert listed.returncode == 0 and "damaged index" in listed.stdout, listed.stdout + listed.stderr
+
+
+def test_a_read_only_root_is_one_line(tmp_path, capsys, monkeypatch):
+    """(Simulated: the tests may run as root, whom permissions do not stop.)"""
+    import errno
+    import pathlib
+
+    from mtp_tvm.cli import main
+    from mtp_tvm.support import plain_files
+
+    root = tmp_path / "dumps"
+    _fake_runs(root, ["r-1"])
+
+    def read_only(*_a, **_k):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(pathlib.Path, "unlink", read_only)
+    monkeypatch.setattr(plain_files.os, "open", read_only)
+    assert main(["dumps", "--root", str(root), "prune", "--keep", "0"]) == 2
+    assert capsys.readouterr().err == f"mtp-tvm: error: cannot remove {root / 'r-1'}: Read-only file system\n"
+    assert main(["dumps", "--root", str(root), "keep", str(root / "r-1")]) == 2
+    assert capsys.readouterr().err.startswith(f"mtp-tvm: error: cannot mark {root / 'r-1'} kept: Read-only file ")
+
+
+@pytest.mark.parametrize("age", ["99999999999d", "1" + "0" * 30 + "h", "1" * 400 + "m"])
+def test_extreme_ages_are_one_line(tmp_path, capsys, age):
+    from mtp_tvm.cli import main
+
+    _fake_runs(tmp_path, ["r-1"])
+    assert main(["dumps", "--root", str(tmp_path), "prune", "--older-than", age]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"mtp-tvm: error: --older-than {age} is too long ago") and err.count("\n") == 1
+    assert (tmp_path / "r-1" / "complete").exists()
+
+
+def test_an_age_of_zero_removes_every_complete_run(tmp_path, capsys):
+    from mtp_tvm.cli import main
+
+    _fake_runs(tmp_path, ["r-1", "r-2"])
+    (tmp_path / "r-2" / "complete").unlink()  # still being written
+    assert main(["dumps", "--root", str(tmp_path), "prune", "--older-than", "0d"]) == 0
+    assert not (tmp_path / "r-1").exists() and (tmp_path / "r-2").exists()

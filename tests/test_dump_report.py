@@ -115,4 +115,34 @@ def test_a_profiled_run_shows_every_kernel_with_its_time_and_share(tmp_path):
 
 
 def test_an_unprofiled_run_hides_the_kernel_table(run):
-    assert '<section id="profile" hidden=""' in _dom(run / "index.html")
+    dom = _dom(run / "index.html")
+    assert '<section id="profile" hidden=""' in dom and '<section id="localize" hidden=""' in dom
+
+
+CALL_ROW = re.compile(r'<tr class="(call-first|call-diff|)"><td>(.*?)</td>')
+
+
+def test_a_localized_run_highlights_the_first_differing_call_linked_to_its_history(tmp_path):
+    from pathlib import Path
+
+    from mtp_tvm.passes.plugins import load_pass_plugin
+    from mtp_tvm.tools.localize import localize
+
+    plugin = Path(__file__).parent.parent / "examples" / "int32_logits_accumulator.py"
+    r = localize(case="tail", preset="tiny", extra_passes=load_pass_plugin(plugin), against="schedule=none",
+                 dump_passes=tmp_path, log=lambda *_: None)
+    run = Path(r.dump_dir)
+    rows = json.loads((run / "index.json").read_text())["localize"]["rows"]
+    assert [row["result"] for row in rows].count("FIRST") == 1
+    dom = _dom(run / "index.html")
+    section = dom[dom.index('<section id="localize"'):dom.index("</section>", dom.index('<section id="localize"'))]
+    assert section.startswith('<section id="localize">')  # shown
+    shown = CALL_ROW.findall(section)
+    assert len(shown) == len(rows)
+    assert [cls for cls, _cell in shown].count("call-first") == 1
+    first = next(cell for cls, cell in shown if cls == "call-first")
+    assert first == '<a href="#func=lm_head_logits_prepacked">#9 lm_head_logits_prepacked</a>'
+    assert all(cls == "" for cls, _cell in shown[:[c for c, _ in shown].index("call-first")])  # agreed before it
+    assert 'href="kernel_repro/repro.py"' in section and "FIRST DIFFERING CALL: #9" in section
+    history = _dom(run / "index.html", "#func=lm_head_logits_prepacked")  # where the link leads
+    assert 'class="step"' in history

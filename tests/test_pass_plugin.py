@@ -1,5 +1,7 @@
 """Pass plugins load from a file, and bad plugins or extra passes are one-line user errors."""
 
+import re
+
 import pytest
 import tvm
 
@@ -18,7 +20,7 @@ def test_a_plugin_file_gives_passes_per_phase():
     ("def passes(target):\n    return {'finalize': []}\n", "only legalize, fuse, schedule take them"),
     ("def passes(target):\n    return {'fuse': ['not a pass']}\n", "must be tvm.transform.Pass"),
     ("x = 1\n", r"defines no passes\(target\) function"),
-    ("import nonexistent_module_xyz\n", "failed to load: ModuleNotFoundError"),
+    ("import nonexistent_module_xyz\n", r"\(loading it\) failed: ModuleNotFoundError"),
 ])
 def test_bad_plugins_are_user_errors(tmp_path, source, message):
     path = tmp_path / "plugin.py"
@@ -52,3 +54,60 @@ def test_a_plugin_pass_returning_an_empty_module_is_a_build_error():
 
     with pytest.raises(mtp_tvm.BuildError, match="has no function 'main' to run"):
         mtp_tvm.check(case="norm", preset="tiny", extra_passes={"fuse": [emptier]}, log=lambda *_: None)
+
+
+EXIT_IN_PASS = """import sys, tvm
+@tvm.transform.module_pass(opt_level=0, name="Exiter")
+def exiter(mod, ctx):
+    sys.exit(0)
+def passes(target):
+    return {"fuse": [exiter]}
+"""
+
+
+@pytest.mark.parametrize("source, message", [
+    ("import sys\nsys.exit(0)\n", r"\(loading it\) called sys.exit\(0\)"),
+    ("raise SystemExit\n", r"\(loading it\) called sys.exit\(None\)"),
+    ("def passes(target):\n    import sys; sys.exit(0)\n", r"passes\(target\) called sys.exit\(0\)"),
+    ("def passes(target):\n    raise ValueError('no')\n", r"passes\(target\) failed: ValueError: no"),
+    ("def passes(target):\n    return None\n", r"passes\(target\) must map phase names .* got NoneType"),
+    ("def passes(target):\n    return [1]\n", r"passes\(target\) must map phase names .* got list"),
+    ("def passes(target):\n    return {'fuse': 'tirx.X'}\n", r"for phase 'fuse' must be a list of passes, got str"),
+    ("def passes(target):\n    return {'fuse': 3}\n", r"for phase 'fuse' must be a list of passes, got int"),
+    (EXIT_IN_PASS, r"called sys.exit\('0'\) during the build of norm"),
+])
+@pytest.mark.parametrize("command", ["check", "build"])
+def test_a_plugin_that_exits_raises_or_returns_garbage_is_one_line_exit_2(tmp_path, capsys, source, message,
+                                                                             command):
+    """Issue 25: sys.exit(0) in a plugin made check a silent pass and build a success that wrote nothing."""
+    from mtp_tvm.cli import main
+
+    plugin = tmp_path / "plugin.py"
+    plugin.write_text(source)
+    extra = ["--out", str(tmp_path / "art")] if command == "build" else []
+    rc = main([command, "--case", "norm", "--preset", "tiny", "--pass-plugin", str(plugin), *extra])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert err.startswith("mtp-tvm: error: ") and err.count("\n") == 1 and str(plugin) in err, err
+    assert re.search(message, err), err
+    assert not (tmp_path / "art").exists()
+
+
+def test_an_extra_passes_function_that_exits_is_a_usage_error():
+    import sys
+
+    import mtp_tvm
+
+    with pytest.raises(UsageError, match=r"extra_passes\(target\) called sys.exit\(3\)"):
+        mtp_tvm.compile(case="norm", preset="tiny", extra_passes=lambda t: sys.exit(3))
+
+
+def test_systemexit_from_a_handler_never_reads_as_success(monkeypatch, capsys):
+    from mtp_tvm import cli
+
+    def exits(_args):
+        raise SystemExit(0)
+
+    monkeypatch.setattr(cli, "_cmd_list", exits)
+    assert cli.main(["list"]) == 2
+    assert "user code called sys.exit(0) during list" in capsys.readouterr().err

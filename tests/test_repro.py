@@ -37,7 +37,8 @@ def test_a_failing_check_writes_the_reproducer_into_its_run_folder(failing):
     assert "Int32LogitsAccumulator" not in (repro / "module.py").read_text()  # a module, not a pipeline
     assert '"int32"' in (repro / "module.py").read_text()  # ... with the broken pass's effect in it
     index = json.loads((Path(failing.dump_dir) / "index.json").read_text())
-    assert index["check"] == {"passed": False, "seed": 3, "failed_outputs": ["candidate_logits"], "repro": "repro"}
+    assert index["check"] == {"passed": False, "seed": 3, "failed_outputs": ["candidate_logits"], "repro": "repro",
+                              "kernel_repro": "kernel_repro"}
 
 
 def test_repro_py_runs_standalone_and_reproduces(failing, tmp_path):

@@ -47,7 +47,7 @@ from ..artifact.manifest import (
     versions,
 )
 from ..compiler.driver import CompiledCase, compile
-from ..compiler.options import BuildSpec, DebugOptions, split_options
+from ..compiler.options import BuildSpec, DebugOptions, require_path, split_options
 from ..passes.codegen import write_assembly
 from ..passes.target import (
     CUDA_ARCHS,
@@ -305,6 +305,7 @@ def build(out: str | os.PathLike | None, spec: BuildSpec | None = None, debug: D
     CUDA, for every arch in ``arch``) and write it to ``out`` (see ``export``). Refuses an existing ``out``
     before compiling, unless ``force``."""
     spec, debug = split_options(spec, debug, options, "build")
+    require_path("out", out, optional=True)
     archs = parse_archs(arch)
     spec = dataclasses.replace(spec, target=build_target(spec.target, archs))
     if out is not None:

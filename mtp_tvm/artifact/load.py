@@ -15,13 +15,14 @@ from tvm import relax
 
 from ..artifact.library_check import check_elf, check_signature
 from ..artifact.manifest import read_manifest, sha256_file
+from ..compiler.options import require_path
 from ..compiler.runtime import Runnable
 from ..compiler.weights import WeightCache
 from ..passes.target import cpu_arch, host_triple
 from ..spec.cases import Case, TensorSpec, get_case
 from ..spec.presets import Shapes, make_shapes
 from ..support.errors import UsageError, last_line
-from ..verify.golden_check import GoldenOptions, Provenance, golden_check
+from ..verify.golden_check import GoldenOptions, Provenance, golden_check, validate_check_args
 from ..verify.results import CheckResult
 
 
@@ -88,6 +89,7 @@ def load(path: str | os.PathLike, allow_failed: bool = False) -> Artifact:
     manifest's sha256, is not a sound shared object for this CPU, or whose signature is not the manifest's
     (``library_check``); an artifact whose device is not here; and one whose recorded golden check failed,
     unless ``allow_failed``."""
+    require_path("artifact", path)
     path = Path(path)
     m = read_manifest(path)
     lib = path / m["library"]["file"]
@@ -122,6 +124,7 @@ def check_artifact(artifact: Artifact | str | os.PathLike, seed: int = 0, tokens
                    log=print) -> CheckResult:
     """Golden-check a prebuilt artifact on fresh seeded inputs (any ``tokens``: T is symbolic), no compile; an
     artifact whose recorded check failed may be checked again."""
+    validate_check_args(seed, tolerance, report, log)
     a = artifact if isinstance(artifact, Artifact) else load(artifact, allow_failed=True)
     m = a.manifest
     c, s = a.sized(tokens)

@@ -18,12 +18,12 @@ from ..compiler.runtime import Runnable
 from ..compiler.weights import WeightCache
 from ..instrument.pass_clock import PassClock
 from ..instrument.recorder import DumpOptions, PassRecord, PassRecorder
-from ..instrument.run_folder import prune, retention
+from ..instrument.run_folder import mark_complete, prune, retention
 from ..ir.model import build_relax_module
 from ..passes.codegen import device_source, generated_code
 from ..passes.gate import PassGate, gate_summary
 from ..passes.pipeline import FIRST_LOWERING_PHASE, compile_module
-from ..passes.plugins import extra_pass_names, resolve_extra_passes
+from ..passes.plugins import PassPlugin, extra_pass_names, resolve_extra_passes
 from ..passes.target import (
     device_for,
     is_gpu,
@@ -67,6 +67,7 @@ class CompiledCase(Runnable):
     spec: BuildSpec = dataclasses.field(default_factory=BuildSpec)  # as asked (sizes may be None: defaults)
     debug: DebugOptions = dataclasses.field(default_factory=DebugOptions, repr=False)
     pruned_dumps: list[str] = dataclasses.field(default_factory=list)  # old runs the retention removed
+    prune_error: str | None = None             # why the retention could not remove an old run
     dump_seconds: float = 0.0                  # writing the dumps after the build (and, meanwhile, the JIT)
     _vm: relax.VirtualMachine | None = dataclasses.field(default=None, repr=False)
     _weights: WeightCache = dataclasses.field(default_factory=WeightCache, repr=False)
@@ -103,6 +104,27 @@ def compile(spec: BuildSpec | None = None, debug: DebugOptions | None = None, **
     """Build ``spec.case`` for ``spec.target`` with the named schedule (``mtp_tvm.schedule``), recording what
     ``debug`` asks for. Keywords are the fields of ``BuildSpec`` and ``DebugOptions`` (``compile(case="tail",
     preset="tiny", dump_passes=True)``) and override ``spec``/``debug``."""
+    compiled = compile_open(spec, debug, **options)
+    finish_run(compiled)
+    return compiled
+
+
+def finish_run(compiled: CompiledCase) -> None:
+    """Mark the build's run folder ``complete`` and apply its root's retention (which removes only complete
+    runs): called once nothing more will be written to it (``check`` writes its verdict first)."""
+    if compiled.dump_dir is None:
+        return
+    mark_complete(compiled.dump_dir)
+    keep = retention()
+    try:
+        compiled.pruned_dumps = [str(p) for p in prune(compiled.dump_dir.parent, keep=keep)] if keep else []
+    except UsageError as e:  # an old run this process may not remove: said, and the build stands
+        compiled.prune_error = str(e)
+
+
+def compile_open(spec: BuildSpec | None = None, debug: DebugOptions | None = None, **options) -> CompiledCase:
+    """``compile`` leaving a run folder open (not ``complete``, so no retention removes it) for the caller to
+    add to and then ``finish_run``; a failed build's run folder is complete when the error is raised."""
     spec, debug = split_options(spec, debug, options, "compile")
     with phase("build"), native_stderr() as native:  # TVM's and LLVM's own lines: into the run folder
         compiled = _compile(spec, debug.from_environment())
@@ -121,6 +143,8 @@ def _compile(spec: BuildSpec, debug: DebugOptions) -> CompiledCase:
     gate = PassGate.for_target(tgt, debug.disable_passes, debug.bisect_limit, extra_pass_names(extra))
     dump = DumpOptions(debug.dump_root, debug.only_changed, debug.dump_filter,
                        debug.dump_func) if debug.dump_passes else None
+    if dump:
+        retention()  # a bad MTP_TVM_DUMPS_KEEP fails before the build
     recorder = PassRecorder(gate, dump) if dump or debug.time_passes or gate.active else None
     mod = build_relax_module(c, shapes, frontend, row_quantum=applier.row_quantum)
     meta = {"case": c.name, "target": target_json(tgt), "preset": shapes.preset.name, "frontend": frontend,
@@ -142,10 +166,16 @@ def _compile(spec: BuildSpec, debug: DebugOptions) -> CompiledCase:
                 transfer(clock.seconds, "passes")
         except UsageError:
             raise
-        except Exception as e:  # TVM errors are multi-line C++ traces; keep the last line for the user
-            message = last_line(e)
+        except (Exception, SystemExit) as e:  # TVM errors are multi-line C++ traces; keep the last line
+            exited = isinstance(e, SystemExit)  # a user pass called sys.exit (passes.pipeline registers it)
+            message = (f"{_user_passes(debug)} called sys.exit({e.code!r}) during the build of {c.name}; user code "
+                       "must return, not exit") if exited else last_line(e)
             run_dir = _finish_dumps(recorder, meta, error=message) if recorder is not None else None
+            if run_dir is not None:
+                mark_complete(run_dir)
             where = f" (IR dumps: {run_dir})" if run_dir else ""
+            if exited:
+                raise UsageError(message + where) from None
             raise BuildError(f"build of {c.name} for {target_name(tgt)} failed: {message}{where}") from e
         seconds = time.perf_counter() - t0
         source = device_source(ex) if is_gpu(tgt) else None
@@ -165,15 +195,18 @@ def _compile(spec: BuildSpec, debug: DebugOptions) -> CompiledCase:
                                               attachments={"schedule_trace.py": applier.trace_script()},
                                               meanwhile=jit)
             compiled.dump_seconds = time.perf_counter() - t1
-            keep = retention()
-            if compiled.dump_dir is not None and keep:  # the retention of the dumps root (instrument.run_folder)
-                compiled.pruned_dumps = [str(p) for p in prune(compiled.dump_dir.parent, keep=keep)]
         return compiled
 
 
+def _user_passes(debug: DebugOptions) -> str:
+    return (f"pass plugin {debug.extra_passes.path}" if isinstance(debug.extra_passes, PassPlugin)
+            else "a pass of extra_passes")
+
+
 def _finish_dumps(recorder: PassRecorder, meta: dict, **kwargs):
-    """Write the run folder; a full disk (or any write error) is a one-line error, and the folder it leaves has
-    no ``complete`` marker, so ``dumps list`` shows it as incomplete."""
+    """Write the run folder (not yet ``complete``: ``finish_run``); a full disk (or any write error) is a
+    one-line error, and the folder it leaves has no ``complete`` marker, so ``dumps list`` shows it as
+    incomplete."""
     try:
         with phase("dumps"):
             return recorder.finish(meta, **kwargs)

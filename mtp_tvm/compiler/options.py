@@ -28,6 +28,12 @@ def _require(ok: bool, message: str) -> None:
         raise UsageError(message)
 
 
+def require_path(name: str, value, optional: bool = False) -> None:
+    """``value`` is a file or folder path (str or ``os.PathLike``); an int or a list would fail deep inside."""
+    _require((optional and value is None) or isinstance(value, (str, os.PathLike)),
+             f"{name} must be a path, got {type(value).__name__} {value!r}")
+
+
 def _optional_int(name: str, value, minimum: int) -> None:
     _require(value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= minimum),
              f"{name} must be an integer >= {minimum}, got {value!r}")
@@ -102,6 +108,9 @@ class DebugOptions:
     def __post_init__(self):
         _require(not isinstance(self.disable_passes, (str, bytes)),
                  f"disable_passes takes a list of pass names, got the string {self.disable_passes!r}")
+        _require(isinstance(self.disable_passes, (list, tuple, set, frozenset)),
+                 f"disable_passes takes a list of pass names, got {type(self.disable_passes).__name__} "
+                 f"{self.disable_passes!r}")
         object.__setattr__(self, "disable_passes", tuple(self.disable_passes))
         _require(all(isinstance(n, str) for n in self.disable_passes),
                  f"disable_passes takes pass names, got {self.disable_passes!r}")

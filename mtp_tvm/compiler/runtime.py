@@ -15,26 +15,45 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from ..compiler.tensors import check_names, shared_with_device, to_device, to_host, to_numpy, validate_inputs
+from ..compiler.tensors import (
+    check_names,
+    require_mapping,
+    shared_with_device,
+    to_device,
+    to_host,
+    to_numpy,
+    validate_inputs,
+)
 from ..compiler.weights import PackedWeights, WeightCache, is_tracked
 from ..ir.model import leading_activations
 from ..passes.target import usable_cores
 from ..spec.cases import Case, TensorSpec
 from ..spec.presets import Shapes
+from ..support.env import env_int
 from ..support.errors import BuildError, UsageError
 
 TRANSFORM_PARAMS = "main_transform_params"  # made by LiftTransformParams from main's weight transforms
 THREADS_ENV = "TVM_NUM_THREADS"
 
 
-def runtime_threads() -> int:
+def threads_wanted() -> int:
     """The TVM runtime's worker threads: every core this process may use (``os.sched_getaffinity``) unless
-    ``TVM_NUM_THREADS`` says otherwise. TVM's own default halves the reported concurrency, which is one
-    thread on a 2-vCPU VM while torch and numpy use both. The pool reads the variable when it starts, so this
-    runs before the first module does; a pool already started with another count is reported, not hidden."""
-    wanted = os.environ.setdefault(THREADS_ENV, str(usable_cores()))
+    ``TVM_NUM_THREADS`` says otherwise, from 1 to those cores (more threads only wait on each other, and a
+    thousand of them hung the process at exit). Put back into the environment, where TVM's pool reads it when it
+    starts and MetaSchedule's local workers inherit it."""
+    cores = usable_cores()
+    threads = env_int(THREADS_ENV, 1, cores, cores, " (1 to the cores this process may use)")
+    os.environ[THREADS_ENV] = str(threads)
+    return threads
+
+
+def runtime_threads() -> int:
+    """``threads_wanted()``, set before the first module runs. TVM's own default halves the reported concurrency,
+    which is one thread on a 2-vCPU VM while torch and numpy use both. A pool already started with another count
+    is reported, not hidden."""
+    wanted = threads_wanted()
     actual = int(tvm.get_global_func("runtime.NumThreads")())
-    if str(actual) != wanted:
+    if actual != wanted:
         warnings.warn(f"the TVM thread pool already runs {actual} threads; {THREADS_ENV}={wanted} applies to "
                       "new processes only", RuntimeWarning, stacklevel=2)
     return actual
@@ -178,6 +197,7 @@ class BoundCase:
     def rebind(self, weights: dict) -> None:
         """Bind ``weights`` anew (after an in-place change, or other weights): packed again unless they are the
         objects last packed, unchanged. A torch inference tensor is refused: its changes cannot be seen."""
+        require_mapping(weights, "weights")
         untracked = [name for name, w in weights.items() if not is_tracked(w)]
         if untracked:
             raise UsageError(f"weight {untracked[0]!r} is a torch inference tensor (made under "

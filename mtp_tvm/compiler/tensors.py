@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 import ml_dtypes
@@ -97,8 +98,16 @@ def _require_finite(name: str, a: np.ndarray) -> None:
     raise UsageError(f"input {name!r} has {count} non-finite values (NaN/Inf), the first at {where}")
 
 
+def require_mapping(inputs, what: str = "inputs") -> None:
+    """Inputs are a dict of name -> tensor (a list or an array would fail deep inside)."""
+    if not isinstance(inputs, Mapping) or not all(isinstance(k, str) for k in inputs):
+        raise UsageError(f"{what} must be a dict of input name -> array, got {type(inputs).__name__}"
+                         + (f" with keys {sorted(map(repr, inputs))}" if isinstance(inputs, Mapping) else ""))
+
+
 def check_names(specs: dict, inputs: dict, owner: str, what: str = "inputs") -> None:
     """Refuse inputs missing from ``specs`` or not in them, naming both lists."""
+    require_mapping(inputs, what)
     missing, extra = sorted(set(specs) - set(inputs)), sorted(set(inputs) - set(specs))
     if missing or extra:
         raise UsageError(f"{what} do not match {owner}: missing {missing}, unexpected {extra}")

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..instrument.ir_text import split_functions, unified_diff
 from ..instrument.run_states import state_files
+from ..support import plain_files
 from ..support.errors import UsageError, did_you_mean
 from ..support.text_table import text_table
 
@@ -77,7 +78,7 @@ class _Functions:
         """Function name -> (its first line in the file, its lines)."""
         if name not in self._cache:
             try:
-                lines = (self.run / name).read_text().splitlines()
+                lines = plain_files.read_text(self.run / name).splitlines()
             except (OSError, UnicodeDecodeError):
                 lines = []
             self._cache[name] = {f.name: (f.start, lines[f.start:f.end]) for f in split_functions(lines)}
@@ -158,9 +159,9 @@ def _side_branches(run: Path, index: dict) -> set[int]:
 
 def _read_later(run: Path, name: str, later: set[str]) -> bool:
     try:
-        data = (run / name).read_bytes()
-        return any((run / g).stat().st_size == len(data) and (run / g).read_bytes() == data for g in later)
-    except OSError:
+        size, data = (run / name).stat().st_size, plain_files.read_text(run / name)
+        return any((run / g).stat().st_size == size and plain_files.read_text(run / g) == data for g in later)
+    except (OSError, UnicodeDecodeError):
         return False
 
 

@@ -41,7 +41,6 @@ import tvm_ffi
 
 from ..instrument.ir_text import unified_diff
 from ..instrument.run_folder import (
-    COMPLETE_MARKER,
     INDEX_FILE,
     _safe,
     new_run_dir,
@@ -256,8 +255,9 @@ class PassRecorder:
                attachments: dict[str, str] | None = None, meanwhile: Callable[[], object] | None = None) -> Path | None:
         """Create the run folder and write every dump, the generated code (``codegen``, name -> text; each
         ``.ll`` also gets its assembly ``.s``), ``attachments`` (name -> text), ``index.json`` and
-        ``index.html``, then the ``complete`` marker. ``meanwhile`` runs on this thread while the assembly is
-        generated on another. Returns the folder (None: no dumping)."""
+        ``index.html``; the ``complete`` marker is the caller's, once it is done (``run_folder.mark_complete``).
+        ``meanwhile`` runs on this thread while the assembly is generated on another. Returns the folder (None:
+        no dumping)."""
         failing = self._failing_frame() if error is not None else None
         if failing is not None:
             failing.record.error = error
@@ -297,7 +297,6 @@ class PassRecorder:
                  "passes": [dataclasses.asdict(r) for r in self.records]}
         write_json(run / INDEX_FILE, index)
         write_html(run, index, history)
-        (run / COMPLETE_MARKER).write_text("")
         return run
 
     def _stem(self, rec: PassRecord) -> str:

@@ -5,20 +5,22 @@ embedded as JSON, a small script renders the pass table, filters it by phase / c
 state lives in the URL fragment, e.g. ``index.html#phase=fuse&changed=1``, so a view can be linked), links
 every dump and diff, and shows a pass's diff syntax-highlighted below the table. Its kernel history
 (``index.html#func=NAME``) follows one function through every pass that changed it, old and new side by side
-(``kernel_history``; the same as ``mtp-tvm dumps show RUN --func NAME --history``). A run profiled with
+(``kernel_history``; the same as ``mtp-tvm dumps show RUN --func NAME --history``). The page is rendered
+by ``support.html_page``: its data never becomes markup. A run profiled with
 ``--profile`` (``profile.json`` in the folder) also gets a table of ``main``'s kernels: time, share of ``main``,
-GB/s, GFLOP/s, roofline fraction.
+GB/s, GFLOP/s, roofline fraction. A run that ``localize`` compared (``index.json``'s ``localize``) gets the
+per-call table, the first differing call highlighted and linked to its kernel history.
 """
 
 from __future__ import annotations
 
-import html
 import json
 import re
 from pathlib import Path
 
 from ..instrument.kernel_history import histories
 from ..support import atomic_file
+from ..support.html_page import Markup, escape, json_script, render
 from ..support.text_table import text_table
 
 HTML_FILE = "index.html"
@@ -80,39 +82,34 @@ def _embedded_histories(run: Path, index: dict) -> dict[str, list[dict]]:
     return out
 
 
-def history_script(run: Path, index: dict) -> str:
+def history_script(run: Path, index: dict) -> Markup:
     """The page's embedded kernel history, made from the run's pass files (the recorder makes it while the
     assembly is still being generated, and passes it to ``write_html``)."""
-    return _json_script("history-data", _embedded_histories(run, index))
+    return json_script("history-data", _embedded_histories(run, index))
 
 
-def _history_script(run: Path, index: dict) -> str:
+def _history_script(run: Path, index: dict) -> Markup:
     """The pass files never change after the build, so a re-render (``run_folder.update_index`` after the
-    golden check) reuses the history the page already holds."""
+    golden check) reuses the history the page already holds (parsed and embedded anew, never copied as text)."""
     try:
         m = _HISTORY_SCRIPT.search((run / HTML_FILE).read_text())
-    except (OSError, UnicodeDecodeError):
-        m = None
-    return m.group(0) if m else history_script(run, index)
+        return json_script("history-data", json.loads(m.group(1))) if m else history_script(run, index)
+    except (OSError, UnicodeDecodeError, ValueError):
+        return history_script(run, index)
 
 
-_HISTORY_SCRIPT = re.compile(r'<script type="application/json" id="history-data">.*?</script>', re.S)
+_HISTORY_SCRIPT = re.compile(r'<script type="application/json" id="history-data">(.*?)</script>', re.S)
 
 
-def _json_script(element_id: str, data) -> str:
-    text = json.dumps(data).replace("</", "<\\/")  # a JSON string may not close the script element
-    return f'<script type="application/json" id="{element_id}">{text}</script>'
-
-
-def write_html(run: Path, index: dict, history: str | None = None) -> Path:
+def write_html(run: Path, index: dict, history: Markup | None = None) -> Path:
     """Render ``index.html`` for a run folder from its index (atomically); ``history``: ``history_script``'s,
     when the caller made it already."""
     title = f"{index['case']} on {index['target']['kind']}"
     profile = json.loads((run / PROFILE_FILE).read_text()) if (run / PROFILE_FILE).is_file() else None
-    page = _PAGE.replace("{{title}}", html.escape(title)).replace(
-        "{{data}}", _json_script("index-data", index) + _json_script("diff-data", _embedded_diffs(run, index))
-        + _json_script("profile-data", profile))
-    page = page.replace("{{history}}", history if history is not None else _history_script(run, index))
+    page = render(_PAGE, title=escape(title),
+                  data=Markup(json_script("index-data", index) + json_script("diff-data", _embedded_diffs(run, index))
+                              + json_script("profile-data", profile)),
+                  history=history if history is not None else _history_script(run, index))
     path = run / HTML_FILE
     atomic_file.write_text(path, page)
     return path
@@ -143,6 +140,8 @@ td.empty { background: #f6f6f6; } #history h3 { font-size: 1em; margin: 1em 0 .3
 .t-com { color: #a0a1a7; font-style: italic; }
 .t-ns { color: #4078f2; }
 span.bar { display: inline-block; height: .7em; background: #4a8; margin-left: .4em; vertical-align: middle; }
+#calls { width: auto; margin-bottom: .5em; } tr.call-first { background: #ffd6d6; font-weight: bold; }
+tr.call-diff { color: #c00; } pre#localize-first { background: #fafafa; border: 1px solid #ddd; padding: .6em; }
 #kernels { width: auto; margin-bottom: 1em; } tr.kernel:nth-child(even) { background: #f5f5f5; } tr.other { color: #777; } tr.total { border-top: 2px solid #999; }
 </style></head>
 <body>
@@ -150,6 +149,11 @@ span.bar { display: inline-block; height: .7em; background: #4a8; margin-left: .
 <section id="profile" hidden><h2>Kernels of main (--profile)</h2><p id="profile-summary"></p>
 <table id="kernels"><thead><tr><th>kernel</th><th>ms</th><th>share of main</th><th>GB/s</th><th>GFLOP/s</th>
 <th>roofline</th></tr></thead><tbody></tbody></table></section>
+<section id="localize" hidden><h2>Kernel calls against a reference build (localize)</h2>
+<p id="localize-summary"></p>
+<table id="calls"><thead><tr><th>test call</th><th>reference call</th><th>out</th><th>shape</th><th>max |diff|</th>
+<th>mismatches</th><th>inputs</th><th>result</th></tr></thead><tbody></tbody></table>
+<pre id="localize-first"></pre></section>
 <nav>
  <label>phase <select id="phase"><option value="">all</option></select></label>
  <label><input type="checkbox" id="changed"> changed only</label>
@@ -171,8 +175,11 @@ span.bar { display: inline-block; height: .7em; background: #4a8; margin-left: .
 const index = JSON.parse(document.getElementById("index-data").textContent);
 const diffs = JSON.parse(document.getElementById("diff-data").textContent);
 const $ = (id) => document.getElementById(id);
-const esc = (s) => s.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
-const link = (href, text) => href ? `<a href="${encodeURI(href)}">${esc(text)}</a>` : "";
+const esc = (s) => String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;")
+  .replace(/"/g, "&quot;").replace(/'/g, "&#39;");
+// only files of the run folder are linked: no scheme (javascript:, http:), no absolute path
+const link = (href, text) => href && !/^([a-z][a-z0-9+.-]*:|[\\/])/i.test(href) ?
+  `<a href="${encodeURI(href)}">${esc(text)}</a>` : (href ? esc(text) : "");
 
 function stateOf(p) {
   if (p.skipped) return ["skipped", "skipped (" + p.skipped + ")"];
@@ -334,6 +341,24 @@ if (profile) {
     (profile.peak_gflops ? `; peak ${profile.peak_gflops.toFixed(1)} GFLOP/s, bandwidth ` +
       `${profile.bandwidth_gbs.toFixed(1)} GB/s (measured)` : "");
   $("profile").hidden = false;
+}
+const loc = index.localize;
+if (loc) {  // the first differing call highlighted, each test call linked to its kernel's history
+  const callLink = (r) => r.test && kernelHistory[r.kernel] ?
+    `<a href="#func=${encodeURIComponent(r.kernel)}">${esc(r.test)}</a>` : esc(r.test);
+  $("calls").querySelector("tbody").innerHTML = loc.rows.map((r) =>
+    `<tr class="${r.result === "FIRST" ? "call-first" : r.result === "DIFF" ? "call-diff" : ""}">` +
+    `<td>${callLink(r)}</td><td>${esc(r.reference)}</td><td class="num">${r.out}</td>` +
+    `<td>${esc(r.shape.join("x"))}</td><td class="num">${r.max_abs_diff.toPrecision(3)}</td>` +
+    `<td class="num">${r.mismatches}/${r.numel}</td><td>${r.inputs_matched ? "same" : "differ"}</td>` +
+    `<td>${esc(r.result)}</td></tr>`).join("");
+  const none = (calls) => calls.length ? calls.map(esc).join(", ") : "none";
+  $("localize-summary").innerHTML = `test [${esc(loc.test)}] against reference [${esc(loc.reference)}]: ` +
+    `<b class="${loc.passed ? "changed" : "failed"}">${loc.passed ? "every call within tolerance" : "differs"}</b>` +
+    ` &middot; no partner: test ${none(loc.unpartnered_test)}; reference ${none(loc.unpartnered_reference)}` +
+    (loc.kernel_repro ? ` &middot; ${link(loc.kernel_repro + "/repro.py", "kernel reproducer")}` : "");
+  $("localize-first").textContent = loc.first;
+  $("localize").hidden = false;
 }
 const files = [["input module", index.input], ...index.codegen.map((f) => ["generated code", f]),
                ...index.attachments.map((f) => ["attachment", f]), ["index (JSON)", "index.json"],

@@ -155,9 +155,11 @@ def register_with_tvm() -> None:
     """Once per process, before the first build: our TIR pipeline under its name, and ``KeyboardInterrupt``
     with tvm-ffi. Ctrl-C during a build lands in a Python callback TVM runs (a pass, an instrument); tvm-ffi
     carries the exception back through C++ by its registered name, so an unregistered ``KeyboardInterrupt``
-    came back as an empty ``RuntimeError``: a "build failed" (exit 3) instead of an interrupt (exit 130)."""
+    came back as an empty ``RuntimeError``: a "build failed" (exit 3) instead of an interrupt (exit 130).
+    ``SystemExit`` (a user pass calling ``sys.exit``) likewise, so the driver can name it."""
     tvm.tirx.register_tir_pipeline(TIR_PIPELINE, _tir_pipeline)
     tvm_ffi.error.register_error("KeyboardInterrupt", KeyboardInterrupt)
+    tvm_ffi.error.register_error("SystemExit", SystemExit)
 
 
 def compile_module(mod: tvm.IRModule, target: Target, applier: tvm.transform.Pass | None,

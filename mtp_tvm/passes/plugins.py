@@ -3,6 +3,10 @@
 A plugin is a Python file defining ``passes(target) -> {phase: [tvm.transform.Pass, ...]}`` (LLVM's
 ``-load-pass-plugin``). Its passes run first in their phase, one of the optimizing phases (``legalize``,
 ``fuse``, ``schedule``); they are optional for ``--bisect-limit``, so a bisect can name one of them.
+
+A plugin is the user's code and is not trusted to behave: an exception, a ``sys.exit`` or a wrong return, at
+import or in ``passes()``, is a one-line ``UsageError`` naming the plugin, so it can never end a command as a
+silent success (a ``sys.exit`` inside one of its passes: ``compiler.driver``).
 """
 
 from __future__ import annotations
@@ -30,7 +34,18 @@ class PassPlugin:
     make: Callable[[Target], Mapping[str, list]]
 
     def __call__(self, target: Target) -> Mapping[str, list]:
-        return self.make(target)
+        return run_user_code(f"pass plugin {self.path}: passes(target)", lambda: self.make(target))
+
+
+def run_user_code(who: str, call: Callable):
+    """``call()``, with any exception or ``SystemExit`` it raises as one line naming ``who`` (Ctrl-C stays
+    an interrupt)."""
+    try:
+        return call()
+    except SystemExit as e:
+        raise UsageError(f"{who} called sys.exit({e.code!r}); user code must return, not exit") from None
+    except Exception as e:  # the user's code: report its error in one line
+        raise UsageError(f"{who} failed: {type(e).__name__}: {e}") from None
 
 
 def load_pass_plugin(path: str | Path) -> PassPlugin:
@@ -41,10 +56,7 @@ def load_pass_plugin(path: str | Path) -> PassPlugin:
     if spec is None or path.suffix != ".py":
         raise UsageError(f"pass plugin {path} is not a Python file (.py)")
     module = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(module)
-    except Exception as e:  # the user's file: report its error in one line
-        raise UsageError(f"pass plugin {path} failed to load: {type(e).__name__}: {e}") from None
+    run_user_code(f"pass plugin {path} (loading it)", lambda: spec.loader.exec_module(module))
     if not callable(getattr(module, "passes", None)):
         raise UsageError(f"pass plugin {path} defines no passes(target) function")
     return PassPlugin(path, module.passes)
@@ -54,19 +66,25 @@ def resolve_extra_passes(extra: ExtraPasses | None, target: Target) -> dict[str,
     """Validated ``{phase: [Pass, ...]}`` (a callable is called with the target first)."""
     if extra is None:
         return {}
+    who = f"pass plugin {extra.path}: passes(target)" if isinstance(extra, PassPlugin) else "extra passes"
     if not isinstance(extra, Mapping):
-        extra = extra(target)
+        if not callable(extra):
+            raise UsageError(f"extra passes must map phase names to lists of passes, or be a function of the "
+                             f"target that does, got {type(extra).__name__}")
+        extra = extra(target) if isinstance(extra, PassPlugin) else run_user_code("extra_passes(target)",
+                                                                                  lambda: extra(target))
     if not isinstance(extra, Mapping):
-        raise UsageError("extra passes must map phase names to lists of passes")
+        raise UsageError(f"{who} must map phase names to lists of passes, got {type(extra).__name__}")
     out = {}
     for phase, passes in extra.items():
         if phase not in OPTIMIZING_PHASES:
-            raise UsageError(f"extra passes for phase {phase!r}: only {', '.join(OPTIMIZING_PHASES)} take them")
-        passes = list(passes)
+            raise UsageError(f"{who} for phase {phase!r}: only {', '.join(OPTIMIZING_PHASES)} take them")
+        if isinstance(passes, (str, bytes, tvm.transform.Pass)) or not isinstance(passes, (list, tuple)):
+            raise UsageError(f"{who} for phase {phase!r} must be a list of passes, got {type(passes).__name__}")
         bad = [p for p in passes if not isinstance(p, tvm.transform.Pass)]
         if bad:
-            raise UsageError(f"extra passes for phase {phase!r} must be tvm.transform.Pass, got {bad[0]!r}")
-        out[phase] = passes
+            raise UsageError(f"{who} for phase {phase!r} must be tvm.transform.Pass, got {bad[0]!r}")
+        out[phase] = list(passes)
     return out
 
 

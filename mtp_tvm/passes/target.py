@@ -158,3 +158,15 @@ def runs_here(target: Target) -> bool:
     """Whether a build for ``target`` runs in this process: a CPU target for this host's architecture (an
     ``mtriple`` for another is a cross build)."""
     return target.kind.name == "llvm" and cpu_arch(target_triple(target_json(target))) == cpu_arch(host_triple())
+
+
+def require_runs_here(target) -> None:
+    """A check runs what it builds: a target this machine can build but not run (another CPU, C source) is
+    refused before the build, pointing to ``build``."""
+    if is_gpu(target):
+        device_for(target)  # no GPU: its own message
+    elif not runs_here(target):
+        what = target.kind.name + (f" for {target_triple(target_json(target))}" if target.kind.name == "llvm" else "")
+        raise UsageError(f"target {what} builds here but cannot run on this machine "
+                         f"({host_triple()}); build it with `mtp-tvm build --target ... --out DIR` and run or check "
+                         "the artifact where it runs")

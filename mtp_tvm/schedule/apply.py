@@ -36,7 +36,7 @@ from .patterns import match_kernel
 from .rules import RULES
 from .steps import fresh_copy
 from .token_rows import row_variants, written_quantum
-from .tuned import apply_database
+from .tuned import RECORDS_FILE, apply_database, open_database
 
 SCHEDULED_ATTR = "tirx.is_scheduled"
 
@@ -58,8 +58,9 @@ class ApplySchedules:
         self.schedule = validate_schedule(schedule, target)
         self.tuned_dir = tuned_dir  # the MetaSchedule database ``tuned`` reads
         self.untuned: dict[str, str] = {}  # under ``tuned``: kernel -> why no record applies (hand schedule used)
-        if self.schedule == TUNED and not (Path(tuned_dir or "") / "database_tuning_record.json").is_file():
+        if self.schedule == TUNED and not (Path(tuned_dir or "") / RECORDS_FILE).is_file():
             raise UsageError(f"no tuning database in {tuned_dir}; run `mtp-tvm tune` for this case first")
+        self.database = open_database(Path(tuned_dir)) if self.schedule == TUNED else None  # read before the build
         self.traces: dict[str, str] = {}
         self.origins: dict[str, str] = {}  # PrimFunc -> where its schedule came from (file#name, dlight)
         self.packs_weights = False  # whether a schedule packed a weight (then the pipeline lifts the packing)
@@ -148,7 +149,7 @@ class ApplySchedules:
     def _apply_records(self, mod: tvm.IRModule) -> tvm.IRModule:
         """Every kernel with a MetaSchedule record that replays on it gets it (marked scheduled); the rest fall
         through to their hand schedule, and are listed in ``untuned`` with the reason so the caller can say so."""
-        mod, applied = apply_database(mod, self.target, self.tuned_dir)
+        mod, applied = apply_database(mod, self.target, self.database, Path(self.tuned_dir))
         self.traces.update(applied.traces)
         self.origins.update(applied.origins)
         self.untuned = applied.untuned

@@ -11,11 +11,17 @@ best first, are replayed on the symbolic kernel itself; the first that replays i
 rows by constants (every hand-space trace) replays on any T; one that samples the static row loop's tiling
 (MetaSchedule's generic multi-level tiling) is static in T and is skipped, and the kernel falls back to its hand
 schedule when no record replays, with the reason stated (``RecordsApplied.untuned``).
+
+A record runs only on the target it was tuned for: each carries its full target (kind, triple, CPU, attributes,
+GPU arch), and one for another target is skipped and said, never replayed (a znver4 record's ``vdpbf16ps``
+intrinsic made LLVM abort on haswell). A database is read only when its lines parse (a damaged one is an
+error naming the file and line) and while no ``tune`` writes it (``support.folder_lock``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from pathlib import Path
 
@@ -24,12 +30,16 @@ from tvm import relax, s_tir, tirx
 from tvm.target import Target
 
 from ..spec.presets import TOKEN_TILE
+from ..support.errors import UsageError
+from ..support.folder_lock import folder_lock
 from .bf16_dot import register_dot_intrinsics
 from .steps import PREPACK_ANNOTATION, fresh_copy
 
 TUNED_ROOT_ENV = "MTP_TVM_TUNED_ROOT"  # overrides where tuning databases live
 _CHECKOUT = Path(__file__).resolve().parents[2]  # the repository root, when running from a checkout
 RECORDS_TRIED = 32  # records per kernel tried, best first, until one replays on the symbolic kernel
+WORKLOADS_FILE, RECORDS_FILE = "database_workload.json", "database_tuning_record.json"  # MetaSchedule's names
+ISA_KEYS = ("kind", "mtriple", "mcpu", "mattr", "mabi", "arch")  # what the code a record makes depends on
 
 
 def tuned_root() -> Path:
@@ -45,6 +55,58 @@ def tuned_root() -> Path:
 def tuned_dir(target: Target, case: str) -> Path:
     """``<tuned_root()>/<target kind>/<case>/``."""
     return tuned_root() / target.kind.name / case
+
+
+def target_identity(target: Target) -> dict:
+    """The parts of ``target`` that decide which instructions its code may use (``ISA_KEYS``, attributes in
+    order); two targets with the same identity run each other's records."""
+    spec = target.export()
+    out = {}
+    for k in ISA_KEYS:
+        v = spec.get(k)
+        v = v if v is None or isinstance(v, (str, int, float)) else sorted(str(x) for x in v)  # an ffi Array
+        if v not in (None, "", []):
+            out[k] = v
+    return out
+
+
+def describe_identity(identity: dict) -> str:
+    """``llvm -mcpu=znver4 -mattr=+avx2,+fma`` (as TVM spells a target)."""
+    return " ".join([identity.get("kind", "?")] + [
+        f"-{k}={','.join(v) if isinstance(v, list) else v}" for k, v in identity.items() if k != "kind"])
+
+
+def check_database(work_dir: Path) -> None:
+    """Every line of the database's two files parses, and every record names a workload that exists: a damaged
+    line (a killed append, an edit) is one error naming the file and line, not TVM's parser error later."""
+    workloads = 0
+    for name in (WORKLOADS_FILE, RECORDS_FILE):
+        path = work_dir / name
+        try:
+            lines = path.read_bytes().split(b"\n") if path.exists() else []
+        except OSError as e:
+            raise UsageError(f"cannot read tuning database {path}: {e.strerror}") from None
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                entry = json.loads(line)
+                if not (isinstance(entry, list) and len(entry) == 2):
+                    raise ValueError("not a [key, value] pair")
+                if name == RECORDS_FILE and not (isinstance(entry[0], int) and 0 <= entry[0] < workloads
+                                                 and isinstance(entry[1], list) and len(entry[1]) >= 3):
+                    raise ValueError(f"names workload {entry[0]!r}; the database has {workloads}")
+            except ValueError as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+                why = f"{e.msg}, column {e.colno}" if isinstance(e, json.JSONDecodeError) else str(e)
+                raise UsageError(f"tuning database {path} line {number} is damaged ({why}); remove that line "
+                                 "(or the folder) and tune again") from None
+            workloads += name == WORKLOADS_FILE
+
+
+def read_lock(work_dir: Path):
+    """The shared lock a reader of ``work_dir``'s database holds: refused while a ``tune`` writes it."""
+    return folder_lock(work_dir, False, f"tuning database {work_dir} is being written by a running `mtp-tvm tune`; "
+                                        "wait for it to finish")
 
 
 def tile_workload(func: tirx.PrimFunc, rows: int = TOKEN_TILE) -> tirx.PrimFunc:
@@ -105,14 +167,22 @@ def _replay(func: tirx.PrimFunc, trace: s_tir.Trace) -> s_tir.Schedule | None:
     return sch
 
 
-def apply_database(mod: tvm.IRModule, target: Target, work_dir: str | os.PathLike) -> tuple[tvm.IRModule,
-                                                                                          RecordsApplied]:
-    """Every PrimFunc of ``mod`` (symbolic T) whose tile workload has a record in ``work_dir`` that replays on
-    it gets that record's schedule (marked scheduled); the rest are named in ``untuned`` with the reason."""
+def open_database(work_dir: Path):
+    """``work_dir``'s MetaSchedule database, read whole (checked, under the read lock) before any build."""
     from tvm.s_tir import meta_schedule as ms
 
-    register_dot_intrinsics()  # the database parses every record's trace as it loads
-    database = ms.database.JSONDatabase(work_dir=str(work_dir), allow_missing=False)
+    with read_lock(work_dir):
+        check_database(work_dir)
+        register_dot_intrinsics()  # the database parses every record's trace as it loads
+        return ms.database.JSONDatabase(work_dir=str(work_dir), allow_missing=False)
+
+
+def apply_database(mod: tvm.IRModule, target: Target, database, work_dir: Path) -> tuple[tvm.IRModule,
+                                                                                        RecordsApplied]:
+    """Every PrimFunc of ``mod`` (symbolic T) whose tile workload has a record for ``target`` in ``database``
+    (``open_database(work_dir)``) that replays on it gets that record's schedule (marked scheduled); the rest are
+    named in ``untuned`` with the reason."""
+    here = target_identity(target)
     out = RecordsApplied()
     for gv, func in list(mod.functions_items()):
         if not isinstance(func, tirx.PrimFunc):
@@ -121,7 +191,13 @@ def apply_database(mod: tvm.IRModule, target: Target, work_dir: str | os.PathLik
         if not database.has_workload(key):
             out.untuned[name] = "no record"
             continue
-        records = database.get_top_k(database.commit_workload(key), RECORDS_TRIED)
+        every = database.get_top_k(database.commit_workload(key), len(database))
+        records = [r for r in every if target_identity(r.target) == here][:RECORDS_TRIED]
+        if not records:
+            other = describe_identity(target_identity(every[0].target))
+            out.untuned[name] = (f"its {len(every)} record(s) were tuned for {other}, not for "
+                                 f"{describe_identity(here)}: not replayed")
+            continue
         for rank, rec in enumerate(records):
             sch = _replay(func, rec.trace)
             if sch is None:

@@ -70,7 +70,7 @@ from typing import Callable
 
 from ..compiler.options import BuildSpec, split_options
 from ..compiler.tensors import NUMPY_DTYPES, to_numpy
-from ..passes.target import is_gpu, resolve_target, target_json, usable_cores
+from ..passes.target import is_gpu, require_runs_here, resolve_target, target_json, usable_cores
 from ..spec.cases import TOKENS, Case, Stage, get_case
 from ..spec.presets import Shapes, make_shapes
 from ..support.timing import phase
@@ -81,7 +81,6 @@ from ..verify.comparators import ratio_allclose
 from .bench_peers import PEERS, PeerJob, peer_unavailable
 from .bench_tvm import TVM, TvmJob
 from .bench_worker import InputFiles, Ready, Worker, WorkerFailed
-from .check import _require_runs_here
 from .profile import Profile, ProfileOptions, profile_options
 from .roofline import BF16_DOT, FMA, INT8_DOT
 
@@ -527,7 +526,7 @@ def bench(spec: BuildSpec | None = None, options: BenchOptions | None = None, *,
         raise UsageError("--profile times kernels here; it cannot go with --rpc-tracker")
     portable, plugin = _portable_debug(debug)
     tgt = resolve_target(spec.target)
-    _require_runs_here(tgt)  # TVM runs here (under RPC: its weights are packed here)
+    require_runs_here(tgt)  # TVM runs here (under RPC: its weights are packed here)
     threads = options.threads or usable_cores()
     spec = dataclasses.replace(spec, tokens=sweep[0],
                                target=spec.target if isinstance(spec.target, (str, dict)) else target_json(tgt))

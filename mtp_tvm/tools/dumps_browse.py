@@ -21,16 +21,22 @@ from ..instrument.run_folder import (
     dumps_root,
     keep_run,
     prune,
+    run_folders,
 )
+from ..support import plain_files
 from ..support.errors import UsageError, did_you_mean
 from ..support.text_table import text_table
 
 
 def _runs(root=None) -> list[Path]:
-    root = dumps_root(root)
-    if not root.is_dir():
-        return []
-    return sorted((p for p in root.iterdir() if p.is_dir()), key=lambda p: (p.stat().st_mtime, p.name))
+    """The run folders of the root, oldest first (never a symlink to a folder elsewhere: ``run_folders``)."""
+    def age(p: Path) -> tuple[float, str]:
+        try:
+            return p.lstat().st_mtime, p.name
+        except OSError:  # removed meanwhile
+            return 0.0, p.name
+
+    return sorted(run_folders(dumps_root(root)), key=age)
 
 
 _INDEX_KEYS = {"case": str, "target": dict, "preset": str, "frontend": str, "status": str, "input": str,
@@ -42,7 +48,7 @@ _PASS_KEYS = {"index", "phase", "name", "depth", "changed", "skipped", "error", 
 def load_index(run: Path) -> dict:
     """A run's ``index.json``; a missing, unreadable or damaged one is a one-line ``UsageError``."""
     try:
-        index = json.loads((run / INDEX_FILE).read_text())
+        index = json.loads(plain_files.read_text(run / INDEX_FILE))
     except FileNotFoundError:
         raise UsageError(f"{run} has no {INDEX_FILE}: not a finished dump run"
                          + (" (it holds only a reproducer)" if (run / "repro").is_dir() else "")) from None
@@ -148,7 +154,7 @@ def _dump_file(run: Path, index: dict, spec: str) -> Path:
 
 def _read(path: Path) -> str:
     try:
-        return path.read_text()
+        return plain_files.read_text(path)
     except (OSError, UnicodeDecodeError) as e:
         raise UsageError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
 
@@ -205,7 +211,11 @@ def parse_age(text: str) -> datetime.timedelta:
     number, unit = text[:-1], text[-1:]
     if unit not in _AGE_UNITS or not number.replace(".", "", 1).isdigit():
         raise UsageError(f"--older-than takes a number with d, h or m (7d, 12h, 30m), got {text!r}")
-    return datetime.timedelta(**{_AGE_UNITS[unit]: float(number)})
+    try:
+        return datetime.timedelta(**{_AGE_UNITS[unit]: float(number)})
+    except OverflowError:
+        raise UsageError(f"--older-than {text} is too long ago: at most {datetime.timedelta.max.days} days"
+                         ) from None
 
 
 def prune_runs(root=None, keep: int | None = None, older_than: str | None = None) -> str:

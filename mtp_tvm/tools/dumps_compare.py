@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import html
 import re
 import os
 from pathlib import Path
@@ -35,8 +34,9 @@ from ..instrument.ir_text import (
     normalized,
 )
 from ..instrument.run_states import finish_order, state_files
-from ..support import atomic_file
+from ..support import atomic_file, plain_files
 from ..support.errors import UsageError
+from ..support.html_page import Markup, escape, render
 from ..support.text_table import text_table
 from ..tools.code_stats import KernelCode, kernels
 from ..tools.dumps_browse import load_index
@@ -240,11 +240,11 @@ class RunComparison:
 
 
     def html(self, at: Path | None = None) -> str:
-        """The comparison as one page: the same table (verdicts coloured, the divergence marked), every row
-        linking to the A-vs-B diff after that pass (one per distinct pair of modules, folded) and to each run's
+        """The comparison as one self-contained page: the same table (verdicts coloured, the divergence marked),
+        every row linking to the A-vs-B diff after that pass (one per distinct pair of modules) and to each run's
         dump file (relative to ``at``, the page's folder), the diff at the divergence side by side, and the
         generated code."""
-        esc = html.escape
+        esc = escape
         links, diffs = self._row_links(at)
         both, only_a, only_b = self.counts()
         head = [f"<tr><th>A</th><td>{esc(str(self.a))}</td><td>{esc(_describe(self.a_index))}</td></tr>",
@@ -269,19 +269,19 @@ class RunComparison:
             code.append(f"<tr><td>{esc(c.name)}</td><td class='num'>{'-' if c.a_bytes is None else c.a_bytes}</td>"
                         f"<td class='num'>{'-' if c.b_bytes is None else c.b_bytes}</td><td>{esc(c.verdict)}</td></tr>")
         kernels = "".join(f"<pre>{esc(c.table())}</pre>" for c in self.code if c.kernels and c.verdict != IDENTICAL)
-        return (_PAGE.replace("{{title}}", esc(f"{self.a.name} vs {self.b.name}"))
-                .replace("{{head}}", "".join(head))
-                .replace("{{settings}}", f"<ul>{settings}</ul>" if settings else "<p>same settings</p>")
-                .replace("{{counts}}", f"{both} aligned, {only_a} only in A, {only_b} only in B")
-                .replace("{{verdict}}", esc(self.verdict()) + (
-                    ' (<a href="#divergence">row</a>, <a href="#diff">diff</a>)' if self.divergence is not None else ""))
-                .replace("{{rows}}", "\n".join(rows)).replace("{{diff}}", diff + diffs)
-                .replace("{{code}}", "".join(code)).replace("{{kernels}}", kernels))
+        return render(_PAGE, title=esc(f"{self.a.name} vs {self.b.name}"), head=Markup("".join(head)),
+                      settings=Markup(f"<ul>{settings}</ul>" if settings else "<p>same settings</p>"),
+                      counts=esc(f"{both} aligned, {only_a} only in A, {only_b} only in B"),
+                      verdict=Markup(esc(self.verdict()) + (
+                          ' (<a href="#divergence">row</a>, <a href="#diff">diff</a>)'
+                          if self.divergence is not None else "")),
+                      rows=Markup("\n".join(rows)), diff=Markup(diff + diffs), code=Markup("".join(code)),
+                      kernels=Markup(kernels))
 
     def _row_links(self, at: Path | None) -> tuple[list[str], str]:
         """Per row the links cell (A-vs-B diff, A's file, B's file) and the diff sections they point to: one per
         distinct pair of files that differ, so a run of rows where neither module changed shares one."""
-        esc, sections, anchors, links = html.escape, [], {}, []
+        esc, sections, anchors, links = escape, [], {}, []
         for k, p in enumerate(self.pairs):
             cells = []
             if p.verdict not in (IDENTICAL, UNKNOWN):
@@ -362,7 +362,7 @@ class _Side:
             return None
         if name not in self._funcs:
             try:
-                text = (self.run / name).read_text()
+                text = plain_files.read_text(self.run / name)
             except (OSError, UnicodeDecodeError):
                 text = None
             self._funcs[name] = None if text is None else {"": text, **functions(text)}
@@ -440,7 +440,7 @@ def _read(run: Path, name: str, index: dict) -> str | None:
     if name not in index.get("codegen", []):
         return None
     try:
-        return (run / name).read_text()
+        return plain_files.read_text(run / name)
     except (OSError, UnicodeDecodeError):
         return None
 
@@ -548,12 +548,12 @@ def _side_by_side_html(diff: tuple[str, ...]) -> str:
     out = ['<table class="sbs"><colgroup><col class="lnc"><col><col class="lnc"><col></colgroup>']
     for r in side_by_side(diff):
         if r[0] in ("hunk", "file"):
-            out.append(f'<tr class="{r[0]}"><td colspan="4">{html.escape(r[1])}</td></tr>')
+            out.append(f'<tr class="{r[0]}"><td colspan="4">{escape(r[1])}</td></tr>')
             continue
         cells = []
         for no, text, kind in ((r[0], r[1], r[2]), (r[3], r[4], r[5])):
             cls = {"del": "old d-del", "add": "new d-add", "": "ctx", None: "empty"}[kind]
-            cells.append(f'<td class="ln">{"" if no is None else no}</td><td class="{cls}">{html.escape(text)}</td>')
+            cells.append(f'<td class="ln">{"" if no is None else no}</td><td class="{cls}">{escape(text)}</td>')
         out.append("<tr>" + "".join(cells) + "</tr>")
     out.append("</table>")
     return "\n".join(out)

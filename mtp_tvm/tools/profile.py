@@ -34,6 +34,7 @@ import math
 import os
 import statistics
 from pathlib import Path
+from typing import Callable
 
 import tvm
 
@@ -174,13 +175,13 @@ def kernel_names(compiled: CompiledCase) -> set[str] | None:
     return {gv.name_hint for gv, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc)}
 
 
-def record_calls(vm, args: list, kernels: set[str] | None) -> list[_Call]:
-    """Run ``main`` once with an instrument and return its kernel calls, in order, with their arguments."""
-    calls: list[_Call] = []
+def watch_calls(vm, args: list, kernels: set[str] | None, on_call: Callable[[str, bool, tuple], None]) -> None:
+    """Run ``main`` once with an instrument that calls ``on_call(kernel, before, args)`` just before and just
+    after each call of one of the build's ``kernels`` (VM builtins are not kernels)."""
 
     def instrument(_func, symbol, before, _ret, *call_args):
-        if before and not symbol.startswith("vm.") and (kernels is None or symbol in kernels):
-            calls.append(_Call(symbol, tuple(call_args)))
+        if not symbol.startswith("vm.") and (kernels is None or symbol in kernels):
+            on_call(symbol, bool(before), tuple(call_args))
         return 0  # VMInstrumentReturnKind.NO_OP
 
     vm.set_instrument(instrument)
@@ -188,6 +189,12 @@ def record_calls(vm, args: list, kernels: set[str] | None) -> list[_Call]:
         vm["main"](*args)
     finally:
         vm.set_instrument(None)
+
+
+def record_calls(vm, args: list, kernels: set[str] | None) -> list[_Call]:
+    """Run ``main`` once and return its kernel calls, in order, with their arguments."""
+    calls: list[_Call] = []
+    watch_calls(vm, args, kernels, lambda kernel, before, a: calls.append(_Call(kernel, a)) if before else None)
     return calls
 
 

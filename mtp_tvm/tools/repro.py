@@ -27,7 +27,7 @@ from pathlib import Path
 import tvm
 
 from ..compiler.tensors import dtype_name, read_npz, to_numpy, write_npz
-from ..instrument.run_folder import new_run_dir
+from ..instrument.run_folder import mark_complete, new_run_dir
 from ..passes.pipeline import FIRST_LOWERING_PHASE, OPTIMIZING_PHASES
 from ..passes.plugins import extra_pass_names, resolve_extra_passes
 from ..passes.target import resolve_target, target_json
@@ -38,15 +38,14 @@ from ..verify.golden_check import GoldenOptions, Provenance, golden_check
 REPRO_DIR = "repro"
 PROJECT_ROOT = Path(__file__).resolve().parents[2]  # the folder holding the mtp_tvm package
 
-_LAUNCHER = '''"""Reproducer written by mtp_tvm: rebuilds module.py for target.json, runs it on inputs.npz and
-compares with expected.npz. Exit 1: the failure reproduces; 0: it does not; 2: this folder cannot be rerun."""
+_LAUNCHER = '''"""{doc}"""
 import sys
 from pathlib import Path
 
 if Path({root!r}, "mtp_tvm").is_dir():  # the mtp_tvm that wrote this reproducer
     sys.path.insert(0, {root!r})
 try:
-    from mtp_tvm.tools.repro import rerun
+    from {module} import rerun
 except ImportError as e:
     print(f"repro: error: cannot import mtp_tvm ({{e}}); install it or run from its checkout", file=sys.stderr)
     sys.exit(2)
@@ -55,7 +54,26 @@ sys.exit(rerun(Path(__file__).resolve().parent))
 '''
 
 
-def _save_arrays(path: Path, arrays: dict) -> dict[str, str]:
+def launcher(module: str, doc: str) -> str:
+    """A reproducer's ``repro.py``: calls ``rerun(its folder)`` of ``module``, from the checkout that wrote it
+    when that is still there; exit 2 when mtp_tvm cannot be imported."""
+    return _LAUNCHER.format(root=str(PROJECT_ROOT), module=module, doc=doc)
+
+
+def write_folder(run: Path, name: str, fill) -> Path:
+    """``fill(folder)`` a temporary folder in ``run``, then rename it to ``run/name``: the folder appears whole
+    or not at all (a name of its own per writer), readable as any folder ``mkdir`` makes."""
+    final = run / name
+    tmp = make_temp_dir(f".{name}.tmp-", run)  # mkdir's mode, not mkdtemp's 0700
+    try:
+        fill(tmp)
+        tmp.replace(final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def save_arrays(path: Path, arrays: dict) -> dict[str, str]:
     """``write_npz`` of the arrays (BF16 as ``|V2``, as ``mtp-tvm run`` reads it); returns name -> dtype."""
     arrays = {k: to_numpy(v) for k, v in arrays.items()}
     write_npz(path, arrays)
@@ -99,15 +117,9 @@ def _lowering_gate(compiled) -> dict:
 def write_repro(compiled, inputs: dict, expected: dict, options: GoldenOptions, result, root=None) -> Path:
     """Write ``repro/`` into the build's run folder (a new run folder under ``root`` when it has none)."""
     run = compiled.dump_dir or new_run_dir(root, f"{compiled.case.name}-{compiled.target.kind.name}")
-    final = run / REPRO_DIR
-    tmp = make_temp_dir(f".{REPRO_DIR}.tmp-", run)  # a name of its own per writer
-    try:
-        _write_bundle(tmp, compiled, inputs, expected, options, result)
-        tmp.replace(final)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    final = write_folder(run, REPRO_DIR, lambda tmp: _write_bundle(tmp, compiled, inputs, expected, options, result))
     if compiled.dump_dir is None:
-        (run / "complete").write_text("")
+        mark_complete(run)
     return final
 
 
@@ -119,13 +131,16 @@ def _write_bundle(tmp: Path, compiled, inputs: dict, expected: dict, options: Go
             "schedule": compiled.schedule,
             "tolerance": options.tolerance, "logits_tol": options.logits_tol,
             "target": target_json(compiled.target), "gate": _lowering_gate(compiled),
-            "inputs": _save_arrays(tmp / "inputs.npz", inputs),
-            "outputs": _save_arrays(tmp / "expected.npz", expected),
+            "inputs": save_arrays(tmp / "inputs.npz", inputs),
+            "outputs": save_arrays(tmp / "expected.npz", expected),
             "failed_outputs": result.failed_outputs, "written": time.strftime("%Y-%m-%d %H:%M:%S")}
     (tmp / "target.json").write_text(json.dumps(spec["target"], indent=1) + "\n")
     (tmp / "repro.json").write_text(json.dumps(spec, indent=1) + "\n")
     (tmp / "command.txt").write_text(cli_command(compiled, options))
-    (tmp / "repro.py").write_text(_LAUNCHER.format(root=str(PROJECT_ROOT)))
+    (tmp / "repro.py").write_text(launcher("mtp_tvm.tools.repro", "Reproducer written by mtp_tvm: rebuilds "
+                                           "module.py for target.json, runs it on inputs.npz and\ncompares with "
+                                           "expected.npz. Exit 1: the failure reproduces; 0: it does not; 2: this "
+                                           "folder cannot be rerun."))
 
 
 NOT_REPRODUCED, REPRODUCED, BROKEN = 0, 1, 2

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
 import logging
 import os
 import socket
@@ -39,13 +40,23 @@ from tvm import relax, tirx
 from tvm.target import Target
 
 from ..compiler.options import BuildSpec
-from ..compiler.runtime import THREADS_ENV
-from ..passes.target import cpu_isa, is_gpu, usable_cores
+from ..compiler.runtime import threads_wanted
+from ..passes.target import cpu_isa, is_gpu
 from ..schedule.bf16_dot import register_dot_intrinsics
 from ..schedule.space import HAND, default_schedule, hand_points, hand_space, is_hand
 from ..schedule.steps import fresh_copy
-from ..schedule.tuned import called_kernels, tile_workload, tuned_dir, workload
+from ..schedule.tuned import (
+    RECORDS_FILE,
+    called_kernels,
+    check_database,
+    describe_identity,
+    target_identity,
+    tile_workload,
+    tuned_dir,
+    workload,
+)
 from ..support.errors import BuildError, UsageError, last_line
+from ..support.folder_lock import folder_lock
 
 Space = Literal["hand", "generic", "both"]
 SPACES = ("hand", "generic", "both")
@@ -211,7 +222,7 @@ def _runner(rpc: tuple[str, str] | None):
 
     evaluator = ms.runner.EvaluatorConfig(number=3, repeat=1, min_repeat_ms=0, enable_cpu_cache_flush=False)
     if rpc is None:
-        os.environ.setdefault(THREADS_ENV, str(usable_cores()))
+        threads_wanted()
         return ms.runner.LocalRunner(evaluator_config=evaluator)
     host, port = parse_tracker(rpc[0])
     require_tracker(host, port, rpc[1])
@@ -299,11 +310,7 @@ def tune(case: str = _BUILD.case, target=_BUILD.target, preset: str = _BUILD.pre
          log: Callable[[str], None] = print) -> TuneResult:
     """Tune ``case``'s kernels for ``trials`` trials in all, in ``space``; warm-starts from the database in
     ``work_dir``. The hand schedule of a kernel without records is measured and committed first."""
-    from tvm.s_tir import meta_schedule as ms
-
-    from ..passes.pipeline import register_with_tvm
     from ..passes.target import resolve_target
-    from ..schedule.apply import ApplySchedules
 
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise UsageError(f"trials must be a positive integer, got {trials!r}")
@@ -318,6 +325,34 @@ def tune(case: str = _BUILD.case, target=_BUILD.target, preset: str = _BUILD.pre
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UsageError(f"cannot use {out} as the tuning work dir: {e.strerror}") from None
+    # MetaSchedule numbers workloads in memory and appends: two writers of one folder corrupt it
+    with folder_lock(out, True, f"another `mtp-tvm tune` is writing {out}; wait for it to finish or pass "
+                                "another --work-dir"):
+        check_database(out)
+        _require_one_target(out, tgt)
+        return _search(case, tgt, preset, frontend, trials, vocab_shard, out, seed, runner, space, log)
+
+
+def _require_one_target(work_dir: Path, target: Target) -> None:
+    """A database holds the records of one target: warm-starting from another's would seed the search (and
+    skip the hand points) with code for other instructions."""
+    here = target_identity(target)
+    for number, line in enumerate((work_dir / RECORDS_FILE).read_bytes().splitlines()
+                                  if (work_dir / RECORDS_FILE).exists() else (), 1):
+        other = target_identity(Target(json.loads(line)[1][2])) if line.strip() else here
+        if other != here:
+            raise UsageError(f"{work_dir} holds records tuned for {describe_identity(other)} (line {number} of "
+                             f"{RECORDS_FILE}), not for {describe_identity(here)}: tune into another --work-dir")
+
+
+def _search(case: str, tgt: Target, preset: str, frontend: str, trials: int, vocab_shard: int | None, out: Path,
+            seed: int, runner, space: Space, log: Callable[[str], None]) -> TuneResult:
+    """The search of ``tune``, holding ``out``'s lock."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from ..passes.pipeline import register_with_tvm
+    from ..schedule.apply import ApplySchedules
+
     register_with_tvm()  # Ctrl-C inside MetaSchedule's C++ loop comes back as KeyboardInterrupt
     kernels = case_kernels(case, tgt, preset, frontend, vocab_shard)
     load_tensor_intrinsics(tgt)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
+from collections.abc import Mapping
 from typing import Callable
 
 import numpy as np
@@ -54,6 +56,7 @@ def ratio_allclose(atol: float = 1e-2, rtol: float = 1e-2, max_error_ratio: floa
     before any ratio logic. Unlike the reference, non-finite *expected* values are rejected too: a NaN
     difference compares False and would otherwise never count as an outlier.
     """
+    _numbers(atol=atol, rtol=rtol, max_error_ratio=max_error_ratio)
     if not 0.0 <= max_error_ratio <= 1.0:  # NaN fails this too
         raise UsageError(f"max_error_ratio must be in [0, 1], got {max_error_ratio}")
     if not all(math.isfinite(t) and t >= 0 for t in (atol, rtol)):  # NaN would make every point pass
@@ -159,11 +162,27 @@ DEFAULT_LOGITS_TOLERANCE = {"atol": 1e-2, "rtol": 1e-2, "max_error_ratio": 0.01,
 
 def logits_tolerance(overrides: dict | None = None) -> dict:
     """``DEFAULT_LOGITS_TOLERANCE`` with ``overrides`` applied; unknown keys are a user error."""
-    overrides = overrides or {}
-    unknown = sorted(set(overrides) - set(DEFAULT_LOGITS_TOLERANCE))
+    return tolerance_overrides(overrides, DEFAULT_LOGITS_TOLERANCE, "logits tolerance")
+
+
+def tolerance_overrides(overrides, defaults: dict, what: str) -> dict:
+    """``defaults`` with ``overrides`` (a dict of some of its keys) applied; anything else is a user error."""
+    if overrides is None:
+        return dict(defaults)
+    if not isinstance(overrides, Mapping):
+        raise UsageError(f"{what} must be a dict with keys among {', '.join(defaults)}, got "
+                         f"{type(overrides).__name__} {overrides!r}")
+    unknown = sorted(map(str, set(overrides) - set(defaults)))
     if unknown:
-        raise UsageError(f"unknown logits tolerance {unknown}; choose from {', '.join(DEFAULT_LOGITS_TOLERANCE)}")
-    return {**DEFAULT_LOGITS_TOLERANCE, **overrides}
+        raise UsageError(f"unknown {what} {unknown}; choose from {', '.join(defaults)}")
+    return {**defaults, **overrides}
+
+
+def _numbers(**values) -> None:
+    """Tolerances are real numbers (a string compared with one is a TypeError deep inside the check)."""
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise UsageError(f"{name} must be a number, got {value!r}")
 
 
 def device_hidden_logits_allclose(tp: int, atol: float = 1e-2, rtol: float = 1e-2, max_error_ratio: float = 0.01,
@@ -178,6 +197,7 @@ def device_hidden_logits_allclose(tp: int, atol: float = 1e-2, rtol: float = 1e-
     catastrophic upstream error the conditioning would hide: every ``|actual - expected|`` must be finite
     and at most ``max_e2e_abs_diff``.
     """
+    _numbers(max_e2e_abs_diff=max_e2e_abs_diff)
     if not (math.isfinite(max_e2e_abs_diff) and max_e2e_abs_diff > 0):
         raise UsageError(f"max_e2e_abs_diff must be finite and > 0, got {max_e2e_abs_diff}")
     base = ratio_allclose(atol=atol, rtol=rtol, max_error_ratio=max_error_ratio)

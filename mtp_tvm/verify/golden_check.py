@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
+import os
 import time
+from pathlib import Path
 from typing import Callable
 
 from ..compiler.tensors import to_numpy
@@ -21,10 +23,27 @@ from ..verify.comparators import (
     device_hidden_logits_allclose,
     logits_tolerance,
     ratio_allclose,
+    tolerance_overrides,
 )
 from ..verify.results import CheckResult, OutputCheck
 
 DEFAULT_TOLERANCE = {"atol": 1e-2, "rtol": 1e-2, "max_error_ratio": 0.02}
+
+
+def validate_check_args(seed, tolerance, report, log, logits_tol=None) -> None:
+    """The arguments every golden check takes, checked before the build or the run, not after them (a bad
+    ``report`` used to fail only once the whole check had run, losing its result)."""
+    validate_seed(seed)
+    ratio_allclose(**tolerance_overrides(tolerance, DEFAULT_TOLERANCE, "tolerance"))
+    if logits_tol is not None:
+        device_hidden_logits_allclose(1, **logits_tolerance(logits_tol))  # the values; the TP degree is not read
+    if report is not None:
+        if not isinstance(report, (str, os.PathLike)):
+            raise UsageError(f"report must be a file path, got {type(report).__name__} {report!r}")
+        if not Path(report).resolve().parent.is_dir():
+            raise UsageError(f"cannot write report {report}: {Path(report).parent} is not a directory")
+    if not callable(log):
+        raise UsageError(f"log must be a function taking one line (e.g. print), got {log!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,7 +86,8 @@ def compare_outputs(case: Case, s: Shapes, actual: dict, expected: dict, toleran
     """Every output through the comparators its ``Output.checks`` names (``OUTPUT_CHECKS``), in order:
     ``ratio_allclose`` with ``tolerance`` (default ``DEFAULT_TOLERANCE``); the LM head's device-hidden
     comparator with ``logits_tol`` over ``DEFAULT_LOGITS_TOLERANCE`` (it needs ``inputs``)."""
-    run = _Run(case, s, actual, expected, inputs, ratio_allclose(**(tolerance or DEFAULT_TOLERANCE)), logits_tol)
+    run = _Run(case, s, actual, expected, inputs,
+               ratio_allclose(**tolerance_overrides(tolerance, DEFAULT_TOLERANCE, "tolerance")), logits_tol)
     return {out.name: OutputCheck(out.name, [OUTPUT_CHECKS[check](run, stage, out.name) for check in out.checks])
             for stage in case.chain for out in stage.outputs}
 

@@ -53,6 +53,9 @@ class CheckResult:
     gate: dict | None = None          # what --disable-pass / --bisect-limit did
     pass_records: list = dataclasses.field(default_factory=list, repr=False)  # with time_passes / dumps
     profile: Any = dataclasses.field(default=None, repr=False)  # --profile: a tools.profile.Profile
+    nan_origin: Any = None            # --nan-check: the first call with NaN/Inf (tools.kernel_calls.NanOrigin)
+    nan_checked: bool = False
+    kernel_repro_dir: str | None = None  # a failing check with dumps: the first differing kernel call's repro
 
     @property
     def passed(self) -> bool:
@@ -69,7 +72,9 @@ class CheckResult:
                 "schedule": self.schedule, "perturbation": self.perturbation, "repro_dir": self.repro_dir,
                 "gate": self.gate,
                 "outputs": {k: v.as_dict() for k, v in self.outputs.items()},
-                **({"profile": self.profile.as_dict()} if self.profile is not None else {})}
+                **({"profile": self.profile.as_dict()} if self.profile is not None else {}),
+                **({"nan_origin": self.nan_origin and self.nan_origin.as_dict()} if self.nan_checked else {}),
+                **({"kernel_repro_dir": self.kernel_repro_dir} if self.kernel_repro_dir else {})}
 
     def __str__(self) -> str:
         """One line: what was checked and the verdict, each failing comparator with its worst point (the full
