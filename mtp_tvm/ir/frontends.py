@@ -11,6 +11,7 @@ from typing import Callable
 from tvm import relax, te, tirx
 
 from ..ir import tir_kernels as kernels
+from ..ir.frontend_names import FRONTEND_NAMES
 from ..spec.presets import (
     INT8_AMAX_EPS,
     INT8_SCALE_MAX,
@@ -218,4 +219,4 @@ class RelaxFrontend:
         return [logits, self.emit(R.astype(R.argmax(logits, axis=-1), "int32"), "sampled_ids")]
 
 
-FRONTENDS = {"relax": RelaxFrontend, "tir": TIRFrontend}
+FRONTENDS = dict(zip(FRONTEND_NAMES, (RelaxFrontend, TIRFrontend)))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import tvm
 from tvm import relax, tirx
 
+from ..ir.frontend_names import check_frontend
 from ..ir.frontends import FRONTENDS, RowQuantum, token_tile_rows
 from ..spec.cases import ROWS, TOKENS, Case, FrontendCall, parse_arg
 from ..spec.presets import TOKEN_TILE, Shapes
@@ -17,10 +18,7 @@ from ..support.errors import UsageError
 
 
 def get_frontend(name: str):
-    try:
-        return FRONTENDS[name]
-    except KeyError:
-        raise UsageError(f"unknown frontend {name!r}; choose one of {', '.join(FRONTENDS)}") from None
+    return FRONTENDS[check_frontend(name)]
 
 
 def _symbolic_sizes(specs: dict, owners: int) -> dict:
