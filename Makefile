@@ -2,6 +2,8 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
+ROOT   := $(dir $(abspath $(lastword $(MAKEFILE_LIST))))
+PRESET ?= flash
 
 .PHONY: run test install install-test clean-dumps
 
@@ -10,15 +12,24 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
-install: $(BIN)/python
-	$(BIN)/python -m pip install -q -e .
+# An editable install sees every source change, so it is redone only when pyproject.toml (the dependencies)
+# changes: the stamps record the last install.
+$(VENV)/.installed: $(ROOT)pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e $(ROOT)
+	touch $@
 
-install-test: $(BIN)/python
-	$(BIN)/python -m pip install -q -e '.[test]'
+$(VENV)/.installed-test: $(ROOT)pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e '$(ROOT)[test]'
+	touch $@ $(VENV)/.installed
 
-# Build the MTP tail for the FLASH preset on LLVM, dump the IR after every pass, run it, golden-check it.
+install: $(VENV)/.installed
+
+install-test: $(VENV)/.installed-test
+
+# Build the MTP tail for the FLASH preset (PRESET=tiny: a smaller one) on LLVM, dump the IR after every pass,
+# run it, golden-check it.
 run: install
-	$(BIN)/mtp-tvm check --case tail --target llvm --preset flash --frontend tir --dump-passes
+	$(BIN)/mtp-tvm check --case tail --target llvm --preset $(PRESET) --frontend tir --dump-passes
 
 test: install-test
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)

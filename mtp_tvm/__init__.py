@@ -2,21 +2,38 @@
 with Apache TVM, dumped pass by pass, and golden-checked against torch.
 
 API: ``check(...)`` -> ``CheckResult``; ``compile(...)`` -> ``CompiledCase`` with ``input_specs``,
-``output_specs``, ``run(inputs) -> outputs`` and ``bind(weights) -> BoundCase`` (weights packed once,
-``run(activations)`` in a loop); ``build(out, ...)`` writes a target binary folder; ``load(dir)`` ->
-``Artifact`` with the same ``run`` and ``bind``; ``check_artifact(dir)`` golden-checks one;
-``localize(..., against=...)`` -> ``LocalizeResult``: the first kernel call that differs from a reference build.
+``output_specs``, ``make_inputs(tokens, seed)``, ``run(inputs) -> outputs`` and ``bind(weights) -> BoundCase``
+(weights packed once, ``run(activations)`` in a loop); ``build(out, ...)`` writes a target binary folder;
+``load(dir)`` -> ``Artifact`` with the same ``make_inputs``, ``run`` and ``bind``; ``check_artifact(dir)``
+golden-checks one; ``localize(..., against=...)`` -> ``LocalizeResult``: the first kernel call that differs from
+a reference build.
+
+The names are imported on first use (PEP 562), so ``import mtp_tvm`` and the commands that only read files do
+not import TVM or torch.
 """
 
-from .artifact.export import build
-from .artifact.load import Artifact, check_artifact, load
-from .compiler.driver import CompiledCase, compile
-from .compiler.runtime import BoundCase
+import importlib
+
 from .support.errors import BuildError, MtpError, UsageError
-from .tools.check import check
-from .tools.localize import LocalizeResult, localize
-from .verify.results import CheckResult
+
+_LAZY = {  # public name -> the module that defines it
+    "build": "artifact.export", "load": "artifact.load", "Artifact": "artifact.load",
+    "check_artifact": "artifact.load", "compile": "compiler.driver", "CompiledCase": "compiler.driver",
+    "BoundCase": "compiler.runtime", "check": "tools.check", "CheckResult": "verify.results",
+    "localize": "tools.localize", "LocalizeResult": "tools.localize",
+}
 
 __all__ = ["check", "CheckResult", "compile", "CompiledCase", "MtpError", "UsageError", "BuildError",
-           "build", "load", "Artifact", "check_artifact", "BoundCase", "localize",
-           "LocalizeResult"]
+           "build", "load", "Artifact", "check_artifact", "BoundCase", "localize", "LocalizeResult"]
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'mtp_tvm' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    globals()[name] = value  # the next access is a plain global
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -8,6 +8,9 @@ one table across files without separating any logic."""
 from __future__ import annotations
 
 import argparse
+import atexit
+import contextlib
+import dataclasses
 import os
 import signal
 import sys
@@ -15,27 +18,56 @@ import threading
 import traceback
 
 from .compiler.options import BuildSpec, DebugOptions
-from .ir.model import FRONTENDS
+from .ir.frontend_names import FRONTEND_NAMES
 from .spec.cases import CASES
 from .spec.presets import PRESETS
 from .support.errors import MtpError, UsageError
+from .support.native_log import VERBOSE_ENV
+from .support.timing import phase, start, time_line
+
+# Only the modules above load with the parser: each handler imports what it needs, so ``--help``, ``list``,
+# ``dumps ...`` and usage errors never import TVM or torch (tests/test_cli.py measures it).
+
+
+_DEFAULTS = BuildSpec()  # the one table of build defaults: every command's flags and the API's keywords
+
+
+def _add_spec_args(p: argparse.ArgumentParser, case_help: str | None = None, sizes: bool = True,
+                   unset: bool = False) -> None:
+    """The flags of ``BuildSpec`` (what binary), their defaults its fields'; ``sizes``: the LM head's too;
+    ``unset``: left None when not given (the handler tells given from default)."""
+    p.add_argument("--case", default=None if unset else _DEFAULTS.case,
+                   help=case_help or f"one of: {', '.join(CASES)} (default {_DEFAULTS.case})")
+    p.add_argument("--preset", default=None if unset else _DEFAULTS.preset,
+                   help=f"one of: {', '.join(PRESETS)} (default {_DEFAULTS.preset})")
+    p.add_argument("--vocab-shard", type=int, default=None, help="vocab shard columns (default 512)")
+    if sizes:
+        p.add_argument("--owners", type=int, default=None,
+                       help="LM head: token owners (EP ranks) 2, 4 or 8 (default 2)")
+        p.add_argument("--tp", type=int, default=None,
+                       help="LM head: TP degree 2, 4, 8 or 16; VOCAB = TP x vocab shard (default 2)")
+
+
+def _add_target_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", default=_DEFAULTS.target,
+                   help=f"llvm, cuda, or a target JSON object (default {_DEFAULTS.target})")
+    p.add_argument("--frontend", default=_DEFAULTS.frontend,
+                   help=f"one of: {', '.join(FRONTEND_NAMES)} (default {_DEFAULTS.frontend})")
+
+
+def _add_schedule_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--schedule", default=_DEFAULTS.schedule, metavar="NAME",
+                   help="default (the hand schedules in schedules/), none (plain lowering, CPU), dlight (CUDA), "
+                        "tuned, or another name a schedule file defines (default: default)")
 
 
 def _add_build_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--case", default="tail", help=f"one of: {', '.join(CASES)} (default tail)")
-    p.add_argument("--target", default="llvm", help="llvm, cuda, or a target JSON object (default llvm)")
-    p.add_argument("--preset", default="flash", help=f"one of: {', '.join(PRESETS)} (default flash)")
-    p.add_argument("--frontend", default="tir", help=f"one of: {', '.join(FRONTENDS)} (default tir)")
+    _add_spec_args(p)
+    _add_target_args(p)
     p.add_argument("--tokens", type=int, default=None, help="token count T (default: the preset's B*S = 8)")
-    p.add_argument("--vocab-shard", type=int, default=None, help="vocab shard columns (default 512)")
-    p.add_argument("--owners", type=int, default=None, help="LM head: token owners (EP ranks) 2, 4 or 8 (default 2)")
-    p.add_argument("--tp", type=int, default=None,
-                   help="LM head: TP degree 2, 4, 8 or 16; VOCAB = TP x vocab shard (default 2)")
+    _add_schedule_arg(p)
     p.add_argument("--dump-passes", nargs="?", const=True, default=None, metavar="DIR",
                    help="dump the IR after every pass into a new run folder under DIR (default dumps/)")
-    p.add_argument("--schedule", default="default", metavar="NAME",
-                   help="default (the hand schedules in schedules/), none (plain lowering, CPU), dlight (CUDA), "
-                        "or another name a schedule file defines (default: default)")
     p.add_argument("--dump-only-changed", action="store_true", help="dump files only for passes that changed the IR")
     p.add_argument("--dump-filter", metavar="REGEX", help="dump files only for passes whose name matches REGEX")
     p.add_argument("--dump-func", metavar="NAME", help="dump (and compare) only function NAME, not the whole module")
@@ -49,20 +81,26 @@ def _add_build_args(p: argparse.ArgumentParser) -> None:
 
 
 def _build_spec(args, target=None) -> BuildSpec:
-    """The binary ``_add_build_args`` describes; ``target`` replaces ``--target`` (e.g. resolved with --arch)."""
-    return BuildSpec(case=args.case, target=args.target if target is None else target, preset=args.preset,
+    """The binary ``_add_build_args`` describes, its names and sizes checked before any command imports TVM;
+    ``target`` replaces ``--target`` (e.g. resolved with --arch)."""
+    spec = BuildSpec(case=args.case, target=args.target if target is None else target, preset=args.preset,
                      frontend=args.frontend, tokens=args.tokens, vocab_shard=args.vocab_shard,
                      schedule=args.schedule, owners=args.owners, tp=args.tp)
+    spec.resolve()
+    return spec
 
 
 def _debug_options(args) -> DebugOptions:
     """The dump, timing, gate and plugin options of ``_add_build_args``."""
-    from .passes.plugins import load_pass_plugin
+    plugin = None
+    if args.pass_plugin:
+        from .passes.plugins import load_pass_plugin
 
+        plugin = load_pass_plugin(args.pass_plugin)
     return DebugOptions(dump_passes=args.dump_passes, only_changed=args.dump_only_changed,
                         dump_filter=args.dump_filter, dump_func=args.dump_func, time_passes=args.time_passes,
                         disable_passes=tuple(args.disable_pass), bisect_limit=args.bisect_limit,
-                        extra_passes=load_pass_plugin(args.pass_plugin) if args.pass_plugin else None)
+                        extra_passes=plugin)
 
 
 def _print_debug_footer(args, records, gate, dump_dir) -> None:
@@ -71,6 +109,7 @@ def _print_debug_footer(args, records, gate, dump_dir) -> None:
     from .passes.gate import describe_gate
 
     if args.time_passes:
+        print(time_line())
         print(timing_table(records))
     line = describe_gate(gate) if gate else None
     if line:
@@ -112,15 +151,17 @@ def _add_lm_head_check_args(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_check(args) -> int:
-    from .artifact.export import build_target, parse_archs
-    from .tools.check import check
-    from .verify.results import summary_table
-
     if args.artifact or args.compile_only:
         return _cmd_check_prebuilt(args)
+    spec, debug = _build_spec(args), _debug_options(args)
     logits_tol = {k: getattr(args, k) for k in ("atol", "rtol", "max_error_ratio", "max_e2e_abs_diff")
                   if getattr(args, k) is not None}
-    result = check(_build_spec(args, build_target(args.target, parse_archs(args.arch))), _debug_options(args),
+    with phase("import"):
+        from .artifact.export import build_target, parse_archs
+        from .tools.check import check
+        from .verify.results import summary_table
+
+    result = check(dataclasses.replace(spec, target=build_target(args.target, parse_archs(args.arch))), debug,
                    seed=args.seed, report=args.report, logits_tol=logits_tol or None,
                    perturb_logit=parse_logit_perturbation(args.perturb_logit) if args.perturb_logit else None,
                    profile=args.profile, nan_check=args.nan_check)
@@ -138,13 +179,17 @@ def _cmd_check(args) -> int:
         print(f"reproducer: not written: {result.repro_error}")
     if result.kernel_repro_dir:
         print(f"kernel reproducer: {result.kernel_repro_dir} (python {result.kernel_repro_dir}/repro.py)")
-    return _check_exit(args, result)
+    code = _check_exit(args, result)
+    print(time_line())
+    return code
 
 
 def _cmd_localize(args) -> int:
-    from .tools.localize import localize
+    spec, debug = _build_spec(args), _debug_options(args)
+    with phase("import"):
+        from .tools.localize import localize
 
-    result = localize(_build_spec(args), _debug_options(args), against=args.against, seed=args.seed,
+    result = localize(spec, debug, against=args.against, seed=args.seed,
                       max_mb=args.localize_max_mb, log=lambda line: print(line, file=sys.stderr))
     print(result.table())
     if args.report:
@@ -161,6 +206,8 @@ def _check_exit(args, result) -> int:
 
 
 def _cmd_tune(args) -> int:
+    BuildSpec(case=args.case, target=args.target, preset=args.preset, frontend=args.frontend,
+              vocab_shard=args.vocab_shard).resolve()
     from .tools.tune import tune
 
     rpc = (args.rpc_tracker, args.rpc_key) if args.rpc_tracker else None
@@ -178,14 +225,13 @@ def _cmd_tune(args) -> int:
 
 def _cmd_check_prebuilt(args) -> int:
     """``check --compile-only`` (build the artifact, discard it) and ``check --artifact DIR`` (no compile)."""
-    from .artifact.export import build, describe
-    from .artifact.load import check_artifact
-    from .verify.results import summary_table
-
     if args.profile:
         raise UsageError("--profile times a fresh build's kernels; drop --artifact/--compile-only")
     if args.compile_only and not args.artifact:
-        built = build(None, _build_spec(args), _debug_options(args), arch=args.arch)
+        spec, debug = _build_spec(args), _debug_options(args)
+        from .artifact.export import build, describe
+
+        built = build(None, spec, debug, arch=args.arch)
         print(describe(built))
         _print_debug_footer(args, built.compiled.pass_records, built.compiled.gate, built.compiled.dump_dir)
         return 0
@@ -200,16 +246,21 @@ def _cmd_check_prebuilt(args) -> int:
     if given(_DEBUG_OPTIONS):
         raise UsageError(f"--artifact does not compile, so {', '.join(given(_DEBUG_OPTIONS))} cannot apply; "
                          "drop them")
+    from .artifact.load import check_artifact
+    from .verify.results import summary_table
+
     result = check_artifact(args.artifact, seed=args.seed, tokens=args.tokens, report=args.report)
     print(summary_table(result))
     return _check_exit(args, result)
 
 
 def _cmd_build(args) -> int:
-    from .artifact.export import build, describe
-    from .verify.results import summary_table
+    spec, debug = _build_spec(args), _debug_options(args)
+    with phase("import"):
+        from .artifact.export import build, describe
+        from .verify.results import summary_table
 
-    built = build(args.out, _build_spec(args), _debug_options(args), arch=args.arch, force=args.force,
+    built = build(args.out, spec, debug, arch=args.arch, force=args.force,
                   check=args.check, seed=args.seed)
     if built.check is not None:
         print(summary_table(built.check))
@@ -218,21 +269,56 @@ def _cmd_build(args) -> int:
     else:
         print(describe(built))
     _print_debug_footer(args, built.compiled.pass_records, built.compiled.gate, built.compiled.dump_dir)
+    print(time_line())
     return 0 if built.check is None or built.check.passed else 1
 
 
 def _cmd_run(args) -> int:
+    if args.inputs is not None and os.path.realpath(args.out) == os.path.realpath(args.inputs):
+        raise UsageError(f"--out {args.out} is the --inputs file; write the outputs elsewhere")
+    if args.inputs is None and args.random_inputs is None:
+        raise UsageError("give --inputs IN.npz (make one with `mtp-tvm inputs`) or --random-inputs")
+    if args.random_inputs is None and (args.seed is not None or args.tokens is not None):
+        raise UsageError("--seed and --tokens size the seeded inputs of --random-inputs; drop them with --inputs")
     from .artifact.load import load
     from .compiler.tensors import read_npz, write_npz
 
-    if os.path.realpath(args.out) == os.path.realpath(args.inputs):
-        raise UsageError(f"--out {args.out} is the --inputs file; write the outputs elsewhere")
     artifact = load(args.artifact, allow_failed=args.allow_failed)
-    outputs = artifact.run(read_npz(args.inputs, {n: t.dtype for n, t in artifact.input_specs.items()}))
+    if args.inputs is not None:
+        inputs = read_npz(args.inputs, {n: t.dtype for n, t in artifact.input_specs.items()})
+    else:
+        inputs = artifact.make_inputs(tokens=args.tokens, seed=args.seed or 0)
+    outputs = artifact.run(inputs)
     write_npz(args.out, outputs)
     for name, a in outputs.items():
         print(f"{name:20s} {str(a.shape):16s} {a.dtype}")
     print(f"outputs: {args.out}")
+    return 0
+
+
+def _cmd_inputs(args) -> int:
+    """The seeded inputs ``check`` draws, as an ``.npz`` for ``run --inputs``: of a case (no build) or of an
+    artifact (its manifest's case and sizes)."""
+    if args.artifact:
+        given = [f"--{o.replace('_', '-')}" for o in ("case", "preset", "vocab_shard", "owners", "tp")
+                 if getattr(args, o) is not None]
+        if given:
+            raise UsageError(f"--artifact takes {', '.join(given)} from the artifact's manifest; drop them")
+        from .artifact.load import load
+
+        inputs = load(args.artifact, allow_failed=True).make_inputs(tokens=args.tokens, seed=args.seed)
+    else:
+        spec = BuildSpec(case=args.case or _DEFAULTS.case, preset=args.preset or _DEFAULTS.preset,
+                         tokens=args.tokens, vocab_shard=args.vocab_shard, owners=args.owners, tp=args.tp)
+        case, shapes = spec.resolve()
+        inputs = case.make_inputs(shapes, args.seed)
+    from .compiler.tensors import to_numpy, write_npz
+
+    arrays = {name: to_numpy(t) for name, t in inputs.items()}
+    write_npz(args.out, arrays)
+    for name, a in arrays.items():
+        print(f"{name:20s} {str(a.shape):16s} {a.dtype}")
+    print(f"inputs: {args.out}")
     return 0
 
 
@@ -259,10 +345,9 @@ def _cmd_dumps(args) -> int:
 
 
 def _cmd_bisect(args) -> int:
-    from .support.errors import UsageError
+    spec, debug = _build_spec(args), _debug_options(args)
     from .tools.bisection import bisect_passes, bisect_schedule
 
-    spec, debug = _build_spec(args), _debug_options(args)
     if debug.bisect_limit is not None:
         raise UsageError("bisect chooses the --bisect-limit itself; drop it")
     if args.schedule_trace:
@@ -291,8 +376,12 @@ OPENBLAS_SLOW_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")  # set on this ho
 
 
 def _cmd_bench(args) -> int:
-    from .passes.target import resolve_target
-    from .schedule.files import schedule_names
+    spec = BuildSpec(case=args.case, target=args.target, preset=args.preset, frontend=args.frontend,
+                     vocab_shard=args.vocab_shard, schedule=args.schedule)
+    spec.resolve()
+    with phase("import"):
+        from .passes.target import resolve_target
+        from .schedule.files import schedule_names
 
     compare = tuple(filter(None, (s.strip() for s in (args.compare_schedules or "").split(","))))
     known = schedule_names(resolve_target(args.target))
@@ -303,14 +392,13 @@ def _cmd_bench(args) -> int:
     if any(v in os.environ for v in OPENBLAS_SLOW_VARS):  # numpy read them at import: re-run without them
         env = {k: v for k, v in os.environ.items() if k not in OPENBLAS_SLOW_VARS}
         os.execve(sys.executable, [sys.executable, "-m", "mtp_tvm", *sys.argv[1:]], env)
-    from .tools.bench import BenchOptions, bench, parse_contenders, parse_tokens
+    with phase("import"):
+        from .tools.bench import BenchOptions, bench, parse_contenders, parse_tokens
 
     options = BenchOptions(tokens=parse_tokens(args.tokens) if args.tokens else (), rounds=args.rounds,
                            threads=args.threads, compare_schedules=compare, profile=args.profile,
                            rpc=(args.rpc_tracker, args.rpc_key) if args.rpc_tracker else None,
                            **({"contenders": parse_contenders(args.contenders)} if args.contenders else {}))
-    spec = BuildSpec(case=args.case, target=args.target, preset=args.preset, frontend=args.frontend,
-                     vocab_shard=args.vocab_shard, schedule=args.schedule)
     result = bench(spec, options, log=lambda line: print(line, file=sys.stderr, flush=True))
     print(result.table())
     if result.profile is not None:
@@ -321,26 +409,37 @@ def _cmd_bench(args) -> int:
     if args.plot:
         result.plot(args.plot)
         print(f"plot: {args.plot}")
+    print(time_line())
     return 0
 
 
-def _cmd_list(_args) -> int:
+def _cmd_list(args) -> int:
     from .spec.presets import make_shapes
+    from .support.text_table import text_table
 
+    s = make_shapes(args.preset, vocab_shard=args.vocab_shard)
+    print(f"tensors at preset {s.preset.name} (D={s.hidden}), vocab shard {s.vocab_shard}, owners {s.owners}, "
+          f"tp {s.tp}; T is the token count (any T >= 1: one binary), R = T/owners")
     for name, case in CASES.items():
-        print(f"{name:20s} {case.description}")
-        s = make_shapes("tiny")
-        print(f"{'':20s}   inputs:  {', '.join(case.input_specs(s))}")
-        print(f"{'':20s}   outputs: {', '.join(case.output_specs(s))}")
-    print("presets: " + ", ".join(f"{p.name} (D={p.hidden}, vocab={p.vocab})" for p in PRESETS.values()))
+        print(f"\n{name}: {case.description}")
+        rows = [(kind, t.name, "[" + ", ".join(map(str, t.shape)) + "]", t.dtype)
+                for kind, specs in (("in", case.input_specs(s)), ("out", case.output_specs(s)))
+                for t in specs.values()]
+        print("\n".join("  " + line for line in text_table([("", "tensor", "shape", "dtype"), *rows])))
+    print("\npresets: " + ", ".join(f"{p.name} (D={p.hidden}, vocab={p.vocab})" for p in PRESETS.values()))
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mtp-tvm", description="DeepSeek-V4 MTP decode tail on Apache TVM")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    common = argparse.ArgumentParser(add_help=False)  # also after the subcommand (there not set: the above's)
+    for p in (parser, common):
+        p.add_argument("--debug", action="store_true", help="show tracebacks for errors",
+                       **({"default": argparse.SUPPRESS} if p is common else {}))
+        p.add_argument("--verbose", action="store_true", help="let TVM's and LLVM's own log lines through "
+                       "(otherwise kept in the run folder's tvm.log)", **({"default": argparse.SUPPRESS} if p is common else {}))
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("check", help="build a case, run it on seeded inputs, golden-check every stage")
+    p = sub.add_parser("check", parents=[common], help="build a case, run it on seeded inputs, golden-check every stage")
     _add_build_args(p)
     p.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
     p.add_argument("--report", default=None, metavar="FILE", help="write the result as JSON")
@@ -354,7 +453,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nan-check", action="store_true",
                    help="name the first kernel call whose output holds NaN/Inf while its inputs held none")
     p.set_defaults(handler=_cmd_check)
-    p = sub.add_parser("localize", help="name the first kernel call whose numbers differ from a reference build's")
+    p = sub.add_parser("localize", parents=[common],
+                       help="name the first kernel call whose numbers differ from a reference build's")
     _add_build_args(p)
     p.add_argument("--against", required=True, metavar="KEY=VALUE[,...]",
                    help="the reference build: target, frontend, schedule, disable-pass, bisect-limit, pass-plugin "
@@ -364,11 +464,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keep at most MB of recorded tensors at once (oldest calls compared and dropped first)")
     p.add_argument("--report", default=None, metavar="FILE", help="write the result as JSON")
     p.set_defaults(handler=_cmd_localize)
-    p = sub.add_parser("tune", help="tune a case's kernels with MetaSchedule (records in schedules/tuned/)")
-    for flag, default, text in (("--case", "logits", "case whose kernels to tune"), ("--target", "llvm", "target"),
-                                ("--preset", "tiny", "model preset"), ("--frontend", "tir", "frontend")):
-        p.add_argument(flag, default=default, help=f"{text} (default {default})")
-    p.add_argument("--vocab-shard", type=int, default=None, help="vocab shard columns (default 512)")
+    p = sub.add_parser("tune", parents=[common], help="tune a case's kernels with MetaSchedule (records in schedules/tuned/)")
+    _add_spec_args(p, sizes=False)
+    _add_target_args(p)
     p.add_argument("--space", choices=("hand", "generic", "both"), default="both",
                    help="design spaces: our hand rules with sampled knobs, MetaSchedule's generic rules, or both "
                         "(default both)")
@@ -378,7 +476,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rpc-tracker", default=None, metavar="HOST:PORT", help="measure on a TVM RPC tracker's servers")
     p.add_argument("--rpc-key", default="mtp", help="device key registered with the tracker (default mtp)")
     p.set_defaults(handler=_cmd_tune)
-    p = sub.add_parser("build", help="build a case into an artifact folder: library, generated source, manifest")
+    p = sub.add_parser("build", parents=[common], help="build a case into an artifact folder: library, generated source, manifest")
     _add_build_args(p)
     _add_arch_arg(p)
     p.add_argument("--out", required=True, metavar="DIR", help="the artifact folder to create")
@@ -387,18 +485,24 @@ def build_parser() -> argparse.ArgumentParser:
                    help="golden-check the written artifact before committing it; the result goes in its manifest")
     p.add_argument("--seed", type=int, default=0, help="input seed for --check (default 0)")
     p.set_defaults(handler=_cmd_build)
-    p = sub.add_parser("run", help="run an artifact on named inputs from an .npz file")
+    p = sub.add_parser("run", parents=[common], help="run an artifact on named inputs from an .npz file, or on seeded ones")
     p.add_argument("artifact", metavar="DIR", help="an artifact folder written by build")
-    p.add_argument("--inputs", required=True, metavar="IN.npz", help="one array per input name")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--inputs", metavar="IN.npz", help="one array per input name (mtp-tvm inputs writes one)")
+    group.add_argument("--random-inputs", action="store_const", const=True, default=None,
+                       help="the seeded inputs check draws (--seed, --tokens)")
+    p.add_argument("--seed", type=int, default=None, help="with --random-inputs: input seed (default 0)")
+    p.add_argument("--tokens", type=int, default=None,
+                   help="with --random-inputs: token count T (default: the artifact's)")
     p.add_argument("--out", required=True, metavar="OUT.npz", help="where to write the outputs")
     p.add_argument("--allow-failed", action="store_true",
                    help="run an artifact even though its recorded golden check failed")
     p.set_defaults(handler=_cmd_run)
-    p = sub.add_parser("bench", help="time a case against torch (eager, torch.compile) and numpy, each in its own "
+    p = sub.add_parser("bench", parents=[common], help="time a case against torch (eager, torch.compile) and numpy, each in its own "
                                      "process, side by side, at every T, against the measured roofline")
-    p.add_argument("--case", default="logits", help="logits, projection, norm or tail (default logits)")
-    p.add_argument("--target", default="llvm", help="llvm, cuda, or a target JSON object (default llvm)")
-    p.add_argument("--preset", default="flash", help=f"one of: {', '.join(PRESETS)} (default flash)")
+    _add_spec_args(p, f"logits, projection, norm or tail (default {_DEFAULTS.case})", sizes=False)
+    _add_target_args(p)
+    _add_schedule_arg(p)
     p.add_argument("--tokens", default=None, metavar="T[,T...]",
                    help="token count T, or a comma list swept in one run, e.g. 1,2,4,8,16 (default: the preset's "
                         "B*S = 8)")
@@ -407,9 +511,6 @@ def build_parser() -> argparse.ArgumentParser:
                         "torch_golden, torch_compile, torch_compile_max_autotune)")
     p.add_argument("--threads", type=int, default=None,
                    help="threads of every contender's process (default: every usable core)")
-    p.add_argument("--vocab-shard", type=int, default=None, help="vocab shard columns (default 512)")
-    p.add_argument("--schedule", default="default", metavar="NAME", help="as for check (default: default)")
-    p.add_argument("--frontend", default="tir", help=f"one of: {', '.join(FRONTENDS)} (default tir)")
     p.add_argument("--rounds", type=int, default=7,
                    help="timing rounds, each timing every contender in turn; medians over them (default 7)")
     p.add_argument("--compare-schedules", default=None, metavar="A,B,...",
@@ -421,14 +522,25 @@ def build_parser() -> argparse.ArgumentParser:
     _add_profile_arg(p)
     p.add_argument("--plot", default=None, metavar="PNG", help="write a bar chart (matplotlib)")
     p.set_defaults(handler=_cmd_bench)
-    p = sub.add_parser("list", help="list cases, their tensors, and presets")
+    p = sub.add_parser("inputs", parents=[common], help="write the seeded inputs check draws, as an .npz for run --inputs")
+    _add_spec_args(p, unset=True)
+    p.add_argument("--tokens", type=int, default=None, help="token count T (default: the preset's B*S = 8)")
+    p.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
+    p.add_argument("--artifact", default=None, metavar="DIR",
+                   help="the inputs of this artifact (its case and sizes; --tokens and --seed still apply)")
+    p.add_argument("--out", required=True, metavar="IN.npz", help="the .npz to write")
+    p.set_defaults(handler=_cmd_inputs)
+    p = sub.add_parser("list", parents=[common], help="list cases, every tensor's shape and dtype, and presets")
+    p.add_argument("--preset", default=_DEFAULTS.preset,
+                   help=f"the sizes to show: one of {', '.join(PRESETS)} (default {_DEFAULTS.preset})")
+    p.add_argument("--vocab-shard", type=int, default=None, help="vocab shard columns (default 512)")
     p.set_defaults(handler=_cmd_list)
-    p = sub.add_parser("dumps", help="read run folders written by --dump-passes")
+    p = sub.add_parser("dumps", parents=[common], help="read run folders written by --dump-passes")
     p.set_defaults(handler=_cmd_dumps)
     p.add_argument("--root", default=None, help="the dumps root (default dumps/ or $MTP_TVM_DUMPS)")
     dsub = p.add_subparsers(dest="dumps_command", required=True)
-    dsub.add_parser("list", help="every run folder: case, target, passes, status")
-    q = dsub.add_parser("show", help="a run's pass table, or one pass's dump")
+    dsub.add_parser("list", parents=[common], help="every run folder: case, target, passes, status")
+    q = dsub.add_parser("show", parents=[common], help="a run's pass table, or one pass's dump")
     q.add_argument("run", help="run folder, its name, a unique prefix, or 'latest'")
     q.add_argument("pass_", nargs="?", metavar="PASS", help="pass number, name, 'input', or a file of the run")
     q.add_argument("--changed", action="store_true", help="in the table, only passes that changed the IR")
@@ -436,21 +548,21 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--func", metavar="NAME", help="only this function (of PASS's module, or with --history)")
     q.add_argument("--history", action="store_true",
                    help="with --func: every pass that changed the function, its diffs in order")
-    q = dsub.add_parser("compare", help="two runs pass by pass: where they diverge, and their generated code")
+    q = dsub.add_parser("compare", parents=[common], help="two runs pass by pass: where they diverge, and their generated code")
     q.add_argument("a", metavar="RUN_A", help="run folder, its name, a unique prefix, or 'latest'")
     q.add_argument("b", metavar="RUN_B", help="run folder, its name, a unique prefix, or 'latest'")
     q.add_argument("--html", metavar="OUT.html", help="also write the comparison as one self-contained page")
-    q = dsub.add_parser("prune", help="remove old complete runs (never one being written or marked kept)")
+    q = dsub.add_parser("prune", parents=[common], help="remove old complete runs (never one being written or marked kept)")
     q.add_argument("--keep", type=int, default=None, metavar="N", help="keep the newest N complete runs")
     q.add_argument("--older-than", default=None, metavar="AGE",
                    help="remove complete runs finished more than AGE ago: a number with d, h or m (7d, 12h)")
-    q = dsub.add_parser("keep", help="mark a run so that pruning never removes it")
+    q = dsub.add_parser("keep", parents=[common], help="mark a run so that pruning never removes it")
     q.add_argument("run", help="run folder, its name, a unique prefix, or 'latest'")
-    q = dsub.add_parser("diff", help="unified diff between the modules after two passes")
+    q = dsub.add_parser("diff", parents=[common], help="unified diff between the modules after two passes")
     q.add_argument("run", help="run folder, its name, a unique prefix, or 'latest'")
     q.add_argument("a", metavar="A", help="pass number or name ('input' for the compiler's input)")
     q.add_argument("b", metavar="B", help="pass number or name")
-    p = sub.add_parser("bisect", help="name the first pass (or schedule step) after which the golden check fails")
+    p = sub.add_parser("bisect", parents=[common], help="name the first pass (or schedule step) after which the golden check fails")
     _add_build_args(p)
     p.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
     p.add_argument("--search", choices=("binary", "linear"), default="binary",
@@ -462,14 +574,42 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _process_startup() -> float:
+    """Seconds this process ran before the command started (the interpreter, the parser's imports), counted as
+    import in the time line: its age from ``/proc`` (to the 10 ms tick; psutil rounds the boot time to whole
+    seconds); 0 where there is no ``/proc``."""
+    try:
+        started = int(open("/proc/self/stat").read().rpartition(")")[2].split()[19])  # field 22: starttime
+        return max(float(open("/proc/uptime").read().split()[0]) - started / os.sysconf("SC_CLK_TCK"), 0.0)
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 def _terminated(_signum, _frame):
     """SIGTERM (a job scheduler, ``kill``) unwinds like Ctrl-C, so temporary folders and files are removed."""
     raise KeyboardInterrupt
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command. As a program (``argv`` None: ``mtp-tvm``, ``python -m mtp_tvm``) the process ends as
+    soon as its output is out: the interpreter's teardown of TVM's and torch's objects takes seconds (2-7 s on a
+    2-core machine) and does nothing a command needs; atexit handlers still run."""
+    code = _run(argv)
+    if argv is None:
+        atexit._run_exitfuncs()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):  # a closed pipe (``| head``)
+                stream.flush()
+        os._exit(code)
+    return code
+
+
+def _run(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    start(_process_startup())
+    if args.verbose:
+        os.environ[VERBOSE_ENV] = "1"
     on_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminated) if on_main_thread else None
     try:

@@ -472,3 +472,17 @@ def test_run_writes_into_a_fifo_and_refuses_out_equal_to_inputs(llvm_artifacts, 
     same = str(tmp_path / "in.npz")
     assert main(["run", str(llvm_artifacts["logits"]), "--inputs", same, "--out", same]) == 2
     assert "is the --inputs file" in capsys.readouterr().err
+
+
+def test_artifacts_and_dump_folders_are_readable_by_others_under_umask_022(tmp_path):
+    """What ``build`` writes (the artifact, its run folder) is readable by another user or a service account
+    when the umask lets it be: no 0700 folder from mkdtemp, no 0600 file from mkstemp."""
+    script = ("import os, sys; os.umask(0o022); from mtp_tvm.cli import main; "
+              "sys.exit(main(sys.argv[1:]))")
+    subprocess.run([sys.executable, "-c", script, "build", "--case", "norm", "--preset", "tiny", "--out",
+                    str(tmp_path / "a"), "--dump-passes", str(tmp_path / "d")], check=True, capture_output=True)
+    paths = [tmp_path / "a", *(tmp_path / "a").rglob("*"), *(tmp_path / "d").rglob("*")]
+    assert len(paths) > 20
+    closed = [f"{p}: {oct(stat.S_IMODE(p.stat().st_mode))}" for p in paths
+              if stat.S_IMODE(p.stat().st_mode) & (0o055 if p.is_dir() else 0o044) != (0o055 if p.is_dir() else 0o044)]
+    assert closed == []

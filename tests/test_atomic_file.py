@@ -155,3 +155,18 @@ def test_litter_of_dead_processes_is_removed_and_a_live_writers_is_kept(tmp_path
     live.mkdir()
     assert [p.name for p in remove_stale(out, "partial")] == [f".art.partial-{dead.stdout.strip()}-x"]
     assert [p.name for p in tmp_path.iterdir()] == [live.name]
+
+
+def test_a_temp_folder_gets_the_mode_mkdir_would_give(tmp_path):
+    """mkdtemp makes 0700; a folder renamed into place (an artifact, a reproducer) must be as readable as one
+    ``mkdir`` makes, so another user or a service account can load a deployed binary."""
+    from mtp_tvm.support.atomic_file import make_temp_dir
+
+    umask = os.umask(0o022)
+    try:
+        made = make_temp_dir(".x-", tmp_path)
+        (tmp_path / "plain").mkdir()
+    finally:
+        os.umask(umask)
+    assert stat.S_IMODE(made.stat().st_mode) == 0o755 == stat.S_IMODE((tmp_path / "plain").stat().st_mode)
+    assert made.parent == tmp_path and made.name.startswith(".x-")

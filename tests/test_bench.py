@@ -226,6 +226,7 @@ def test_cli_bench_sweeps_t_and_writes_json_and_plot(tmp_path):
     assert d["case"] == "norm" and d["threads"] == 1 and set(d["per_tokens"]) == {"1", "2"}
     assert set(d["per_tokens"]["2"]["median_ms"]) == {"tvm", "torch_bf16"} and (tmp_path / "n.png").exists()
     assert "bench: round 1 of 1" in out.stderr  # the progress, apart from the table
+    assert out.stdout.splitlines()[-1].startswith("time: ") and " + build " in out.stdout.splitlines()[-1]
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -108,3 +108,16 @@ def test_schedule_bisect_needs_a_function_that_is_scheduled():
     with pytest.raises(mtp_tvm.UsageError, match="no PrimFunc named .nope."):
         bisect_schedule("nope", _schedule_with_one_wrong_step().trace, case="logits", preset="tiny",
                         progress=io.StringIO())
+
+
+def test_a_trace_that_does_not_apply_to_the_entering_kernel_is_a_one_line_error(compiled):
+    """A GEMM's recorded trace starts from its small-T row variants (made before the trace), so it does not
+    replay on the kernel as it enters the schedule phase: said in one line, not a ScheduleError's pages."""
+    from mtp_tvm.support.errors import UsageError
+    from mtp_tvm.tools.bisection import bisect_schedule
+
+    trace = compiled("logits", "tir").schedule_traces["lm_head_logits"]
+    with pytest.raises(UsageError, match=r"does not apply to lm_head_logits as it enters the schedule phase: .*"
+                                         r"logits_rows1") as e:
+        bisect_schedule("lm_head_logits", trace, case="logits", preset="tiny")
+    assert "\n" not in str(e.value)

@@ -49,3 +49,22 @@ def test_bad_shapes_are_user_errors(kwargs, message):
 def test_bad_tp():
     with pytest.raises(UsageError, match="tp must be"):
         tp_vocab_shard(PRESETS["flash"], 3)
+
+
+def test_mtp_tvm_dump_turns_dumping_on_for_api_users(tmp_path, monkeypatch):
+    """Like torch's TORCH_COMPILE_DEBUG=1: a program calling the API gets run folders without a code change;
+    a build that says dump_passes=False keeps its word, and a value other than 1/0 is refused."""
+    import mtp_tvm
+    from mtp_tvm.compiler.options import DebugOptions
+
+    monkeypatch.setenv("MTP_TVM_DUMPS", str(tmp_path))
+    monkeypatch.setenv("MTP_TVM_DUMP", "1")
+    assert DebugOptions().from_environment().dump_passes is True
+    assert DebugOptions(dump_passes=False).from_environment().dump_passes is False
+    m = mtp_tvm.compile(case="norm", preset="tiny")
+    assert m.dump_dir is not None and m.dump_dir.parent == tmp_path and (m.dump_dir / "complete").exists()
+    monkeypatch.setenv("MTP_TVM_DUMP", "yes")
+    with pytest.raises(UsageError, match="MTP_TVM_DUMP must be 1 or 0"):
+        mtp_tvm.compile(case="norm", preset="tiny")
+    monkeypatch.setenv("MTP_TVM_DUMP", "0")
+    assert DebugOptions().from_environment().dump_passes is None

@@ -111,6 +111,8 @@ def test_filter_by_pass_name_and_by_function(tmp_path):
     assert len(files) < len(index["passes"])
     text = (m.dump_dir / next(p["file"] for p in files if p["name"] == "tirx.FlattenBuffer")).read_text()
     assert "def pad_rows_bfloat16(" in text and "def main(" not in text and "def lm_head" not in text
+    text = (m.dump_dir / "000_input.py").read_text()  # before any pass names it: still not ``def main``
+    assert "def pad_rows_bfloat16(" in text and "def main(" not in text, text[:400]
     # "changed" is about the function: the Relax-level lowering leaves it alone, the TIR lowering does not
     by_name = {p["name"]: p for p in index["passes"]}
     assert not by_name["CallTIRRewrite"]["changed"] and by_name["tirx.MakePackedAPI"]["changed"]
@@ -189,7 +191,7 @@ def _apply(a: list[str], diff: list[str]) -> list[str]:
     out, i = [], 0
     for ln in diff[2:]:
         if ln.startswith("@@ "):
-            m = re.fullmatch(r"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@", ln)
+            m = re.fullmatch(r"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(?: def \w+)?", ln)
             old_first = int(m[1]) - (1 if m[2] != "0" else 0)   # 0-based; a count of 0 names the line before
             new_first = int(m[3]) - (1 if m[4] != "0" else 0)
             out += a[i:old_first]
@@ -230,3 +232,16 @@ def test_an_unknown_dump_func_is_refused_and_writes_no_run(tmp_path):
     with pytest.raises(UsageError, match="--dump-func nope: no function of that name"):
         mtp_tvm.compile(case="norm", preset="tiny", dump_passes=tmp_path, dump_func="nope")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_diff_hunks_name_the_function_they_change():
+    """As git's hunk headers do: a reader of a long module diff sees which kernel each hunk is in."""
+    from mtp_tvm.instrument.ir_text import unified_diff
+
+    a = ["@I.ir_module", "class Module:", "    @T.prim_func", "    def f(x):", *[f"        v{i} = {i}" for i in range(9)],
+         "", "    @T.prim_func", "    def g(y):", "        p = 1", "        q = 2"]
+    b = list(a)
+    b[4], b[-1] = "        v0 = 10", "        q = 20"
+    headers = [ln for ln in unified_diff(a, b, "A", "B") if ln.startswith("@@")]
+    assert headers == ["@@ -2,7 +2,7 @@ def f", "@@ -15,4 +15,4 @@ def g"]
+    assert _apply(a, unified_diff(a, b, "A", "B")) == b

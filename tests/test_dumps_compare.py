@@ -21,7 +21,7 @@ from mtp_tvm.instrument.ir_text import (
 from mtp_tvm.instrument.kernel_history import kernel_history
 from mtp_tvm.tools.code_stats import assembly_kernels, cuda_kernels
 from mtp_tvm.tools.dumps_browse import load_index
-from mtp_tvm.tools.dumps_compare import compare_runs, side_by_side
+from mtp_tvm.tools.dumps_compare import compare_command, compare_runs, side_by_side
 
 LOGITS = dict(case="logits", preset="tiny")
 
@@ -259,3 +259,39 @@ def test_side_by_side_pairs_removed_and_added_lines():
     assert rows[0] == ("file", "A f  |  B f") and rows[1][0] == "hunk"
     assert rows[2:] == [(3, "a", "", 3, "a", ""), (4, "b", "del", 4, "B", "add"), (None, "", None, 5, "C", "add"),
                         (5, "d", "", 6, "d", "")]
+
+
+def test_rows_that_repeat_the_row_above_fold_into_one_line(runs):
+    """Schedule none vs default differ from the input on: the 14 legalize/fuse passes that change neither run
+    repeat the input's verdict, so they are one line, and the rows where a pass did change something stay."""
+    _, r = runs
+    c = compare_runs(r["tir"], r["none"])
+    table = c.table().splitlines()
+    folded = [ln for ln in table if "passes changing neither run" in ln]
+    assert folded and folded[0].split()[:2] == ["001-014", "001-014"] and "14 passes" in folded[0]
+    assert any(ln.split()[:2] == ["015", "015"] and "ApplySchedules" in ln for ln in table)
+    assert len(table) < len(c.pairs) - 20  # fewer lines than rows
+    changed = [p for p in c.pairs if "changed" in (p.a_state, p.b_state)]
+    assert all(any(f"{p.name}" in ln for ln in table) for p in changed)  # no row where a pass did something folds
+
+
+def test_every_html_row_links_its_files_and_the_a_vs_b_diff_there(runs, tmp_path):
+    """Each row of the page opens both runs' dump files and, where the modules differ, the diff at that pass."""
+    import html as html_module
+    import re
+
+    _, r = runs
+    out = tmp_path / "sub" / "cmp.html"
+    out.parent.mkdir()
+    compare_command(r["tir"], r["none"], str(out))
+    page = out.read_text()
+    rows = re.findall(r'<tr class="pair [^"]*"[^>]*>(.*?)</tr>', page)
+    assert len(rows) == len(compare_runs(r["tir"], r["none"]).pairs)
+    anchors = set(re.findall(r"<details id='([^']+)'", page))
+    for row in rows:
+        hrefs = [html_module.unescape(h) for h in re.findall(r"href='([^']+)'", row)]
+        files = [h for h in hrefs if not h.startswith("#")]
+        assert files and all((out.parent / f).is_file() for f in files), row
+        diffs = [h[1:] for h in hrefs if h.startswith("#")]
+        assert all(d in anchors for d in diffs)
+    assert "A vs B after 015 schedule/ApplySchedules" in page

@@ -98,3 +98,18 @@ def test_a_failing_check_that_cannot_write_its_reproducer_still_reports_the_fail
                "--pass-plugin", str(PLUGIN)])
     out = capsys.readouterr().out
     assert rc == 1 and "FAILED" in out and "reproducer: not written: cannot create dump folder under /proc" in out
+
+
+def test_the_reproducer_folder_gets_the_mode_mkdir_would_give(failing, tmp_path):
+    (tmp_path / "plain").mkdir()
+    assert os.stat(failing.repro_dir).st_mode == (tmp_path / "plain").stat().st_mode
+
+
+def test_a_failing_result_reads_as_one_line_naming_what_failed(failing):
+    """``str(r)``/``repr(r)`` of a CheckResult is a summary a notebook user can read, not pages of dataclass."""
+    text = str(failing)
+    assert text == repr(failing) and "\n" not in text and len(text) < 600
+    assert text.startswith("CheckResult(tail on llvm, preset tiny, frontend tir, schedule default, T=8, seed 3): "
+                           "FAILED ")
+    assert "candidate_logits ratio_allclose " in text and "max |diff|" in text and failing.repro_dir in text
+    assert "hidden_states_out" not in text  # the output that passed is not listed

@@ -14,6 +14,7 @@ import torch
 from mtp_tvm.compiler.runtime import TRANSFORM_PARAMS
 from mtp_tvm.compiler.tensors import to_numpy
 from mtp_tvm.compiler.weights import WeightCache
+from mtp_tvm.spec.presets import make_shapes
 from mtp_tvm.support.errors import UsageError
 
 SCRIPT = """
@@ -195,3 +196,25 @@ def test_bad_activations_of_a_bound_run_are_one_line_usage_errors(logits, make, 
     with pytest.raises(UsageError, match=message) as e:
         bound.run(make(inputs["hidden_states"], inputs[WEIGHT]))
     assert len(str(e.value).splitlines()) == 1
+
+
+def test_make_inputs_are_the_seeded_inputs_check_draws_on_builds_and_artifacts(compiled, tmp_path):
+    """``m.make_inputs(tokens, seed)`` is what ``check`` feeds the binary: the case's seeded draw at the build's
+    sizes (any T), on a fresh build and on its loaded artifact alike; a T the binary cannot run is refused."""
+    import mtp_tvm
+    from mtp_tvm.artifact import export
+
+    m = compiled("lm-head", "tir")
+    a = mtp_tvm.load(export.export(m, tmp_path / "a").path)
+    drawn = m.case.make_inputs(make_shapes("tiny", tokens=4), seed=7)
+    for runnable in (m, a):
+        inputs = runnable.make_inputs(tokens=4, seed=7)
+        assert list(inputs) == list(m.input_specs)
+        assert all(torch.equal(inputs[k], drawn[k]) for k in drawn)
+        assert runnable.make_inputs()["hidden_out"].shape[:2] == (2, m.shapes.tokens // 2)  # the build's T
+        with pytest.raises(UsageError, match="not a multiple"):
+            runnable.make_inputs(tokens=3)
+        with pytest.raises(UsageError, match="seed must be"):
+            runnable.make_inputs(seed=-1)
+    out = a.run(a.make_inputs(tokens=4, seed=7))
+    assert out["logits"].shape == tuple(a.output_specs["logits"].shape)

@@ -30,3 +30,22 @@ def test_isa_of_the_aarch64_cross_target():
 def test_an_unknown_mcpu_is_refused_with_suggestions():
     with pytest.raises(UsageError, match=r"unknown mcpu 'znver9'.*did you mean .*znver4"):
         resolve_target({"kind": "llvm", "mcpu": "znver9"})
+
+
+def test_a_classic_target_string_is_refused_with_its_json_form_which_resolves():
+    """TVM 0.27 takes targets as JSON; the old string form gets a message showing the JSON to use instead."""
+    import json
+    import re
+
+    import pytest
+
+    from mtp_tvm.passes.target import resolve_target
+    from mtp_tvm.support.errors import UsageError
+
+    with pytest.raises(UsageError) as e:
+        resolve_target("llvm -mcpu=haswell -mattr=+avx2,+fma -num-cores=4")
+    shown = re.search(r"here '(.*)'$", str(e.value)).group(1)
+    assert json.loads(shown) == {"kind": "llvm", "mcpu": "haswell", "mattr": ["+avx2", "+fma"], "num-cores": 4}
+    assert resolve_target(shown).attrs["mcpu"] == "haswell"
+    with pytest.raises(UsageError, match=r"object$"):  # not of that form: nothing to show
+        resolve_target("haswell")

@@ -284,3 +284,27 @@ def test_the_local_runner_measures_with_every_usable_core(monkeypatch):
     monkeypatch.delenv(THREADS_ENV, raising=False)
     _runner(None)
     assert int(os.environ[THREADS_ENV]) == usable_cores()
+
+
+def test_trial_budgets_and_hand_points_never_exceed_the_trials():
+    """``--trials N`` is a limit: the hand points measured first count, and the search gets what is left,
+    split exactly (a kernel may get none when there are fewer trials than kernels)."""
+    from mtp_tvm.tools.tune import first_points, trial_budgets
+
+    assert trial_budgets(["a", "b", "c"], {"a": 1.0, "b": 3.0}, 8) == [1, 4, 3]  # c weighs the mean, 2
+    assert sum(trial_budgets(["a", "b", "c"], {}, 2)) == 2 and trial_budgets(["a", "b"], {}, 0) == [0, 0]
+    for trials in range(0, 30):
+        assert sum(trial_budgets(["a", "b", "c", "d"], {"a": 0.1, "b": 7.0, "c": 2.5}, trials)) == trials
+    points = {"gemm": ["g0", "g1", "g2"], "norm": ["n0"]}
+    assert first_points(points, 2) == [("gemm", "g0"), ("norm", "n0")]  # every shipped point first
+    assert first_points(points, 10) == [("gemm", "g0"), ("norm", "n0"), ("gemm", "g1"), ("gemm", "g2")]
+
+
+def test_a_small_trial_budget_is_kept_and_the_progress_never_passes_it(tmp_path, monkeypatch):
+    import re
+
+    monkeypatch.setenv("MTP_TVM_TUNED_ROOT", str(tmp_path))
+    lines = []
+    r = tune("logits", "llvm", "tiny", "tir", trials=2, log=lines.append)
+    done = [tuple(map(int, m.groups())) for ln in lines if (m := re.search(r"(\d+)/(\d+) trials", ln))]
+    assert r.trials <= 2 and all(d <= total == 2 for d, total in done), lines

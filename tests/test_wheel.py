@@ -66,3 +66,19 @@ def test_an_installed_wheel_applies_the_checkouts_schedules(wheel, tmp_path):
     assert Path(installed["file"]).is_relative_to(site)  # the wheel's package, not the checkout's
     checkout = mtp_tvm.compile(case="logits", preset="tiny").schedule_traces  # this process: the checkout's
     assert installed["traces"] == checkout and "lm_head_logits" in checkout
+
+
+def test_make_run_installs_only_when_pyproject_changes(tmp_path):
+    """``make run`` reinstalled the package on every call; an editable install sees source changes, so it now
+    installs only when pyproject.toml (the dependencies) is newer than its stamp."""
+    makefile = Path(__file__).resolve().parent.parent / "Makefile"
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").touch()
+    (venv / ".installed").touch()
+    make = ["make", "-n", "-f", str(makefile), "run", f"VENV={venv}", "PRESET=tiny"]
+    dry = subprocess.run(make, cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+    assert "pip install" not in dry and f"{venv}/bin/mtp-tvm check --case tail --target llvm --preset tiny" in dry
+    changed = subprocess.run([*make, "-W", str(makefile.parent / "pyproject.toml")], cwd=tmp_path,
+                             capture_output=True, text=True, check=True).stdout
+    assert "pip install -q -e" in changed

@@ -59,10 +59,11 @@ from ..passes.target import (
     target_json,
     target_triple,
 )
-from ..support.atomic_file import remove_stale, replace_dir, temp_prefix
+from ..spec.cases import validate_seed
+from ..support.atomic_file import make_temp_dir, remove_stale, replace_dir, temp_prefix
 from ..support.errors import BuildError, UsageError, last_line
 from ..support.text_table import text_table
-from ..verify.golden_check import validate_seed
+from ..support.timing import phase
 from ..verify.results import CheckResult
 
 
@@ -181,7 +182,7 @@ def _staged(out: Path | None, force: bool):
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         remove_stale(out, PARTIAL)
-        stage = _Stage(Path(tempfile.mkdtemp(prefix=temp_prefix(out, PARTIAL), dir=out.parent)))
+        stage = _Stage(make_temp_dir(temp_prefix(out, PARTIAL), out.parent))
     except OSError as e:
         raise UsageError(f"cannot create {out}: {e.strerror}") from None
     try:
@@ -283,7 +284,7 @@ def export(compiled: CompiledCase, out: str | os.PathLike | None, archs: tuple[s
     if check:
         validate_seed(seed)
         _require_device(compiled.target)
-    with _staged(None if out is None else Path(out), force) as stage:
+    with phase("build"), _staged(None if out is None else Path(out), force) as stage:  # export: part of a build
         manifest = _write_artifact(stage.path, compiled, archs)
         _write_json(stage.path / MANIFEST, manifest)
         result = None

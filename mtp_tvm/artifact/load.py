@@ -19,8 +19,8 @@ from ..compiler.options import require_path
 from ..compiler.runtime import Runnable
 from ..compiler.weights import WeightCache
 from ..passes.target import cpu_arch, host_triple
-from ..spec.cases import TensorSpec, get_case
-from ..spec.presets import make_shapes
+from ..spec.cases import Case, TensorSpec, get_case
+from ..spec.presets import Shapes, make_shapes
 from ..support.errors import UsageError, last_line
 from ..verify.golden_check import GoldenOptions, Provenance, golden_check, validate_check_args
 from ..verify.results import CheckResult
@@ -51,6 +51,20 @@ class Artifact(Runnable):
 
     def _runtime(self):
         return self.module, self.device, f"artifact {self.path}"
+
+    def sized(self, tokens: int | None = None) -> tuple[Case, Shapes]:
+        """The manifest's case and sizes at ``tokens``; refused when this mtp_tvm's case has other inputs (the
+        seeded inputs, and so the golden, would not be the artifact's)."""
+        m = self.manifest
+        c = get_case(m["case"])
+        s = make_shapes(m["preset"], m["shapes"]["tokens"] if tokens is None else tokens,
+                        m["shapes"]["vocab_shard"], m["shapes"].get("owners"), m["shapes"].get("tp"))
+        c.check_shapes(s)  # the sizes a fresh check refuses (T a multiple of the owners) are refused here too
+        drawn = {n: spec.as_dict() for n, spec in c.input_specs(s).items()}
+        if drawn != m["inputs"]:
+            raise UsageError(f"{self.path}: its inputs differ from case {c.name!r} in this mtp_tvm; cannot draw its "
+                             "golden inputs")
+        return c, s
 
 
 def _runnable_device(path: Path, m: dict) -> tvm.runtime.Device:
@@ -113,14 +127,7 @@ def check_artifact(artifact: Artifact | str | os.PathLike, seed: int = 0, tokens
     validate_check_args(seed, tolerance, report, log)
     a = artifact if isinstance(artifact, Artifact) else load(artifact, allow_failed=True)
     m = a.manifest
-    c = get_case(m["case"])
-    s = make_shapes(m["preset"], m["shapes"]["tokens"] if tokens is None else tokens, m["shapes"]["vocab_shard"],
-                    m["shapes"].get("owners"), m["shapes"].get("tp"))
-    c.check_shapes(s)  # the sizes a fresh check refuses (T a multiple of the owners) are refused here too
-    drawn = {n: spec.as_dict() for n, spec in c.input_specs(s).items()}
-    if drawn != m["inputs"]:
-        raise UsageError(f"{a.path}: its inputs differ from case {c.name!r} in this mtp_tvm; cannot draw its "
-                         "golden inputs")
+    c, s = a.sized(tokens)
     built = Provenance(m["target"], m["frontend"], m["schedule"]["name"],
                        m["build"]["compile_seconds"])
     result = golden_check(a.run, c, s, built, GoldenOptions(seed, tolerance), log=log)

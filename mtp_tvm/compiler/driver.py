@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import difflib
 import time
 import traceback
 from pathlib import Path
@@ -18,9 +17,10 @@ from tvm.target import Target
 
 from ..compiler.runtime import Runnable
 from ..compiler.weights import WeightCache
+from ..instrument.pass_clock import PassClock
 from ..instrument.recorder import DumpOptions, PassRecord, PassRecorder
 from ..instrument.run_folder import mark_complete, prune, retention
-from ..ir.model import build_relax_module, get_frontend
+from ..ir.model import build_relax_module
 from ..passes.codegen import device_source, generated_code
 from ..passes.gate import PassGate, gate_summary
 from ..passes.pipeline import FIRST_LOWERING_PHASE, compile_module
@@ -36,10 +36,14 @@ from ..passes.target import (
 from ..schedule.apply import ApplySchedules
 from ..schedule.files import TUNED
 from ..schedule.tuned import tuned_dir
-from ..spec.cases import ROWS, TOKENS, Case, TensorSpec, get_case
+from ..spec.cases import ROWS, TOKENS, Case, TensorSpec
 from ..spec.presets import Shapes, make_shapes
-from ..support.errors import BuildError, UsageError, last_line
+from ..support.errors import BuildError, UsageError, did_you_mean, last_line
+from ..support.native_log import native_stderr
+from ..support.timing import phase, transfer
 from .options import BuildSpec, DebugOptions, split_options
+
+NATIVE_LOG = "tvm.log"  # in the run folder: what TVM and LLVM printed themselves during the build
 
 
 @dataclasses.dataclass
@@ -84,13 +88,17 @@ class CompiledCase(Runnable):
         tokens = bound.get(TOKENS, bound.get(ROWS, 0) * self.shapes.owners)  # T directly, or R rows per owner
         self.case.check_shapes(self.shapes, tokens)
 
+    def sized(self, tokens: int | None = None) -> tuple[Case, Shapes]:
+        s = self.shapes
+        shapes = make_shapes(s.preset, s.tokens if tokens is None else tokens, s.vocab_shard, s.owners, s.tp)
+        self.case.check_shapes(shapes)
+        return self.case, shapes
+
 
 def _check_disabled_names(gate: PassGate, records: list[PassRecord]) -> None:
     ran = {r.name for r in records}
     for name in sorted(gate.disabled - ran):
-        close = difflib.get_close_matches(name, ran, n=3, cutoff=0.5)
-        raise UsageError(f"--disable-pass {name}: no pass of that name runs"
-                         + (f"; did you mean {', '.join(close)}?" if close else ""))
+        raise UsageError(f"--disable-pass {name}: no pass of that name runs{did_you_mean(name, ran)}")
 
 
 def compile(spec: BuildSpec | None = None, debug: DebugOptions | None = None, **options) -> CompiledCase:
@@ -119,11 +127,17 @@ def compile_open(spec: BuildSpec | None = None, debug: DebugOptions | None = Non
     """``compile`` leaving a run folder open (not ``complete``, so no retention removes it) for the caller to
     add to and then ``finish_run``; a failed build's run folder is complete when the error is raised."""
     spec, debug = split_options(spec, debug, options, "compile")
-    c = get_case(spec.case)
-    shapes = make_shapes(spec.preset, spec.tokens, spec.vocab_shard, spec.owners, spec.tp)
-    c.check_shapes(shapes)
+    with phase("build"), native_stderr() as native:  # TVM's and LLVM's own lines: into the run folder
+        compiled = _compile(spec, debug.from_environment())
+    if native.text and compiled.dump_dir is not None:
+        with phase("dumps"):
+            (compiled.dump_dir / NATIVE_LOG).write_text(native.text)
+    return compiled
+
+
+def _compile(spec: BuildSpec, debug: DebugOptions) -> CompiledCase:
+    c, shapes = spec.resolve()
     frontend, schedule = spec.frontend, spec.schedule
-    get_frontend(frontend)
     tgt = resolve_target(spec.target)
     applier = ApplySchedules(tgt, schedule, tuned_dir(tgt, c.name) if schedule == TUNED else None)
     extra = resolve_extra_passes(debug.extra_passes, tgt)
@@ -146,9 +160,11 @@ def compile_open(spec: BuildSpec | None = None, debug: DebugOptions | None = Non
         if recorder is not None:
             recorder.record_input(mod)
         t0 = time.perf_counter()
+        clock = PassClock()
         try:
-            with tvm.transform.PassContext(opt_level=3, instruments=[recorder] if recorder else []):
+            with phase("codegen"), tvm.transform.PassContext(opt_level=3, instruments=[clock, *filter(None, [recorder])]):
                 ex = compile_module(mod, tgt, applier, extra, on_phase=on_phase)
+                transfer(clock.seconds, "passes")
         except UsageError:
             raise
         except (Exception, SystemExit) as e:  # TVM errors are multi-line C++ traces; keep the last line
@@ -206,6 +222,7 @@ def _finish_dumps(recorder: PassRecorder, meta: dict, **kwargs):
     one-line error, and the folder it leaves has no ``complete`` marker, so ``dumps list`` shows it as
     incomplete."""
     try:
-        return recorder.finish(meta, **kwargs)
+        with phase("dumps"):
+            return recorder.finish(meta, **kwargs)
     except OSError as e:
         raise UsageError(f"cannot write IR dumps ({e.strerror}): {e.filename or 'the dump folder'}") from None

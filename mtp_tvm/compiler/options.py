@@ -12,11 +12,15 @@ import dataclasses
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..passes.plugins import ExtraPasses, PassPlugin
-from ..passes.target import target_json
+from ..ir.frontend_names import check_frontend
+from ..spec.cases import Case, get_case
+from ..spec.presets import Shapes, make_shapes
 from ..support.errors import UsageError
+
+if TYPE_CHECKING:  # the options are read before any command needs TVM (``mtp-tvm --help`` stays instant)
+    from ..passes.plugins import ExtraPasses
 
 
 def _require(ok: bool, message: str) -> None:
@@ -56,9 +60,20 @@ class BuildSpec:
         for name in ("case", "preset", "frontend", "schedule"):
             _require(isinstance(getattr(self, name), str), f"{name} must be a name, got {getattr(self, name)!r}")
 
+    def resolve(self) -> tuple[Case, Shapes]:
+        """The case and its sizes, every name and size checked (one-line ``UsageError``s) without importing TVM
+        or torch, so a command refuses a typo at once instead of after seconds of imports."""
+        case = get_case(self.case)
+        shapes = make_shapes(self.preset, self.tokens, self.vocab_shard, self.owners, self.tp)
+        case.check_shapes(shapes)
+        check_frontend(self.frontend)
+        return case, shapes
+
     def as_argv(self, target_flag: str | None = None) -> list[str]:
         """The ``mtp-tvm`` flags of this spec (sizes left at their default are omitted); ``target_flag``
         replaces the target's spelling (e.g. the JSON of a resolved target)."""
+        from ..passes.target import target_json
+
         target = target_flag if target_flag is not None else (
             self.target if isinstance(self.target, str) else
             json.dumps(self.target if isinstance(self.target, dict) else target_json(self.target)))
@@ -68,6 +83,9 @@ class BuildSpec:
             if getattr(self, name) is not None:
                 argv += [f"--{name.replace('_', '-')}", str(getattr(self, name))]
         return argv
+
+
+DUMP_ENV = "MTP_TVM_DUMP"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,9 +131,19 @@ class DebugOptions:
     def replace(self, **changes) -> DebugOptions:
         return dataclasses.replace(self, **changes)
 
+    def from_environment(self) -> DebugOptions:
+        """``MTP_TVM_DUMP=1`` dumps a build that did not say (``dump_passes=None``) as ``--dump-passes`` would
+        (under ``$MTP_TVM_DUMPS`` or ``dumps/``): how a program using the API gets run folders without a code
+        change, like torch's ``TORCH_COMPILE_DEBUG=1``. ``0`` or unset: off."""
+        value = os.environ.get(DUMP_ENV, "").strip()
+        _require(value in ("", "0", "1"), f"{DUMP_ENV} must be 1 or 0, got {value!r} (the dumps root is MTP_TVM_DUMPS)")
+        return self.replace(dump_passes=True) if value == "1" and self.dump_passes is None else self
+
     def as_argv(self) -> list[str]:
         """The ``mtp-tvm`` flags of these options. Passes given as Python objects have no flag: the caller
         says so (``api_only_passes``)."""
+        from ..passes.plugins import PassPlugin
+
         argv: list[str] = []
         if self.dump_passes:
             argv += ["--dump-passes"] + ([] if self.dump_passes is True else [str(self.dump_passes)])
@@ -133,6 +161,8 @@ class DebugOptions:
     @property
     def api_only_passes(self) -> bool:
         """Whether user passes were given as Python objects, which no command-line flag can restate."""
+        from ..passes.plugins import PassPlugin
+
         return self.extra_passes is not None and not isinstance(self.extra_passes, PassPlugin)
 
 

@@ -27,7 +27,8 @@ from ..compiler.tensors import (
 from ..compiler.weights import PackedWeights, WeightCache, is_tracked
 from ..ir.model import leading_activations
 from ..passes.target import usable_cores
-from ..spec.cases import TensorSpec
+from ..spec.cases import Case, TensorSpec
+from ..spec.presets import Shapes
 from ..support.env import env_int
 from ..support.errors import BuildError, UsageError
 
@@ -85,6 +86,17 @@ class Runnable:
 
     def _check_sizes(self, bound: dict[str, int]) -> None:
         """Refuse symbolic sizes (``T``, ``R``) this binary cannot run; nothing to check by default."""
+
+    def sized(self, tokens: int | None = None) -> tuple[Case, Shapes]:
+        """This binary's case and its sizes at ``tokens`` (default: the build's), refused (``UsageError``) where
+        the binary cannot run them."""
+        raise NotImplementedError
+
+    def make_inputs(self, tokens: int | None = None, seed: int = 0) -> dict:
+        """The seeded inputs ``check`` draws for this binary at ``tokens`` (default: the build's T): torch
+        tensors in spec order, bitwise the same for one seed, ready for ``run`` (``mtp-tvm inputs`` writes them)."""
+        case, shapes = self.sized(tokens)
+        return case.make_inputs(shapes, seed)
 
     @property
     def num_input(self) -> int:

@@ -122,7 +122,8 @@ def unified_diff(a: list[str], b: list[str], a_name: str, b_name: str, a_start: 
     """``difflib.unified_diff`` of two line lists, fast for dumps: consecutive module states share most of their
     text, so the common head and tail (less the context) are cut before difflib indexes the lines, and the hunk
     line numbers are shifted back. ``a_start``/``b_start``: where the lines start in their files (a function of
-    a module), added to the hunk line numbers."""
+    a module), added to the hunk line numbers. Each hunk header names the function its new lines are in, as
+    git's does (``@@ -3,7 +3,8 @@ def lm_head_logits``)."""
     head = len(os.path.commonprefix([a, b]))
     tail = len(os.path.commonprefix([a[head:][::-1], b[head:][::-1]]))
     lo = max(head - DIFF_CONTEXT, 0)
@@ -130,11 +131,14 @@ def unified_diff(a: list[str], b: list[str], a_name: str, b_name: str, a_start: 
     lines = list(difflib.unified_diff(a[lo:len(a) - cut_tail], b[lo:len(b) - cut_tail], a_name, b_name,
                                       n=DIFF_CONTEXT, lineterm=""))
     shifts = (lo + a_start, lo + b_start)
-    if shifts == (0, 0):
-        return lines
+    funcs = split_functions(b)
 
-    def shift(m: re.Match) -> str:
-        start = int(m.group(2)) + shifts[m.group(1) == "+"]
-        return f"{m.group(1)}{start}"
+    def header(i: int) -> str:
+        context = next((k for k, ln in enumerate(lines[i + 1:]) if not ln.startswith(" ")), 0)
+        changed = lo + int(re.match(r"@@ -\d+(?:,\d+)? \+(\d+)", lines[i]).group(1)) - 1 + context  # 0-based, b
+        name = next((f.name for f in funcs if f.start <= changed < f.end), None)
+        line = re.sub(r"([-+])(\d+)", lambda m: f"{m.group(1)}{int(m.group(2)) + shifts[m.group(1) == '+']}",
+                      lines[i], count=2)
+        return f"{line} def {name}" if name else line
 
-    return [re.sub(r"([-+])(\d+)", shift, ln, count=2) if ln.startswith("@@ ") else ln for ln in lines]
+    return [header(i) if ln.startswith("@@ ") else ln for i, ln in enumerate(lines)]

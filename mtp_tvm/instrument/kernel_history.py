@@ -13,13 +13,12 @@ CPU build, which drops every function) is marked ``(side module)``.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from pathlib import Path
 
 from ..instrument.ir_text import split_functions, unified_diff
 from ..instrument.run_states import state_files
 from ..support import plain_files
-from ..support.errors import UsageError
+from ..support.errors import UsageError, did_you_mean
 from ..support.text_table import text_table
 
 
@@ -191,9 +190,7 @@ def kernel_history(run: Path, index: dict, func: str) -> KernelHistory:
     files = {f for f in [index.get("input"), *after] if f}
     known = set().union(*(funcs.of(f) for f in files)) if files else set()
     if func not in known:
-        close = difflib.get_close_matches(func, known, n=3, cutoff=0.5)
         raise UsageError(f"no function {func!r} in any dumped module of {run}"
-                         + (f"; did you mean {', '.join(close)}?" if close else
-                            f"; it has {', '.join(sorted(known)[:10])}" if known else ""))
+                         + did_you_mean(func, known, list_known=True))
     steps = _steps(run, index, func).get(func, [])
     return KernelHistory(run, func, func in funcs.of(index["input"]), tuple(steps), len(index["passes"]))

@@ -29,7 +29,6 @@ what it did as a whole, theirs what each did inside it.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import os
 import re
 import time
@@ -50,7 +49,7 @@ from ..instrument.run_folder import (
 from ..passes.codegen import write_assembly
 from ..passes.gate import PassGate, gate_summary
 from ..passes.pipeline import PHASE_MARKER_PREFIX
-from ..support.errors import UsageError
+from ..support.errors import UsageError, did_you_mean
 
 CONTAINER_PASSES = {"sequential", "_pipeline", "mtp.relax", "mtp.relax_pipeline", "mtp.tir"}
 
@@ -224,7 +223,8 @@ class PassRecorder:
     def _print_soon(self, key) -> None:
         """Queue a state's TVMScript on the printer thread (once per state)."""
         if key != _ABSENT and key not in self._texts:
-            self._texts[key] = self._printer.submit(self._states[key].script)
+            state = self._states[key]  # a lone function prints as ``def main`` unless named
+            self._texts[key] = self._printer.submit(state.script, **({"name": self.dump.func} if self.dump.func else {}))
 
     def _dumped(self, rec: PassRecord) -> bool:
         """Whether pass ``rec`` gets a file: dumping, its name passes the filter, and it changed the IR or every
@@ -264,10 +264,8 @@ class PassRecorder:
         if self.dump is None:
             return None
         if error is None and self.dump.func is not None and not self._func_seen:
-            close = difflib.get_close_matches(self.dump.func, self._other_funcs, n=3, cutoff=0.5)
             raise UsageError(f"--dump-func {self.dump.func}: no function of that name in the module at any pass"
-                             + (f"; did you mean {', '.join(close)}?" if close else
-                                f"; it has {', '.join(sorted(self._other_funcs)[:8])}"))
+                             + did_you_mean(self.dump.func, self._other_funcs, list_known=True))
         from ..instrument.report import history_script, write_html
 
         run = new_run_dir(self.dump.root, f"{meta['case']}-{meta['target']['kind']}")

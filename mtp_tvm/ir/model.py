@@ -10,20 +10,17 @@ from __future__ import annotations
 import tvm
 from tvm import relax, tirx
 
+from ..ir.frontend_names import FRONTEND_NAMES, check_frontend
 from ..ir.frontends import RelaxFrontend, RowQuantum, TIRFrontend, token_tile_rows
 from ..ir.torch_frontend import TorchFrontend
 from ..spec.cases import ROWS, TOKENS, Case, FrontendCall, parse_arg
 from ..spec.presets import TOKEN_TILE, Shapes
-from ..support.errors import UsageError
 
-FRONTENDS = {"relax": RelaxFrontend, "tir": TIRFrontend, "torch": TorchFrontend}  # --frontend NAME
+FRONTENDS = dict(zip(FRONTEND_NAMES, (RelaxFrontend, TIRFrontend, TorchFrontend)))
 
 
 def get_frontend(name: str):
-    try:
-        return FRONTENDS[name]
-    except KeyError:
-        raise UsageError(f"unknown frontend {name!r}; choose one of {', '.join(FRONTENDS)}") from None
+    return FRONTENDS[check_frontend(name)]
 
 
 def _symbolic_sizes(specs: dict, owners: int) -> dict:

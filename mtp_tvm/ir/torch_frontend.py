@@ -13,11 +13,8 @@ from __future__ import annotations
 
 import warnings
 
-import torch
 import tvm
-from torch.export import Dim
 from tvm import relax, tirx
-from tvm.relax.frontend.torch import from_exported_program
 from tvm.sym import Analyzer
 
 from ..ir.frontends import RelaxFrontend
@@ -25,6 +22,9 @@ from ..ir.torch_to_spec import emit_rounding, to_spec
 from ..spec import golden
 from ..spec.cases import STAGES
 from ..spec.presets import Shapes
+from ..support.lazy import lazy_module
+
+torch = lazy_module("torch")  # imported by the first build through this frontend, not by importing the model
 
 EXAMPLE_SIZE = 32  # a symbolic size's example value for tracing: not 0 or 1, which torch.export specialises
 
@@ -53,21 +53,20 @@ def _clamp(node, importer):
 CUSTOM_CONVERTERS = {"amax.default": _amax, "clamp.default": _clamp}
 
 
-class _Golden(torch.nn.Module):
+def _as_module(fn, names: list[str]):
     """``fn(dict of named tensors) -> tuple`` as a module whose inputs are those tensors, in order."""
 
-    def __init__(self, fn, names):
-        super().__init__()
-        self.fn, self.names = fn, names
+    class Golden(torch.nn.Module):
+        def forward(self, *tensors):
+            return tuple(fn(dict(zip(names, tensors))))
 
-    def forward(self, *tensors):
-        return tuple(self.fn(dict(zip(self.names, tensors))))
+    return Golden()
 
 
 def _example(args: dict) -> tuple[tuple, tuple]:
     """Zero tensors shaped as the Relax arguments and their ``dynamic_shapes``: one ``Dim`` per distinct symbolic
     size (values do not matter: the goldens have no data-dependent control flow)."""
-    dims: dict[str, Dim] = {}
+    dims: dict = {}
     tensors, dynamic = [], []
     for expr in args.values():
         shape, spec = [], {}
@@ -75,7 +74,7 @@ def _example(args: dict) -> tuple[tuple, tuple]:
             if isinstance(size, tirx.IntImm):
                 shape.append(int(size))
             else:
-                spec[axis] = dims.setdefault(str(size), Dim(f"d{len(dims)}"))
+                spec[axis] = dims.setdefault(str(size), torch.export.Dim(f"d{len(dims)}"))
                 shape.append(EXAMPLE_SIZE)
         tensors.append(torch.zeros(shape, dtype=getattr(torch, str(expr.ty.dtype))))
         dynamic.append(spec or None)
@@ -84,10 +83,12 @@ def _example(args: dict) -> tuple[tuple, tuple]:
 
 def import_golden(fn, args: dict) -> tvm.IRModule:
     """``fn`` over tensors shaped as ``args`` (name -> Relax expression), exported and imported, to spec."""
+    from tvm.relax.frontend.torch import from_exported_program  # imports torch
+
     tensors, dynamic = _example(args)
     with warnings.catch_warnings():  # torch's own deprecation inside export and its decompositions: not ours
         warnings.filterwarnings("ignore", message=".*LeafSpec", category=FutureWarning)
-        program = torch.export.export(_Golden(fn, list(args)), tensors, dynamic_shapes=dynamic)
+        program = torch.export.export(_as_module(fn, list(args)), tensors, dynamic_shapes=dynamic)
         mod = from_exported_program(program, keep_params_as_input=True, custom_convert_map=CUSTOM_CONVERTERS)
     return to_spec(mod)
 

@@ -27,13 +27,15 @@ order, as the Relax frontend writes it.
 
 from __future__ import annotations
 
-import torch
 import tvm
 from tvm import relax, tirx
 from tvm.ir.expr import GenericConst  # a tensor constant (IntImm and FloatImm are Constants too)
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from ..ir.frontends import round_half_even, round_to_bf16
+from ..support.lazy import lazy_module
+
+torch = lazy_module("torch")
 
 # a narrow operand dtype -> the accumulator its spec GEMM uses; an up-cast to it (or wider) is exact
 ACCUMULATORS = {"bfloat16": "float32", "int8": "int32"}

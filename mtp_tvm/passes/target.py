@@ -9,14 +9,15 @@ gets ``mcpu`` read from LLVM's view of this host.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 import os
+import re
 
 import tvm
 from tvm.target import Target
 
-from ..support.errors import UsageError, last_line
+from ..support.errors import UsageError, did_you_mean, last_line
+from ..support.native_log import native_stderr
 
 CUDA_ARCHS = ("sm_80", "sm_90")
 
@@ -60,13 +61,29 @@ def resolve_target(spec: str | dict | Target, arch: str = "sm_90") -> Target:
             raise UsageError(f"unsupported CUDA arch {arch!r}; choose one of {', '.join(CUDA_ARCHS)}")
         spec = {"kind": "cuda", "arch": arch}
     if not isinstance(spec, dict):
-        raise UsageError(f"unknown target {spec!r}; use llvm, cuda or a target JSON object")
-    try:
-        target = Target(spec)
-    except Exception as e:  # TVM raises ValueError/TVMError with multi-line text
-        raise UsageError(f"invalid target {json.dumps(spec)}: {last_line(e)}") from None
-    _check_mcpu(target)
+        classic = classic_as_json(spec) if isinstance(spec, str) else None
+        raise UsageError(f"unknown target {spec!r}; use llvm, cuda or a target JSON object"
+                         + (f", here '{json.dumps(classic)}'" if classic else ""))
+    with native_stderr():  # LLVM prints its own complaint about an mcpu: ours says it in one line
+        try:
+            target = Target(spec)
+        except Exception as e:  # TVM raises ValueError/TVMError with multi-line text
+            raise UsageError(f"invalid target {json.dumps(spec)}: {last_line(e)}") from None
+        _check_mcpu(target)
     return target
+
+
+def classic_as_json(text: str) -> dict | None:
+    """TVM's old target string (``llvm -mcpu=haswell -mattr=+avx2,+fma``) as the JSON object it now takes, to
+    show in the refusal; None when ``text`` is not of that form."""
+    kind, *flags = text.split()
+    if not flags or kind not in ("llvm", "cuda", "c") or not all(re.fullmatch(r"-[\w-]+(=\S+)?", f) for f in flags):
+        return None
+    out: dict = {"kind": kind}
+    for flag in flags:
+        key, _, value = flag[1:].partition("=")
+        out[key] = (value.split(",") if "," in value else int(value) if value.isdigit() else value) if value else True
+    return out
 
 
 def _check_mcpu(target: Target) -> None:
@@ -75,8 +92,7 @@ def _check_mcpu(target: Target) -> None:
     triple = target_triple(target_json(target))
     if mcpu and not tvm.target.codegen.llvm_is_valid_cpu(mcpu, triple):
         known = [str(c) for c in tvm.target.codegen.llvm_get_cpu_archlist(target)]
-        close = difflib.get_close_matches(mcpu, known, n=6, cutoff=0.4)
-        raise UsageError(f"unknown mcpu {mcpu!r} for {triple}" + (f"; did you mean {', '.join(close)}?" if close else "")
+        raise UsageError(f"unknown mcpu {mcpu!r} for {triple}" + did_you_mean(mcpu, known, n=6, cutoff=0.4)
                          + f" ({len(known)} CPUs known to LLVM, e.g. haswell, znver3, znver4, sapphirerapids)")
 
 

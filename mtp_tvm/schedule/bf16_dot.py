@@ -17,11 +17,13 @@ pair is added first) but are bitwise reproducible from that order.
 
 from __future__ import annotations
 
+import functools
+
 from tvm import s_tir
 from tvm.script import tirx as T
 
 from ..passes.target import CpuIsa
-from .int8_dot import _operand_indices, check_tile, pack_pairs, register_tile_loops
+from .int8_dot import _operand_indices, check_tile, pack_pairs, register_int8_intrinsics, register_tile_loops
 
 LANES = 16  # FP32 lanes of one zmm accumulator
 INTRIN = "mtp_bf16_dpbf16ps_512"
@@ -47,35 +49,44 @@ attributes #0 = {{ alwaysinline nounwind }}
 """.strip().replace("\n", " ")  # one line (LLVM IR is free-form): a schedule trace prints it as a Python string
 
 
-@T.prim_func(s_tir=True)
-def _desc(a: T.handle, w: T.handle, c: T.handle):
-    A = T.match_buffer(a, (2,), "bfloat16", offset_factor=1)
-    W = T.match_buffer(w, (LANES, 2), "bfloat16", offset_factor=1)
-    C = T.match_buffer(c, (LANES,), "float32", offset_factor=1)
-    with T.sblock("root"):
-        T.reads(C[0:LANES], A[0:2], W[0:LANES, 0:2])
-        T.writes(C[0:LANES])
-        for i, k in T.grid(LANES, 2):
-            with T.sblock("update"):
-                vi, vk = T.axis.remap("SR", [i, k])
-                C[vi] = C[vi] + T.Cast("float32", A[vk]) * T.Cast("float32", W[vi, vk])
+@functools.cache
+def _register() -> None:
+    """The ``vdpbf16ps`` tensor intrinsic, registered on first use (its TVMScript takes a second to parse)."""
+
+    @T.prim_func(s_tir=True)
+    def desc(a: T.handle, w: T.handle, c: T.handle):
+        A = T.match_buffer(a, (2,), "bfloat16", offset_factor=1)
+        W = T.match_buffer(w, (LANES, 2), "bfloat16", offset_factor=1)
+        C = T.match_buffer(c, (LANES,), "float32", offset_factor=1)
+        with T.sblock("root"):
+            T.reads(C[0:LANES], A[0:2], W[0:LANES, 0:2])
+            T.writes(C[0:LANES])
+            for i, k in T.grid(LANES, 2):
+                with T.sblock("update"):
+                    vi, vk = T.axis.remap("SR", [i, k])
+                    C[vi] = C[vi] + T.Cast("float32", A[vk]) * T.Cast("float32", W[vi, vk])
+
+    @T.prim_func(s_tir=True)
+    def impl(a: T.handle, w: T.handle, c: T.handle):
+        A = T.match_buffer(a, (2,), "bfloat16", offset_factor=1)
+        W = T.match_buffer(w, (LANES, 2), "bfloat16", offset_factor=1)
+        C = T.match_buffer(c, (LANES,), "float32", offset_factor=1)
+        with T.sblock("root"):
+            T.reads(C[0:LANES], A[0:2], W[0:LANES, 0:2])
+            T.writes(C[0:LANES])
+            # int32 offsets (elements, < 2^31 in every buffer here): a kernel whose shapes are all static has its
+            # indices narrowed to int32 by TVM, and the call must match the imported signature either way
+            T.evaluate(T.call_extern("int32", _FUNCTION, C.data, T.Cast("int32", C.elem_offset), A.data,
+                                     T.Cast("int32", A.elem_offset), W.data, T.Cast("int32", W.elem_offset)))
+
+    s_tir.TensorIntrin.register(INTRIN, desc, impl, override=True)
 
 
-@T.prim_func(s_tir=True)
-def _impl(a: T.handle, w: T.handle, c: T.handle):
-    A = T.match_buffer(a, (2,), "bfloat16", offset_factor=1)
-    W = T.match_buffer(w, (LANES, 2), "bfloat16", offset_factor=1)
-    C = T.match_buffer(c, (LANES,), "float32", offset_factor=1)
-    with T.sblock("root"):
-        T.reads(C[0:LANES], A[0:2], W[0:LANES, 0:2])
-        T.writes(C[0:LANES])
-        # int32 offsets (elements, < 2^31 in every buffer here): a kernel whose shapes are all static has its
-        # indices narrowed to int32 by TVM, and the call must match the imported signature either way
-        T.evaluate(T.call_extern("int32", _FUNCTION, C.data, T.Cast("int32", C.elem_offset), A.data,
-                                 T.Cast("int32", A.elem_offset), W.data, T.Cast("int32", W.elem_offset)))
-
-
-s_tir.TensorIntrin.register(INTRIN, _desc, _impl, override=True)
+def register_dot_intrinsics() -> None:
+    """Every tensor intrinsic of the CPU GEMMs, before replaying a trace that names them (tuning records,
+    ``bisect --schedule-trace``): the schedules register them on first use, not at import."""
+    _register()
+    register_int8_intrinsics()
 
 
 def apply_bf16_dot(sch: s_tir.Schedule, block, isa: CpuIsa, *, register_rows: int, column_vectors: int,
@@ -100,6 +111,7 @@ def apply_bf16_dot(sch: s_tir.Schedule, block, isa: CpuIsa, *, register_rows: in
     if pack_vectors is None:
         pack_pairs(sch, block, _operand_indices(sch, block)[1], column_vectors * LANES)
 
+    _register()
     rows, nl = register_tile_loops(sch, block, LANES, register_rows, column_vectors)
     sch.annotate(rows, "pragma_import_llvm", _LLVM_IR)
     sch.tensorize(nl, INTRIN)

@@ -10,6 +10,7 @@ target has VNNI the intrinsic is the fused ``vpdpwssd`` (the non-saturating form
 
 from __future__ import annotations
 
+import functools
 import math
 
 from tvm import s_tir, tirx
@@ -33,7 +34,8 @@ def _intrin_name(bits: int, vnni: bool) -> str:
     return f"mtp_int8_{'vpdpwssd' if vnni else 'pmaddwd'}_{bits}"
 
 
-def _register(bits: int, vnni: bool) -> None:
+@functools.cache
+def _register(bits: int, vnni: bool) -> str:
     """The tensor intrinsic ``C[0:L] += A[0:2] . B[0:L, 0:2]`` (A int16, B int8 packed in K pairs, C int32):
     the activation pair is broadcast as one 32-bit value, the weight pairs are one sign-extending load."""
     lanes, wide = bits // 32, f"int16x{bits // 16}"
@@ -74,10 +76,14 @@ def _register(bits: int, vnni: bool) -> None:
                     f"int32x{lanes}", T.llvm_lookup_intrinsic_id(intrinsic), *operands(A, B))
 
     s_tir.TensorIntrin.register(_intrin_name(bits, vnni), desc, impl, override=True)
+    return _intrin_name(bits, vnni)
 
 
-for _bits, _vnni in _INSTRUCTIONS:
-    _register(_bits, _vnni)
+def register_int8_intrinsics() -> None:
+    """Every intrinsic here, for replaying a trace that names them; registered on first use, not at import:
+    parsing their TVMScript takes seconds, which a command that builds nothing must not pay."""
+    for bits, vnni in _INSTRUCTIONS:
+        _register(bits, vnni)
 
 
 def int8_lanes(isa: CpuIsa) -> int:
@@ -183,7 +189,7 @@ def apply_int8_dot(sch: s_tir.Schedule, block, isa: CpuIsa, *, register_rows: in
     sch.unsafe_set_dtype(widened, 0, "int16")
 
     _, nl = register_tile_loops(sch, block, lanes, register_rows, column_vectors)
-    sch.tensorize(nl, _intrin_name(isa.vector_bits, isa.int8_dot == "vnni"))
+    sch.tensorize(nl, _register(isa.vector_bits, isa.int8_dot == "vnni"))
     wrows = sch.get_loops(widened)
     _, inner = sch.split(wrows[-1], [None, math.gcd(depth, 2 * lanes)])
     sch.vectorize(inner)

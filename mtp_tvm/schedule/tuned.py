@@ -33,6 +33,7 @@ from ..spec.presets import TOKEN_TILE
 from ..support.env import env_path
 from ..support.errors import UsageError
 from ..support.folder_lock import folder_lock
+from .bf16_dot import register_dot_intrinsics
 from .steps import PREPACK_ANNOTATION, fresh_copy
 
 TUNED_ROOT_ENV = "MTP_TVM_TUNED_ROOT"  # overrides where tuning databases live
@@ -173,6 +174,7 @@ def open_database(work_dir: Path):
 
     with read_lock(work_dir):
         check_database(work_dir)
+        register_dot_intrinsics()  # the database parses every record's trace as it loads
         return ms.database.JSONDatabase(work_dir=str(work_dir), allow_missing=False)
 
 

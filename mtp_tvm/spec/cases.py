@@ -21,12 +21,14 @@ import math
 from typing import Callable
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
 from ..spec import golden
 from ..spec.presets import INT8_AMAX_EPS, INT8_SCALE_MAX, MAX_LOGIT_ROWS, Shapes
 from ..support.errors import UsageError
+from ..support.lazy import lazy_module
+from ..support.timing import phase
+
+torch = lazy_module("torch")  # inputs and goldens need it; names, shapes and dtypes do not
 
 TOKENS, ROWS = "T", "R"
 
@@ -191,7 +193,13 @@ def _np_rms_norm(x, w, eps: float):  # numpy has no RMSNorm: the formula, in FP3
     return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
 
 
+# The torch peers import torch themselves, not through the lazy module: torch.compile traces them (bench's
+# compiled chain calls them inside ``forward``) and cannot trace the lazy module's first import.
+
 def _torch_projection(t: dict, s: Shapes, dtype: torch.dtype) -> Callable:
+    import torch
+    import torch.nn.functional as F
+
     w = {k: v.to(dtype) for k, v in t.items()}
 
     def projection(_x):  # W8A8 with the INT8 GEMMs as dtype GEMMs of the (exactly representable) integers
@@ -221,6 +229,8 @@ def _numpy_projection(t: dict, s: Shapes) -> Callable:
 
 
 def _torch_norm(t: dict, s: Shapes, dtype: torch.dtype) -> Callable:
+    import torch.nn.functional as F
+
     w = t["shared_head_norm_w"].to(dtype)
     return lambda x: F.rms_norm(x, (x.shape[-1],), w, s.eps)
 
@@ -231,6 +241,8 @@ def _numpy_norm(t: dict, s: Shapes) -> Callable:
 
 
 def _torch_logits(t: dict, _s: Shapes, dtype: torch.dtype) -> Callable:
+    import torch.nn.functional as F
+
     w = t["lm_head_weight"].to(dtype)
     return lambda x: F.linear(x, w)
 
@@ -353,17 +365,19 @@ class Case:
 
     def make_inputs(self, s: Shapes, seed: int) -> dict[str, torch.Tensor]:
         """Seeded inputs, drawn in spec order so one seed always gives bitwise-identical tensors."""
-        gen = torch.Generator().manual_seed(seed)
-        out: dict[str, torch.Tensor] = {}
-        pending = None
-        for p in self.params():
-            if p.draw is None:
-                out[p.name], pending = pending, None
-                continue
-            value = p.draw(gen, s)
-            if isinstance(value, tuple):
-                value, pending = value
-            out[p.name] = value
+        validate_seed(seed)
+        with phase("inputs"):
+            gen = torch.Generator().manual_seed(seed)
+            out: dict[str, torch.Tensor] = {}
+            pending = None
+            for p in self.params():
+                if p.draw is None:
+                    out[p.name], pending = pending, None
+                    continue
+                value = p.draw(gen, s)
+                if isinstance(value, tuple):
+                    value, pending = value
+                out[p.name] = value
         return out
 
     def golden(self, inputs: dict[str, torch.Tensor], s: Shapes) -> dict[str, torch.Tensor]:
@@ -371,10 +385,11 @@ class Case:
         first = self.chain[0].hidden_input
         x = None if first is None else inputs[first.name]
         out = {}
-        for st in self.chain:
-            values = st.golden(x, inputs, s)
-            out.update(zip((o.name for o in st.outputs), values))
-            x = values[0]
+        with phase("golden"):
+            for st in self.chain:
+                values = st.golden(x, inputs, s)
+                out.update(zip((o.name for o in st.outputs), values))
+                x = values[0]
         return out
 
 
@@ -389,6 +404,12 @@ CASES: dict[str, Case] = {c.name: c for c in (
     Case("tail-lm-head", ("projection", "norm", "lm_head"),
          "projection -> shared-head norm (hidden_out) -> TP-sharded LM head (spec §3)"),
 )}
+
+
+def validate_seed(seed) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+        raise UsageError(f"seed must be an integer in [0, 2**63), got {seed!r}")
+    return seed
 
 
 def get_case(name: str) -> Case:

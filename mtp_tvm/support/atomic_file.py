@@ -51,14 +51,28 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Path], None]) -> None
     os.close(fd)
     tmp = Path(name)
     try:
-        umask = os.umask(0)  # mkstemp makes 0600: give the file the mode ``open`` would, or the old file's
-        os.umask(umask)
-        os.chmod(tmp, stat.S_IMODE(mode) if mode is not None else 0o666 & ~umask)
+        # mkstemp makes 0600: give the file the mode ``open`` would, or the old file's
+        os.chmod(tmp, stat.S_IMODE(mode) if mode is not None else 0o666 & ~_umask())
         write(tmp)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    umask = os.umask(0)  # the only way to read it
+    os.umask(umask)
+    return umask
+
+
+def make_temp_dir(prefix: str, parent: str | os.PathLike) -> Path:
+    """A new folder of a name no other writer gets (``mkdtemp``) with the mode ``mkdir`` would give it, not
+    mkdtemp's 0700: a folder renamed into place (an artifact, a reproducer) is readable by others under the usual
+    umask 022, like every folder ``mkdir`` makes."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    os.chmod(path, 0o777 & ~_umask())
+    return path
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:

@@ -24,3 +24,14 @@ def last_line(error: BaseException | str) -> str:
     one (the exception's type name when it has no text)."""
     lines = [ln for ln in str(error).strip().splitlines() if ln.strip()]
     return lines[-1] if lines else type(error).__name__
+
+
+def did_you_mean(name: str, known, list_known: bool = False, n: int = 3, cutoff: float = 0.5) -> str:
+    """The tail of an unknown-name message: ``; did you mean A, B?`` from the close matches, else (with
+    ``list_known``) ``; it has ...`` (the first ten), else nothing."""
+    import difflib
+
+    close = difflib.get_close_matches(name, list(known), n=n, cutoff=cutoff)
+    if close:
+        return f"; did you mean {', '.join(close)}?"
+    return f"; it has {', '.join(sorted(known)[:10])}" if list_known and known else ""

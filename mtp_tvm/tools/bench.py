@@ -73,6 +73,7 @@ from ..compiler.tensors import NUMPY_DTYPES, to_numpy
 from ..passes.target import is_gpu, require_runs_here, resolve_target, target_json, usable_cores
 from ..spec.cases import TOKENS, Case, Stage, get_case
 from ..spec.presets import Shapes, make_shapes
+from ..support.timing import phase
 from ..support.atomic_file import write_user_file
 from ..support.errors import UsageError
 from ..support.text_table import text_table
@@ -558,16 +559,20 @@ def bench(spec: BuildSpec | None = None, options: BenchOptions | None = None, *,
             else:
                 race.start(p, PeerJob(p, case.name, shapes, files, "cuda" if gpu else "cpu", threads, options.number),
                            _cold_cache(race.folder, p) if PEERS[p].compiles else None)
-        race.set_up()
-        race.check(golden)
-        before, after, bandwidths = race.time(options.rounds, bandwidth=remote is None)
+        with phase("build"):  # each worker builds or compiles its contender, one after the other
+            race.set_up()
+        with phase("run"):
+            race.check(golden)
+            before, after, bandwidths = race.time(options.rounds, bandwidth=remote is None)
         probes = profiled = None
         if remote is None:
-            probes = race.workers[TVM].call("probes")
+            with phase("run"):
+                probes = race.workers[TVM].call("probes")
             probes = dataclasses.replace(probes, bandwidth_gbs=statistics.median(bandwidths),
                                          how=f"{probes.how}; bandwidth: the median of one stream_read a round")
             if profiling is not None:
-                profiled = race.workers[TVM].call("profile", profiling, probes)
+                with phase("run"):
+                    profiled = race.workers[TVM].call("profile", profiling, probes)
 
     details = race.ready[TVM].details
     used = set(details["kinds_used"])

@@ -33,10 +33,11 @@ from tvm.s_tir.schedule import Trace
 from ..compiler import driver
 from ..compiler.options import BuildSpec, DebugOptions, split_options
 from ..passes.target import target_json
+from ..schedule.bf16_dot import register_dot_intrinsics
 from ..schedule.steps import fresh_copy
 from ..spec.cases import get_case
 from ..spec.presets import make_shapes
-from ..support.errors import MtpError, UsageError
+from ..support.errors import MtpError, UsageError, last_line
 from ..verify.golden_check import GoldenOptions, Provenance, golden_check, seeded_golden
 
 SEARCHES = ("binary", "linear")
@@ -213,6 +214,7 @@ def trace_pass(func: str, apply: Callable[[s_tir.Schedule], None], seen: dict | 
         if seen is not None:
             seen["func"] = fresh_copy(mod[gv])
         sch = s_tir.Schedule(tvm.IRModule({func: fresh_copy(mod[gv])}))
+        register_dot_intrinsics()  # the trace may tensorize onto them
         apply(sch)
         out = tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs)
         out[gv] = sch.mod[func].with_attr("tirx.is_scheduled", True)
@@ -268,7 +270,11 @@ def bisect_schedule(func: str, trace, spec: BuildSpec | None = None, *, seed: in
         raise UsageError(f"no PrimFunc named {func!r} enters the schedule phase of case {spec.case!r} "
                          f"({spec.frontend} frontend)")
     sch = s_tir.Schedule(tvm.IRModule({func: fresh_copy(seen["func"])}))
-    apply(sch)
+    try:
+        apply(sch)
+    except (RuntimeError, ValueError, TypeError) as e:  # ScheduleError is a RuntimeError
+        raise UsageError(f"the schedule trace does not apply to {func} as it enters the schedule phase: "
+                         f"{last_line(e)}") from None
     full_trace = sch.trace
     lines = list(full_trace.as_python())
     insts = list(full_trace.insts)

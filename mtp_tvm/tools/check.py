@@ -11,6 +11,7 @@ from ..compiler.runtime import threads_wanted
 from ..instrument.run_folder import retention, update_index
 from ..passes.target import require_runs_here, resolve_target, target_json
 from ..support.errors import MtpError, UsageError
+from ..support.timing import phase
 from ..verify.golden_check import (
     LM_HEAD_LOGITS,
     GoldenOptions,
@@ -70,7 +71,8 @@ def check(spec: BuildSpec | None = None, debug: DebugOptions | None = None, *, s
     if compiled.prune_error:
         log(f"[dumps] retention: {compiled.prune_error}")
     if report is not None:
-        result.write_report(report)
+        with phase("dumps"):
+            result.write_report(report)
     return result
 
 
@@ -99,20 +101,27 @@ def _check_built(compiled, debug: DebugOptions, seed: int, tolerance, logits_tol
             write_to_run_folder(result.profile, compiled.dump_dir)
     if nan_check:
         result.nan_checked, result.nan_origin = True, nan_origin(record(compiled, golden[0]))
-    if not result.passed and perturbation is None:
+    with phase("dumps"):
+        _write_outcome(compiled, result, golden, options, debug.dump_root, tolerance, log)
+    return result
+
+
+def _write_outcome(compiled, result, golden, options, dump_root, tolerance, log) -> None:
+    """A failing check's reproducers (``repro/``; with dumps ``kernel_repro/`` too), the verdict in the run's
+    index."""
+    if not result.passed and options.perturbation is None:
         try:
-            result.repro_dir = str(write_repro(compiled, *golden, options, result, debug.dump_root))
+            result.repro_dir = str(write_repro(compiled, *golden, options, result, dump_root))
         except (UsageError, OSError) as e:  # the failure is the news: report it (exit 1), and why no reproducer
             result.repro_error = str(e) if isinstance(e, UsageError) else f"{e.strerror}: {e.filename}"
         if compiled.dump_dir is not None:
             log("[LOCALIZE] every kernel call against schedule=none")
             try:
-                result.kernel_repro_dir = localize_failure(compiled, seed, tolerance).kernel_repro_dir
+                result.kernel_repro_dir = localize_failure(compiled, options.seed, tolerance).kernel_repro_dir
             except (MtpError, OSError) as e:
                 log(f"[LOCALIZE] no kernel reproducer: {e}")
     if compiled.dump_dir is not None:
         repro = os.path.relpath(result.repro_dir, compiled.dump_dir) if result.repro_dir else None
         kernel = {"kernel_repro": KERNEL_REPRO_DIR} if result.kernel_repro_dir else {}
-        update_index(compiled.dump_dir, check={"passed": result.passed, "seed": seed,
+        update_index(compiled.dump_dir, check={"passed": result.passed, "seed": options.seed,
                                                "failed_outputs": result.failed_outputs, "repro": repro, **kernel})
-    return result

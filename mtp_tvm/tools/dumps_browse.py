@@ -9,11 +9,10 @@ PASS is a pass number (``12`` or ``012``), ``0``/``input`` for the module given 
 from __future__ import annotations
 
 import datetime
-import difflib
 import json
 from pathlib import Path
 
-from ..instrument.ir_text import MODULE_REST, functions
+from ..instrument.ir_text import MODULE_REST, functions, unified_diff
 from ..instrument.kernel_history import kernel_history
 from ..instrument.report import pass_table
 from ..instrument.run_folder import (
@@ -25,7 +24,7 @@ from ..instrument.run_folder import (
     run_folders,
 )
 from ..support import plain_files
-from ..support.errors import UsageError
+from ..support.errors import UsageError, did_you_mean
 from ..support.text_table import text_table
 
 
@@ -121,7 +120,8 @@ def find_pass(index: dict, spec: str) -> dict:
     else:
         hit = [p for p in index["passes"] if p["name"] == spec]
     if not hit:
-        raise UsageError(f"no pass {spec!r} in this run (passes 1..{len(index['passes'])})")
+        raise UsageError(f"no pass {spec!r} in this run (passes 1..{len(index['passes'])})"
+                         + did_you_mean(spec, {p["name"] for p in index["passes"]}))
     if len(hit) > 1:
         raise UsageError(f"pass name {spec!r} runs {len(hit)} times here: use a number, one of "
                          + ", ".join(str(p["index"]) for p in hit))
@@ -190,9 +190,7 @@ def _show_func(run: Path, index: dict, spec: str | None, func: str | None, histo
     funcs = functions(_read(path))
     if func not in funcs or func == MODULE_REST:
         known = [f for f in funcs if f != MODULE_REST]
-        close = difflib.get_close_matches(func, known, n=3, cutoff=0.5)
-        raise UsageError(f"no function {func!r} in {path.name}"
-                         + (f"; did you mean {', '.join(close)}?" if close else f"; it has {', '.join(known)}"))
+        raise UsageError(f"no function {func!r} in {path.name}{did_you_mean(func, known, list_known=True)}")
     return funcs[func] + "\n"
 
 
@@ -200,7 +198,7 @@ def diff(run: Path, a: str, b: str) -> str:
     """Unified diff between the module after pass ``a`` and after pass ``b`` (``0``: the input)."""
     index = load_index(run)
     fa, fb = _dump_file(run, index, a), _dump_file(run, index, b)
-    lines = difflib.unified_diff(_read(fa).splitlines(), _read(fb).splitlines(), fa.name, fb.name, lineterm="")
+    lines = unified_diff(_read(fa).splitlines(), _read(fb).splitlines(), fa.name, fb.name)
     return "\n".join(lines) or f"{fa.name} and {fb.name} are identical"
 
 

@@ -17,7 +17,9 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
+import os
 from pathlib import Path
+from typing import Callable
 
 from ..instrument.ir_text import (
     DIFFERENT,
@@ -135,6 +137,8 @@ class RunComparison:
     first_reordered: int | None  # the first row with the same lines in another order
     diff: tuple[str, ...]
     code: tuple[CodeFile, ...]
+    functions: Callable[[str | None, str | None], tuple] = dataclasses.field(  # (A file, B file) -> their functions
+        default=lambda _a, _b: (None, None), repr=False, compare=False)
 
     @property
     def identical(self) -> bool:
@@ -191,10 +195,19 @@ class RunComparison:
             f" (before it: {'; '.join(notes)})" if notes else "")
 
     def table(self) -> str:
+        """One row per aligned pass; a run of passes that change neither module and so keep the row above's
+        verdict folds into one line (consequences of an earlier cause, not causes)."""
         rows = [("#A", "#B", "phase", "pass", "A", "B", "module", "functions")]
-        for p in self.pairs:
-            rows.append(("" if p.a is None else f"{p.a:03d}", "" if p.b is None else f"{p.b:03d}", p.phase,
-                         "  " * p.depth + p.name, p.a_state, p.b_state, p.verdict, p.summary(names=False)))
+        for first, last in _folds(self.pairs):
+            p = self.pairs[first]
+            if first == last:
+                rows.append(("" if p.a is None else f"{p.a:03d}", "" if p.b is None else f"{p.b:03d}", p.phase,
+                             "  " * p.depth + p.name, p.a_state, p.b_state, p.verdict, p.summary(names=False)))
+                continue
+            q = self.pairs[last]
+            phases = p.phase if p.phase == q.phase else f"{p.phase}..{q.phase}"
+            rows.append((f"{p.a:03d}-{q.a:03d}", f"{p.b:03d}-{q.b:03d}", phases,
+                         f"{last - first + 1} passes changing neither run", ".", ".", p.verdict, "the same as above"))
         return "\n".join(text_table(rows))
 
     def text(self, diff_lines: int = DIFF_LINES_SHOWN) -> str:
@@ -226,10 +239,13 @@ class RunComparison:
         return "\n".join(lines) + "\n"
 
 
-    def html(self) -> str:
+    def html(self, at: Path | None = None) -> str:
         """The comparison as one self-contained page: the same table (verdicts coloured, the divergence marked),
-        the diff there side by side (all of it), and the generated code."""
+        every row linking to the A-vs-B diff after that pass (one per distinct pair of modules) and to each run's
+        dump file (relative to ``at``, the page's folder), the diff at the divergence side by side, and the
+        generated code."""
         esc = escape
+        links, diffs = self._row_links(at)
         both, only_a, only_b = self.counts()
         head = [f"<tr><th>A</th><td>{esc(str(self.a))}</td><td>{esc(_describe(self.a_index))}</td></tr>",
                 f"<tr><th>B</th><td>{esc(str(self.b))}</td><td>{esc(_describe(self.b_index))}</td></tr>"]
@@ -242,7 +258,7 @@ class RunComparison:
                         f'<td class="num">{"" if p.b is None else f"{p.b:03d}"}</td><td>{esc(p.phase)}</td>'
                         f'<td style="padding-left:{0.5 + 1.2 * p.depth:.1f}em">{esc(p.name)}</td>'
                         f"<td>{esc(p.a_state)}</td><td>{esc(p.b_state)}</td><td>{esc(p.verdict)}</td>"
-                        f"<td>{esc(p.summary())}</td></tr>")
+                        f"<td>{esc(p.summary())}</td><td>{links[k]}</td></tr>")
         diff = ""
         if self.divergence is not None and self.diff:
             p = self.pairs[self.divergence]
@@ -259,8 +275,49 @@ class RunComparison:
                       verdict=Markup(esc(self.verdict()) + (
                           ' (<a href="#divergence">row</a>, <a href="#diff">diff</a>)'
                           if self.divergence is not None else "")),
-                      rows=Markup("\n".join(rows)), diff=Markup(diff), code=Markup("".join(code)),
+                      rows=Markup("\n".join(rows)), diff=Markup(diff + diffs), code=Markup("".join(code)),
                       kernels=Markup(kernels))
+
+    def _row_links(self, at: Path | None) -> tuple[list[str], str]:
+        """Per row the links cell (A-vs-B diff, A's file, B's file) and the diff sections they point to: one per
+        distinct pair of files that differ, so a run of rows where neither module changed shares one."""
+        esc, sections, anchors, links = escape, [], {}, []
+        for k, p in enumerate(self.pairs):
+            cells = []
+            if p.verdict not in (IDENTICAL, UNKNOWN):
+                key = (p.a_file, p.b_file)
+                if key not in anchors:
+                    anchors[key] = f"pair-{k}"
+                    fa, fb = self.functions(*key)
+                    sections.append(f"<details id='{anchors[key]}'><summary>A vs B after {esc(p.label)} "
+                                    f"({esc(p.verdict)})</summary>{_side_by_side_html(tuple(_function_diff(fa, fb, p)))}"
+                                    "</details>")
+                cells.append(f"<a href='#{anchors[key]}'>A vs B</a>")
+            for side, run, name in (("A", self.a, p.a_file), ("B", self.b, p.b_file)):
+                if name:
+                    target = run / name if at is None else Path(os.path.relpath(run / name, at))
+                    cells.append(f"<a href='{esc(target.as_posix())}'>{side}</a>")
+            links.append(" ".join(cells))
+        return links, ("<h2>Every pass: A vs B</h2>" + "\n".join(sections)) if sections else ""
+
+
+def _folds(pairs: tuple[PassPair, ...]) -> list[tuple[int, int]]:
+    """``pairs`` as (first, last) runs of rows: consecutive rows that repeat the row before them (both runs
+    have the pass, it changed neither module, the comparison is the same) form one run; every other row is
+    its own."""
+    out: list[tuple[int, int]] = []
+    for k in range(len(pairs)):
+        if k and _repeats(pairs, k) and out[-1][1] == k - 1 and out[-1][0] and _repeats(pairs, out[-1][0]):
+            out[-1] = (out[-1][0], k)
+        else:
+            out.append((k, k))
+    return out
+
+
+def _repeats(pairs: tuple[PassPair, ...], k: int) -> bool:
+    p, prev = pairs[k], pairs[k - 1]
+    return (p.a is not None and p.b is not None and p.a_state == p.b_state == "."
+            and (p.verdict, p.summary()) == (prev.verdict, prev.summary()))
 
 
 def _target(index: dict) -> str:
@@ -419,7 +476,7 @@ def compare_runs(run_a: Path, run_b: Path) -> RunComparison:
         p = done[divergence]
         diff = _function_diff(a.functions(p.a_file), b.functions(p.b_file), p)
     return RunComparison(run_a, run_b, a.index, b.index, tuple(done), divergence, names, reordered, tuple(diff),
-                         _code(a, b))
+                         _code(a, b), lambda fa, fb: (a.functions(fa), b.functions(fb)))
 
 
 def compare_command(run_a: Path, run_b: Path, html_out: str | None = None) -> str:
@@ -429,7 +486,7 @@ def compare_command(run_a: Path, run_b: Path, html_out: str | None = None) -> st
     text = comparison.text()
     if html_out is not None:
         try:
-            atomic_file.write_text(Path(html_out), comparison.html())
+            atomic_file.write_text(Path(html_out), comparison.html(Path(html_out).resolve().parent))
         except OSError as e:
             raise UsageError(f"cannot write --html {html_out}: {e.strerror or e}") from None
         text += f"html: {html_out}\n"
@@ -524,7 +581,7 @@ table.sbs tr.hunk td, table.sbs tr.file td { color: #6f42c1; background: #f6f6f6
 <p>passes: {{counts}}</p>
 <p id="verdict">{{verdict}}</p>
 <table id="pairs"><thead><tr><th>#A</th><th>#B</th><th>phase</th><th>pass</th><th>A</th><th>B</th><th>module</th>
-<th>functions</th></tr></thead><tbody>
+<th>functions</th><th>files</th></tr></thead><tbody>
 {{rows}}
 </tbody></table>
 {{diff}}

@@ -32,11 +32,12 @@ from ..ir.model import FRONTENDS
 from ..passes.plugins import load_pass_plugin
 from ..passes.target import require_runs_here, resolve_target
 from ..schedule.files import kernel_of, validate_schedule
+from ..spec.cases import validate_seed
 from ..support.atomic_file import write_user_file
 from ..support.errors import UsageError
 from ..support.text_table import text_table
 from ..verify.comparators import Comparison, ratio_allclose
-from ..verify.golden_check import DEFAULT_TOLERANCE, validate_seed
+from ..verify.golden_check import DEFAULT_TOLERANCE
 from .kernel_repro import KERNEL_REPRO_DIR, write_kernel_repro
 from .kernel_calls import PARAM, KernelCall, NanOrigin, nan_origin, record
 

@@ -21,7 +21,6 @@ import dataclasses
 import json
 import shlex
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
@@ -32,6 +31,7 @@ from ..instrument.run_folder import mark_complete, new_run_dir
 from ..passes.pipeline import FIRST_LOWERING_PHASE, OPTIMIZING_PHASES
 from ..passes.plugins import extra_pass_names, resolve_extra_passes
 from ..passes.target import resolve_target, target_json
+from ..support.atomic_file import make_temp_dir
 from ..support.errors import MtpError, last_line
 from ..verify.golden_check import GoldenOptions, Provenance, golden_check
 
@@ -62,9 +62,9 @@ def launcher(module: str, doc: str) -> str:
 
 def write_folder(run: Path, name: str, fill) -> Path:
     """``fill(folder)`` a temporary folder in ``run``, then rename it to ``run/name``: the folder appears whole
-    or not at all (a name of its own per writer)."""
+    or not at all (a name of its own per writer), readable as any folder ``mkdir`` makes."""
     final = run / name
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=run))
+    tmp = make_temp_dir(f".{name}.tmp-", run)  # mkdir's mode, not mkdtemp's 0700
     try:
         fill(tmp)
         tmp.replace(final)

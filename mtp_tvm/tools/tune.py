@@ -39,8 +39,10 @@ import tvm
 from tvm import relax, tirx
 from tvm.target import Target
 
+from ..compiler.options import BuildSpec
 from ..compiler.runtime import threads_wanted
 from ..passes.target import cpu_isa, is_gpu
+from ..schedule.bf16_dot import register_dot_intrinsics
 from ..schedule.space import HAND, default_schedule, hand_points, hand_space, is_hand
 from ..schedule.steps import fresh_copy
 from ..schedule.tuned import (
@@ -60,6 +62,7 @@ Space = Literal["hand", "generic", "both"]
 SPACES = ("hand", "generic", "both")
 GENERIC = "generic"
 
+_BUILD = BuildSpec()  # the defaults every command shares
 _INTRINSICS = "tvm.s_tir.tensor_intrin"
 
 
@@ -259,12 +262,25 @@ def _count_spaces(generator, key: tvm.IRModule, target: Target, name: str, seed:
 
 
 def trial_budgets(names: list[str], hand_ms: dict[str, float], trials: int) -> list[int]:
-    """Trials per kernel, in proportion to its hand schedule's time (a kernel not measured weighs the mean), at
-    least one each: the time is where tuning can win."""
+    """Trials per kernel, ``trials`` in all (never more: ``--trials`` is a limit), in proportion to its hand
+    schedule's time (a kernel not measured weighs the mean), largest remainders first: the time is where tuning
+    can win. A kernel may get none when there are fewer trials than kernels."""
     known = [hand_ms[n] for n in names if n in hand_ms]
     mean = sum(known) / len(known) if known else 1.0
     weights = [hand_ms.get(n, mean) for n in names]
-    return [max(1, round(trials * w / sum(weights))) for w in weights]
+    shares = [max(trials, 0) * w / sum(weights) for w in weights] if names else []
+    budgets = [int(x) for x in shares]
+    for i in sorted(range(len(shares)), key=lambda i: budgets[i] - shares[i])[:max(trials, 0) - sum(budgets)]:
+        budgets[i] += 1
+    return budgets
+
+
+def first_points(points: dict[str, list], trials: int) -> list[tuple[str, object]]:
+    """The hand points to measure before the search, at most ``trials``: every kernel's shipped point (its
+    first) before any kernel's other structures, so a small budget still measures each hand schedule."""
+    rounds = max((len(p) for p in points.values()), default=0)
+    ordered = [(name, p[i]) for i in range(rounds) for name, p in points.items() if i < len(p)]
+    return ordered[:trials]
 
 
 def _measure(schedules: list, target: Target, builder, runner) -> list[tuple[list[float], list] | BuildError]:
@@ -287,7 +303,8 @@ def _measure(schedules: list, target: Target, builder, runner) -> list[tuple[lis
     return results
 
 
-def tune(case: str = "logits", target="llvm", preset: str = "tiny", frontend: str = "tir", trials: int = 16,
+def tune(case: str = _BUILD.case, target=_BUILD.target, preset: str = _BUILD.preset, frontend: str = _BUILD.frontend,
+         trials: int = 16,
          vocab_shard: int | None = None, work_dir: str | os.PathLike | None = None, seed: int = 0,
          rpc: tuple[str, str] | None = None, space: Space = "both",
          log: Callable[[str], None] = print) -> TuneResult:
@@ -347,6 +364,7 @@ def _search(case: str, tgt: Target, preset: str, frontend: str, trials: int, voc
     isa = None if is_gpu(tgt) else cpu_isa(tgt)
     hand_schedules = ApplySchedules(tgt)
     builder = ms.builder.LocalBuilder(f_build=fast_build, timeout_sec=120)
+    register_dot_intrinsics()  # the database parses the records of a previous run as it loads
     database = ms.database.JSONDatabase(work_dir=str(out))
     tasks, default_ms, spaces, points = [], {}, {}, {}
     for name, func in kernels.items():
@@ -386,7 +404,7 @@ def _search(case: str, tgt: Target, preset: str, frontend: str, trials: int, voc
                                     rand_state=seed, num_threads=os.cpu_count() or 1,
                                     logger=logging.getLogger(_MS_LOGGER)))
     progress = ProgressCallback(trials, log)
-    batch = [(name, sch) for name, schs in points.items() for sch in schs]
+    batch = first_points(points, trials)  # the hand points count as trials
     for (name, sch), measured in zip(batch, _measure([sch for _, sch in batch], tgt, builder, runner)):
         if isinstance(measured, BuildError):  # said, not hidden: the search then starts without it
             log(f"[tune] warning: {name}: {measured}; the search starts without it")
@@ -399,13 +417,15 @@ def _search(case: str, tgt: Target, preset: str, frontend: str, trials: int, voc
         if sch is points[name][0]:
             default_ms[name] = 1e3 * min(run_secs)
     for name in (t.task_name for t in tasks):
-        first = len(points.get(name, ()))
+        first = sum(n == name for n, _ in batch)
         log(f"[tune] {name}: design spaces " + ", ".join(f"{s} {n}" for s, n in spaces[name].items())
             + (f"; hand schedule {default_ms[name]:.4g} ms" if name in default_ms else "")
             + (f"; {first} hand points measured first, best {progress.kernels[name].best_ms:.4g} ms" if first else ""))
     callbacks = [*ms.measure_callback.MeasureCallback.create("default"), _py_callback(progress)]
-    interrupted, searched = False, max(trials - progress.done, len(tasks))  # the hand points count as trials
-    for task, budget in zip(tasks, trial_budgets([t.task_name for t in tasks], default_ms, searched)):
+    interrupted = False
+    for task, budget in zip(tasks, trial_budgets([t.task_name for t in tasks], default_ms, trials - progress.done)):
+        if not budget:
+            continue
         # one search per kernel: one kernel's failure in MetaSchedule must not end the others' search
         try:
             ms.tune_tasks(tasks=[task], task_weights=[1.0], work_dir=str(out), max_trials_global=budget,

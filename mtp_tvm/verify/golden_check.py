@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Callable
 
 from ..compiler.tensors import to_numpy
-from ..spec.cases import LM_HEAD_LOGITS, Case, Stage
+from ..spec.cases import LM_HEAD_LOGITS, Case, Stage, validate_seed
 from ..spec.presets import Shapes
 from ..support.errors import UsageError
+from ..support.timing import phase
 from ..verify.comparators import (
     Comparison,
     check_logits_contract,
@@ -27,12 +28,6 @@ from ..verify.comparators import (
 from ..verify.results import CheckResult, OutputCheck
 
 DEFAULT_TOLERANCE = {"atol": 1e-2, "rtol": 1e-2, "max_error_ratio": 0.02}
-
-
-def validate_seed(seed) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
-        raise UsageError(f"seed must be an integer in [0, 2**63), got {seed!r}")
-    return seed
 
 
 def validate_check_args(seed, tolerance, report, log, logits_tol=None) -> None:
@@ -139,14 +134,16 @@ def golden_check(run, c: Case, s: Shapes, built: Provenance, options: GoldenOpti
     log(f"[RUN] seed={options.seed}")
     inputs, expected = golden or seeded_golden(c, s, options.seed)
     t0 = time.perf_counter()
-    actual = run({k: to_numpy(v) for k, v in inputs.items()})
+    with phase("run"):
+        actual = run({k: to_numpy(v) for k, v in inputs.items()})
     run_seconds = time.perf_counter() - t0
     perturbation = options.perturbation
     if perturbation is not None:  # a debugging aid: one deliberately wrong device logit
         actual[LM_HEAD_LOGITS] = actual[LM_HEAD_LOGITS].copy()
         actual[LM_HEAD_LOGITS][tuple(perturbation["index"])] += perturbation["delta"]
         log(f"[PERTURB] logits{tuple(perturbation['index'])} += {perturbation['delta']}")
-    outputs = compare_outputs(c, s, actual, expected, options.tolerance, inputs, options.logits_tol)
+    with phase("golden"):
+        outputs = compare_outputs(c, s, actual, expected, options.tolerance, inputs, options.logits_tol)
     return CheckResult(c.name, built.target, s.preset.name, built.frontend, options.seed, s.as_dict(), outputs,
                        built.build_seconds, run_seconds, str(built.dump_dir) if built.dump_dir else None,
                        perturbation, built.schedule)
@@ -154,5 +151,5 @@ def golden_check(run, c: Case, s: Shapes, built: Provenance, options: GoldenOpti
 
 def seeded_golden(case: Case, s: Shapes, seed: int) -> tuple[dict, dict]:
     """The inputs drawn from ``seed`` and every stage's torch golden."""
-    inputs = case.make_inputs(s, validate_seed(seed))
+    inputs = case.make_inputs(s, seed)
     return inputs, case.golden(inputs, s)

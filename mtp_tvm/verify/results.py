@@ -76,6 +76,21 @@ class CheckResult:
                 **({"nan_origin": self.nan_origin and self.nan_origin.as_dict()} if self.nan_checked else {}),
                 **({"kernel_repro_dir": self.kernel_repro_dir} if self.kernel_repro_dir else {})}
 
+    def __str__(self) -> str:
+        """One line: what was checked and the verdict, each failing comparator with its worst point (the full
+        table is ``summary_table``; the dataclass's own repr runs to pages)."""
+        failed = [f"{o.name} {c.comparator.split('(')[0]} {c.mismatches}/{c.numel} mismatches, max |diff| "
+                  f"{c.max_abs_diff:.3g}" + (f" at {c.worst_index}" if c.worst_index is not None else "")
+                  for o in self.outputs.values() for c in o.checks if not c.passed]
+        where = (f"{self.case} on {self.target['kind']}, preset {self.preset}, frontend {self.frontend}, "
+                 f"schedule {self.schedule}, T={self.shapes['tokens']}, seed {self.seed}")
+        checks = sum(len(o.checks) for o in self.outputs.values())
+        return (f"CheckResult({where}): " + (f"PASSED, {checks} checks" if self.passed else
+                                             f"FAILED {len(failed)} of {checks} checks: " + "; ".join(failed))
+                + (f"; reproducer {self.repro_dir}" if self.repro_dir else ""))
+
+    __repr__ = __str__
+
     def write_report(self, path: str | os.PathLike) -> None:
         """Write the JSON report atomically (a temp file renamed into place)."""
         write_user_file(path, lambda p: p.write_text(json.dumps(self.as_dict(), indent=1)), what="report ")
