@@ -106,3 +106,10 @@ def test_cuda_builds_without_a_gpu():
     for case in ("logits", "lm-head"):
         m = mtp_tvm.compile(case=case, target={"kind": "cuda", "arch": "sm_90"}, preset="tiny", frontend="torch")
         assert "__global__" in m.device_source and m.unscheduled == []
+
+
+def test_the_frontend_is_named_for_the_cli():
+    from mtp_tvm.ir.frontend_names import FRONTEND_NAMES
+    from mtp_tvm.ir.model import FRONTENDS
+
+    assert "torch" in FRONTEND_NAMES and all(FRONTENDS[n].name == n for n in FRONTEND_NAMES)
