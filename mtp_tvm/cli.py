@@ -274,7 +274,7 @@ def _cmd_build(args) -> int:
 
 
 def _cmd_run(args) -> int:
-    if args.inputs is not None and os.path.realpath(args.out) == os.path.realpath(args.inputs):
+    if args.inputs is not None and args.out and os.path.realpath(args.out) == os.path.realpath(args.inputs):
         raise UsageError(f"--out {args.out} is the --inputs file; write the outputs elsewhere")
     if args.inputs is None and args.random_inputs is None:
         raise UsageError("give --inputs IN.npz (make one with `mtp-tvm inputs`) or --random-inputs")
@@ -289,10 +289,11 @@ def _cmd_run(args) -> int:
     else:
         inputs = artifact.make_inputs(tokens=args.tokens, seed=args.seed or 0)
     outputs = artifact.run(inputs)
-    write_npz(args.out, outputs)
+    if args.out:
+        write_npz(args.out, outputs)
     for name, a in outputs.items():
         print(f"{name:20s} {str(a.shape):16s} {a.dtype}")
-    print(f"outputs: {args.out}")
+    print(f"outputs: {args.out}" if args.out else "outputs: not written (--out OUT.npz keeps them)")
     return 0
 
 
@@ -494,7 +495,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=None, help="with --random-inputs: input seed (default 0)")
     p.add_argument("--tokens", type=int, default=None,
                    help="with --random-inputs: token count T (default: the artifact's)")
-    p.add_argument("--out", required=True, metavar="OUT.npz", help="where to write the outputs")
+    p.add_argument("--out", metavar="OUT.npz", help="where to write the outputs (without it: shapes and dtypes only)")
     p.add_argument("--allow-failed", action="store_true",
                    help="run an artifact even though its recorded golden check failed")
     p.set_defaults(handler=_cmd_run)

@@ -134,6 +134,8 @@ def test_inputs_written_for_a_case_run_an_artifact_like_its_random_inputs(tmp_pa
     dtypes = {"hidden_states": "bfloat16", "lm_head_weight": "bfloat16"}
     a, b = read_npz(tmp_path / "in.npz", dtypes), read_npz(tmp_path / "ia.npz", dtypes)
     assert all(np.array_equal(a[k].view(np.uint16), b[k].view(np.uint16)) for k in dtypes)
+    assert main(["run", str(tmp_path / "a"), "--random-inputs"]) == 0  # no --out: shapes only, nothing written
+    assert "outputs: not written" in capsys.readouterr().out and not (tmp_path / "x.npz").exists()
     assert main(["run", str(tmp_path / "a"), "--out", str(tmp_path / "x.npz")]) == 2
     assert "--random-inputs" in capsys.readouterr().err
     assert main(["inputs", "--artifact", str(tmp_path / "a"), "--case", "tail", "--out", str(tmp_path / "x.npz")]) == 2
