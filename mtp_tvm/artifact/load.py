@@ -8,17 +8,18 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import platform
 from pathlib import Path
 
 import tvm
-from tvm import relax
+from tvm.runtime.vm import VirtualMachine
 
 from ..artifact.library_check import check_elf, check_signature
 from ..artifact.manifest import read_manifest, sha256_file
 from ..compiler.options import require_path
 from ..compiler.runtime import Runnable
 from ..compiler.weights import WeightCache
-from ..passes.target import cpu_arch, host_triple
+from ..passes.target import cpu_arch
 from ..spec.cases import Case, TensorSpec, get_case
 from ..spec.presets import Shapes, make_shapes
 from ..support.errors import UsageError, last_line
@@ -38,7 +39,7 @@ class Artifact(Runnable):
     manifest: dict
     module: tvm.runtime.Module
     device: tvm.runtime.Device
-    _vm: relax.VirtualMachine | None = dataclasses.field(default=None, repr=False)
+    _vm: VirtualMachine | None = dataclasses.field(default=None, repr=False)
     _weights: WeightCache = dataclasses.field(default_factory=WeightCache, repr=False)
 
     @property
@@ -78,8 +79,8 @@ def _runnable_device(path: Path, m: dict) -> tvm.runtime.Device:
         if here not in archs:
             raise UsageError(f"{path} has device code for {', '.join(archs)}; this GPU is {here}")
         return dev
-    built_for, here = m["library"]["triple"], host_triple()
-    if cpu_arch(built_for) != cpu_arch(here):
+    built_for, here = m["library"]["triple"], platform.machine()  # no LLVM: loading needs TVM's runtime alone
+    if cpu_arch(built_for) != here:
         raise UsageError(f"{path} is built for {built_for}; this machine is {here}")
     return tvm.cpu(0)
 
@@ -113,7 +114,7 @@ def load(path: str | os.PathLike, allow_failed: bool = False) -> Artifact:
     if module.kind != "relax.VMExecutable":
         raise UsageError(f"{lib} is not a Relax executable (a {module.kind} module): refusing to run it")
     artifact = Artifact(path, m, module, dev)
-    problem = check_signature(artifact.vm, relax.VMExecutable(module).stats(), m)
+    problem = check_signature(artifact.vm, module["stats"](), m)
     if problem:
         raise UsageError(f"{path}/manifest.json does not describe {lib.name}: {problem}; refusing to run it")
     return artifact

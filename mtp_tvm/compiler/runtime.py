@@ -13,7 +13,7 @@ import warnings
 
 import numpy as np
 import tvm
-from tvm import relax
+from tvm.runtime.vm import VirtualMachine
 
 from ..compiler.tensors import (
     check_names,
@@ -25,7 +25,7 @@ from ..compiler.tensors import (
     validate_inputs,
 )
 from ..compiler.weights import PackedWeights, WeightCache, is_tracked
-from ..ir.model import leading_activations
+from ..spec.cases import leading_activations
 from ..passes.target import usable_cores
 from ..spec.cases import Case, TensorSpec
 from ..spec.presets import Shapes
@@ -77,7 +77,7 @@ class Runnable:
 
     input_specs: dict[str, TensorSpec]
     output_specs: dict[str, TensorSpec]
-    _vm: relax.VirtualMachine | None
+    _vm: VirtualMachine | None
     _weights: WeightCache
 
     def _runtime(self) -> tuple[tvm.runtime.Module, tvm.runtime.Device, str]:
@@ -104,11 +104,11 @@ class Runnable:
         return leading_activations(self.input_specs)
 
     @property
-    def vm(self) -> relax.VirtualMachine:
+    def vm(self) -> VirtualMachine:
         if self._vm is None:
             runtime_threads()
             module, device, name = self._runtime()
-            vm = relax.VirtualMachine(module, device)
+            vm = VirtualMachine(module, device)
             if not vm.module.implements_function("main"):  # e.g. a user pass returned an empty module
                 raise BuildError(f"{name} has no function 'main' to run: a pass of the build removed it "
                                  "(check the extra passes or --pass-plugin)")

@@ -13,7 +13,7 @@ from tvm import relax, tirx
 from ..ir.frontend_names import FRONTEND_NAMES, check_frontend
 from ..ir.frontends import RelaxFrontend, RowQuantum, TIRFrontend, token_tile_rows
 from ..ir.torch_frontend import TorchFrontend
-from ..spec.cases import ROWS, TOKENS, Case, FrontendCall, parse_arg
+from ..spec.cases import ROWS, TOKENS, Case, FrontendCall, leading_activations, parse_arg
 from ..spec.presets import TOKEN_TILE, Shapes
 
 FRONTENDS = dict(zip(FRONTEND_NAMES, (RelaxFrontend, TIRFrontend, TorchFrontend)))
@@ -88,10 +88,3 @@ def build_relax_module(case: Case, shapes: Shapes, frontend: str,
     return mod
 
 
-def leading_activations(specs: dict) -> int:
-    """The count of leading activations (token-major ``T`` or per-owner ``R`` rows); ``main_transform_params``
-    takes the inputs after them."""
-    token_major = [TOKENS in spec.shape or ROWS in spec.shape for spec in specs.values()]
-    n = token_major.count(True)
-    assert token_major[:n] == [True] * n, "activations must precede weights in spec order"
-    return n

@@ -417,3 +417,12 @@ def get_case(name: str) -> Case:
         return CASES[name]
     except KeyError:
         raise UsageError(f"unknown case {name!r}; choose one of {', '.join(CASES)}") from None
+
+
+def leading_activations(specs: dict) -> int:
+    """The count of leading activations (token-major ``T`` or per-owner ``R`` rows); ``main_transform_params``
+    takes the inputs after them."""
+    token_major = [TOKENS in spec.shape or ROWS in spec.shape for spec in specs.values()]
+    n = token_major.count(True)
+    assert token_major[:n] == [True] * n, "activations must precede weights in spec order"
+    return n
