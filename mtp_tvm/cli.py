@@ -297,14 +297,22 @@ def _cmd_run(args) -> int:
     return 0
 
 
+def _refuse_build_flags(args) -> None:
+    """``--artifact`` takes what was built from the artifact's manifest: a build flag given beside it is an error
+    (the size flags are None unless given; the others count as given when not at their default)."""
+    given = [f"--{o.replace('_', '-')}" for o in ("case", "preset", "vocab_shard", "owners", "tp")
+             if getattr(args, o, None) is not None]
+    given += [f"--{o}" for o in ("target", "frontend", "schedule")
+              if getattr(args, o, getattr(_DEFAULTS, o)) != getattr(_DEFAULTS, o)]
+    if given:
+        raise UsageError(f"--artifact takes {', '.join(given)} from the artifact's manifest; drop them")
+
+
 def _cmd_inputs(args) -> int:
     """The seeded inputs ``check`` draws, as an ``.npz`` for ``run --inputs``: of a case (no build) or of an
     artifact (its manifest's case and sizes)."""
     if args.artifact:
-        given = [f"--{o.replace('_', '-')}" for o in ("case", "preset", "vocab_shard", "owners", "tp")
-                 if getattr(args, o) is not None]
-        if given:
-            raise UsageError(f"--artifact takes {', '.join(given)} from the artifact's manifest; drop them")
+        _refuse_build_flags(args)
         from .artifact.load import load
 
         inputs = load(args.artifact, allow_failed=True).make_inputs(tokens=args.tokens, seed=args.seed)
@@ -376,20 +384,29 @@ def _cmd_bisect(args) -> int:
 OPENBLAS_SLOW_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")  # set on this host; they slow a current numpy
 
 
-def _cmd_bench(args) -> int:
-    spec = BuildSpec(case=args.case, target=args.target, preset=args.preset, frontend=args.frontend,
-                     vocab_shard=args.vocab_shard, schedule=args.schedule)
+def _bench_spec(args) -> tuple[BuildSpec | None, tuple[str, ...]]:
+    """What ``bench`` builds (None: the ``--artifact`` it times) and the other schedules it compares, checked."""
+    compare = tuple(filter(None, (s.strip() for s in (args.compare_schedules or "").split(","))))
+    if args.artifact:
+        _refuse_build_flags(args)
+        return None, compare  # BenchOptions refuses --compare-schedules with an artifact
+    spec = BuildSpec(case=args.case or _DEFAULTS.case, target=args.target, preset=args.preset or _DEFAULTS.preset,
+                     frontend=args.frontend, vocab_shard=args.vocab_shard, schedule=args.schedule)
     spec.resolve()
     with phase("import"):
         from .passes.target import resolve_target
         from .schedule.files import schedule_names
 
-    compare = tuple(filter(None, (s.strip() for s in (args.compare_schedules or "").split(","))))
     known = schedule_names(resolve_target(args.target))
     unknown = [s for s in compare if s not in known]
     if unknown:
         raise UsageError(f"--compare-schedules: unknown schedule {unknown[0]!r} for target {args.target}; choose "
                          f"from {', '.join(known)}")
+    return spec, compare
+
+
+def _cmd_bench(args) -> int:
+    spec, compare = _bench_spec(args)
     if any(v in os.environ for v in OPENBLAS_SLOW_VARS):  # numpy read them at import: re-run without them
         env = {k: v for k, v in os.environ.items() if k not in OPENBLAS_SLOW_VARS}
         os.execve(sys.executable, [sys.executable, "-m", "mtp_tvm", *sys.argv[1:]], env)
@@ -399,6 +416,7 @@ def _cmd_bench(args) -> int:
     options = BenchOptions(tokens=parse_tokens(args.tokens) if args.tokens else (), rounds=args.rounds,
                            threads=args.threads, compare_schedules=compare, profile=args.profile,
                            rpc=(args.rpc_tracker, args.rpc_key) if args.rpc_tracker else None,
+                           artifact=args.artifact,
                            **({"contenders": parse_contenders(args.contenders)} if args.contenders else {}))
     result = bench(spec, options, log=lambda line: print(line, file=sys.stderr, flush=True))
     print(result.table())
@@ -501,9 +519,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=_cmd_run)
     p = sub.add_parser("bench", parents=[common], help="time a case against torch (eager, torch.compile) and numpy, each in its own "
                                      "process, side by side, at every T, against the measured roofline")
-    _add_spec_args(p, f"logits, projection, norm or tail (default {_DEFAULTS.case})", sizes=False)
+    _add_spec_args(p, f"logits, projection, norm or tail (default {_DEFAULTS.case})", sizes=False, unset=True)
     _add_target_args(p)
     _add_schedule_arg(p)
+    p.add_argument("--artifact", default=None, metavar="DIR",
+                   help="time this prebuilt artifact (mtp-tvm build) instead of building: its manifest says what "
+                        "it is, and TVM's runtime alone will do (TVM_USE_RUNTIME_LIB=1, e.g. on the target machine)")
     p.add_argument("--tokens", default=None, metavar="T[,T...]",
                    help="token count T, or a comma list swept in one run, e.g. 1,2,4,8,16 (default: the preset's "
                         "B*S = 8)")

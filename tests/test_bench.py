@@ -229,6 +229,49 @@ def test_cli_bench_sweeps_t_and_writes_json_and_plot(tmp_path):
     assert out.stdout.splitlines()[-1].startswith("time: ") and " + build " in out.stdout.splitlines()[-1]
 
 
+def test_bench_times_a_prebuilt_artifact_with_tvms_runtime_alone(compiled, tmp_path):
+    """``bench --artifact``: the TVM contender is the artifact as built (no compiler: TVM_USE_RUNTIME_LIB=1), its
+    roofline the memory term with a device copy's bandwidth; the manifest says the case and sizes."""
+    from mtp_tvm.artifact import export
+
+    folder = export.export(compiled("logits", "tir"), tmp_path / "a").path
+    out = subprocess.run([sys.executable, "-m", "mtp_tvm", "bench", "--artifact", str(folder), "--rounds", "1",
+                          "--tokens", "1,3", "--contenders", "torch_bf16", "--threads", "1",
+                          "--json", str(tmp_path / "a.json")], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(ROOT), "TVM_USE_RUNTIME_LIB": "1"})
+    assert out.returncode == 0, out.stderr
+    d = json.loads((tmp_path / "a.json").read_text())
+    assert d["case"] == "logits" and d["preset"] == "tiny" and d["peak_gflops"] is None
+    assert d["probes"].startswith("copy: ") and d["bandwidth_gbs"] > 0
+    for t in ("1", "3"):
+        f = d["per_tokens"][t]
+        assert f["median_ms"]["tvm"] > 0 and f["median_ms"]["torch_bf16"] > 0
+        assert f["roofline_ms"] == pytest.approx(f["bytes"] / d["bandwidth_gbs"] / 1e6)
+    assert "no compute peak measured (a prebuilt artifact" in out.stdout
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--case", "logits"], "--artifact takes --case from the artifact's manifest"),
+    (["--target", "cuda"], "--artifact takes --target from the artifact's manifest"),
+    (["--compare-schedules", "none"], "compare_schedules needs a build"),
+])
+def test_bench_artifact_refuses_build_flags(argv, message, capsys, monkeypatch, tmp_path):
+    from mtp_tvm.cli import OPENBLAS_SLOW_VARS, main
+
+    for var in OPENBLAS_SLOW_VARS:
+        monkeypatch.delenv(var, raising=False)
+    assert main(["bench", "--artifact", str(tmp_path), *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+
+
+def test_bench_api_takes_an_artifact_or_a_spec_not_both(tmp_path):
+    with pytest.raises(UsageError, match="an artifact's manifest says what it is; drop case"):
+        bench(case="logits", artifact=str(tmp_path))
+    with pytest.raises(UsageError, match="profile needs a build"):
+        BenchOptions(artifact=str(tmp_path), profile=True)
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--tokens", "1,x"], "--tokens takes T or a comma list"),
     (["--tokens", "0"], "tokens must be an integer"),

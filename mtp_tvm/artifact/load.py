@@ -12,6 +12,8 @@ import platform
 from pathlib import Path
 
 import tvm
+import tvm_ffi
+from tvm_ffi.libinfo import load_lib_ctypes
 from tvm.runtime.vm import VirtualMachine
 
 from ..artifact.library_check import check_elf, check_signature
@@ -68,13 +70,27 @@ class Artifact(Runnable):
         return c, s
 
 
+def _cuda_runtime() -> str | None:
+    """Make sure TVM's CUDA runtime (device API, fatbin loader) is registered; None, or why it could not be. The
+    compiler's import registers it, TVM's runtime alone (``TVM_USE_RUNTIME_LIB=1``) does not: it is loaded here."""
+    if tvm_ffi.get_global_func("device_api.cuda", allow_missing=True) is not None:
+        return None
+    try:
+        load_lib_ctypes("tvm", "tvm_runtime_cuda", "RTLD_LOCAL", extra_lib_paths=tvm.libinfo.package_lib_paths())
+    except (OSError, RuntimeError) as e:
+        return last_line(e)
+    return None
+
+
 def _runnable_device(path: Path, m: dict) -> tvm.runtime.Device:
     """The device this artifact runs on here, or a one-line reason why it cannot."""
     if m["target"]["kind"] == "cuda":
         archs = m["device"]["archs"]
+        why = _cuda_runtime()
         dev = tvm.cuda(0)
         if not dev.exist:
-            raise UsageError(f"{path} is a CUDA artifact ({', '.join(archs)}) and this machine has no CUDA GPU")
+            raise UsageError(f"{path} is a CUDA artifact ({', '.join(archs)}) and this machine has no CUDA GPU"
+                             + (f" (TVM's CUDA runtime did not load: {why})" if why else ""))
         here = "sm_" + dev.compute_version.replace(".", "")
         if here not in archs:
             raise UsageError(f"{path} has device code for {', '.join(archs)}; this GPU is {here}")

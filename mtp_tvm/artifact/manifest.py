@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import tvm
 
+from ..compiler.options import BuildSpec
 from ..compiler.tensors import NUMPY_DTYPES
 from ..support.errors import UsageError
 
@@ -164,3 +165,11 @@ def read_manifest(path: str | os.PathLike) -> dict:
 
 def _write_json(path: Path, data: dict) -> None:
     path.write_text(json.dumps(data, indent=1) + "\n")
+
+
+def manifest_spec(m: dict) -> BuildSpec:
+    """What an artifact is, as the ``BuildSpec`` that built it (its target as the manifest's JSON)."""
+    sizes = m["shapes"]
+    return BuildSpec(case=m["case"], target=m["target"], preset=m["preset"], frontend=m["frontend"],
+                     tokens=sizes["tokens"], vocab_shard=sizes["vocab_shard"], schedule=m["schedule"]["name"],
+                     owners=sizes.get("owners"), tp=sizes.get("tp"))

@@ -161,9 +161,11 @@ class DebugOptions:
     @property
     def api_only_passes(self) -> bool:
         """Whether user passes were given as Python objects, which no command-line flag can restate."""
+        if self.extra_passes is None:
+            return False
         from ..passes.plugins import PassPlugin
 
-        return self.extra_passes is not None and not isinstance(self.extra_passes, PassPlugin)
+        return not isinstance(self.extra_passes, PassPlugin)
 
 
 _BUILD_FIELDS = {f.name for f in dataclasses.fields(BuildSpec)}

@@ -68,6 +68,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from ..artifact.manifest import manifest_spec, read_manifest
 from ..compiler.options import BuildSpec, split_options
 from ..compiler.tensors import NUMPY_DTYPES, to_numpy
 from ..passes.target import is_gpu, require_runs_here, resolve_target, target_json, usable_cores
@@ -143,10 +144,11 @@ def roofline_peak(work: dict[str, float], peaks: dict[str, float]) -> tuple[floa
     return sum(work.values()) / seconds, label
 
 
-def roofline_ms(useful_flops: float, moved_bytes: float, peak_gflops: float, bandwidth_gbs: float) -> float:
+def roofline_ms(useful_flops: float, moved_bytes: float, peak_gflops: float | None, bandwidth_gbs: float) -> float:
     """The least time the work can take here: moving its bytes at the measured bandwidth, or its FLOPs at the
-    peak, whichever is longer."""
-    return max(moved_bytes / bandwidth_gbs, useful_flops / peak_gflops) / 1e6
+    peak, whichever is longer (the bytes alone where no peak was measured: a prebuilt artifact's bench)."""
+    compute = 0.0 if peak_gflops is None else useful_flops / peak_gflops
+    return max(moved_bytes / bandwidth_gbs, compute) / 1e6
 
 
 # ---- options ----------------------------------------------------------------------------------------------
@@ -165,7 +167,9 @@ class BenchOptions:
     timing rounds; ``number`` calls per timed batch (None: each contender's about 50 ms); ``threads`` every
     worker's thread count (None: every usable core); ``seed`` of the inputs; ``compare_schedules`` more TVM
     builds timed in the same rounds; ``profile`` (True or ``ProfileOptions``) every kernel of ``main`` at the
-    first T; ``rpc = (HOST:PORT, key)`` TVM timed on a server of a TVM RPC tracker (``tools/remote.py``)."""
+    first T; ``rpc = (HOST:PORT, key)`` TVM timed on a server of a TVM RPC tracker (``tools/remote.py``);
+    ``artifact`` a prebuilt artifact folder timed instead of a build (its manifest says what it is; TVM's runtime
+    alone will do, as on a deployment machine)."""
 
     tokens: tuple[int, ...] = ()
     contenders: tuple[str, ...] = CONTENDERS
@@ -176,6 +180,7 @@ class BenchOptions:
     compare_schedules: tuple[str, ...] = ()
     profile: bool | ProfileOptions = False
     rpc: tuple[str, str] | None = None
+    artifact: str | None = None
 
     def __post_init__(self):
         tokens = (self.tokens,) if isinstance(self.tokens, int) else tuple(self.tokens)
@@ -191,12 +196,18 @@ class BenchOptions:
         if self.threads is not None and self.threads > usable_cores():  # TVM_NUM_THREADS of every worker
             raise UsageError(f"threads must be at most the {usable_cores()} cores this process may use, got "
                              f"{self.threads}")
+        if self.artifact is not None:
+            clash = [flag for flag, given in (("compare_schedules", self.compare_schedules),
+                                              ("profile", self.profile), ("rpc", self.rpc)) if given]
+            if clash:
+                raise UsageError(f"artifact: a prebuilt binary is timed as it is; {clash[0]} needs a build")
         object.__setattr__(self, "tokens", tuple(dict.fromkeys(tokens)))
         object.__setattr__(self, "contenders", tuple(c for c in CONTENDERS if c == TVM or c in contenders))
         object.__setattr__(self, "compare_schedules", tuple(self.compare_schedules))
 
 
 _OPTION_FIELDS = {f.name for f in dataclasses.fields(BenchOptions)}
+_SPEC_FIELDS = {f.name for f in dataclasses.fields(BuildSpec)}
 
 
 def parse_tokens(text: str) -> tuple[int, ...]:
@@ -323,8 +334,10 @@ class BenchResult:
             peaks = ", ".join(f"{kind} {gflops:.1f}" for kind, gflops in self.peaks.items())
             spread = (f" (median of {len(self.bandwidth_samples_gbs)} rounds, {min(self.bandwidth_samples_gbs):.1f}-"
                       f"{max(self.bandwidth_samples_gbs):.1f})" if self.bandwidth_samples_gbs else "")
-            notes.append(f"roofline: max(bytes / {self.bandwidth_gbs:.1f} GB/s{spread}, useful FLOPs / "
-                         f"{self.peak_gflops:.1f} GFLOP/s ({self.peak_kind}; measured peaks: {peaks}))")
+            compute = ("no compute peak measured (a prebuilt artifact: " + self.probes + ")"
+                       if self.peak_gflops is None else
+                       f"useful FLOPs / {self.peak_gflops:.1f} GFLOP/s ({self.peak_kind}; measured peaks: {peaks})")
+            notes.append(f"roofline: max(bytes / {self.bandwidth_gbs:.1f} GB/s{spread}, {compute})")
         else:
             notes.append(f"TVM timed on {self.measured_on}; peers and the roofline are measured only where bench runs")
         if self.isa is not None:
@@ -395,8 +408,8 @@ def _figures(case: Case, s: Shapes, names: list[str], samples: dict[str, list[fl
     median = {n: statistics.median(samples[n]) for n in names if n in samples}
     useful, moved = flops(case, s, s.tokens), bytes_moved(case, s)
     tvm_ms = median.get(TVM)
-    roof = None if peaks is None else roofline_ms(useful, moved, roofline_peak(gemm_work(case, s, used), peaks)[0],
-                                                  bandwidth)
+    peak = None if peaks is None else roofline_peak(gemm_work(case, s, used), peaks)[0]
+    roof = None if bandwidth is None else roofline_ms(useful, moved, peak, bandwidth)
     peers = {n: ms for n, ms in median.items() if not n.startswith(TVM)}
     best = min(peers, key=peers.get) if peers else None
     return TokensFigures(
@@ -501,6 +514,16 @@ def _cold_cache(folder: Path, peer: str) -> dict[str, str]:
             "TRITON_CACHE_DIR": str(folder / f"triton-{peer}")}
 
 
+def _tvm_target(spec: BuildSpec, options: BenchOptions) -> tuple[dict, bool]:
+    """(the target as JSON, whether it is a GPU) of the TVM contender, refused unless it runs here (under RPC
+    too: its weights are packed here). A prebuilt artifact's comes from its manifest: no compiler needed."""
+    if options.artifact is not None:
+        return spec.target, spec.target["kind"] == "cuda"
+    tgt = resolve_target(spec.target)
+    require_runs_here(tgt)
+    return target_json(tgt), is_gpu(tgt)
+
+
 def bench(spec: BuildSpec | None = None, options: BenchOptions | None = None, *,
           log: Callable[[str], None] | None = None, **keywords) -> BenchResult:
     """Build ``spec`` (default: the ``logits`` case) and race it against its peers as ``options`` say; see the
@@ -516,6 +539,11 @@ def bench(spec: BuildSpec | None = None, options: BenchOptions | None = None, *,
     log = log or (lambda _message: None)
     options = dataclasses.replace(options or BenchOptions(),
                                   **{k: keywords.pop(k) for k in list(keywords) if k in _OPTION_FIELDS})
+    if options.artifact is not None:
+        given = [k for k in keywords if k in _SPEC_FIELDS]
+        if spec is not None or given:
+            raise UsageError(f"bench: an artifact's manifest says what it is; drop {given[0] if given else 'spec'}")
+        spec = manifest_spec(read_manifest(options.artifact))
     spec, debug = split_options(spec or BuildSpec(case="logits"), None, keywords, "bench")
     if spec.case not in BENCH_CASES:
         raise UsageError(f"bench case must be one of {', '.join(BENCH_CASES)}, got {spec.case!r}")
@@ -528,12 +556,10 @@ def bench(spec: BuildSpec | None = None, options: BenchOptions | None = None, *,
     if profiling is not None and options.rpc is not None:
         raise UsageError("--profile times kernels here; it cannot go with --rpc-tracker")
     portable, plugin = _portable_debug(debug)
-    tgt = resolve_target(spec.target)
-    require_runs_here(tgt)  # TVM runs here (under RPC: its weights are packed here)
+    target, gpu = _tvm_target(spec, options)
     threads = options.threads or usable_cores()
     spec = dataclasses.replace(spec, tokens=sweep[0],
-                               target=spec.target if isinstance(spec.target, (str, dict)) else target_json(tgt))
-    gpu = is_gpu(tgt)
+                               target=spec.target if isinstance(spec.target, (str, dict)) else target)
     remote = None if options.rpc is None else f"{options.rpc[1]}@{options.rpc[0]}"
     why_not = {p: f"runs here; TVM runs on {remote}" if remote else peer_unavailable(p, gpu)
                for p in options.contenders if p != TVM}
@@ -551,7 +577,7 @@ def bench(spec: BuildSpec | None = None, options: BenchOptions | None = None, *,
         files = InputFiles.write(race.folder, {n: sp.dtype for n, sp in specs.items()}, activations,
                                  {t: {n: to_numpy(v) for n, v in inputs[t].items()} for t in sweep})
         race.start(TVM, TvmJob(spec, portable, plugin, options.compare_schedules, sweep, files, options.number,
-                               options.rpc, profiles=profiling is not None))
+                               options.rpc, profiles=profiling is not None, artifact=options.artifact))
         for p, why in why_not.items():
             if why:
                 for t in sweep:
@@ -569,14 +595,14 @@ def bench(spec: BuildSpec | None = None, options: BenchOptions | None = None, *,
             with phase("run"):
                 probes = race.workers[TVM].call("probes")
             probes = dataclasses.replace(probes, bandwidth_gbs=statistics.median(bandwidths),
-                                         how=f"{probes.how}; bandwidth: the median of one stream_read a round")
+                                         how=f"{probes.how}; bandwidth: the median of one sample a round")
             if profiling is not None:
                 with phase("run"):
                     profiled = race.workers[TVM].call("profile", profiling, probes)
 
     details = race.ready[TVM].details
     used = set(details["kinds_used"])
-    peaks = None if probes is None else probes.peaks or {FMA: probes.peak_gflops}
+    peaks = None if probes is None or probes.peak_gflops is None else probes.peaks or {FMA: probes.peak_gflops}
     names = [TVM, *(f"tvm:{o}" for o in dict.fromkeys(options.compare_schedules) if o != spec.schedule),
              *(p for p in options.contenders if p != TVM)]
     per_tokens = {t: _figures(case, shapes[t], names, race.samples[t], race.unavailable[t], peaks,
@@ -584,7 +610,7 @@ def bench(spec: BuildSpec | None = None, options: BenchOptions | None = None, *,
     first = shapes[sweep[0]]
     peak, peak_kind = (None, None) if peaks is None else roofline_peak(gemm_work(case, first, used), peaks)
     return BenchResult(
-        case=case.name, target=target_json(tgt), preset=first.preset.name, frontend=details["frontend"],
+        case=case.name, target=target, preset=first.preset.name, frontend=details["frontend"],
         schedule=spec.schedule,
         shapes={k: v for k, v in first.as_dict().items() if k not in ("batch", "seq", "tokens", "tokens_padded")},
         tokens=list(sweep), per_tokens=per_tokens,

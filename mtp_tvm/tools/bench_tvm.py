@@ -13,17 +13,22 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..compiler.driver import CompiledCase, compile, compile_open, finish_run
+from typing import TYPE_CHECKING
+
 from ..compiler.options import BuildSpec, DebugOptions
-from ..passes.plugins import load_pass_plugin
+from ..compiler.runtime import Runnable
 from ..passes.target import cpu_isa, device_for, is_gpu
+from ..spec.cases import get_case
 from ..support.errors import MtpError
 from ..verify.comparators import as_float32
 from .bench_worker import InputFiles, Ready, calls_per_batch
 from .code_stats import assembly_kernels
 from .profile import Profile, ProfileOptions, write_to_run_folder
 from .profile import profile as profile_main
-from .roofline import BF16_DOT, FMA, INT8_DOT, Probes, StreamProbe, measure_probes
+from .roofline import BF16_DOT, FMA, INT8_DOT, CopyProbe, Probes, StreamProbe, measure_probes
+
+if TYPE_CHECKING:  # the compiler is imported where a build is made: a prebuilt artifact needs TVM's runtime alone
+    from ..compiler.driver import CompiledCase
 
 FAMILIES = {FMA: ("fma",), BF16_DOT: ("vdpbf16ps",), INT8_DOT: ("vpmaddwd", "vpdpwssd")}  # code_stats families
 TVM = "tvm"
@@ -60,7 +65,9 @@ class TvmJob:
     passes only as a plugin file, ``plugin``: a loaded module does not travel between processes), and once per
     other schedule of ``compare_schedules``; timed at every T of ``tokens`` on ``inputs``, ``number`` calls per
     batch (None: about ``bench_worker.SAMPLE_MS``), here or on ``rpc = (HOST:PORT, key)``. ``profiles``: a
-    ``profile`` call will follow, so a dumping build's run folder stays open for its ``profile.json``."""
+    ``profile`` call will follow, so a dumping build's run folder stays open for its ``profile.json``.
+    ``artifact``: time this prebuilt artifact folder instead of building ``spec`` (``spec`` is its manifest's):
+    nothing is compiled, so TVM's runtime alone will do, and the bandwidth is a device copy (``CopyProbe``)."""
 
     spec: BuildSpec
     debug: DebugOptions
@@ -71,6 +78,7 @@ class TvmJob:
     number: int | None
     rpc: tuple[str, str] | None
     profiles: bool = False
+    artifact: str | None = None
 
     def open(self) -> TvmWorker:
         return TvmWorker(self)
@@ -81,13 +89,40 @@ class TvmWorker:
 
     def __init__(self, job: TvmJob):
         self.job = job
-        self.builds: dict[str, CompiledCase] = {}
+        self.builds: dict[str, Runnable] = {}
         self.timers: dict[str, dict[int, tuple]] = {}  # contender -> T -> (ms per call of a batch, calls)
         self.arrays: dict[int, list] = {}
-        self.stream: StreamProbe | None = None  # the bandwidth probe (built at setup when TVM runs here)
+        self.stream: StreamProbe | CopyProbe | None = None  # the bandwidth probe (made at setup when TVM runs here)
+        self.device = None
 
     def setup(self) -> Ready:
         job, ready = self.job, Ready()
+        if job.artifact is not None:
+            self._load_artifact(ready)
+        else:
+            self._build(ready)
+        main = self.builds[TVM]
+        weights = job.inputs.weights()  # the same objects for every T and build: packed once per build
+        for tokens in job.tokens:
+            named = {**job.inputs.activations_of(tokens), **weights}
+            self.arrays[tokens] = [named[n] for n in main.input_specs]
+        last = list(main.output_specs).index(get_case(job.spec.case).chain[-1].outputs[0].name)
+        for name, build in self.builds.items():
+            ready.outputs[name], self.timers[name] = {}, {}
+            args = {t: build.device_args(a) for t, a in self.arrays.items()}
+            remote = self._remote(build, args) if job.rpc is not None else None
+            for tokens, a in args.items():
+                ready.outputs[name][tokens] = as_float32(build.vm["main"](*a)[last].numpy())
+                time_ms = remote.timer(tokens) if remote is not None else self._local(build, a)
+                self.timers[name][tokens] = (time_ms, calls_per_batch(time_ms, job.number))
+        return ready
+
+    def _build(self, ready: Ready) -> None:
+        """The build of ``spec`` and of each other schedule; the details only a build can tell."""
+        from ..compiler.driver import compile, compile_open
+        from ..passes.plugins import load_pass_plugin
+
+        job = self.job
         debug = job.debug if job.plugin is None else dataclasses.replace(job.debug,
                                                                          extra_passes=load_pass_plugin(job.plugin))
         # a user error or a failed build: raised in the bench process
@@ -102,33 +137,30 @@ class TvmWorker:
                 ready.compile_seconds[f"tvm:{other}"] = build.build_seconds
             except MtpError as e:  # e.g. no tuning database yet, or dlight on a CPU target: this one is missing
                 ready.unavailable[f"tvm:{other}"] = dict.fromkeys(job.tokens, str(e))
-        weights = job.inputs.weights()  # the same objects for every T and build: packed once per build
-        for tokens in job.tokens:
-            named = {**job.inputs.activations_of(tokens), **weights}
-            self.arrays[tokens] = [named[n] for n in compiled.input_specs]
-        last = list(compiled.output_specs).index(compiled.case.chain[-1].outputs[0].name)
-        for name, build in self.builds.items():
-            ready.outputs[name], self.timers[name] = {}, {}
-            args = {t: build.device_args(a) for t, a in self.arrays.items()}
-            remote = self._remote(build, args) if job.rpc is not None else None
-            for tokens, a in args.items():
-                ready.outputs[name][tokens] = as_float32(build.vm["main"](*a)[last].numpy())
-                time_ms = remote.timer(tokens) if remote is not None else self._local(build, a)
-                self.timers[name][tokens] = (time_ms, calls_per_batch(time_ms, job.number))
         if job.rpc is None:
+            self.device = device_for(compiled.target)
             self.stream = StreamProbe(compiled.target)
         mix = instruction_mix(compiled)
         used = kinds_used(mix)
         ready.details.update(instruction_mix=mix, kinds_used=sorted(used), isa=isa_record(compiled, used),
                              frontend=compiled.frontend, dump_dir=str(compiled.dump_dir) if compiled.dump_dir else None)
-        return ready
 
-    @staticmethod
-    def _local(build: CompiledCase, args: list):
-        vm, dev = build.vm, device_for(build.target)
+    def _load_artifact(self, ready: Ready) -> None:
+        """The prebuilt artifact, loaded with TVM's runtime alone: neither its instructions nor the compute
+        peaks are measured (both need the compiler), so its roofline is the memory term alone."""
+        from ..artifact.load import load
+
+        artifact = load(self.job.artifact)
+        self.builds[TVM], self.device = artifact, artifact.device
+        self.stream = CopyProbe(artifact.device)
+        ready.details.update(instruction_mix={}, kinds_used=[], isa=None, frontend=artifact.manifest["frontend"],
+                             dump_dir=None)
+
+    def _local(self, build: Runnable, args: list):
+        vm, dev = build.vm, self.device
         return lambda number: vm.time_evaluator("main", dev, number=number, repeat=1)(*args).mean * 1e3
 
-    def _remote(self, build: CompiledCase, args: dict[int, list]):
+    def _remote(self, build: Runnable, args: dict[int, list]):
         from .remote import RemoteMain
 
         return RemoteMain(build.executable, build.target, args, *self.job.rpc)
@@ -143,11 +175,17 @@ class TvmWorker:
         return self.stream.gbs()
 
     def probes(self) -> Probes:
-        """This machine's peaks and bandwidth, by the TVM probe kernels, in this worker's threads."""
+        """This machine's peaks and bandwidth, by the TVM probe kernels, in this worker's threads (a prebuilt
+        artifact's: the bandwidth alone, by a device copy)."""
+        if isinstance(self.stream, CopyProbe):
+            return Probes(None, self.stream.gbs(5), f"copy: {self.stream.mib} MiB device to device, read + write "
+                                                    "counted; compute peaks not measured (no compiler)")
         return measure_probes(self.builds[TVM].target, stream=self.stream)
 
     def profile(self, options: ProfileOptions, probes: Probes) -> Profile:
         """Every kernel of ``main`` at the build's T (the first of the sweep), into the run folder when dumping."""
+        from ..compiler.driver import finish_run
+
         compiled = self.builds[TVM]
         named = dict(zip(compiled.input_specs, self.arrays[compiled.shapes.tokens]))
         profiled = profile_main(compiled, named, options, probes=probes)

@@ -34,11 +34,10 @@ import math
 import os
 import statistics
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import tvm
 
-from ..compiler.driver import CompiledCase
 from ..compiler.tensors import to_numpy
 from ..instrument.report import PROFILE_FILE
 from ..instrument.run_folder import update_index
@@ -48,6 +47,9 @@ from ..support import atomic_file
 from ..support.errors import UsageError
 from ..support.text_table import text_table
 from .roofline import Probes, measure_probes
+
+if TYPE_CHECKING:  # a prebuilt artifact's bench imports this module with TVM's runtime alone
+    from ..compiler.driver import CompiledCase
 
 OTHER = "VM/other"
 

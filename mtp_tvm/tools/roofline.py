@@ -16,12 +16,16 @@ import dataclasses
 import functools
 import math
 import os
+import time
 
 import numpy as np
 import tvm
-from tvm.script import tirx as T
 
 from ..passes.target import cpu_isa, device_for
+from ..support.lazy import lazy_module
+
+T = lazy_module("tvm.script.tirx")  # the probes are built on first use: a prebuilt artifact's bench needs TVM's
+# runtime alone (``CopyProbe``), where TVMScript cannot load
 
 FMA, BF16_DOT, INT8_DOT = "fma", "bf16_dot", "int8_dot"  # instruction kinds with a peak (``Probes.peaks``)
 # The compute probes run about 1 ms a sample: best of this many per round, so one that ran while every core was
@@ -169,7 +173,7 @@ class Probes:
     """``peak_gflops``: the FP32 FMA peak (also ``peaks["fma"]``); ``peaks``: GFLOP/s per instruction kind this
     target has (``fma`` always, ``bf16_dot`` with AVX512-BF16, ``int8_dot`` with ``vpdpwssd``/``vpmaddwd``)."""
 
-    peak_gflops: float
+    peak_gflops: float | None  # None: not measured (a prebuilt artifact's bench has no compiler for the probes)
     bandwidth_gbs: float
     how: str
     peaks: dict[str, float] = dataclasses.field(default_factory=dict)
@@ -260,6 +264,31 @@ class StreamProbe:
         """GB/s of the best of ``repeat`` samples (two reads of the buffer each)."""
         t = self._kernel.time_evaluator("main", self.dev, number=2, repeat=repeat)(self._buf, self._out)
         return math.prod(self.shape) * 4 / min(t.results) / 1e9
+
+
+class CopyProbe:
+    """The bandwidth probe of a prebuilt artifact's bench (``bench --artifact``), with TVM's runtime alone: a
+    device-to-device copy of ``mib`` MiB, counting the bytes read and written. A copy also writes, so on a CPU it
+    reads lower than ``stream_read``'s sum; on a GPU the two agree within a few percent."""
+
+    def __init__(self, dev, mib: int = 1024):
+        n = (mib << 20) // 4
+        self.dev, self.mib = dev, mib
+        self._src = tvm.runtime.tensor(np.ones(n, np.float32), dev)
+        self._dst = tvm.runtime.empty((n,), "float32", dev)
+        self._src.copyto(self._dst)  # the first copy touches the pages: not a sample
+
+    def gbs(self, repeat: int = 1, copies: int = 4) -> float:
+        """GB/s of the best of ``repeat`` samples of ``copies`` copies each."""
+        best = math.inf
+        for _ in range(repeat):
+            self.dev.sync()
+            t0 = time.perf_counter()
+            for _ in range(copies):
+                self._src.copyto(self._dst)
+            self.dev.sync()
+            best = min(best, (time.perf_counter() - t0) / copies)
+        return 2 * math.prod(self._src.shape) * 4 / best / 1e9
 
 
 def measure_probes(target, rounds: int = 5, stream: StreamProbe | None = None) -> Probes:
