@@ -27,7 +27,7 @@ from mtp_tvm.schedule.files import (
 )
 from mtp_tvm.schedule.rules import RULES
 from mtp_tvm.schedule.steps import fresh_copy
-from mtp_tvm.schedule.token_rows import row_variants
+from mtp_tvm.schedule.token_rows import VARIANTS_ATTR
 from mtp_tvm.spec.cases import CASES
 from mtp_tvm.spec.presets import make_shapes
 from mtp_tvm.verify.golden_check import compare_outputs
@@ -84,13 +84,13 @@ def test_the_trace_is_recorded_and_replays(compiled):
     namespace = {"s_tir": s_tir, "T": T}
     exec(m.schedule_traces["lm_head_logits"], namespace)  # noqa: S102 - our own trace text
     applier = ApplySchedules(LLVM)
-    quantum = applier.row_quantum("lm_head_logits", 512)
-    func = row_variants(kernels.lm_head_logits(256, 512, quantum), quantum)  # as the schedule phase sees it
+    ks = load_schedules(LLVM)["lm_head_logits"]["default"]
+    func = applier.hand_rows(ks, kernels.lm_head_logits(256, 512))  # as the schedule phase sees it
+    assert func.attrs[VARIANTS_ATTR]  # its rows cut and small-T variants made
     replayed = s_tir.Schedule(tvm.IRModule({"lm_head_logits": fresh_copy(func)}))
     namespace["apply_trace"](replayed)
     direct = s_tir.Schedule(tvm.IRModule({"lm_head_logits": fresh_copy(func)}))
     direct.work_on("lm_head_logits")
-    ks = load_schedules(LLVM)["lm_head_logits"]["default"]
     RULES[ks.rule].apply(direct, ks.knobs_for(applier.isa.name), applier.isa)
     assert tvm_ffi.structural_equal(replayed.mod, direct.mod)
 
@@ -247,10 +247,10 @@ def test_only_the_real_rows_run_and_the_outputs_stay_bitwise(monkeypatch):
     """The GEMMs run ceil(T / r) * r rows (r = the register rows), not the padded 16, with unchanged outputs."""
     real = mtp_tvm.compile(case="tail", preset="tiny")
     gemm = real.optimized_module["lm_head_logits_prepacked"]  # (after the weight packing is lifted)
-    assert "tokens" in [p.name for p in gemm.params]  # T, passed by main: ceil(T / r) * r rows run
+    assert VARIANTS_ATTR in gemm.attrs  # the schedule phase cut its rows: ceil(T / r) * r, and small-T variants
     monkeypatch.setattr("mtp_tvm.schedule.apply.row_quantum", lambda knobs, isa, columns: 16)  # the full tile
     full = mtp_tvm.compile(case="tail", preset="tiny")
-    assert "tokens" not in [p.name for p in full.optimized_module["lm_head_logits_prepacked"].params]
+    assert VARIANTS_ATTR not in full.optimized_module["lm_head_logits_prepacked"].attrs
     for tokens in (1, 5, 8, 17):
         inputs = {k: to_numpy(v) for k, v in real.case.make_inputs(make_shapes("tiny", tokens), 3).items()}
         a, b = real.run(inputs), full.run(inputs)

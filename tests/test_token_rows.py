@@ -18,7 +18,7 @@ ZNVER4 = {"kind": "llvm", "mcpu": "znver4", "num-cores": 2}
 
 
 def test_variants_are_an_if_chain_on_t_with_named_blocks():
-    func = row_variants(tir_kernels.lm_head_logits(256, 512, 8), 8)
+    func = row_variants(tir_kernels.lm_head_logits(256, 512), 8)
     assert [int(r) for r in func.attrs[VARIANTS_ATTR]] == [1, 2, 4]
     text = func.script()
     for rows in (1, 2, 4):
@@ -32,7 +32,7 @@ def test_kernels_without_token_rows_or_at_the_full_tile_are_left_alone():
     assert row_variants(static, 8) is static and trim_token_rows(static, 8) is static
     full = tir_kernels.lm_head_logits(256, 512)
     assert row_variants(full, 16) is full
-    assert VARIANTS_ATTR not in (row_variants(tir_kernels.lm_head_logits(256, 512, 1), 1).attrs or {})
+    assert VARIANTS_ATTR not in (row_variants(tir_kernels.lm_head_logits(256, 512), 1).attrs or {})
 
 
 @pytest.mark.parametrize("case, frontend, target", [

@@ -171,7 +171,7 @@ def test_hand_space_samples_the_knobs_and_its_traces_replay_on_any_token_count()
     assert "sample_" not in shipped and steps(shipped) == general(default_trace)
     from mtp_tvm.ir.tir_kernels import lm_head_logits
 
-    kernel = lm_head_logits(256, 512, ApplySchedules(target).row_quantum("lm_head_logits", 512))  # as tuned builds
+    kernel = ApplySchedules(target).tuned_rows("lm_head_logits", lm_head_logits(256, 512))  # as tuned builds
     for space in spaces:  # fresh decisions, replayed on the kernel a tuned build has (T symbolic)
         trace = s_tir.Trace(space.trace.insts, {})
         fresh = s_tir.Schedule(key)

@@ -147,7 +147,7 @@ def _compile(spec: BuildSpec, debug: DebugOptions) -> CompiledCase:
     if dump:
         retention()  # a bad MTP_TVM_DUMPS_KEEP fails before the build
     recorder = PassRecorder(gate, dump) if dump or debug.time_passes or gate.active else None
-    mod = build_relax_module(c, shapes, frontend, row_quantum=applier.row_quantum)
+    mod = build_relax_module(c, shapes, frontend)
     meta = {"case": c.name, "target": target_json(tgt), "preset": shapes.preset.name, "frontend": frontend,
             "schedule": schedule, "shapes": shapes.as_dict()}
     with contextlib.closing(recorder) if recorder is not None else contextlib.nullcontext():  # its printer thread

@@ -6,8 +6,6 @@ and the golden tests exercise each. All tensors here are token-padded: ``rows`` 
 
 from __future__ import annotations
 
-from typing import Callable
-
 from tvm import relax, te, tirx
 
 from ..ir import tir_kernels as kernels
@@ -16,7 +14,6 @@ from ..spec.presets import (
     INT8_SCALE_MAX,
     K_CHUNK,
     MAX_LOGIT_ROWS,
-    TOKEN_TILE,
     Shapes,
 )
 
@@ -27,33 +24,23 @@ def _tensor(shape, dtype: str) -> relax.TensorType:
     return relax.TensorType(shape, dtype)
 
 
-RowQuantum = Callable[[str, int], int]  # (GEMM kernel, its output columns) -> rows its row loop rounds T up to
-
-
-def token_tile_rows(_kernel: str, _columns: int) -> int:
-    """The row quantum when no schedule asks for fewer rows: the whole padded tile of 16."""
-    return TOKEN_TILE
-
-
 class TIRFrontend:
-    """Hand-written TVMScript kernels (``tir_kernels.py``) called through ``call_tir``. The GEMMs run
-    ceil(T / q) * q rows, ``q = row_quantum(kernel, columns)`` (the schedule's register rows)."""
+    """Hand-written TVMScript kernels (``tir_kernels.py``) called through ``call_tir``. The GEMMs take the token
+    count T and run ceil(T / 16) * 16 rows, which the schedule phase cuts to its tile's."""
 
     name = "tir"
 
-    def __init__(self, bb: relax.BlockBuilder, tokens, row_quantum: RowQuantum = token_tile_rows):
-        self.bb, self.tokens, self.row_quantum = bb, tokens, row_quantum
+    def __init__(self, bb: relax.BlockBuilder, tokens):
+        self.bb, self.tokens = bb, tokens
 
     def call(self, func, name: str, args, out_ty, hint: str):
         gv = self.bb.add_func(func, name)  # structurally equal kernels are added once
         return self.bb.emit(relax.call_tir(gv, args, out_ty), name_hint=hint)
 
-    def _token_count(self, q: int) -> list:
-        """``[T]``, the ``tokens`` argument of a GEMM kernel that runs fewer rows than the tile of 16."""
-        if q == TOKEN_TILE:
-            return []
+    def _token_count(self) -> relax.PrimValue:
+        """T, the ``tokens`` argument of a GEMM kernel."""
         t = self.tokens
-        return [relax.prim_value(tirx.IntImm("int64", t) if isinstance(t, int) else t)]
+        return relax.prim_value(tirx.IntImm("int64", t) if isinstance(t, int) else t)
 
     def pad_rows(self, x, rows, cols: int, dtype: str, hint: str):
         return self.call(kernels.pad_rows(cols, dtype), "pad_rows_" + dtype, [x], _tensor((rows, cols), dtype), hint)
@@ -73,17 +60,15 @@ class TIRFrontend:
         bb = self.bb
         q_h, s_h = bb.emit(relax.TupleGetItem(qs["h"], 0)), bb.emit(relax.TupleGetItem(qs["h"], 1))
         q_p, s_p = bb.emit(relax.TupleGetItem(qs["p"], 0)), bb.emit(relax.TupleGetItem(qs["p"], 1))
-        q = self.row_quantum("w8a8_dual_gemm", d)
-        return self.call(kernels.w8a8_dual_gemm(d, q), "w8a8_dual_gemm",
+        return self.call(kernels.w8a8_dual_gemm(d), "w8a8_dual_gemm",
                          [q_h, q_p, w["e_proj_w"], w["h_proj_w"], s_h, s_p, w["e_proj_w_scale"], w["h_proj_w_scale"],
-                          *self._token_count(q)], _tensor((rows, d), "bfloat16"), "projected")
+                          self._token_count()], _tensor((rows, d), "bfloat16"), "projected")
 
     def norm(self, x, gain, rows, d: int, eps: float):
         return self.call(kernels.rms_norm(d, eps), "rms_norm", [x, gain], _tensor((rows, d), "bfloat16"), "normed")
 
     def logits(self, x, weight, rows, d: int, vocab_shard: int):
-        q = self.row_quantum("lm_head_logits", vocab_shard)
-        return self.call(kernels.lm_head_logits(d, vocab_shard, q), "lm_head_logits", [x, weight, *self._token_count(q)],
+        return self.call(kernels.lm_head_logits(d, vocab_shard), "lm_head_logits", [x, weight, self._token_count()],
                          _tensor((rows, vocab_shard), "float32"), "logits_padded")
 
     def lm_head(self, hidden, weight, row_indices, s: Shapes):
@@ -145,8 +130,8 @@ class RelaxFrontend:
 
     name = "relax"
 
-    def __init__(self, bb: relax.BlockBuilder, tokens=None, row_quantum: RowQuantum = token_tile_rows):
-        self.bb = bb  # legalised operators run every padded row: ``tokens``/``row_quantum`` are the TIR's
+    def __init__(self, bb: relax.BlockBuilder, tokens=None):
+        self.bb = bb  # legalised operators run every padded row: ``tokens`` is the TIR frontend's
 
     def emit(self, expr, hint: str):
         return self.bb.emit(expr, name_hint=hint)

@@ -11,7 +11,7 @@ import tvm
 from tvm import relax, tirx
 
 from ..ir.frontend_names import FRONTEND_NAMES, check_frontend
-from ..ir.frontends import RelaxFrontend, RowQuantum, TIRFrontend, token_tile_rows
+from ..ir.frontends import RelaxFrontend, TIRFrontend
 from ..ir.torch_frontend import TorchFrontend
 from ..spec.cases import ROWS, TOKENS, Case, FrontendCall, leading_activations, parse_arg
 from ..spec.presets import TOKEN_TILE, Shapes
@@ -40,14 +40,12 @@ def _stage_args(call: FrontendCall, x, rows, shapes: Shapes, env: dict, padded: 
     return [resolve[kind](name) for kind, name in map(parse_arg, call.args)]
 
 
-def build_relax_module(case: Case, shapes: Shapes, frontend: str,
-                       row_quantum: RowQuantum = token_tile_rows) -> tvm.IRModule:
+def build_relax_module(case: Case, shapes: Shapes, frontend: str) -> tvm.IRModule:
     """The case's Relax module; ``main(*inputs in spec order) -> tuple(stage outputs)``. Each stage is the
     frontend method its ``Stage.frontend`` names, called with the arguments it names.
 
-    The token count is symbolic (MetaSchedule's static workloads are made per kernel: ``schedule.tuned``).
-    ``row_quantum``: the rows each TIR GEMM rounds T up to (the schedule's register rows; default the whole tile
-    of 16).
+    The token count is symbolic (MetaSchedule's static workloads are made per kernel: ``schedule.tuned``). The
+    module is the same whatever the schedule: the schedule phase decides the rows each GEMM runs.
     """
     fe_cls = get_frontend(frontend)
     specs = case.input_specs(shapes)
@@ -58,7 +56,7 @@ def build_relax_module(case: Case, shapes: Shapes, frontend: str,
               for name, spec in specs.items()]
     env = dict(zip(specs, params))
     bb = relax.BlockBuilder()
-    fe = fe_cls(bb, tokens, row_quantum)
+    fe = fe_cls(bb, tokens)
     opening = case.chain[0].hidden_input
     with bb.function("main", params):
         with bb.dataflow():

@@ -6,12 +6,11 @@ count ``m`` is symbolic, so one binary serves any token count. Block names (``su
 
 Reductions over K run in the reference's accumulation order (the norms' chunked sums of squares as
 ``(k_chunk, k_inner)`` loops of ``K_CHUNK``). The GEMMs have trivial block bindings (``t, n, k``: the tiling is
-the schedule's, which is what MetaSchedule's multi-level tiling needs). With ``row_quantum`` below the token
-tile of 16 (a CPU register tile's rows; it divides 16) a GEMM takes the token count ``tokens`` and runs only
-ceil(tokens / row_quantum) * row_quantum rows, so padded rows the register tile does not need are never computed
-and splitting the row loop by the register rows needs no bounds predicate (the CPU schedule phase then adds
-smaller variants for small T: ``schedule/token_rows.py``). With the full tile (GPUs) it runs every padded row
-``m``, a multiple of 16 that schedules split without a predicate either.
+the schedule's, which is what MetaSchedule's multi-level tiling needs). A GEMM takes the token count ``tokens``
+and runs its rows as ``ceil(tokens / 16) * 16``: every padded row, written so that the schedule phase can cut the
+row loops to what its tile needs (a CPU register tile's ``ceil(T / q) * q`` and small-T variants:
+``schedule/token_rows.py``) without a bounds predicate. The kernels are the same whatever the schedule: the
+schedule phase decides the rows, so two builds that differ only in their schedule first differ there.
 """
 
 from __future__ import annotations
@@ -179,62 +178,13 @@ def quantize_rows(hidden: int):
     return quantize_rows
 
 
-def _dual_gemm_macro(hidden: int):
-    """The W8A8 GEMMs and their epilogue over ``rows`` rows; ``extent`` is the row axis' domain (``m`` for the
-    full tile, so GPU schedules see the rows inside the buffers; ``rows`` otherwise)."""
-    @T.macro
-    def dual_gemm(QH, QP, e_w, h_w, SH, SP, e_ws, h_ws, OUT, rows, extent):
-        acc_e = T.sblock_alloc_buffer((extent, hidden), "int32")
-        acc_h = T.sblock_alloc_buffer((extent, hidden), "int32")
-        for t, n, k in T.grid(rows, hidden, hidden):
-            with T.sblock("gemm_e"):
-                vt = T.axis.spatial(extent, t)
-                vn, vk = T.axis.remap("SR", [n, k])
-                with T.init():
-                    acc_e[vt, vn] = 0
-                acc_e[vt, vn] = acc_e[vt, vn] + T.Cast("int32", QH[vt, vk]) * T.Cast("int32", e_w[vn, vk])
-        for t, n, k in T.grid(rows, hidden, hidden):
-            with T.sblock("gemm_h"):
-                vt = T.axis.spatial(extent, t)
-                vn, vk = T.axis.remap("SR", [n, k])
-                with T.init():
-                    acc_h[vt, vn] = 0
-                acc_h[vt, vn] = acc_h[vt, vn] + T.Cast("int32", QP[vt, vk]) * T.Cast("int32", h_w[vn, vk])
-        for t, n in T.grid(rows, hidden):
-            with T.sblock("dequant_sum"):
-                vt = T.axis.spatial(extent, t)
-                vn = T.axis.remap("S", [n])
-                OUT[vt, vn] = T.Cast("bfloat16", T.Cast("float32", acc_e[vt, vn]) * SH[vt] * e_ws[vn]
-                                     + T.Cast("float32", acc_h[vt, vn]) * SP[vt] * h_ws[vn])
-
-    return dual_gemm
-
-
 @functools.lru_cache(maxsize=None)
-def w8a8_dual_gemm(hidden: int, row_quantum: int = TOKEN_TILE):
+def w8a8_dual_gemm(hidden: int):
     """``e_proj(q_h) + h_proj(q_p)`` (spec §1.6): two INT8 x INT8 -> INT32 GEMMs (exact, so any K order), each
     dequantised by token scale then channel scale, summed in FP32, BF16 out. See the module docstring for
-    ``row_quantum`` and ``tokens``."""
-    gemm = _dual_gemm_macro(hidden)
+    ``tokens`` and the rows it runs."""
 
-    if row_quantum == TOKEN_TILE:  # every padded row. (Only the returned form is parsed: a macro expanded in two
-        # functions renames the second one's blocks.)
-        @T.prim_func(s_tir=True, private=True)  # private: only the Relax main is an entry point
-        def w8a8_dual_gemm(q_h: T.handle, q_p: T.handle, e_w: T.Buffer((hidden, hidden), "int8"),
-                           h_w: T.Buffer((hidden, hidden), "int8"), s_h: T.handle, s_p: T.handle,
-                           e_ws: T.Buffer((hidden,), "float32"), h_ws: T.Buffer((hidden,), "float32"), out: T.handle):
-            T.func_attr({"tir.noalias": True, "op_pattern": OPAQUE})
-            m = T.int64()
-            QH = T.match_buffer(q_h, (m, hidden), "int8")
-            QP = T.match_buffer(q_p, (m, hidden), "int8")
-            SH = T.match_buffer(s_h, (m,), "float32")
-            SP = T.match_buffer(s_p, (m,), "float32")
-            OUT = T.match_buffer(out, (m, hidden), "bfloat16")
-            gemm(QH, QP, e_w, h_w, SH, SP, e_ws, h_ws, OUT, m // TOKEN_TILE * TOKEN_TILE, m)  # = m, of 16
-
-        return w8a8_dual_gemm
-
-    @T.prim_func(s_tir=True, private=True)
+    @T.prim_func(s_tir=True, private=True)  # private: only the Relax main is an entry point
     def w8a8_dual_gemm(q_h: T.handle, q_p: T.handle, e_w: T.Buffer((hidden, hidden), "int8"),
                        h_w: T.Buffer((hidden, hidden), "int8"), s_h: T.handle, s_p: T.handle,
                        e_ws: T.Buffer((hidden,), "float32"), h_ws: T.Buffer((hidden,), "float32"), tokens: T.int64,
@@ -246,46 +196,52 @@ def w8a8_dual_gemm(hidden: int, row_quantum: int = TOKEN_TILE):
         SH = T.match_buffer(s_h, (m,), "float32")
         SP = T.match_buffer(s_p, (m,), "float32")
         OUT = T.match_buffer(out, (m, hidden), "bfloat16")
-        gemm(QH, QP, e_w, h_w, SH, SP, e_ws, h_ws, OUT, (tokens + row_quantum - 1) // row_quantum * row_quantum,
-             (tokens + row_quantum - 1) // row_quantum * row_quantum)
+        rows = T.meta_var((tokens + TOKEN_TILE - 1) // TOKEN_TILE * TOKEN_TILE)  # an expression, not a let
+        acc_e = T.sblock_alloc_buffer((m, hidden), "int32")
+        acc_h = T.sblock_alloc_buffer((m, hidden), "int32")
+        for t, n, k in T.grid(rows, hidden, hidden):
+            with T.sblock("gemm_e"):
+                vt = T.axis.spatial(m, t)
+                vn, vk = T.axis.remap("SR", [n, k])
+                with T.init():
+                    acc_e[vt, vn] = 0
+                acc_e[vt, vn] = acc_e[vt, vn] + T.Cast("int32", QH[vt, vk]) * T.Cast("int32", e_w[vn, vk])
+        for t, n, k in T.grid(rows, hidden, hidden):
+            with T.sblock("gemm_h"):
+                vt = T.axis.spatial(m, t)
+                vn, vk = T.axis.remap("SR", [n, k])
+                with T.init():
+                    acc_h[vt, vn] = 0
+                acc_h[vt, vn] = acc_h[vt, vn] + T.Cast("int32", QP[vt, vk]) * T.Cast("int32", h_w[vn, vk])
+        for t, n in T.grid(rows, hidden):
+            with T.sblock("dequant_sum"):
+                vt = T.axis.spatial(m, t)
+                vn = T.axis.remap("S", [n])
+                OUT[vt, vn] = T.Cast("bfloat16", T.Cast("float32", acc_e[vt, vn]) * SH[vt] * e_ws[vn]
+                                     + T.Cast("float32", acc_h[vt, vn]) * SP[vt] * h_ws[vn])
 
     return w8a8_dual_gemm
 
 
 @functools.lru_cache(maxsize=None)
-def lm_head_logits(hidden: int, vocab_shard: int, row_quantum: int = TOKEN_TILE):
+def lm_head_logits(hidden: int, vocab_shard: int):
     """Local logits (spec §2.1): BF16 x BF16 -> FP32, K accumulated in order (so in chunk order, whatever the
-    chunking). See the module docstring for ``row_quantum`` and ``tokens``."""
+    chunking). See the module docstring for ``tokens`` and the rows it runs."""
 
-    @T.macro
-    def logits(X, w, Y, rows, extent):
-        for t, v, k in T.grid(rows, vocab_shard, hidden):
-            with T.sblock("logits"):
-                vt = T.axis.spatial(extent, t)
-                vv, vk = T.axis.remap("SR", [v, k])
-                with T.init():
-                    Y[vt, vv] = T.float32(0)
-                Y[vt, vv] = Y[vt, vv] + T.Cast("float32", X[vt, vk]) * T.Cast("float32", w[vv, vk])
-
-    if row_quantum == TOKEN_TILE:  # every padded row
-        @T.prim_func(s_tir=True, private=True)  # private: only the Relax main is an entry point
-        def lm_head_logits(x: T.handle, w: T.Buffer((vocab_shard, hidden), "bfloat16"), y: T.handle):
-            T.func_attr({"tir.noalias": True, "op_pattern": OPAQUE})
-            m = T.int64()
-            X = T.match_buffer(x, (m, hidden), "bfloat16")
-            Y = T.match_buffer(y, (m, vocab_shard), "float32")
-            logits(X, w, Y, m // TOKEN_TILE * TOKEN_TILE, m)  # = m (padded), provably a multiple of 16
-
-        return lm_head_logits
-
-    @T.prim_func(s_tir=True, private=True)
+    @T.prim_func(s_tir=True, private=True)  # private: only the Relax main is an entry point
     def lm_head_logits(x: T.handle, w: T.Buffer((vocab_shard, hidden), "bfloat16"), tokens: T.int64, y: T.handle):
         T.func_attr({"tir.noalias": True, "op_pattern": OPAQUE})
         m = T.int64()
         X = T.match_buffer(x, (m, hidden), "bfloat16")
         Y = T.match_buffer(y, (m, vocab_shard), "float32")
-        logits(X, w, Y, (tokens + row_quantum - 1) // row_quantum * row_quantum,
-               (tokens + row_quantum - 1) // row_quantum * row_quantum)
+        rows = T.meta_var((tokens + TOKEN_TILE - 1) // TOKEN_TILE * TOKEN_TILE)  # an expression, not a let
+        for t, v, k in T.grid(rows, vocab_shard, hidden):
+            with T.sblock("logits"):
+                vt = T.axis.spatial(m, t)
+                vv, vk = T.axis.remap("SR", [v, k])
+                with T.init():
+                    Y[vt, vv] = T.float32(0)
+                Y[vt, vv] = Y[vt, vv] + T.Cast("float32", X[vt, vk]) * T.Cast("float32", w[vv, vk])
 
     return lm_head_logits
 

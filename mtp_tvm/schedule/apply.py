@@ -35,7 +35,7 @@ from .knobs import CpuGemm
 from .patterns import match_kernel
 from .rules import RULES
 from .steps import fresh_copy
-from .token_rows import row_variants, written_quantum
+from .token_rows import block_columns, row_variants, trim_token_rows
 from .tuned import RECORDS_FILE, apply_database, open_database
 
 SCHEDULED_ATTR = "tirx.is_scheduled"
@@ -67,14 +67,25 @@ class ApplySchedules:
         self.unscheduled: list[str] = []  # kernels lowered as written: no schedule file covers them
         self.isa = None if is_gpu(target) else cpu_isa(target)
 
-    def row_quantum(self, kernel: str, columns: int) -> int:
-        """The rows a GEMM kernel's row loop is rounded up to: its CPU register rows under a hand schedule, and
-        under ``tuned`` those of the default one (the records were tuned on that kernel: ``tuned.tile_workload``),
-        so only ceil(T / r) * r rows run; else the token tile of 16 (GPU tiles, ``none``)."""
-        ks = None if self.schedule in (NONE, DLIGHT) or self.isa is None else \
-            self._kernel_schedule(kernel, DEFAULT if self.schedule == TUNED else self.schedule)
-        knobs = ks.knobs_for(self.isa.name) if ks is not None else None
-        return row_quantum(knobs, self.isa, columns) if isinstance(knobs, CpuGemm) else TOKEN_TILE
+    def _gemm_rows(self, ks: KernelSchedule | None, func: tirx.PrimFunc) -> int | None:
+        """The register rows q of a CPU GEMM hand schedule on ``func`` (only ceil(T / q) * q of its token rows
+        need to run), or None: not a CPU GEMM schedule."""
+        knobs = ks.knobs_for(self.isa.name) if ks is not None and self.isa is not None else None
+        if not isinstance(knobs, CpuGemm):
+            return None
+        sch = s_tir.Schedule(tvm.IRModule({"main": func}))
+        return row_quantum(knobs, self.isa, int(block_columns(sch.get(sch.get_sblock(next(iter(knobs.blocks)))))))
+
+    def hand_rows(self, ks: KernelSchedule | None, func: tirx.PrimFunc) -> tirx.PrimFunc:
+        """A kernel as its hand schedule ``ks`` is applied to it: a CPU GEMM's token rows (written
+        ceil(T / 16) * 16) cut to the register rows, with its small-T variants (``token_rows.row_variants``)."""
+        rows = self._gemm_rows(ks, func)
+        return func if rows is None else row_variants(func, rows)
+
+    def tuned_rows(self, name: str, func: tirx.PrimFunc) -> tirx.PrimFunc:
+        """A kernel as ``tune`` tunes it and a ``tuned`` build replays its records on: a GEMM with a hand schedule
+        file cut to the register rows of its default schedule (the general loop; no small-T variants)."""
+        return trim_token_rows(func, self._gemm_rows(self._kernel_schedule(name, DEFAULT), func) or TOKEN_TILE)
 
     def hand_schedule(self, func_name: str, func: tirx.PrimFunc | None = None) -> KernelSchedule | None:
         """The default hand schedule of a kernel (what ``tune`` starts its hand space from): its file's, else
@@ -95,10 +106,11 @@ class ApplySchedules:
         dlight goes first under ``dlight`` and for GPU kernels without a schedule file; a kernel dlight
         declines (the hand GEMMs: no dlight rule matches them) gets its default hand schedule."""
         ks = None if self.schedule in (NONE, DLIGHT) else self._kernel_schedule(name, self.schedule)
+        func = self.hand_rows(ks, func)  # the schedule phase decides the rows a GEMM runs, not the IR builder
         if ks is None and self.isa is not None and self.schedule not in (NONE, DLIGHT):
             found = match_kernel(func, self.target, self.isa, self.schedule)  # by pattern, not by name
             if found is not None:
-                ks, func = found.schedule, found.func  # (a GEMM's token rows trimmed to its row quantum)
+                ks, func = found.schedule, found.func  # (a GEMM's rows cut and its small-T variants made there)
         if is_gpu(self.target) and (self.schedule == DLIGHT or ks is None):
             sch = apply_dlight(func, self.target)
             if sch is not None:
@@ -111,9 +123,6 @@ class ApplySchedules:
             self.unscheduled.append(name)
             return None
         knobs = ks.knobs_for(self.isa.name if self.isa else None)
-        quantum = written_quantum(func) if isinstance(knobs, CpuGemm) and self.isa is not None else None
-        if quantum is not None:  # a TIR GEMM written for the register rows: small-T variants too
-            func = row_variants(func, quantum)
         sch = s_tir.Schedule(tvm.IRModule({name: func}))
         sch.work_on(name)
         try:
@@ -149,6 +158,9 @@ class ApplySchedules:
     def _apply_records(self, mod: tvm.IRModule) -> tvm.IRModule:
         """Every kernel with a MetaSchedule record that replays on it gets it (marked scheduled); the rest fall
         through to their hand schedule, and are listed in ``untuned`` with the reason so the caller can say so."""
+        for gv, func in list(mod.functions_items()):
+            if isinstance(func, tirx.PrimFunc):
+                mod[gv] = self.tuned_rows(gv.name_hint, func)
         mod, applied = apply_database(mod, self.target, self.database, Path(self.tuned_dir))
         self.traces.update(applied.traces)
         self.origins.update(applied.origins)

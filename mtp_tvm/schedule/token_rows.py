@@ -116,19 +116,9 @@ def trim_token_rows(func: tirx.PrimFunc, quantum: int) -> tirx.PrimFunc:
     return _with_root_body(func, _cut(_root(func).body, is_rows, _rounded(tokens, quantum), ""))
 
 
-def written_quantum(func: tirx.PrimFunc) -> int | None:
-    """The row quantum q a kernel was written with (its token row loops run ``ceil(T / q) * q`` rows, a TIR GEMM
-    built for a CPU register tile), or None."""
-    tokens, root = token_count(func), _root(func)
-    if tokens is None or root is None:
-        return None
-    analyzer = Analyzer()
-    body = root.body
-    for s in (body.seq if isinstance(body, tirx.SeqStmt) else [body]):
-        for q in (8, 4, 2, 1):
-            if isinstance(s, tirx.For) and analyzer.can_prove_equal(s.extent, _rounded(tokens, q)):
-                return q
-    return None
+def block_columns(block: s_tir.SBlock):
+    """A GEMM block's output columns: the extent of its second iterator (``t, n, k``)."""
+    return block.iter_vars[1].dom.extent
 
 
 def _scope(func: tirx.PrimFunc, name: str, body) -> s_tir.SBlockRealize:

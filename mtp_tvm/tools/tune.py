@@ -97,13 +97,12 @@ def case_kernels(case: str, target: Target, preset: str, frontend: str,
     from ..spec.cases import get_case
     from ..spec.presets import make_shapes
 
-    # GEMMs in the row-quantum form a tuned build has (``ApplySchedules.row_quantum`` under ``tuned``)
-    rows = ApplySchedules(target).row_quantum
-    mod = build_relax_module(get_case(case), make_shapes(preset, None, vocab_shard), frontend, row_quantum=rows)
+    mod = build_relax_module(get_case(case), make_shapes(preset, None, vocab_shard), frontend)
     with target:
         mod = tvm.transform.Sequential(legalize_passes(target) + fuse_passes(target)
                                        + [relax.transform.LiftTransformParams()])(mod)
-    return {gv.name_hint: tile_workload(mod[gv]) for gv in called_kernels(mod)}
+    rows = ApplySchedules(target).tuned_rows  # each GEMM's rows as a tuned build cuts them
+    return {gv.name_hint: tile_workload(rows(gv.name_hint, mod[gv])) for gv in called_kernels(mod)}
 
 
 @dataclasses.dataclass
