@@ -32,6 +32,7 @@ from .files import (
 )
 from .gpu_rules import apply_dlight
 from .knobs import CpuGemm
+from .names import missing_names
 from .patterns import match_kernel
 from .rules import RULES
 from .steps import fresh_copy
@@ -39,6 +40,13 @@ from .token_rows import block_columns, row_variants, trim_token_rows
 from .tuned import RECORDS_FILE, apply_database, open_database
 
 SCHEDULED_ATTR = "tirx.is_scheduled"
+
+
+def _require_names(ks: KernelSchedule, knobs, func: tirx.PrimFunc) -> None:
+    """Refuse, in one line, a schedule naming a block or buffer its kernel does not have (``names.py``)."""
+    problem = missing_names(knobs, func)
+    if problem:
+        raise UsageError(f"schedule {ks.name!r} ({ks.source}, rule {ks.rule}) on {ks.kernel}: {problem}")
 
 
 @tvm.transform.module_pass(opt_level=0, name="ApplySchedules")
@@ -73,6 +81,7 @@ class ApplySchedules:
         knobs = ks.knobs_for(self.isa.name) if ks is not None and self.isa is not None else None
         if not isinstance(knobs, CpuGemm):
             return None
+        _require_names(ks, knobs, func)
         sch = s_tir.Schedule(tvm.IRModule({"main": func}))
         return row_quantum(knobs, self.isa, int(block_columns(sch.get(sch.get_sblock(next(iter(knobs.blocks)))))))
 
@@ -123,6 +132,7 @@ class ApplySchedules:
             self.unscheduled.append(name)
             return None
         knobs = ks.knobs_for(self.isa.name if self.isa else None)
+        _require_names(ks, knobs, func)
         sch = s_tir.Schedule(tvm.IRModule({name: func}))
         sch.work_on(name)
         try:

@@ -16,14 +16,22 @@ from typing import Literal
 
 from ..support.errors import UsageError
 
+# Knob fields that name parts of the kernel they schedule: its blocks, or its buffers. ``schedule/names.py`` checks
+# every such name against the kernel before a rule runs, so a renamed block is one clear line, not a TVM error.
+BLOCKS, BUFFERS = {"names": "block"}, {"names": "buffer"}
+
+
+def _blocks(default=()):
+    return dataclasses.field(default=default, metadata=BLOCKS)
+
 
 @dataclasses.dataclass(frozen=True)
 class GemmOperands:
     """What a GEMM block multiplies: its activation and weight buffers (by name); ``widen``: copy the
     activation once per call into a kernel-local FP32 buffer (BF16 activations)."""
 
-    activation: str
-    weight: str
+    activation: str = dataclasses.field(metadata=BUFFERS)
+    weight: str = dataclasses.field(metadata=BUFFERS)
     widen: bool = False
 
 
@@ -37,9 +45,9 @@ class CpuGemm:
     ``cpu_rules.dot_tile`` picks; set on a block the ISA has no dot product for, an error), and the FMA knobs do
     not apply to them."""
 
-    blocks: dict[str, GemmOperands]
-    epilogue: tuple[str, ...] = ()
-    inline: tuple[str, ...] = ()  # spatial blocks computed into their consumers first (a fused kernel's epilogue)
+    blocks: dict[str, GemmOperands] = dataclasses.field(metadata=BLOCKS)
+    epilogue: tuple[str, ...] = _blocks()
+    inline: tuple[str, ...] = _blocks()  # spatial blocks computed into their consumers first (a fused epilogue)
     k_chunk: int = 128
     register_rows: int | None = None
     column_vectors: int | None = None
@@ -57,9 +65,9 @@ class CpuRows:
     """``cpu_rows``: rows in parallel (``parallel``), columns vectorised ``vector_width`` lanes (None: the
     target's FP32 lanes); ``compute_at_row`` producers move under the row loop (consumer first)."""
 
-    row_block: str
-    compute_at_row: tuple[str, ...] = ()
-    parallel_blocks: tuple[str, ...] = ()
+    row_block: str = dataclasses.field(metadata=BLOCKS)
+    compute_at_row: tuple[str, ...] = _blocks()
+    parallel_blocks: tuple[str, ...] = _blocks()
     vector_width: int | None = None
     parallel: Literal["rows", "none"] = "rows"
 
@@ -71,9 +79,9 @@ class CpuGeneric:
     width (``vector_width``; None: the target's FP32 lanes, narrowed to divide the loop) and vectorised, each
     ``parallel`` block's outer loop run in parallel."""
 
-    inline: tuple[str, ...] = ()
-    vectorize: tuple[str, ...] = ()
-    parallel: tuple[str, ...] = ()
+    inline: tuple[str, ...] = _blocks()
+    vectorize: tuple[str, ...] = _blocks()
+    parallel: tuple[str, ...] = _blocks()
     vector_width: int | None = None
 
 
@@ -82,8 +90,8 @@ class CpuLmHead:
     """``cpu_lm_head``: the TP LM head with an owner's selected rows innermost, in one vector register (their
     count is the kernel's 8 rows); vocab columns in parallel, K in chunk order (bitwise the plain kernel)."""
 
-    select_block: str = "select_rows"
-    logits_block: str = "logits"
+    select_block: str = _blocks("select_rows")
+    logits_block: str = _blocks("logits")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,12 +99,12 @@ class GpuGemm:
     """``gpu_gemm``: a thread block per 16-token tile x ``column_tile`` columns, 16 row-warps x ``k_threads``
     K lanes, ``vector_width`` elements per load, the weight K chunk staged in shared memory (``stage_weight``)."""
 
-    blocks: dict[str, GemmOperands]
+    blocks: dict[str, GemmOperands] = dataclasses.field(metadata=BLOCKS)
     column_tile: int
     k_threads: int
     vector_width: int
     stage_weight: Literal["shared"] | None = None
-    epilogue: tuple[str, ...] = ()
+    epilogue: tuple[str, ...] = _blocks()
     epilogue_threads: int = 256
 
 
@@ -104,18 +112,18 @@ class GpuGemm:
 class GpuRows:
     """``gpu_rows``: a thread block per row, ``threads`` lanes over its columns; see ``gpu_rules.gpu_rows``."""
 
-    row_block: str
+    row_block: str = dataclasses.field(metadata=BLOCKS)
     threads: int
-    compute_at_row: tuple[str, ...] = ()
-    cross_thread: tuple[str, ...] = ()
-    own_kernel: tuple[str, ...] = ()
+    compute_at_row: tuple[str, ...] = _blocks()
+    cross_thread: tuple[str, ...] = _blocks()
+    own_kernel: tuple[str, ...] = _blocks()
 
 
 @dataclasses.dataclass(frozen=True)
 class GpuFlat:
     """``gpu_flat``: every loop of each block fused over blocks x ``threads`` (copies)."""
 
-    blocks: tuple[str, ...]
+    blocks: tuple[str, ...] = dataclasses.field(metadata=BLOCKS)
     threads: int
 
 
