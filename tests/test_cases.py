@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from mtp_tvm.spec.cases import CASES, STAGES, FrontendCall, get_case, parse_arg
+from mtp_tvm.spec.cases import CASES, STAGES, Arg, ArgKind, get_case
 from mtp_tvm.spec.presets import make_shapes
 
 SPEC_PROJECTION_ORDER = ["hidden_states", "prev_hidden_states", "enorm_w", "hnorm_w", "e_proj_w", "e_proj_w_scale",
@@ -58,17 +58,18 @@ def test_stages_carry_their_facts():
     for st in STAGES.values():
         for fe in FRONTENDS.values():
             assert callable(getattr(fe, st.frontend.method)), (st.name, fe.name)
-        for kind, name in map(parse_arg, st.frontend.args):
-            assert kind != "input" or name in {p.name for p in st.params}, (st.name, name)
-            assert kind != "shape" or hasattr(s, name), (st.name, name)
+        for a in st.frontend.args:
+            assert a.kind != ArgKind.INPUT or a.name in {p.name for p in st.params}, (st.name, a.name)
+            assert a.kind != ArgKind.SHAPE or hasattr(s, a.name), (st.name, a.name)
         assert all(check in OUTPUT_CHECKS for out in st.outputs for check in out.checks), st.name
         assert all(len(g) == 3 for g in st.gemms(s))
 
 
-def test_bad_frontend_arguments_are_refused():
-    for bad in ("X", "input", "x:hidden", "shape:"):
-        with pytest.raises(ValueError):
-            FrontendCall("norm", (bad,))
+@pytest.mark.parametrize("kind, name", [(ArgKind.INPUT, None), (ArgKind.X, "hidden"), (ArgKind.SHAPE, ""),
+                                        ("input", "w")])
+def test_bad_frontend_arguments_are_refused(kind, name):
+    with pytest.raises(ValueError, match="bad frontend argument"):
+        Arg(kind, name)
 
 
 def test_comparators_per_output():

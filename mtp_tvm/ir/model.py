@@ -13,7 +13,7 @@ from tvm import relax, tirx
 from ..ir.frontend_names import FRONTEND_NAMES, check_frontend
 from ..ir.frontends import RelaxFrontend, TIRFrontend
 from ..ir.torch_frontend import TorchFrontend
-from ..spec.cases import ROWS, TOKENS, Case, FrontendCall, leading_activations, parse_arg
+from ..spec.cases import ROWS, TOKENS, ArgKind, Case, FrontendCall, leading_activations
 from ..spec.presets import TOKEN_TILE, Shapes
 
 FRONTENDS = dict(zip(FRONTEND_NAMES, (RelaxFrontend, TIRFrontend, TorchFrontend)))
@@ -35,9 +35,10 @@ def _symbolic_sizes(specs: dict, owners: int) -> dict:
 def _stage_args(call: FrontendCall, x, rows, shapes: Shapes, env: dict, padded: dict) -> list:
     """The arguments ``call`` names (see ``FrontendCall``): ``x`` the stage's activation, ``rows`` the padded
     token count, ``env`` the module's inputs by name, ``padded`` its token-major inputs padded to ``rows``."""
-    resolve = {"x": lambda _: x, "padded_rows": lambda _: rows, "shapes": lambda _: shapes, "inputs": lambda _: env,
-               "input": env.__getitem__, "padded": padded.__getitem__, "shape": lambda attr: getattr(shapes, attr)}
-    return [resolve[kind](name) for kind, name in map(parse_arg, call.args)]
+    resolve = {ArgKind.X: lambda _: x, ArgKind.PADDED_ROWS: lambda _: rows, ArgKind.SHAPES: lambda _: shapes,
+               ArgKind.INPUTS: lambda _: env, ArgKind.INPUT: env.__getitem__, ArgKind.PADDED: padded.__getitem__,
+               ArgKind.SHAPE: lambda attr: getattr(shapes, attr)}
+    return [resolve[a.kind](a.name) for a in call.args]
 
 
 def build_relax_module(case: Case, shapes: Shapes, frontend: str) -> tvm.IRModule:

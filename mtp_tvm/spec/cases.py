@@ -17,6 +17,7 @@ owner ``t // R``), so a chain's token-major ``[T, D]`` hidden is the LM head's `
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 from typing import Callable
 
@@ -137,24 +138,53 @@ def _token_major(name: str, dtype: str, cols: Callable[[Shapes], int],
 
 # ---- how ir/model.py calls a stage's frontend method -----------------------------------------------------
 
-ARG_KINDS = {"x": False, "padded_rows": False, "shapes": False, "inputs": False,  # kind -> takes a ":name"
-             "input": True, "padded": True, "shape": True}
+class ArgKind(enum.Enum):
+    """What a frontend call argument is (``FrontendCall``); the last three name something (``Arg.name``)."""
+
+    X = "x"                      # the activation the stage reads
+    PADDED_ROWS = "padded_rows"  # the token count padded to the tile (symbolic)
+    SHAPES = "shapes"            # the ``Shapes``
+    INPUTS = "inputs"            # every case input, by name
+    INPUT = "input"              # one case input
+    PADDED = "padded"            # a token-major case input padded to ``padded_rows``
+    SHAPE = "shape"              # ``Shapes.<name>``
 
 
-def parse_arg(arg: str) -> tuple[str, str]:
-    """``"kind"`` or ``"kind:name"`` -> ``(kind, name)``; see ``FrontendCall``."""
-    kind, _, name = arg.partition(":")
-    if ARG_KINDS.get(kind) is not bool(name):
-        raise ValueError(f"bad frontend argument {arg!r}: see FrontendCall")
-    return kind, name
+NAMED_ARGS = {ArgKind.INPUT, ArgKind.PADDED, ArgKind.SHAPE}
+
+
+@dataclasses.dataclass(frozen=True)
+class Arg:
+    """One argument of a frontend call: its kind, and the name the named kinds need."""
+
+    kind: ArgKind
+    name: str | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.kind, ArgKind) or (self.kind in NAMED_ARGS) is not isinstance(self.name, str) \
+                or (self.name is not None and not self.name):
+            raise ValueError(f"bad frontend argument {self}: {', '.join(k.value for k in NAMED_ARGS)} take a name, "
+                             "the others none")
+
+
+X, PADDED_ROWS, SHAPES, INPUTS = (Arg(k) for k in (ArgKind.X, ArgKind.PADDED_ROWS, ArgKind.SHAPES, ArgKind.INPUTS))
+
+
+def input_arg(name: str) -> Arg:
+    return Arg(ArgKind.INPUT, name)
+
+
+def padded_arg(name: str) -> Arg:
+    return Arg(ArgKind.PADDED, name)
+
+
+def shape_arg(attr: str) -> Arg:
+    return Arg(ArgKind.SHAPE, attr)
 
 
 @dataclasses.dataclass(frozen=True)
 class FrontendCall:
-    """The frontend method (``ir/frontends.py``) that builds a stage, and its arguments, each named as
-    ``x`` (the activation the stage reads), ``padded_rows`` (the token count padded to the tile, symbolic),
-    ``shapes`` (the ``Shapes``), ``inputs`` (every case input by name), ``input:<name>`` (one input),
-    ``padded:<name>`` (a token-major input padded to ``padded_rows``) or ``shape:<attr>`` (``Shapes.<attr>``).
+    """The frontend method (``ir/frontends.py``) that builds a stage, and its arguments (``Arg``).
 
     ``padded``: the stage runs on padded rows, ``x`` is ``[padded_rows, D]`` and the method returns one
     tensor, cut back to ``T`` rows as the stage's one output. Otherwise ``x`` is token-major ``[T, D]``, the
@@ -162,11 +192,9 @@ class FrontendCall:
     """
 
     method: str
-    args: tuple[str, ...]
+    args: tuple[Arg, ...]
     padded: bool = True
 
-    def __post_init__(self):
-        list(map(parse_arg, self.args))  # a malformed argument fails at import
 
 
 HIDDEN_INPUT = Param("hidden_states", _TD, "bfloat16", _activation)
@@ -295,21 +323,22 @@ STAGES: dict[str, Stage] = {
          *_pair("h_proj"), Param("h_proj_smooth", _D, "float32", _ones)),
         _token_major("hidden_states_out", "bfloat16", lambda s: s.hidden),
         lambda _x, t, s: (golden.mtp_projection(t, s.eps),),
-        FrontendCall("projection", ("padded:hidden_states", "padded:prev_hidden_states", "inputs", "padded_rows",
-                                    "shape:hidden", "shape:eps")),
+        FrontendCall("projection", (padded_arg("hidden_states"), padded_arg("prev_hidden_states"), INPUTS, PADDED_ROWS,
+                                    shape_arg("hidden"), shape_arg("eps"))),
         gemms=lambda s: ((TOKENS, s.hidden, s.hidden),) * 2,
         peers=Peers(_torch_projection, _numpy_projection), hidden_input=None),
     "norm": Stage(
         "norm", (Param("shared_head_norm_w", _D, "float32", _ones),),
         _token_major("normed_hidden", "bfloat16", lambda s: s.hidden),
         lambda x, t, s: (golden.shared_head_norm(x, t["shared_head_norm_w"], s.eps),),
-        FrontendCall("norm", ("x", "input:shared_head_norm_w", "padded_rows", "shape:hidden", "shape:eps")),
+        FrontendCall("norm", (X, input_arg("shared_head_norm_w"), PADDED_ROWS, shape_arg("hidden"), shape_arg("eps"))),
         peers=Peers(_torch_norm, _numpy_norm)),
     "logits": Stage(
         "logits", (Param("lm_head_weight", lambda s: (s.vocab_shard, s.hidden), "bfloat16", _lm_head_weight),),
         _token_major(LOGITS, "float32", lambda s: s.vocab_shard, ("ratio_allclose", "logits_contract")),
         lambda x, t, _s: (golden.local_logits(x, t["lm_head_weight"]),),
-        FrontendCall("logits", ("x", "input:lm_head_weight", "padded_rows", "shape:hidden", "shape:vocab_shard")),
+        FrontendCall("logits", (X, input_arg("lm_head_weight"), PADDED_ROWS, shape_arg("hidden"),
+                                shape_arg("vocab_shard"))),
         gemms=lambda s: ((TOKENS, s.hidden, s.vocab_shard),),
         peers=Peers(_torch_logits, _numpy_logits)),
     "lm_head": Stage(  # token-major [T, D] in, static [owners, 8, ...] out: no padding
@@ -319,7 +348,7 @@ STAGES: dict[str, Stage] = {
         (Output(LM_HEAD_LOGITS, lambda s: (s.owners, MAX_LOGIT_ROWS, s.vocab), "float32", ("device_hidden_logits",)),
          Output(SAMPLED_IDS, lambda s: (s.owners, MAX_LOGIT_ROWS), "int32", ("sampled_ids_argmax",))),
         _lm_head_golden,
-        FrontendCall("lm_head", ("x", "input:lm_head_weight", "input:logit_row_indices", "shapes"), padded=False),
+        FrontendCall("lm_head", (X, input_arg("lm_head_weight"), input_arg("logit_row_indices"), SHAPES), padded=False),
         gemms=lambda s: ((s.owners * MAX_LOGIT_ROWS, s.hidden, s.vocab),),
         hidden_input=Param("hidden_out", _ORD, "bfloat16", _owner_hidden), check_shapes=_check_lm_head_shapes),
 }
