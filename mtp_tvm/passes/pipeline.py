@@ -81,14 +81,16 @@ def finalize_passes(target: Target) -> list:
 @dataclasses.dataclass(frozen=True)
 class Phase:
     name: str
-    passes: Callable[..., list]  # (target) -> passes; the schedule phase also takes the schedule applier
+    passes: Callable[..., list]  # (target) -> passes; (target, applier) where ``takes_applier``
     optional_on: frozenset[str] = frozenset()  # target kinds on which the whole phase may be skipped (bisect)
+    takes_applier: bool = False  # the schedule phase: its passes need the build's ``ApplySchedules``
 
 
 RELAX_PHASES: tuple[Phase, ...] = (
     Phase("legalize", legalize_passes),
     Phase("fuse", fuse_passes),
-    Phase("schedule", schedule_passes, optional_on=frozenset({"llvm"})),  # CPU kernels lower unscheduled; GPU ones need thread bindings
+    # CPU kernels lower unscheduled; GPU ones need thread bindings
+    Phase("schedule", schedule_passes, optional_on=frozenset({"llvm"}), takes_applier=True),
     Phase("lower-dataflow", lower_dataflow_passes),
     Phase("finalize", finalize_passes),
 )
@@ -128,9 +130,9 @@ def relax_pipeline(target: Target, applier: tvm.transform.Pass | None, extra_pas
     names = [ph.name for ph in RELAX_PHASES]
     passes = []
     for phase in RELAX_PHASES[names.index(first_phase):]:
-        if phase.passes is schedule_passes and applier is None:
+        if phase.takes_applier and applier is None:
             raise ValueError("a pipeline that runs the schedule phase needs its schedule applier")
-        phase_passes = phase.passes(target, applier) if phase.passes is schedule_passes else phase.passes(target)
+        phase_passes = phase.passes(target, applier) if phase.takes_applier else phase.passes(target)
         passes += [phase_marker(phase.name, on_phase), *extra_passes.get(phase.name, ()), *phase_passes]
     seq = tvm.transform.Sequential(passes, name="mtp.relax")
 
