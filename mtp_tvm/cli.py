@@ -297,13 +297,14 @@ def _cmd_run(args) -> int:
     return 0
 
 
-def _refuse_build_flags(args) -> None:
-    """``--artifact`` takes what was built from the artifact's manifest: a build flag given beside it is an error
-    (the size flags are None unless given; the others count as given when not at their default)."""
-    given = [f"--{o.replace('_', '-')}" for o in ("case", "preset", "vocab_shard", "owners", "tp")
-             if getattr(args, o, None) is not None]
-    given += [f"--{o}" for o in ("target", "frontend", "schedule")
-              if getattr(args, o, getattr(_DEFAULTS, o)) != getattr(_DEFAULTS, o)]
+def _refuse_build_flags(args, defaults_unset: bool) -> None:
+    """``--artifact`` takes what was built from the artifact's manifest: a build flag given beside it is an error.
+    The size flags are None unless given; so are case and preset where ``defaults_unset``, else they and the
+    other flags count as given when not at their default."""
+    named = ("vocab_shard", "owners", "tp") + (("case", "preset") if defaults_unset else ())
+    given = [f"--{o.replace('_', '-')}" for o in named if getattr(args, o, None) is not None]
+    given += [f"--{o}" for o in ("case", "preset", "target", "frontend", "schedule")
+              if o not in named and getattr(args, o, None) not in (None, getattr(_DEFAULTS, o))]
     if given:
         raise UsageError(f"--artifact takes {', '.join(given)} from the artifact's manifest; drop them")
 
@@ -312,7 +313,7 @@ def _cmd_inputs(args) -> int:
     """The seeded inputs ``check`` draws, as an ``.npz`` for ``run --inputs``: of a case (no build) or of an
     artifact (its manifest's case and sizes)."""
     if args.artifact:
-        _refuse_build_flags(args)
+        _refuse_build_flags(args, defaults_unset=True)
         from .artifact.load import load
 
         inputs = load(args.artifact, allow_failed=True).make_inputs(tokens=args.tokens, seed=args.seed)
@@ -388,10 +389,10 @@ def _bench_spec(args) -> tuple[BuildSpec | None, tuple[str, ...]]:
     """What ``bench`` builds (None: the ``--artifact`` it times) and the other schedules it compares, checked."""
     compare = tuple(filter(None, (s.strip() for s in (args.compare_schedules or "").split(","))))
     if args.artifact:
-        _refuse_build_flags(args)
+        _refuse_build_flags(args, defaults_unset=False)
         return None, compare  # BenchOptions refuses --compare-schedules with an artifact
-    spec = BuildSpec(case=args.case or _DEFAULTS.case, target=args.target, preset=args.preset or _DEFAULTS.preset,
-                     frontend=args.frontend, vocab_shard=args.vocab_shard, schedule=args.schedule)
+    spec = BuildSpec(case=args.case, target=args.target, preset=args.preset, frontend=args.frontend,
+                     vocab_shard=args.vocab_shard, schedule=args.schedule)
     spec.resolve()
     with phase("import"):
         from .passes.target import resolve_target
@@ -519,7 +520,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=_cmd_run)
     p = sub.add_parser("bench", parents=[common], help="time a case against torch (eager, torch.compile) and numpy, each in its own "
                                      "process, side by side, at every T, against the measured roofline")
-    _add_spec_args(p, f"logits, projection, norm or tail (default {_DEFAULTS.case})", sizes=False, unset=True)
+    _add_spec_args(p, f"logits, projection, norm or tail (default {_DEFAULTS.case})", sizes=False)
     _add_target_args(p)
     _add_schedule_arg(p)
     p.add_argument("--artifact", default=None, metavar="DIR",
