@@ -206,14 +206,14 @@ def _check_exit(args, result) -> int:
 
 
 def _cmd_tune(args) -> int:
-    BuildSpec(case=args.case, target=args.target, preset=args.preset, frontend=args.frontend,
-              vocab_shard=args.vocab_shard).resolve()
-    from .tools.tune import tune
+    spec = BuildSpec(case=args.case, target=args.target, preset=args.preset, frontend=args.frontend,
+                     vocab_shard=args.vocab_shard)
+    spec.resolve()
+    from .tools.tune import TuneOptions, tune
 
     rpc = (args.rpc_tracker, args.rpc_key) if args.rpc_tracker else None
-    r = tune(case=args.case, target=args.target, preset=args.preset, frontend=args.frontend, trials=args.trials,
-             vocab_shard=args.vocab_shard, work_dir=args.work_dir, seed=args.seed, rpc=rpc, space=args.space,
-             log=lambda line: print(line, file=sys.stderr))
+    options = TuneOptions(trials=args.trials, work_dir=args.work_dir, seed=args.seed, rpc=rpc, space=args.space)
+    r = tune(spec, options, log=lambda line: print(line, file=sys.stderr))
     print(f"tuned {args.case} for {args.target}: {r.trials} trials in {r.seconds:.0f}s "
           f"({r.seconds_per_trial:.2f} s/trial){' (interrupted)' if r.interrupted else ''} -> {r.work_dir}")
     for name, best in sorted(r.best_ms.items()):

@@ -225,5 +225,4 @@ def test_every_command_takes_its_build_defaults_from_one_table():
         for name in ("case", "preset", "target", "frontend", "schedule"):
             if hasattr(args, name):
                 assert getattr(args, name) == getattr(spec, name), (command, name)
-    defaults = inspect.signature(tune).parameters
-    assert all(defaults[n].default == getattr(spec, n) for n in ("case", "preset", "target", "frontend"))
+    assert list(inspect.signature(tune).parameters)[:2] == ["spec", "options"]  # a BuildSpec: its defaults

@@ -13,6 +13,7 @@ import tvm
 import tvm_ffi
 
 import mtp_tvm
+from mtp_tvm.compiler.options import BuildSpec
 from mtp_tvm.tools.bench import bench
 from mtp_tvm.tools.tune import tune
 
@@ -69,7 +70,7 @@ def rpc_cluster(key: str, servers: int = 2):
 def test_tune_over_rpc_then_the_tuned_schedule_keeps_the_golden(tmp_path, monkeypatch):
     monkeypatch.setenv("MTP_TVM_TUNED_ROOT", str(tmp_path))
     with rpc_cluster("mtp-test") as tracker:
-        r = tune("logits", "llvm", "tiny", "tir", trials=16, rpc=(tracker, "mtp-test"), log=lambda _: None)
+        r = tune(BuildSpec("logits", preset="tiny"), trials=16, rpc=(tracker, "mtp-test"), log=lambda _: None)
         b = bench(case="logits", preset="tiny", rounds=2, rpc=(tracker, "mtp-test"))  # TVM measured remotely
     figures = b.per_tokens[8]
     assert figures.median_ms["tvm"] > 0 and b.measured_on == f"mtp-test@{tracker}"
@@ -101,7 +102,7 @@ def test_an_unreachable_tracker_fails_fast_with_one_line(tmp_path, tracker):
 
     t0 = time.monotonic()
     with pytest.raises(mtp_tvm.UsageError, match=r"cannot reach the RPC tracker .* within 10 s") as e:
-        tune("logits", "llvm", "tiny", "tir", trials=1, rpc=(tracker.format(free=_free_port()), "mtp"),
+        tune(BuildSpec("logits", preset="tiny"), trials=1, rpc=(tracker.format(free=_free_port()), "mtp"),
              work_dir=tmp_path / "db", log=lambda _: None)
     assert time.monotonic() - t0 < TRACKER_TIMEOUT_S + 5 and len(str(e.value).splitlines()) == 1
     assert not (tmp_path / "db").exists()  # no database written for a tuning that never measured
@@ -126,7 +127,7 @@ def test_a_tracker_without_servers_for_the_key_is_refused(tmp_path):
 def test_a_work_dir_that_is_a_file_is_one_line(tmp_path):
     (tmp_path / "f").write_text("")
     with pytest.raises(mtp_tvm.UsageError, match="cannot use .*f as the tuning work dir"):
-        tune("logits", "llvm", "tiny", "tir", trials=1, work_dir=tmp_path / "f", log=lambda _: None)
+        tune(BuildSpec("logits", preset="tiny"), trials=1, work_dir=tmp_path / "f", log=lambda _: None)
 
 
 def test_hand_space_samples_the_knobs_and_its_traces_replay_on_any_token_count():
@@ -231,7 +232,7 @@ def test_every_projection_kernel_is_tuned_in_both_spaces_and_keeps_the_golden(tm
     dual GEMM's generic space exists (its multi-level tiling without consumer fusion)."""
     monkeypatch.setenv("MTP_TVM_TUNED_ROOT", str(tmp_path))
     lines = []
-    r = tune("projection", "llvm", "tiny", "tir", trials=40, log=lines.append)
+    r = tune(BuildSpec("projection", preset="tiny"), trials=40, log=lines.append)
     assert not any("search failed" in ln for ln in lines), lines
     assert r.spaces["w8a8_dual_gemm"]["generic"] >= 1 and r.spaces["quantize_rows"]["hand"] >= 1
     assert sum(r.measured["w8a8_dual_gemm"].values()) > 0 and sum(r.measured["quantize_rows"].values()) > 0
@@ -305,6 +306,17 @@ def test_a_small_trial_budget_is_kept_and_the_progress_never_passes_it(tmp_path,
 
     monkeypatch.setenv("MTP_TVM_TUNED_ROOT", str(tmp_path))
     lines = []
-    r = tune("logits", "llvm", "tiny", "tir", trials=2, log=lines.append)
+    r = tune(BuildSpec("logits", preset="tiny"), trials=2, log=lines.append)
     done = [tuple(map(int, m.groups())) for ln in lines if (m := re.search(r"(\d+)/(\d+) trials", ln))]
     assert r.trials <= 2 and all(d <= total == 2 for d, total in done), lines
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: tune(BuildSpec("logits", preset="tiny"), trials=0), "trials must be a positive integer"),
+    (lambda: tune(case="logits", space="all"), "space must be one of hand, generic, both"),
+    (lambda: tune(case="logits", dump_passes=True), "debugging options do not apply"),
+    (lambda: tune(case="logits", trails=4), "tune() got unknown option(s) trails"),
+])
+def test_tune_takes_a_build_spec_and_typed_options(call, message):
+    with pytest.raises(mtp_tvm.UsageError, match=re.escape(message)):
+        call()
