@@ -83,7 +83,7 @@ from .bench_peers import PEERS, PeerJob, peer_unavailable
 from .bench_tvm import TVM, TvmJob
 from .bench_worker import InputFiles, Ready, Worker, WorkerFailed
 from .profile import Profile, ProfileOptions, profile_options
-from .roofline import BF16_DOT, FMA, INT8_DOT
+from .roofline import BF16_DOT, FMA, INT8_DOT, Probes
 
 BENCH_CASES = ("logits", "projection", "norm", "tail")  # every stage of each has ``peers``
 CONTENDERS = (TVM, *PEERS)
@@ -524,21 +524,31 @@ def _tvm_target(spec: BuildSpec, options: BenchOptions) -> tuple[dict, bool]:
     return target_json(tgt), is_gpu(tgt)
 
 
-def bench(spec: BuildSpec | None = None, options: BenchOptions | None = None, *,
-          log: Callable[[str], None] | None = None, **keywords) -> BenchResult:
-    """Build ``spec`` (default: the ``logits`` case) and race it against its peers as ``options`` say; see the
-    module docstring. Keywords are the fields of ``BuildSpec``, ``DebugOptions`` and ``BenchOptions`` (``tokens``
-    is the sweep: an int or a sequence) and override ``spec``/``options``. ``log`` hears the progress (the
-    compiles may take minutes).
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """What one bench runs, every name and size checked before a worker starts."""
 
-    ``compare_schedules``: one that cannot be built here is listed as unavailable, with why. ``profile``: also
-    time every kernel of ``main`` (``tools/profile.py``) into ``result.profile`` (and ``profile.json`` into the
-    run folder when dumping). ``rpc``: the weights are packed here, so the target must run here too; the peers
-    and the roofline probes run only here, so they are not measured then.
-    """
-    log = log or (lambda _message: None)
-    options = dataclasses.replace(options or BenchOptions(),
-                                  **{k: keywords.pop(k) for k in list(keywords) if k in _OPTION_FIELDS})
+    spec: BuildSpec  # its tokens: the sweep's first T (the profile's)
+    debug: object  # DebugOptions as they travel to the TVM worker (``_portable_debug``)
+    plugin: str | None
+    options: BenchOptions
+    case: Case
+    shapes: dict[int, Shapes]  # T -> sizes, for every T of the sweep
+    target: dict
+    gpu: bool
+    threads: int
+    profiling: ProfileOptions | None
+
+    @property
+    def sweep(self) -> tuple[int, ...]:
+        return tuple(self.shapes)
+
+    @property
+    def remote(self) -> str | None:
+        return None if self.options.rpc is None else f"{self.options.rpc[1]}@{self.options.rpc[0]}"
+
+
+def _plan(spec: BuildSpec | None, options: BenchOptions, keywords: dict) -> _Plan:
     if options.artifact is not None:
         given = [k for k in keywords if k in _SPEC_FIELDS]
         if spec is not None or given:
@@ -557,68 +567,124 @@ def bench(spec: BuildSpec | None = None, options: BenchOptions | None = None, *,
         raise UsageError("--profile times kernels here; it cannot go with --rpc-tracker")
     portable, plugin = _portable_debug(debug)
     target, gpu = _tvm_target(spec, options)
-    threads = options.threads or usable_cores()
     spec = dataclasses.replace(spec, tokens=sweep[0],
                                target=spec.target if isinstance(spec.target, (str, dict)) else target)
-    remote = None if options.rpc is None else f"{options.rpc[1]}@{options.rpc[0]}"
-    why_not = {p: f"runs here; TVM runs on {remote}" if remote else peer_unavailable(p, gpu)
-               for p in options.contenders if p != TVM}
+    return _Plan(spec, portable, plugin, options, case, shapes, target, gpu, options.threads or usable_cores(),
+                 profiling)
 
-    inputs = {t: case.make_inputs(s, options.seed) for t, s in shapes.items()}
-    specs = case.input_specs(shapes[sweep[0]])
+
+@dataclasses.dataclass(frozen=True)
+class _Inputs:
+    """The seeded inputs of every T (one weight set for all), as the workers read them, and the golden output."""
+
+    files: InputFiles
+    golden: dict[int, object]
+
+
+def _write_inputs(plan: _Plan, folder: Path) -> _Inputs:
+    case, sweep = plan.case, plan.sweep
+    inputs = {t: case.make_inputs(s, plan.options.seed) for t, s in plan.shapes.items()}
+    specs = case.input_specs(plan.shapes[sweep[0]])
     activations = tuple(n for n, sp in specs.items() if TOKENS in sp.shape)
     weights = {n: v for n, v in inputs[sweep[0]].items() if n not in activations}  # one weight set for every T
     inputs = {t: {**{n: inputs[t][n] for n in activations}, **weights} for t in sweep}
     final = case.chain[-1].outputs[0].name
-    golden = {t: case.golden(inputs[t], shapes[t])[final] for t in sweep}
+    golden = {t: case.golden(inputs[t], plan.shapes[t])[final] for t in sweep}
+    files = InputFiles.write(folder, {n: sp.dtype for n, sp in specs.items()}, activations,
+                             {t: {n: to_numpy(v) for n, v in inputs[t].items()} for t in sweep})
+    return _Inputs(files, golden)
 
-    with tempfile.TemporaryDirectory(prefix="mtp-bench-") as tmp, contextlib.ExitStack() as running:
-        race = _Race(Path(tmp), threads, sweep, running, log)
-        files = InputFiles.write(race.folder, {n: sp.dtype for n, sp in specs.items()}, activations,
-                                 {t: {n: to_numpy(v) for n, v in inputs[t].items()} for t in sweep})
-        race.start(TVM, TvmJob(spec, portable, plugin, options.compare_schedules, sweep, files, options.number,
-                               options.rpc, profiles=profiling is not None, artifact=options.artifact))
-        for p, why in why_not.items():
-            if why:
-                for t in sweep:
-                    race.unavailable[t][p] = why
-            else:
-                race.start(p, PeerJob(p, case.name, shapes, files, "cuda" if gpu else "cpu", threads, options.number),
-                           _cold_cache(race.folder, p) if PEERS[p].compiles else None)
-        with phase("build"):  # each worker builds or compiles its contender, one after the other
-            race.set_up()
-        with phase("run"):
-            race.check(golden)
-            before, after, bandwidths = race.time(options.rounds, bandwidth=remote is None)
-        probes = profiled = None
-        if remote is None:
-            with phase("run"):
-                probes = race.workers[TVM].call("probes")
-            probes = dataclasses.replace(probes, bandwidth_gbs=statistics.median(bandwidths),
-                                         how=f"{probes.how}; bandwidth: the median of one sample a round")
-            if profiling is not None:
-                with phase("run"):
-                    profiled = race.workers[TVM].call("profile", profiling, probes)
 
+def _start_workers(plan: _Plan, race: _Race, files: InputFiles) -> None:
+    """The TVM worker, and one per peer that can run here (the others are unavailable, with why)."""
+    o = plan.options
+    race.start(TVM, TvmJob(plan.spec, plan.debug, plan.plugin, o.compare_schedules, plan.sweep, files, o.number,
+                           o.rpc, profiles=plan.profiling is not None, artifact=o.artifact))
+    for p in (p for p in o.contenders if p != TVM):
+        why = f"runs here; TVM runs on {plan.remote}" if plan.remote else peer_unavailable(p, plan.gpu)
+        if why:
+            for t in plan.sweep:
+                race.unavailable[t][p] = why
+        else:
+            race.start(p, PeerJob(p, plan.case.name, plan.shapes, files, "cuda" if plan.gpu else "cpu",
+                                  plan.threads, o.number), _cold_cache(race.folder, p) if PEERS[p].compiles else None)
+
+
+@dataclasses.dataclass
+class _Timed:
+    """What the race measured: the workers' answers and samples, the load, the bandwidth samples, the probes
+    (None under RPC) and the profile."""
+
+    race: _Race
+    load: tuple[float, float]
+    bandwidths: list[float]
+    probes: Probes | None
+    profiled: Profile | None
+
+
+def _time(plan: _Plan, inputs: _Inputs, running: contextlib.ExitStack, folder: Path, log) -> _Timed:
+    race = _Race(folder, plan.threads, plan.sweep, running, log)
+    _start_workers(plan, race, inputs.files)
+    with phase("build"):  # each worker builds or compiles its contender, one after the other
+        race.set_up()
+    with phase("run"):
+        race.check(inputs.golden)
+        before, after, bandwidths = race.time(plan.options.rounds, bandwidth=plan.remote is None)
+        if plan.remote is not None:
+            return _Timed(race, (before, after), bandwidths, None, None)
+        probes = race.workers[TVM].call("probes")
+        probes = dataclasses.replace(probes, bandwidth_gbs=statistics.median(bandwidths),
+                                     how=f"{probes.how}; bandwidth: the median of one sample a round")
+        profiled = None if plan.profiling is None else race.workers[TVM].call("profile", plan.profiling, probes)
+    return _Timed(race, (before, after), bandwidths, probes, profiled)
+
+
+def _result(plan: _Plan, timed: _Timed) -> BenchResult:
+    """The figures per T against the roofline, and everything that says how they were measured."""
+    race, probes, o = timed.race, timed.probes, plan.options
     details = race.ready[TVM].details
     used = set(details["kinds_used"])
     peaks = None if probes is None or probes.peak_gflops is None else probes.peaks or {FMA: probes.peak_gflops}
-    names = [TVM, *(f"tvm:{o}" for o in dict.fromkeys(options.compare_schedules) if o != spec.schedule),
-             *(p for p in options.contenders if p != TVM)]
-    per_tokens = {t: _figures(case, shapes[t], names, race.samples[t], race.unavailable[t], peaks,
-                              None if probes is None else probes.bandwidth_gbs, used) for t in sweep}
-    first = shapes[sweep[0]]
-    peak, peak_kind = (None, None) if peaks is None else roofline_peak(gemm_work(case, first, used), peaks)
+    bandwidth = None if probes is None else probes.bandwidth_gbs
+    names = [TVM, *(f"tvm:{s}" for s in dict.fromkeys(o.compare_schedules) if s != plan.spec.schedule),
+             *(p for p in o.contenders if p != TVM)]
+    per_tokens = {t: _figures(plan.case, s, names, race.samples[t], race.unavailable[t], peaks, bandwidth, used)
+                  for t, s in plan.shapes.items()}
+    first = plan.shapes[plan.sweep[0]]
+    peak, peak_kind = (None, None) if peaks is None else roofline_peak(gemm_work(plan.case, first, used), peaks)
+    before, after = timed.load
     return BenchResult(
-        case=case.name, target=target, preset=first.preset.name, frontend=details["frontend"],
-        schedule=spec.schedule,
+        case=plan.case.name, target=plan.target, preset=first.preset.name, frontend=details["frontend"],
+        schedule=plan.spec.schedule,
         shapes={k: v for k, v in first.as_dict().items() if k not in ("batch", "seq", "tokens", "tokens_padded")},
-        tokens=list(sweep), per_tokens=per_tokens,
+        tokens=list(plan.sweep), per_tokens=per_tokens,
         compile_seconds={n: v for r in race.ready.values() for n, v in r.compile_seconds.items()},
-        threads=threads, load_average={"before": before, "after": after, "warning": _load_warning(before, after)},
+        threads=plan.threads, load_average={"before": before, "after": after,
+                                            "warning": _load_warning(before, after)},
         workers=race.pids, peak_gflops=peak, peak_kind=peak_kind, peaks=peaks or {},
-        bandwidth_gbs=None if probes is None else probes.bandwidth_gbs, bandwidth_samples_gbs=bandwidths,
+        bandwidth_gbs=bandwidth, bandwidth_samples_gbs=timed.bandwidths,
         probes="not measured: TVM ran on a remote device" if probes is None else probes.how,
         numpy_blas=race.ready["numpy_fp32"].details["numpy_blas"] if "numpy_fp32" in race.ready else [],
-        isa=details["isa"], instruction_mix=details["instruction_mix"], profile=profiled,
-        measured_on=remote or "here")
+        isa=details["isa"], instruction_mix=details["instruction_mix"], profile=timed.profiled,
+        measured_on=plan.remote or "here")
+
+
+def bench(spec: BuildSpec | None = None, options: BenchOptions | None = None, *,
+          log: Callable[[str], None] | None = None, **keywords) -> BenchResult:
+    """Build ``spec`` (default: the ``logits`` case) and race it against its peers as ``options`` say; see the
+    module docstring. Keywords are the fields of ``BuildSpec``, ``DebugOptions`` and ``BenchOptions`` (``tokens``
+    is the sweep: an int or a sequence) and override ``spec``/``options``. ``log`` hears the progress (the
+    compiles may take minutes).
+
+    ``compare_schedules``: one that cannot be built here is listed as unavailable, with why. ``profile``: also
+    time every kernel of ``main`` (``tools/profile.py``) into ``result.profile`` (and ``profile.json`` into the
+    run folder when dumping). ``rpc``: the weights are packed here, so the target must run here too; the peers
+    and the roofline probes run only here, so they are not measured then.
+    """
+    options = dataclasses.replace(options or BenchOptions(),
+                                  **{k: keywords.pop(k) for k in list(keywords) if k in _OPTION_FIELDS})
+    plan = _plan(spec, options, keywords)  # plan -> inputs -> time -> result
+    with tempfile.TemporaryDirectory(prefix="mtp-bench-") as tmp, contextlib.ExitStack() as running:
+        inputs = _write_inputs(plan, Path(tmp))
+        timed = _time(plan, inputs, running, Path(tmp), log or (lambda _message: None))
+    return _result(plan, timed)
