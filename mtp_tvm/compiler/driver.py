@@ -135,11 +135,32 @@ def compile_open(spec: BuildSpec | None = None, debug: DebugOptions | None = Non
     return compiled
 
 
-def _compile(spec: BuildSpec, debug: DebugOptions) -> CompiledCase:
+@dataclasses.dataclass(frozen=True)
+class _Build:
+    """What one build needs, resolved from its spec and debug options before anything is built."""
+
+    spec: BuildSpec
+    debug: DebugOptions
+    case: Case
+    shapes: Shapes
+    target: Target
+    applier: ApplySchedules
+    extra: dict
+    gate: PassGate
+    dump: DumpOptions | None
+    recorder: PassRecorder | None
+
+    @property
+    def meta(self) -> dict:
+        """The run folder's description of the build."""
+        return {"case": self.case.name, "target": target_json(self.target), "preset": self.shapes.preset.name,
+                "frontend": self.spec.frontend, "schedule": self.spec.schedule, "shapes": self.shapes.as_dict()}
+
+
+def _prepare(spec: BuildSpec, debug: DebugOptions) -> _Build:
     c, shapes = spec.resolve()
-    frontend, schedule = spec.frontend, spec.schedule
     tgt = resolve_target(spec.target)
-    applier = ApplySchedules(tgt, schedule, tuned_dir(tgt, c.name) if schedule == TUNED else None)
+    applier = ApplySchedules(tgt, spec.schedule, tuned_dir(tgt, c.name) if spec.schedule == TUNED else None)
     extra = resolve_extra_passes(debug.extra_passes, tgt)
     gate = PassGate.for_target(tgt, debug.disable_passes, debug.bisect_limit, extra_pass_names(extra))
     dump = DumpOptions(debug.dump_root, debug.only_changed, debug.dump_filter,
@@ -147,59 +168,82 @@ def _compile(spec: BuildSpec, debug: DebugOptions) -> CompiledCase:
     if dump:
         retention()  # a bad MTP_TVM_DUMPS_KEEP fails before the build
     recorder = PassRecorder(gate, dump) if dump or debug.time_passes or gate.active else None
-    mod = build_relax_module(c, shapes, frontend)
-    meta = {"case": c.name, "target": target_json(tgt), "preset": shapes.preset.name, "frontend": frontend,
-            "schedule": schedule, "shapes": shapes.as_dict()}
-    with contextlib.closing(recorder) if recorder is not None else contextlib.nullcontext():  # its printer thread
-        captured = {}
+    return _Build(spec, debug, c, shapes, tgt, applier, extra, gate, dump, recorder)
 
-        def on_phase(name, m):
-            if name == FIRST_LOWERING_PHASE:
-                captured["optimized"] = m
 
-        if recorder is not None:
-            recorder.record_input(mod)
-        t0 = time.perf_counter()
-        clock = PassClock()
-        try:
-            with phase("codegen"), tvm.transform.PassContext(opt_level=3, instruments=[clock, *filter(None, [recorder])]):
-                ex = compile_module(mod, tgt, applier, extra, on_phase=on_phase)
-                transfer(clock.seconds, "passes")
-        except UsageError:
-            raise
-        except (Exception, SystemExit) as e:  # TVM errors are multi-line C++ traces; keep the last line
-            exited = isinstance(e, SystemExit)  # a user pass called sys.exit (passes.pipeline registers it)
-            in_plugin = None if exited else _plugin_frame(debug, e)
-            message = (f"{_user_passes(debug)} called sys.exit({e.code!r}) during the build of {c.name}; user code "
-                       "must return, not exit") if exited else (
-                f"{_user_passes(debug)} raised {type(e).__name__} in {in_plugin} during the build of {c.name}: "
-                f"{last_line(e)}") if in_plugin else last_line(e)
-            run_dir = _finish_dumps(recorder, meta, error=message) if recorder is not None else None
-            if run_dir is not None:
-                mark_complete(run_dir)
-            where = f" (IR dumps: {run_dir})" if run_dir else ""
-            if exited or in_plugin:
-                raise UsageError(message + where) from None
-            raise BuildError(f"build of {c.name} for {target_name(tgt)} failed: {message}{where}") from e
-        seconds = time.perf_counter() - t0
-        source = device_source(ex) if is_gpu(tgt) else None
-        records = recorder.records if recorder is not None else []
-        _check_disabled_names(gate, records)
-        compiled = CompiledCase(c, shapes, tgt, frontend, ex, seconds, None, schedule, dict(applier.traces), source,
-                                untuned=dict(applier.untuned), unscheduled=list(applier.unscheduled),
-                                pass_records=records,
-                                gate=gate_summary(records, gate) if gate.active else None,
-                                optimized_module=captured.get("optimized"), spec=spec, debug=debug)
-        if recorder is not None:
-            t1 = time.perf_counter()
-            jit = (lambda: compiled.vm) if dump and runs_here(tgt) else None  # made while the assembly is
-            compiled.dump_dir = _finish_dumps(recorder, {**meta, "build_seconds": seconds,
-                                                         "unscheduled": compiled.unscheduled},
-                                              codegen=generated_code(ex, source) if dump else None,
-                                              attachments={"schedule_trace.py": applier.trace_script()},
-                                              meanwhile=jit)
-            compiled.dump_seconds = time.perf_counter() - t1
+def _compile(spec: BuildSpec, debug: DebugOptions) -> CompiledCase:
+    """prepare -> the Relax module -> the pipeline (lower) -> the result -> its dumps."""
+    b = _prepare(spec, debug)
+    mod = build_relax_module(b.case, b.shapes, spec.frontend)
+    with contextlib.closing(b.recorder) if b.recorder is not None else contextlib.nullcontext():  # its printer
+        if b.recorder is not None:
+            b.recorder.record_input(mod)
+        ex, seconds, optimized = _lower(b, mod)
+        compiled = _compiled(b, ex, seconds, optimized)
+        if b.recorder is not None:
+            _write_dumps(b, compiled)
         return compiled
+
+
+def _lower(b: _Build, mod: tvm.IRModule) -> tuple[tvm.runtime.Executable, float, tvm.IRModule | None]:
+    """The pipeline on ``mod``: the executable, its seconds and the module entering lowering; a failure as one
+    line (``_failed``)."""
+    captured, clock, t0 = {}, PassClock(), time.perf_counter()
+
+    def on_phase(name, m):
+        if name == FIRST_LOWERING_PHASE:
+            captured["optimized"] = m
+
+    try:
+        with phase("codegen"), tvm.transform.PassContext(opt_level=3,
+                                                         instruments=[clock, *filter(None, [b.recorder])]):
+            ex = compile_module(mod, b.target, b.applier, b.extra, on_phase=on_phase)
+            transfer(clock.seconds, "passes")
+    except UsageError:
+        raise
+    except (Exception, SystemExit) as e:  # TVM errors are multi-line C++ traces; keep the last line
+        _failed(b, e)
+    return ex, time.perf_counter() - t0, captured.get("optimized")
+
+
+def _failed(b: _Build, e: BaseException):
+    """Raise a failed build as one line (a user pass's failure as a UsageError naming it), its dumps complete."""
+    debug, name = b.debug, b.case.name
+    exited = isinstance(e, SystemExit)  # a user pass called sys.exit (passes.pipeline registers it)
+    in_plugin = None if exited else _plugin_frame(debug, e)
+    message = (f"{_user_passes(debug)} called sys.exit({e.code!r}) during the build of {name}; user code "
+               "must return, not exit") if exited else (
+        f"{_user_passes(debug)} raised {type(e).__name__} in {in_plugin} during the build of {name}: "
+        f"{last_line(e)}") if in_plugin else last_line(e)
+    run_dir = _finish_dumps(b.recorder, b.meta, error=message) if b.recorder is not None else None
+    if run_dir is not None:
+        mark_complete(run_dir)
+    where = f" (IR dumps: {run_dir})" if run_dir else ""
+    if exited or in_plugin:
+        raise UsageError(message + where) from None
+    raise BuildError(f"build of {name} for {target_name(b.target)} failed: {message}{where}") from e
+
+
+def _compiled(b: _Build, ex, seconds: float, optimized: tvm.IRModule | None) -> CompiledCase:
+    records = b.recorder.records if b.recorder is not None else []
+    _check_disabled_names(b.gate, records)
+    return CompiledCase(
+        b.case, b.shapes, b.target, b.spec.frontend, ex, seconds, schedule=b.spec.schedule,
+        schedule_traces=dict(b.applier.traces), device_source=device_source(ex) if is_gpu(b.target) else None,
+        untuned=dict(b.applier.untuned), unscheduled=list(b.applier.unscheduled), pass_records=records,
+        gate=gate_summary(records, b.gate) if b.gate.active else None, optimized_module=optimized, spec=b.spec,
+        debug=b.debug)
+
+
+def _write_dumps(b: _Build, compiled: CompiledCase) -> None:
+    """The run folder of a recorded build (the JIT made meanwhile, while the assembly is written)."""
+    t1, ex = time.perf_counter(), compiled.executable
+    jit = (lambda: compiled.vm) if b.dump and runs_here(b.target) else None
+    compiled.dump_dir = _finish_dumps(b.recorder, {**b.meta, "build_seconds": compiled.build_seconds,
+                                                   "unscheduled": compiled.unscheduled},
+                                      codegen=generated_code(ex, compiled.device_source) if b.dump else None,
+                                      attachments={"schedule_trace.py": b.applier.trace_script()}, meanwhile=jit)
+    compiled.dump_seconds = time.perf_counter() - t1
 
 
 def _user_passes(debug: DebugOptions) -> str:
