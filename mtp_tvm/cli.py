@@ -450,15 +450,7 @@ def _cmd_list(args) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mtp-tvm", description="DeepSeek-V4 MTP decode tail on Apache TVM")
-    common = argparse.ArgumentParser(add_help=False)  # also after the subcommand (there not set: the above's)
-    for p in (parser, common):
-        p.add_argument("--debug", action="store_true", help="show tracebacks for errors",
-                       **({"default": argparse.SUPPRESS} if p is common else {}))
-        p.add_argument("--verbose", action="store_true", help="let TVM's and LLVM's own log lines through "
-                       "(otherwise kept in the run folder's tvm.log)", **({"default": argparse.SUPPRESS} if p is common else {}))
-    sub = parser.add_subparsers(dest="command", required=True)
+def _add_check_command(sub, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("check", parents=[common], help="build a case, run it on seeded inputs, golden-check every stage")
     _add_build_args(p)
     p.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
@@ -473,6 +465,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nan-check", action="store_true",
                    help="name the first kernel call whose output holds NaN/Inf while its inputs held none")
     p.set_defaults(handler=_cmd_check)
+
+
+def _add_localize_command(sub, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("localize", parents=[common],
                        help="name the first kernel call whose numbers differ from a reference build's")
     _add_build_args(p)
@@ -484,6 +479,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keep at most MB of recorded tensors at once (oldest calls compared and dropped first)")
     p.add_argument("--report", default=None, metavar="FILE", help="write the result as JSON")
     p.set_defaults(handler=_cmd_localize)
+
+
+def _add_tune_command(sub, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("tune", parents=[common], help="tune a case's kernels with MetaSchedule (records in schedules/tuned/)")
     _add_spec_args(p, sizes=False)
     _add_target_args(p)
@@ -496,6 +494,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rpc-tracker", default=None, metavar="HOST:PORT", help="measure on a TVM RPC tracker's servers")
     p.add_argument("--rpc-key", default="mtp", help="device key registered with the tracker (default mtp)")
     p.set_defaults(handler=_cmd_tune)
+
+
+def _add_build_command(sub, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("build", parents=[common], help="build a case into an artifact folder: library, generated source, manifest")
     _add_build_args(p)
     _add_arch_arg(p)
@@ -505,6 +506,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="golden-check the written artifact before committing it; the result goes in its manifest")
     p.add_argument("--seed", type=int, default=0, help="input seed for --check (default 0)")
     p.set_defaults(handler=_cmd_build)
+
+
+def _add_run_command(sub, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("run", parents=[common], help="run an artifact on named inputs from an .npz file, or on seeded ones")
     p.add_argument("artifact", metavar="DIR", help="an artifact folder written by build")
     group = p.add_mutually_exclusive_group()
@@ -518,6 +522,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-failed", action="store_true",
                    help="run an artifact even though its recorded golden check failed")
     p.set_defaults(handler=_cmd_run)
+
+
+def _add_bench_command(sub, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("bench", parents=[common], help="time a case against torch (eager, torch.compile) and numpy, each in its own "
                                      "process, side by side, at every T, against the measured roofline")
     _add_spec_args(p, f"logits, projection, norm or tail (default {_DEFAULTS.case})", sizes=False)
@@ -545,6 +552,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_profile_arg(p)
     p.add_argument("--plot", default=None, metavar="PNG", help="write a bar chart (matplotlib)")
     p.set_defaults(handler=_cmd_bench)
+
+
+def _add_inputs_command(sub, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("inputs", parents=[common], help="write the seeded inputs check draws, as an .npz for run --inputs")
     _add_spec_args(p, unset=True)
     p.add_argument("--tokens", type=int, default=None, help="token count T (default: the preset's B*S = 8)")
@@ -553,11 +563,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the inputs of this artifact (its case and sizes; --tokens and --seed still apply)")
     p.add_argument("--out", required=True, metavar="IN.npz", help="the .npz to write")
     p.set_defaults(handler=_cmd_inputs)
+
+
+def _add_list_command(sub, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("list", parents=[common], help="list cases, every tensor's shape and dtype, and presets")
     p.add_argument("--preset", default=_DEFAULTS.preset,
                    help=f"the sizes to show: one of {', '.join(PRESETS)} (default {_DEFAULTS.preset})")
     p.add_argument("--vocab-shard", type=int, default=None, help="vocab shard columns (default 512)")
     p.set_defaults(handler=_cmd_list)
+
+
+def _add_dumps_command(sub, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("dumps", parents=[common], help="read run folders written by --dump-passes")
     p.set_defaults(handler=_cmd_dumps)
     p.add_argument("--root", default=None, help="the dumps root (default dumps/ or $MTP_TVM_DUMPS)")
@@ -585,6 +601,9 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("run", help="run folder, its name, a unique prefix, or 'latest'")
     q.add_argument("a", metavar="A", help="pass number or name ('input' for the compiler's input)")
     q.add_argument("b", metavar="B", help="pass number or name")
+
+
+def _add_bisect_command(sub, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("bisect", parents=[common], help="name the first pass (or schedule step) after which the golden check fails")
     _add_build_args(p)
     p.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
@@ -594,6 +613,21 @@ def build_parser() -> argparse.ArgumentParser:
                    help="bisect the steps of this schedule trace (Python text of str(sch.trace)) instead of passes")
     p.add_argument("--func", metavar="NAME", help="the PrimFunc that --schedule-trace schedules")
     p.set_defaults(handler=_cmd_bisect)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mtp-tvm", description="DeepSeek-V4 MTP decode tail on Apache TVM")
+    common = argparse.ArgumentParser(add_help=False)  # also after the subcommand (there not set: the above's)
+    for p in (parser, common):
+        p.add_argument("--debug", action="store_true", help="show tracebacks for errors",
+                       **({"default": argparse.SUPPRESS} if p is common else {}))
+        p.add_argument("--verbose", action="store_true", help="let TVM's and LLVM's own log lines through "
+                       "(otherwise kept in the run folder's tvm.log)", **({"default": argparse.SUPPRESS} if p is common else {}))
+    sub = parser.add_subparsers(dest="command", required=True)
+    for add in (_add_check_command, _add_localize_command, _add_tune_command, _add_build_command,
+                _add_run_command, _add_bench_command, _add_inputs_command, _add_list_command, _add_dumps_command,
+                _add_bisect_command):
+        add(sub, common)
     return parser
 
 

@@ -226,3 +226,10 @@ def test_every_command_takes_its_build_defaults_from_one_table():
             if hasattr(args, name):
                 assert getattr(args, name) == getattr(spec, name), (command, name)
     assert list(inspect.signature(tune).parameters)[:2] == ["spec", "options"]  # a BuildSpec: its defaults
+    from mtp_tvm.tools.bench import BenchOptions
+    from mtp_tvm.tools.tune import TuneOptions
+
+    tune_args, bench_args = parser.parse_args(["tune"]), parser.parse_args(["bench"])
+    assert (tune_args.trials, tune_args.space, tune_args.seed) == (TuneOptions().trials, TuneOptions().space,
+                                                                   TuneOptions().seed)
+    assert bench_args.rounds == BenchOptions().rounds

@@ -307,7 +307,7 @@ class TuneOptions:
     ``work_dir`` the database folder (None: ``schedule.tuned.tuned_dir``), warm-started from; ``seed`` of the
     search; ``rpc = (HOST:PORT, key)`` measure on a TVM RPC tracker's servers; ``space`` hand, generic or both."""
 
-    trials: int = 16
+    trials: int = 64
     work_dir: str | os.PathLike | None = None
     seed: int = 0
     rpc: tuple[str, str] | None = None
