@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import shlex
 import subprocess
 import sys
 from pathlib import Path

@@ -145,7 +145,7 @@ def test_hand_space_samples_the_knobs_and_its_traces_replay_on_any_token_count()
 
     target = resolve_target('{"kind": "llvm", "mcpu": "haswell", "num-cores": 2}')
     isa = cpu_isa(target)
-    kernels = case_kernels("logits", target, "tiny", "tir", None)
+    kernels = case_kernels(BuildSpec("logits", preset="tiny"), target)
     key = workload(kernels["lm_head_logits"])
     assert [int(d) for d in key["main"].params[0].ty.shape] == [16, 256]  # buffers of the padded tile
     ks = ApplySchedules(target).hand_schedule("lm_head_logits")
@@ -216,7 +216,7 @@ def test_candidates_replayed_one_after_another_leave_the_workload_intact(kernel)
     from mtp_tvm.tools.tune import case_kernels
 
     target = resolve_target('{"kind": "llvm", "mcpu": "znver4", "num-cores": 2}')
-    key = workload(case_kernels("projection", target, "tiny", "tir", None)[kernel])
+    key = workload(case_kernels(BuildSpec("projection", preset="tiny"), target)[kernel])
     space = ms.space_generator.ScheduleFn(hand_space(ApplySchedules(target).hand_schedule(kernel), cpu_isa(target)))
     ctx = ms.TuneContext(fresh_copy(key), target=target, space_generator=space)
     shared, before = fresh_copy(key), key.script()
@@ -261,7 +261,7 @@ def test_the_hand_space_tries_dot_product_tiles_only_where_the_target_has_dot_pr
     tensorized = {}
     for mcpu in ("znver4", "haswell"):
         target = resolve_target(f'{{"kind": "llvm", "mcpu": "{mcpu}", "num-cores": 2}}')
-        key = workload(case_kernels("logits", target, "tiny", "tir", None)["lm_head_logits"])
+        key = workload(case_kernels(BuildSpec("logits", preset="tiny"), target)["lm_head_logits"])
         ks = ApplySchedules(target).hand_schedule("lm_head_logits")
         space = ms.space_generator.ScheduleFn(hand_space(ks, cpu_isa(target)))
         traces = [str(s.trace) for s in ms.TuneContext(key, target=target, space_generator=space)

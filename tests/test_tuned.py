@@ -9,6 +9,7 @@ import pytest
 from tvm import s_tir
 
 import mtp_tvm
+from mtp_tvm.compiler.options import BuildSpec
 from mtp_tvm.cli import main
 from mtp_tvm.passes.target import resolve_target
 from mtp_tvm.schedule.tuned import (
@@ -34,7 +35,7 @@ def _database(folder, target) -> None:
     folder.mkdir(parents=True)
     tgt = resolve_target(target)
     db = ms.database.JSONDatabase(work_dir=str(folder))
-    for func in case_kernels("norm", tgt, "tiny", "tir", None).values():
+    for func in case_kernels(BuildSpec("norm", preset="tiny"), tgt).values():
         key = workload(func)
         sch = s_tir.Schedule(key)
         sch.get_sblock("root")  # a trace of one step that changes nothing (MetaSchedule ignores empty ones)

@@ -17,13 +17,13 @@ from tvm_ffi.libinfo import load_lib_ctypes
 from tvm.runtime.vm import VirtualMachine
 
 from ..artifact.library_check import check_elf, check_signature
-from ..artifact.manifest import read_manifest, sha256_file
+from ..artifact.manifest import manifest_spec, read_manifest, sha256_file
 from ..compiler.options import require_path
 from ..compiler.runtime import Runnable
 from ..compiler.weights import WeightCache
 from ..passes.target import cpu_arch
 from ..spec.cases import Case, TensorSpec, get_case
-from ..spec.presets import Shapes, make_shapes
+from ..spec.presets import Shapes
 from ..support.errors import UsageError, last_line
 from ..verify.golden_check import GoldenOptions, Provenance, golden_check, validate_check_args
 from ..verify.results import CheckResult
@@ -60,8 +60,7 @@ class Artifact(Runnable):
         seeded inputs, and so the golden, would not be the artifact's)."""
         m = self.manifest
         c = get_case(m["case"])
-        s = make_shapes(m["preset"], m["shapes"]["tokens"] if tokens is None else tokens,
-                        m["shapes"]["vocab_shard"], m["shapes"].get("owners"), m["shapes"].get("tp"))
+        s = manifest_spec(m).shapes(tokens)
         c.check_shapes(s)  # the sizes a fresh check refuses (T a multiple of the owners) are refused here too
         drawn = {n: spec.as_dict() for n, spec in c.input_specs(s).items()}
         if drawn != m["inputs"]:

@@ -60,11 +60,16 @@ class BuildSpec:
         for name in ("case", "preset", "frontend", "schedule"):
             _require(isinstance(getattr(self, name), str), f"{name} must be a name, got {getattr(self, name)!r}")
 
+    def shapes(self, tokens: int | None = None) -> Shapes:
+        """This spec's sizes at ``tokens`` (default: its own T, else the preset's)."""
+        return make_shapes(self.preset, self.tokens if tokens is None else tokens, self.vocab_shard, self.owners,
+                           self.tp)
+
     def resolve(self) -> tuple[Case, Shapes]:
         """The case and its sizes, every name and size checked (one-line ``UsageError``s) without importing TVM
         or torch, so a command refuses a typo at once instead of after seconds of imports."""
         case = get_case(self.case)
-        shapes = make_shapes(self.preset, self.tokens, self.vocab_shard, self.owners, self.tp)
+        shapes = self.shapes()
         case.check_shapes(shapes)
         check_frontend(self.frontend)
         return case, shapes

@@ -73,7 +73,7 @@ from ..compiler.options import BuildSpec, split_options
 from ..compiler.tensors import NUMPY_DTYPES, to_numpy
 from ..passes.target import is_gpu, require_runs_here, resolve_target, target_json, usable_cores
 from ..spec.cases import TOKENS, Case, Stage, get_case
-from ..spec.presets import Shapes, make_shapes
+from ..spec.presets import Shapes
 from ..support.timing import phase
 from ..support.atomic_file import write_user_file
 from ..support.errors import UsageError
@@ -557,9 +557,9 @@ def _plan(spec: BuildSpec | None, options: BenchOptions, keywords: dict) -> _Pla
     spec, debug = split_options(spec or BuildSpec(case="logits"), None, keywords, "bench")
     if spec.case not in BENCH_CASES:
         raise UsageError(f"bench case must be one of {', '.join(BENCH_CASES)}, got {spec.case!r}")
-    sweep = options.tokens or (make_shapes(spec.preset, spec.tokens).tokens,)
+    sweep = options.tokens or (spec.shapes().tokens,)
     case = get_case(spec.case)
-    shapes = {t: make_shapes(spec.preset, t, spec.vocab_shard, spec.owners, spec.tp) for t in sweep}
+    shapes = {t: spec.shapes(t) for t in sweep}
     for s in shapes.values():
         case.check_shapes(s)
     profiling = profile_options(options.profile)

@@ -36,7 +36,6 @@ from ..passes.target import target_json
 from ..schedule.bf16_dot import register_dot_intrinsics
 from ..schedule.steps import fresh_copy
 from ..spec.cases import get_case
-from ..spec.presets import make_shapes
 from ..support.errors import MtpError, UsageError, last_line
 from ..verify.golden_check import GoldenOptions, Provenance, golden_check, seeded_golden
 
@@ -162,8 +161,7 @@ def _verdict(compiled_fn, golden, seed, tolerance) -> tuple[str, str]:
 
 def _golden(spec: BuildSpec, seed: int) -> tuple[dict, dict]:
     """The seeded inputs and goldens, drawn once for every probe of a bisect."""
-    shapes = make_shapes(spec.preset, spec.tokens, spec.vocab_shard, spec.owners, spec.tp)
-    return seeded_golden(get_case(spec.case), shapes, seed)
+    return seeded_golden(get_case(spec.case), spec.shapes(), seed)
 
 
 def bisect_passes(spec: BuildSpec | None = None, debug: DebugOptions | None = None, *, seed: int = 0,

@@ -87,16 +87,14 @@ def fast_build(mod: tvm.IRModule, target: Target, _params):
                        tir_pipeline="s_tir").mod  # as our builds lower (it links imported LLVM IR)
 
 
-def case_kernels(case: str, target: Target, preset: str, frontend: str,
-                 vocab_shard: int | None) -> dict[str, tirx.PrimFunc]:
+def case_kernels(spec: BuildSpec, target: Target) -> dict[str, tirx.PrimFunc]:
     """The kernels ``main`` calls per call (parameter-only work lifted out), as tile workloads, by name."""
     from ..ir.model import build_relax_module
     from ..passes.pipeline import fuse_passes, legalize_passes
     from ..schedule.apply import ApplySchedules
     from ..spec.cases import get_case
-    from ..spec.presets import make_shapes
 
-    mod = build_relax_module(get_case(case), make_shapes(preset, None, vocab_shard), frontend)
+    mod = build_relax_module(get_case(spec.case), spec.shapes(), spec.frontend)  # T symbolic: any T will do
     with target:
         mod = tvm.transform.Sequential(legalize_passes(target) + fuse_passes(target)
                                        + [relax.transform.LiftTransformParams()])(mod)
@@ -384,7 +382,7 @@ class _Search:
 
         register_with_tvm()  # Ctrl-C inside MetaSchedule's C++ loop comes back as KeyboardInterrupt
         self.target, self.options, self.out, self.runner, self.log = target, options, out, runner, log
-        self.kernels = case_kernels(spec.case, target, spec.preset, spec.frontend, spec.vocab_shard)
+        self.kernels = case_kernels(spec, target)
         load_tensor_intrinsics(target)
         logging.getLogger(_MS_LOGGER).setLevel(logging.WARNING)  # full logs still go to <work_dir>/logs
         self.isa = None if is_gpu(target) else cpu_isa(target)
