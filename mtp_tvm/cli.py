@@ -61,7 +61,34 @@ def _add_schedule_arg(p: argparse.ArgumentParser) -> None:
                         "tuned, or another name a schedule file defines (default: default)")
 
 
+def _add_module_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--module", default=None, metavar="FILE.py",
+                   help="your own model instead of a case: FILE.py defines model() (a torch.nn.Module) and "
+                        "example_inputs(), optionally dynamic_shapes(); or module() (a tvm.IRModule with a Relax "
+                        "main) and example_inputs() (numpy arrays). See examples/ and the README")
+
+
+# what a case is made of, meaningless for --module (its file says it all)
+_CASE_OPTIONS = ("case", "preset", "frontend", "tokens", "vocab_shard", "owners", "tp", "seed", "max_error_ratio",
+                 "max_e2e_abs_diff", "perturb_logit", "nan_check", "compile_only", "arch")
+
+
+def _refuse_case_options(args, command: str) -> None:
+    """``--module`` with a flag that describes a case: a one-line error naming it, not a silent no-op."""
+    defaults = build_parser().parse_args([command, "--module", "x.py"])
+    given = [f"--{o.replace('_', '-')}" for o in _CASE_OPTIONS
+             if hasattr(args, o) and getattr(args, o) != getattr(defaults, o)]
+    if given:
+        raise UsageError(f"--module builds your file, so {', '.join(given)} (which describe a case) cannot apply; "
+                         "drop them")
+
+
+def _module_options(args) -> dict:
+    return {"module": args.module, "target": args.target, "schedule": args.schedule}
+
+
 def _add_build_args(p: argparse.ArgumentParser) -> None:
+    _add_module_arg(p)
     _add_spec_args(p)
     _add_target_args(p)
     p.add_argument("--tokens", type=int, default=None, help="token count T (default: the preset's B*S = 8)")
@@ -142,8 +169,10 @@ _DEBUG_OPTIONS = ("dump_only_changed", "dump_filter", "dump_func", "time_passes"
 def _add_lm_head_check_args(p: argparse.ArgumentParser) -> None:
     """The LM-head logits comparator's options (cases lm-head, tail-lm-head; spec §3.3)."""
     p.add_argument("--max-error-ratio", type=float, default=None, help="LM-head logits outlier budget (default 0.01)")
-    p.add_argument("--atol", type=float, default=None, help="LM-head logits absolute tolerance (default 0.01)")
-    p.add_argument("--rtol", type=float, default=None, help="LM-head logits relative tolerance (default 0.01)")
+    p.add_argument("--atol", type=float, default=None, help="LM-head logits absolute tolerance (default 0.01); with --module: every output's "
+                   "(default torch.testing.assert_close's for its dtype)")
+    p.add_argument("--rtol", type=float, default=None, help="LM-head logits relative tolerance (default 0.01); with --module: every output's "
+                   "(default torch.testing.assert_close's for its dtype)")
     p.add_argument("--max-e2e-abs-diff", type=float, default=None,
                    help="LM-head logits end-to-end guard against the CPU golden (default 0.5)")
     p.add_argument("--perturb-logit", default=None, metavar="OWNER,ROW,COL[,DELTA]",
@@ -151,6 +180,8 @@ def _add_lm_head_check_args(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_check(args) -> int:
+    if args.module and not args.artifact:
+        return _cmd_check_module(args)
     if args.artifact or args.compile_only:
         return _cmd_check_prebuilt(args)
     spec, debug = _build_spec(args), _debug_options(args)
@@ -179,6 +210,25 @@ def _cmd_check(args) -> int:
         print(f"reproducer: not written: {result.repro_error}")
     if result.kernel_repro_dir:
         print(f"kernel reproducer: {result.kernel_repro_dir} (python {result.kernel_repro_dir}/repro.py)")
+    code = _check_exit(args, result)
+    print(time_line())
+    return code
+
+
+def _cmd_check_module(args) -> int:
+    """``check --module FILE.py``: the user's own model against its reference (``tools.module_check``)."""
+    _refuse_case_options(args, "check")
+    debug = _debug_options(args)
+    with phase("import"):
+        from .tools.module_check import check_module
+        from .verify.results import summary_table
+
+    result = check_module(debug=debug, atol=args.atol, rtol=args.rtol, report=args.report, profile=args.profile,
+                          **_module_options(args))
+    print(summary_table(result))
+    if result.profile is not None:
+        print(result.profile.table())
+    _print_debug_footer(args, result.pass_records, result.gate, result.dump_dir)
     code = _check_exit(args, result)
     print(time_line())
     return code
@@ -355,6 +405,8 @@ def _cmd_dumps(args) -> int:
 
 
 def _cmd_bisect(args) -> int:
+    if args.module:
+        return _cmd_bisect_module(args)
     spec, debug = _build_spec(args), _debug_options(args)
     from .tools.bisection import bisect_passes, bisect_schedule
 
@@ -370,13 +422,37 @@ def _cmd_bisect(args) -> int:
         result = bisect_schedule(args.func, text, spec, seed=args.seed, search=args.search)
     else:
         result = bisect_passes(spec, debug.replace(dump_passes=None), seed=args.seed, search=args.search)
-    kinds = "passes" if result.kind == "pass" else result.kind + "s"
-    print(f"bisect over {result.candidates} candidate {kinds}, {len(result.probes)} builds (search: {result.search})")
-    print(("FOUND " if result.found else "NOT FOUND: ") + result.message)
+    _print_bisect(result)
     if result.found and result.limits and args.dump_passes:
         from .tools.check import check
 
         r = check(spec, debug.replace(bisect_limit=result.limits[1]), seed=args.seed, log=lambda *_: None)
+        stem = next(p.diff for p in r.pass_records if p.index == result.culprit["index"])
+        print(f"dumps of the first failing build: {r.dump_dir} (the culprit's diff: {r.dump_dir}/{stem})")
+    return 0 if result.found else 1
+
+
+def _print_bisect(result) -> None:
+    kinds = "passes" if result.kind == "pass" else result.kind + "s"
+    print(f"bisect over {result.candidates} candidate {kinds}, {len(result.probes)} builds (search: {result.search})")
+    print(("FOUND " if result.found else "NOT FOUND: ") + result.message)
+
+
+def _cmd_bisect_module(args) -> int:
+    """``bisect --module FILE.py``: the first optional pass after which the file's check fails."""
+    _refuse_case_options(args, "bisect")
+    if args.schedule_trace or args.func:
+        raise UsageError("bisect --module bisects passes; --schedule-trace/--func apply to a case")
+    debug = _debug_options(args)
+    from .tools.bisection import bisect_module_passes
+
+    result = bisect_module_passes(debug=debug.replace(dump_passes=None), search=args.search, **_module_options(args))
+    _print_bisect(result)
+    if result.found and result.limits and args.dump_passes:
+        from .tools.module_check import check_module
+
+        r = check_module(debug=debug.replace(bisect_limit=result.limits[1]), log=lambda *_: None,
+                         **_module_options(args))
         stem = next(p.diff for p in r.pass_records if p.index == result.culprit["index"])
         print(f"dumps of the first failing build: {r.dump_dir} (the culprit's diff: {r.dump_dir}/{stem})")
     return 0 if result.found else 1
@@ -466,7 +542,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_arch_arg(p)
     _add_lm_head_check_args(p)
     p.add_argument("--artifact", default=None, metavar="DIR",
-                   help="golden-check a prebuilt artifact on fresh seeded inputs, without compiling")
+                   help="golden-check a prebuilt artifact on fresh seeded inputs (a --module artifact: its stored "
+                        "example inputs and reference outputs), without compiling")
     p.add_argument("--compile-only", action="store_true",
                    help="build the target binary (CUDA device code included) and stop: no inputs, no run")
     _add_profile_arg(p)

@@ -10,6 +10,7 @@ import dataclasses
 import time
 import traceback
 from pathlib import Path
+from typing import Callable
 
 import tvm
 from tvm import relax
@@ -140,6 +141,36 @@ def _compile(spec: BuildSpec, debug: DebugOptions) -> CompiledCase:
     frontend, schedule = spec.frontend, spec.schedule
     tgt = resolve_target(spec.target)
     applier = ApplySchedules(tgt, schedule, tuned_dir(tgt, c.name) if schedule == TUNED else None)
+    meta = {"case": c.name, "target": target_json(tgt), "preset": shapes.preset.name, "frontend": frontend,
+            "schedule": schedule, "shapes": shapes.as_dict()}
+    return build_ir(lambda: build_relax_module(c, shapes, frontend), c.name, tgt, applier, debug, meta,
+                    lambda built: CompiledCase(c, shapes, tgt, frontend, built.executable, built.seconds, None,
+                                               schedule, dict(applier.traces), built.source,
+                                               untuned=dict(applier.untuned),
+                                               unscheduled=list(applier.unscheduled), pass_records=built.records,
+                                               gate=built.gate, optimized_module=built.optimized, spec=spec,
+                                               debug=debug))
+
+
+@dataclasses.dataclass
+class BuiltIR:
+    """What ``build_ir`` made: the executable and what the build recorded."""
+
+    executable: tvm.runtime.Executable
+    seconds: float
+    source: str | None
+    records: list[PassRecord]
+    gate: dict | None
+    optimized: tvm.IRModule | None
+
+
+def build_ir(make_module, name: str, tgt: Target, applier: ApplySchedules, debug: DebugOptions, meta: dict,
+             wrap: Callable[[BuiltIR], Runnable]):
+    """Run the named phases on the Relax module ``make_module()`` (made once the pass recorder is ready) for
+    ``tgt`` with ``debug``'s dumps, timing, gate and user passes, and ``wrap`` the result in its runnable
+    (which has ``dump_dir`` and ``dump_seconds``; its runtime is made while the dumps are written). ``name``
+    says what is built in messages, ``meta`` heads the run folder. Shared by the cases and the user's own
+    modules (``compiler.user_build``)."""
     extra = resolve_extra_passes(debug.extra_passes, tgt)
     gate = PassGate.for_target(tgt, debug.disable_passes, debug.bisect_limit, extra_pass_names(extra))
     dump = DumpOptions(debug.dump_root, debug.only_changed, debug.dump_filter,
@@ -147,14 +178,12 @@ def _compile(spec: BuildSpec, debug: DebugOptions) -> CompiledCase:
     if dump:
         retention()  # a bad MTP_TVM_DUMPS_KEEP fails before the build
     recorder = PassRecorder(gate, dump) if dump or debug.time_passes or gate.active else None
-    mod = build_relax_module(c, shapes, frontend)
-    meta = {"case": c.name, "target": target_json(tgt), "preset": shapes.preset.name, "frontend": frontend,
-            "schedule": schedule, "shapes": shapes.as_dict()}
+    mod = make_module()
     with contextlib.closing(recorder) if recorder is not None else contextlib.nullcontext():  # its printer thread
         captured = {}
 
-        def on_phase(name, m):
-            if name == FIRST_LOWERING_PHASE:
+        def on_phase(phase_name, m):
+            if phase_name == FIRST_LOWERING_PHASE:
                 captured["optimized"] = m
 
         if recorder is not None:
@@ -170,9 +199,9 @@ def _compile(spec: BuildSpec, debug: DebugOptions) -> CompiledCase:
         except (Exception, SystemExit) as e:  # TVM errors are multi-line C++ traces; keep the last line
             exited = isinstance(e, SystemExit)  # a user pass called sys.exit (passes.pipeline registers it)
             in_plugin = None if exited else _plugin_frame(debug, e)
-            message = (f"{_user_passes(debug)} called sys.exit({e.code!r}) during the build of {c.name}; user code "
+            message = (f"{_user_passes(debug)} called sys.exit({e.code!r}) during the build of {name}; user code "
                        "must return, not exit") if exited else (
-                f"{_user_passes(debug)} raised {type(e).__name__} in {in_plugin} during the build of {c.name}: "
+                f"{_user_passes(debug)} raised {type(e).__name__} in {in_plugin} during the build of {name}: "
                 f"{last_line(e)}") if in_plugin else last_line(e)
             run_dir = _finish_dumps(recorder, meta, error=message) if recorder is not None else None
             if run_dir is not None:
@@ -180,21 +209,18 @@ def _compile(spec: BuildSpec, debug: DebugOptions) -> CompiledCase:
             where = f" (IR dumps: {run_dir})" if run_dir else ""
             if exited or in_plugin:
                 raise UsageError(message + where) from None
-            raise BuildError(f"build of {c.name} for {target_name(tgt)} failed: {message}{where}") from e
+            raise BuildError(f"build of {name} for {target_name(tgt)} failed: {message}{where}") from e
         seconds = time.perf_counter() - t0
         source = device_source(ex) if is_gpu(tgt) else None
         records = recorder.records if recorder is not None else []
         _check_disabled_names(gate, records)
-        compiled = CompiledCase(c, shapes, tgt, frontend, ex, seconds, None, schedule, dict(applier.traces), source,
-                                untuned=dict(applier.untuned), unscheduled=list(applier.unscheduled),
-                                pass_records=records,
-                                gate=gate_summary(records, gate) if gate.active else None,
-                                optimized_module=captured.get("optimized"), spec=spec, debug=debug)
+        compiled = wrap(BuiltIR(ex, seconds, source, records, gate_summary(records, gate) if gate.active else None,
+                                captured.get("optimized")))
         if recorder is not None:
             t1 = time.perf_counter()
             jit = (lambda: compiled.vm) if dump and runs_here(tgt) else None  # made while the assembly is
             compiled.dump_dir = _finish_dumps(recorder, {**meta, "build_seconds": seconds,
-                                                         "unscheduled": compiled.unscheduled},
+                                                         "unscheduled": list(applier.unscheduled)},
                                               codegen=generated_code(ex, source) if dump else None,
                                               attachments={"schedule_trace.py": applier.trace_script()},
                                               meanwhile=jit)
