@@ -31,6 +31,7 @@ from ..support.native_log import native_stderr
 from ..support.timing import phase
 
 FRONTEND = "module"  # what results and run folders say made the IR: the user's file
+NO_PRESET = "-"      # a module file has no preset: its sizes are its example inputs' (``shapes``)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,8 +144,8 @@ def compile_module_open(module=None, debug: DebugOptions | None = None, *, spec:
     with phase("build"):  # exporting and importing the user's model is part of its build
         user = user or load_user_module(spec.module)
     applier = ApplySchedules(tgt, spec.schedule)
-    meta = {"case": user.name, "module": str(user.path), "target": target_json(tgt), "preset": None,
-            "frontend": FRONTEND, "schedule": spec.schedule, "shapes": None}
+    meta = {"case": user.name, "module": str(user.path), "target": target_json(tgt), "preset": NO_PRESET,
+            "frontend": FRONTEND, "schedule": spec.schedule, "shapes": user.example_shapes}
     debug = debug.from_environment()
 
     def wrap(built) -> CompiledModule:

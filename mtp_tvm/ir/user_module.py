@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import sys
 import warnings
 from pathlib import Path
 
@@ -58,6 +59,11 @@ class UserModule:
     def activation_names(self) -> tuple[str, ...]:
         return tuple(self.input_specs)[: self.num_input]
 
+    @property
+    def example_shapes(self) -> dict[str, list[int]]:
+        """The example activations' shapes: the sizes a check runs (results and run folders show them)."""
+        return {name: list(self.examples[name].shape) for name in self.activation_names}
+
 
 def _load_file(path: Path):
     if not path.is_file():
@@ -66,7 +72,11 @@ def _load_file(path: Path):
     if spec is None or path.suffix != ".py":
         raise UsageError(f"module file {path} is not a Python file (.py)")
     module = importlib.util.module_from_spec(spec)
-    run_user_code(f"module file {path} (loading it)", lambda: spec.loader.exec_module(module))
+    sys.modules[spec.name] = module  # TVMScript's parser finds its source through it
+    try:
+        run_user_code(f"module file {path} (loading it)", lambda: spec.loader.exec_module(module))
+    finally:
+        sys.modules.pop(spec.name, None)
     return module
 
 

@@ -194,10 +194,6 @@ def watch_calls(vm, args: list, kernels: set[str] | None, on_call: Callable[[str
         vm.set_instrument(None)
 
 
-def _input_shapes(inputs: dict) -> dict:
-    return {name: list(to_numpy(a).shape) for name, a in inputs.items()}
-
-
 def record_calls(vm, args: list, kernels: set[str] | None) -> list[_Call]:
     """Run ``main`` once and return its kernel calls, in order, with their arguments."""
     calls: list[_Call] = []
@@ -306,7 +302,7 @@ def profile(compiled: CompiledCase, inputs: dict | None = None, options: Profile
                                   moved, moved / seconds / 1e9, flops, gflops, tuple(gemms.get(i, ())), fraction,
                                   tuple(samples[i + 1])))
     name, preset, shapes = ((compiled.case.name, compiled.shapes.preset.name, compiled.shapes.as_dict())
-                            if hasattr(compiled, "case") else (compiled.name, "-", _input_shapes(inputs)))
+                            if hasattr(compiled, "case") else (compiled.name, "-", compiled.user.example_shapes))
     return Profile(name, target_json(tgt), preset, compiled.schedule, shapes, tuple(kernels),
                    main_ms, tuple(samples[0]), options.rounds, probes.peak_gflops, probes.bandwidth_gbs, probes.how)
 

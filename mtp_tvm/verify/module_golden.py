@@ -15,7 +15,7 @@ import time
 import numpy as np
 
 from ..compiler.tensors import dtype_name, to_numpy
-from ..compiler.user_build import CompiledModule, reference_build
+from ..compiler.user_build import NO_PRESET, CompiledModule, reference_build
 from ..ir.user_module import TORCH
 from ..passes.target import target_json
 from ..support.errors import UsageError
@@ -89,9 +89,8 @@ def check_outputs(compiled: CompiledModule, actual: dict, expected: dict, tolera
     """The verdict of every output, as the ``CheckResult`` cases report (the table, the JSON report)."""
     outputs = {name: OutputCheck(name, [assert_close(actual[name], expected[name], tolerance)])
                for name in compiled.user.output_names}
-    shapes = {name: list(np.shape(a)) for name, a in compiled.user.examples.items()
-              if name in compiled.user.activation_names}
-    return CheckResult(compiled.name, target_json(compiled.target), "-", compiled.frontend, 0, shapes, outputs,
+    return CheckResult(compiled.name, target_json(compiled.target), NO_PRESET, compiled.frontend, 0,
+                       compiled.user.example_shapes, outputs,
                        compiled.build_seconds, run_seconds, str(dump_dir) if dump_dir else None,
                        schedule=compiled.schedule)
 
