@@ -139,12 +139,12 @@ def test_the_torch_example_passes_with_dumps_that_the_dumps_tools_read(tmp_path,
     assert "pass timing" in out
     (run,) = dumps.iterdir()
     index = json.loads((run / "index.json").read_text())
-    assert index["case"] == "module-torch_mlp_block" and index["check"]["passed"] is True
+    assert index["case"] == "module-torch-mlp-block" and index["check"]["passed"] is True
     assert (run / "index.html").is_file() and (run / "complete").is_file()
     assert json.loads(report.read_text())["passed"] is True
     monkeypatch.setenv("MTP_TVM_DUMPS", str(dumps))
     assert main(["dumps", "list"]) == 0
-    assert "module-torch_mlp_block" in capsys.readouterr().out
+    assert "module-torch-mlp-block" in capsys.readouterr().out
     assert main(["dumps", "show", "latest", "--changed"]) == 0
     assert "LegalizeOps" in capsys.readouterr().out
 

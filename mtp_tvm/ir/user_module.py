@@ -52,8 +52,8 @@ class UserModule:
 
     @property
     def name(self) -> str:
-        """How runs, folders and messages name it."""
-        return f"module-{self.path.stem}"
+        """How runs, folders and messages name it (run folder names are lower case, words joined by ``-``)."""
+        return "module-" + self.path.stem.lower().replace("_", "-")
 
     @property
     def activation_names(self) -> tuple[str, ...]:
