@@ -75,7 +75,7 @@ _CASE_OPTIONS = ("case", "preset", "frontend", "tokens", "vocab_shard", "owners"
 
 def _refuse_case_options(args, command: str) -> None:
     """``--module`` with a flag that describes a case: a one-line error naming it, not a silent no-op."""
-    defaults = build_parser().parse_args([command, "--module", "x.py"])
+    defaults = build_parser().parse_args([command, "--module", "x.py", *(["--out", "x"] if command == "build" else [])])
     given = [f"--{o.replace('_', '-')}" for o in _CASE_OPTIONS
              if hasattr(args, o) and getattr(args, o) != getattr(defaults, o)]
     if given:
@@ -180,7 +180,9 @@ def _add_lm_head_check_args(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_check(args) -> int:
-    if args.module and not args.artifact:
+    if args.module and args.artifact:
+        raise UsageError("--artifact checks the module file's artifact on what it stores; drop --module")
+    if args.module:
         return _cmd_check_module(args)
     if args.artifact or args.compile_only:
         return _cmd_check_prebuilt(args)
@@ -305,13 +307,19 @@ def _cmd_check_prebuilt(args) -> int:
 
 
 def _cmd_build(args) -> int:
-    spec, debug = _build_spec(args), _debug_options(args)
+    debug = _debug_options(args)
     with phase("import"):
         from .artifact.export import build, describe
         from .verify.results import summary_table
 
-    built = build(args.out, spec, debug, arch=args.arch, force=args.force,
-                  check=args.check, seed=args.seed)
+    if args.module:
+        _refuse_case_options(args, "build")
+        from .artifact.module_artifact import build_module
+
+        built = build_module(args.out, debug=debug, force=args.force, check=args.check, **_module_options(args))
+    else:
+        built = build(args.out, _build_spec(args), debug, arch=args.arch, force=args.force,
+                      check=args.check, seed=args.seed)
     if built.check is not None:
         print(summary_table(built.check))
     if built.path is None:
@@ -535,7 +543,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--verbose", action="store_true", help="let TVM's and LLVM's own log lines through "
                        "(otherwise kept in the run folder's tvm.log)", **({"default": argparse.SUPPRESS} if p is common else {}))
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("check", parents=[common], help="build a case, run it on seeded inputs, golden-check every stage")
+    p = sub.add_parser("check", parents=[common], help="build a case, run it on seeded inputs, golden-check every stage (--module FILE.py: "
+                       "your own model against torch or its unoptimised build)")
     _add_build_args(p)
     p.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
     p.add_argument("--report", default=None, metavar="FILE", help="write the result as JSON")
@@ -573,7 +582,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rpc-tracker", default=None, metavar="HOST:PORT", help="measure on a TVM RPC tracker's servers")
     p.add_argument("--rpc-key", default="mtp", help="device key registered with the tracker (default mtp)")
     p.set_defaults(handler=_cmd_tune)
-    p = sub.add_parser("build", parents=[common], help="build a case into an artifact folder: library, generated source, manifest")
+    p = sub.add_parser("build", parents=[common], help="build a case (or --module FILE.py) into an artifact folder: library, generated "
+                       "source, manifest")
     _add_build_args(p)
     _add_arch_arg(p)
     p.add_argument("--out", required=True, metavar="DIR", help="the artifact folder to create")
@@ -662,7 +672,8 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("run", help="run folder, its name, a unique prefix, or 'latest'")
     q.add_argument("a", metavar="A", help="pass number or name ('input' for the compiler's input)")
     q.add_argument("b", metavar="B", help="pass number or name")
-    p = sub.add_parser("bisect", parents=[common], help="name the first pass (or schedule step) after which the golden check fails")
+    p = sub.add_parser("bisect", parents=[common], help="name the first pass (or schedule step) after which the golden check fails (also "
+                       "of a --module FILE.py)")
     _add_build_args(p)
     p.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
     p.add_argument("--search", choices=("binary", "linear"), default="binary",

@@ -224,3 +224,28 @@ def test_bisect_module_names_the_broken_plugin_pass(capsys):
     assert main(["bisect", "--module", str(TORCH_EXAMPLE), "--pass-plugin", str(BROKEN_GELU)]) == 0
     out = capsys.readouterr().out
     assert "FOUND first failing pass: 001 legalize/TanhGeluApproximation" in out
+
+
+# ---- artifacts ------------------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.parametrize("example", [TORCH_EXAMPLE, TVMSCRIPT_EXAMPLE], ids=["torch", "tvmscript"])
+def test_build_module_makes_an_artifact_that_run_and_check_artifact_use(tmp_path, capsys, example):
+    out = tmp_path / "art"
+    assert main(["build", "--module", str(example), "--out", str(out), "--check"]) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["module"]["path"] == str(example) and manifest["golden"]["passed"] is True
+    assert {"example_inputs.npz", "reference_outputs.npz"} <= {p.name for p in out.iterdir()}
+    capsys.readouterr()
+    assert main(["run", str(out), "--random-inputs", "--out", str(tmp_path / "o.npz")]) == 0
+    assert "output0" in capsys.readouterr().out
+    assert main(["check", "--artifact", str(out)]) == 0
+    assert "PASSED" in capsys.readouterr().out
+    # the artifact needs neither the file nor torch: it carries its inputs and reference outputs
+    assert main(["run", str(out), "--random-inputs", "--seed", "3"]) == 2
+    assert "runs on its stored example inputs" in capsys.readouterr().err
+
+
+def test_an_artifact_check_with_module_is_refused(capsys):
+    assert main(["check", "--artifact", "somewhere", "--module", str(TORCH_EXAMPLE)]) == 2
+    assert "drop --module" in capsys.readouterr().err

@@ -18,7 +18,6 @@ from tvm.target import Target
 from ..compiler.driver import build_ir, finish_run
 from ..compiler.options import DebugOptions, require_path
 from ..compiler.runtime import Runnable
-from ..compiler.tensors import to_host
 from ..compiler.weights import WeightCache
 from ..instrument.recorder import PassRecord
 from ..ir.user_module import UserModule, load_user_module
@@ -85,7 +84,7 @@ class CompiledModule(Runnable):
 
     @property
     def output_specs(self) -> dict[str, TensorSpec]:
-        return {name: TensorSpec(name, (), "") for name in self.user.output_names}
+        return dict(self.user.output_specs)
 
     @property
     def num_input(self) -> int:
@@ -94,10 +93,9 @@ class CompiledModule(Runnable):
     def _runtime(self):
         return self.executable, device_for(self.target), f"module {self.user.path.name}"
 
-    def _call_main(self, args: list) -> dict[str, np.ndarray]:
-        outs = self.vm["main"](*args)
-        outs = outs if self.user.returns_tuple else [outs]
-        return {name: to_host(outs[i]) for i, name in enumerate(self.user.output_names)}
+    @property
+    def returns_tuple(self) -> bool:
+        return self.user.returns_tuple
 
     def make_inputs(self, tokens: int | None = None, seed: int = 0) -> dict[str, np.ndarray]:
         """The example inputs (and parameters) of the file; ``tokens``/``seed`` do not apply."""

@@ -44,7 +44,7 @@ class UserModule:
     kind: str
     mod: tvm.IRModule
     input_specs: dict[str, TensorSpec]
-    output_names: tuple[str, ...]
+    output_specs: dict[str, TensorSpec]  # ``output0``, ``output1``...: ``main``'s results in order
     returns_tuple: bool                 # whether main returns a tuple (outputs ``output0``...) or one tensor
     num_input: int                      # the leading inputs that are activations (the rest: parameters)
     examples: dict[str, np.ndarray]     # every input of ``main``: example inputs, then parameters
@@ -54,6 +54,16 @@ class UserModule:
     def name(self) -> str:
         """How runs, folders and messages name it (run folder names are lower case, words joined by ``-``)."""
         return "module-" + self.path.stem.lower().replace("_", "-")
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return tuple(self.output_specs)
+
+    @property
+    def symbolic_dims(self) -> list[str]:
+        """The symbolic sizes of ``main``'s inputs and outputs, by name."""
+        specs = [*self.input_specs.values(), *self.output_specs.values()]
+        return sorted({d for spec in specs for d in spec.shape if isinstance(d, str)})
 
     @property
     def activation_names(self) -> tuple[str, ...]:
@@ -113,24 +123,25 @@ def _tuple_of(path: Path, value, what: str, kinds: tuple, kind_name: str) -> tup
     return value
 
 
+def _spec(name: str, ty, path: Path, what: str) -> TensorSpec:
+    """One tensor of ``main`` as a spec: each symbolic size by its variable's name (``validate_inputs`` binds
+    it)."""
+    if not isinstance(ty, relax.TensorType) or ty.shape is None:
+        raise UsageError(f"module file {path}: main's {what} {name!r} is not a tensor of known shape ({ty})")
+    shape = tuple(int(d) if isinstance(d, tirx.IntImm) else str(d) for d in ty.shape)
+    return TensorSpec(name, shape, str(ty.dtype))
+
+
 def _specs(func: relax.Function, path: Path) -> dict[str, TensorSpec]:
-    """``main``'s inputs as specs: each symbolic size by its variable's name (``validate_inputs`` binds it)."""
-    specs = {}
-    for param in func.params:
-        ty = param.ty
-        if not isinstance(ty, relax.TensorType) or ty.shape is None:
-            raise UsageError(f"module file {path}: main's input {param.name!r} is not a tensor of known rank "
-                             f"({ty})")
-        shape = tuple(int(d) if isinstance(d, tirx.IntImm) else str(d) for d in ty.shape)
-        specs[param.name] = TensorSpec(param.name, shape, str(ty.dtype))
-    return specs
+    return {p.name: _spec(p.name, p.ty, path, "input") for p in func.params}
 
 
-def _outputs(func: relax.Function) -> tuple[tuple[str, ...], bool]:
-    """``main``'s outputs' names (``output0``, ``output1``...) and whether it returns a tuple."""
+def _outputs(func: relax.Function, path: Path) -> tuple[dict[str, TensorSpec], bool]:
+    """``main``'s outputs as specs (``output0``, ``output1``...) and whether it returns a tuple."""
     ret = func.ret_ty
     is_tuple = isinstance(ret, relax.TupleType)
-    return tuple(f"output{i}" for i in range(len(ret.fields) if is_tuple else 1)), is_tuple
+    types = list(ret.fields) if is_tuple else [ret]
+    return {f"output{i}": _spec(f"output{i}", ty, path, "output") for i, ty in enumerate(types)}, is_tuple
 
 
 def _from_torch(path: Path, file) -> UserModule:
@@ -165,7 +176,7 @@ def _from_torch(path: Path, file) -> UserModule:
     values = [t.detach().cpu().numpy() if t.dtype != torch.bfloat16 else _bf16(t) for t in examples]
     values += [p.numpy() for p in params.get("main", [])]
     mod["main"] = func.with_attr("num_input", num_input)
-    return UserModule(path, TORCH, mod, specs, *_outputs(func), num_input, dict(zip(specs, values)), model)
+    return UserModule(path, TORCH, mod, specs, *_outputs(func, path), num_input, dict(zip(specs, values)), model)
 
 
 def _bf16(t) -> np.ndarray:
@@ -188,4 +199,4 @@ def _from_tvmscript(path: Path, file) -> UserModule:
         raise UsageError(f"module file {path}: example_inputs() returned {len(examples)} arrays, main takes "
                          f"{len(specs)} ({', '.join(specs)})")
     num_input = int(main.attrs["num_input"]) if main.attrs is not None and "num_input" in main.attrs else len(specs)
-    return UserModule(path, TVMSCRIPT, mod, specs, *_outputs(main), num_input, dict(zip(specs, examples)))
+    return UserModule(path, TVMSCRIPT, mod, specs, *_outputs(main, path), num_input, dict(zip(specs, examples)))

@@ -22,6 +22,7 @@ from ..support.errors import UsageError
 from ..support.lazy import lazy_module
 from ..support.timing import phase
 from ..verify.comparators import Comparison, ratio_allclose
+from ..verify.golden_check import Provenance
 from ..verify.results import CheckResult, OutputCheck
 
 torch = lazy_module("torch")
@@ -84,15 +85,13 @@ def _to_torch(a: np.ndarray):
     return torch.from_numpy(np.ascontiguousarray(a))
 
 
-def check_outputs(compiled: CompiledModule, actual: dict, expected: dict, tolerance: ModuleTolerance,
-                  run_seconds: float, dump_dir=None) -> CheckResult:
-    """The verdict of every output, as the ``CheckResult`` cases report (the table, the JSON report)."""
-    outputs = {name: OutputCheck(name, [assert_close(actual[name], expected[name], tolerance)])
-               for name in compiled.user.output_names}
-    return CheckResult(compiled.name, target_json(compiled.target), NO_PRESET, compiled.frontend, 0,
-                       compiled.user.example_shapes, outputs,
-                       compiled.build_seconds, run_seconds, str(dump_dir) if dump_dir else None,
-                       schedule=compiled.schedule)
+def check_outputs(name: str, shapes: dict, built: Provenance, actual: dict, expected: dict,
+                  tolerance: ModuleTolerance, run_seconds: float) -> CheckResult:
+    """The verdict of every output (``expected``'s names), as the ``CheckResult`` cases report (the table, the
+    JSON report); ``shapes``: the example activations' shapes."""
+    outputs = {out: OutputCheck(out, [assert_close(actual[out], expected[out], tolerance)]) for out in expected}
+    return CheckResult(name, built.target, NO_PRESET, built.frontend, 0, shapes, outputs, built.build_seconds,
+                       run_seconds, str(built.dump_dir) if built.dump_dir else None, schedule=built.schedule)
 
 
 def golden_check_module(compiled: CompiledModule, tolerance: ModuleTolerance, log=print,
@@ -107,4 +106,6 @@ def golden_check_module(compiled: CompiledModule, tolerance: ModuleTolerance, lo
     seconds = time.perf_counter() - t0
     with phase("golden"):
         expected = expected if expected is not None else module_golden(compiled, inputs)
-    return check_outputs(compiled, actual, expected, tolerance, seconds, compiled.dump_dir)
+    built = Provenance(target_json(compiled.target), compiled.frontend, compiled.schedule, compiled.build_seconds,
+                       compiled.dump_dir)
+    return check_outputs(compiled.name, compiled.user.example_shapes, built, actual, expected, tolerance, seconds)
