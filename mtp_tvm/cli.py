@@ -73,11 +73,12 @@ _CASE_OPTIONS = ("case", "preset", "frontend", "tokens", "vocab_shard", "owners"
                  "max_e2e_abs_diff", "perturb_logit", "nan_check", "compile_only", "arch")
 
 
-def _refuse_case_options(args, command: str) -> None:
-    """``--module`` with a flag that describes a case: a one-line error naming it, not a silent no-op."""
+def _refuse_case_options(args, command: str, keep: tuple[str, ...] = ()) -> None:
+    """``--module`` with a flag that describes a case (other than ``keep``, which ``command`` uses for something
+    else): a one-line error naming it, not a silent no-op."""
     defaults = build_parser().parse_args([command, "--module", "x.py", *(["--out", "x"] if command == "build" else [])])
     given = [f"--{o.replace('_', '-')}" for o in _CASE_OPTIONS
-             if hasattr(args, o) and getattr(args, o) != getattr(defaults, o)]
+             if o not in keep and hasattr(args, o) and getattr(args, o) != getattr(defaults, o)]
     if given:
         raise UsageError(f"--module builds your file, so {', '.join(given)} (which describe a case) cannot apply; "
                          "drop them")
@@ -258,15 +259,18 @@ def _check_exit(args, result) -> int:
 
 
 def _cmd_tune(args) -> int:
-    BuildSpec(case=args.case, target=args.target, preset=args.preset, frontend=args.frontend,
-              vocab_shard=args.vocab_shard).resolve()
+    if args.module:
+        _refuse_case_options(args, "tune", keep=("seed",))  # the search's seed
+    else:
+        BuildSpec(case=args.case, target=args.target, preset=args.preset, frontend=args.frontend,
+                  vocab_shard=args.vocab_shard).resolve()
     from .tools.tune import tune
 
     rpc = (args.rpc_tracker, args.rpc_key) if args.rpc_tracker else None
     r = tune(case=args.case, target=args.target, preset=args.preset, frontend=args.frontend, trials=args.trials,
              vocab_shard=args.vocab_shard, work_dir=args.work_dir, seed=args.seed, rpc=rpc, space=args.space,
-             log=lambda line: print(line, file=sys.stderr))
-    print(f"tuned {args.case} for {args.target}: {r.trials} trials in {r.seconds:.0f}s "
+             log=lambda line: print(line, file=sys.stderr), module=args.module)
+    print(f"tuned {args.module or args.case} for {args.target}: {r.trials} trials in {r.seconds:.0f}s "
           f"({r.seconds_per_trial:.2f} s/trial){' (interrupted)' if r.interrupted else ''} -> {r.work_dir}")
     for name, best in sorted(r.best_ms.items()):
         hand = f", hand schedule {r.default_ms[name]:.4g} ms" if name in r.default_ms else ""
@@ -570,7 +574,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keep at most MB of recorded tensors at once (oldest calls compared and dropped first)")
     p.add_argument("--report", default=None, metavar="FILE", help="write the result as JSON")
     p.set_defaults(handler=_cmd_localize)
-    p = sub.add_parser("tune", parents=[common], help="tune a case's kernels with MetaSchedule (records in schedules/tuned/)")
+    p = sub.add_parser("tune", parents=[common], help="tune a case's (or a --module FILE.py's) kernels with MetaSchedule "
+                       "(records in schedules/tuned/)")
+    _add_module_arg(p)
     _add_spec_args(p, sizes=False)
     _add_target_args(p)
     p.add_argument("--space", choices=("hand", "generic", "both"), default="both",

@@ -249,3 +249,16 @@ def test_build_module_makes_an_artifact_that_run_and_check_artifact_use(tmp_path
 def test_an_artifact_check_with_module_is_refused(capsys):
     assert main(["check", "--artifact", "somewhere", "--module", str(TORCH_EXAMPLE)]) == 2
     assert "drop --module" in capsys.readouterr().err
+
+
+# ---- tuning ------------------------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_tune_module_tunes_its_kernels_and_a_tuned_build_passes(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("MTP_TVM_TUNED_ROOT", str(tmp_path / "tuned"))
+    assert main(["tune", "--module", str(TVMSCRIPT_EXAMPLE), "--trials", "3", "--space", "hand"]) == 0
+    out = capsys.readouterr().out
+    assert "fused_matmul_add_relu" in out and "module-tvmscript-module" in out
+    assert main(["check", "--module", str(TVMSCRIPT_EXAMPLE), "--schedule", "tuned"]) == 0
+    assert "schedule=tuned" in capsys.readouterr().out
+    assert main(["tune", "--module", str(TVMSCRIPT_EXAMPLE), "--case", "logits"]) == 2

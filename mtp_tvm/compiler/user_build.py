@@ -23,7 +23,8 @@ from ..instrument.recorder import PassRecord
 from ..ir.user_module import UserModule, load_user_module
 from ..passes.target import device_for, resolve_target, target_json
 from ..schedule.apply import ApplySchedules
-from ..schedule.files import NONE, validate_schedule
+from ..schedule.files import NONE, TUNED, validate_schedule
+from ..schedule.tuned import tuned_dir
 from ..spec.cases import TensorSpec
 from ..support.errors import UsageError
 from ..support.native_log import native_stderr
@@ -60,6 +61,7 @@ class CompiledModule(Runnable):
     schedule_traces: dict[str, str] = dataclasses.field(default_factory=dict)
     device_source: str | None = None
     unscheduled: list[str] = dataclasses.field(default_factory=list)
+    untuned: dict[str, str] = dataclasses.field(default_factory=dict)  # schedule "tuned": kernel -> why no record
     pass_records: list[PassRecord] = dataclasses.field(default_factory=list, repr=False)
     gate: dict | None = None
     optimized_module: tvm.IRModule | None = dataclasses.field(default=None, repr=False)
@@ -141,15 +143,15 @@ def compile_module_open(module=None, debug: DebugOptions | None = None, *, spec:
     validate_schedule(spec.schedule, tgt)
     with phase("build"):  # exporting and importing the user's model is part of its build
         user = user or load_user_module(spec.module)
-    applier = ApplySchedules(tgt, spec.schedule)
+    applier = ApplySchedules(tgt, spec.schedule, tuned_dir(tgt, user.name) if spec.schedule == TUNED else None)
     meta = {"case": user.name, "module": str(user.path), "target": target_json(tgt), "preset": NO_PRESET,
             "frontend": FRONTEND, "schedule": spec.schedule, "shapes": user.example_shapes}
     debug = debug.from_environment()
 
     def wrap(built) -> CompiledModule:
         return CompiledModule(user, tgt, built.executable, built.seconds, spec.schedule, dict(applier.traces),
-                              built.source, list(applier.unscheduled), built.records, built.gate, built.optimized,
-                              spec, debug)
+                              built.source, list(applier.unscheduled), dict(applier.untuned), built.records,
+                              built.gate, built.optimized, spec, debug)
 
     with phase("build"), native_stderr():
         return build_ir(lambda: user.mod, user.name, tgt, applier, debug, meta, wrap)

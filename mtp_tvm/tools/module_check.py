@@ -37,6 +37,8 @@ def check_module(module=None, debug: DebugOptions | None = None, *, spec: Module
         if compiled.unscheduled:
             log(f"[schedule] no {spec.schedule!r} schedule covers {', '.join(compiled.unscheduled)}: lowered as "
                 "written")
+        for kernel, why in compiled.untuned.items():
+            log(f"[tuned] {kernel}: {why}; its hand schedule is used")
         result = golden_check_module(compiled, tolerance, log)
         result.gate, result.pass_records = compiled.gate, compiled.pass_records
         if profiling is not None:

@@ -92,12 +92,18 @@ def case_kernels(case: str, target: Target, preset: str, frontend: str,
                  vocab_shard: int | None) -> dict[str, tirx.PrimFunc]:
     """The kernels ``main`` calls per call (parameter-only work lifted out), as tile workloads, by name."""
     from ..ir.model import build_relax_module
-    from ..passes.pipeline import fuse_passes, legalize_passes
-    from ..schedule.apply import ApplySchedules
     from ..spec.cases import get_case
     from ..spec.presets import make_shapes
 
-    mod = build_relax_module(get_case(case), make_shapes(preset, None, vocab_shard), frontend)
+    return relax_kernels(build_relax_module(get_case(case), make_shapes(preset, None, vocab_shard), frontend), target)
+
+
+def relax_kernels(mod: tvm.IRModule, target: Target) -> dict[str, tirx.PrimFunc]:
+    """The kernels of a Relax module's ``main`` per call (parameter-only work lifted out), as tile workloads, by
+    name: a case's (``case_kernels``) or a user's module file's."""
+    from ..passes.pipeline import fuse_passes, legalize_passes
+    from ..schedule.apply import ApplySchedules
+
     with target:
         mod = tvm.transform.Sequential(legalize_passes(target) + fuse_passes(target)
                                        + [relax.transform.LiftTransformParams()])(mod)
@@ -306,10 +312,19 @@ def tune(case: str = _BUILD.case, target=_BUILD.target, preset: str = _BUILD.pre
          trials: int = 16,
          vocab_shard: int | None = None, work_dir: str | os.PathLike | None = None, seed: int = 0,
          rpc: tuple[str, str] | None = None, space: Space = "both",
-         log: Callable[[str], None] = print) -> TuneResult:
-    """Tune ``case``'s kernels for ``trials`` trials in all, in ``space``; warm-starts from the database in
-    ``work_dir``. The hand schedule of a kernel without records is measured and committed first."""
+         log: Callable[[str], None] = print, module: str | os.PathLike | None = None) -> TuneResult:
+    """Tune ``case``'s kernels (or, with ``module``, those of that module file: ``--module``) for ``trials``
+    trials in all, in ``space``; warm-starts from the database in ``work_dir``. The hand schedule of a kernel
+    without records is measured and committed first."""
     from ..passes.target import resolve_target
+
+    if module is not None:
+        from ..ir.user_module import load_user_module
+
+        user = load_user_module(module)
+        case, kernels_of = user.name, lambda tgt: relax_kernels(user.mod, tgt)
+    else:
+        kernels_of = lambda tgt: case_kernels(case, tgt, preset, frontend, vocab_shard)  # noqa: E731
 
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise UsageError(f"trials must be a positive integer, got {trials!r}")
@@ -329,7 +344,7 @@ def tune(case: str = _BUILD.case, target=_BUILD.target, preset: str = _BUILD.pre
                                 "another --work-dir"):
         check_database(out)
         _require_one_target(out, tgt)
-        return _search(case, tgt, preset, frontend, trials, vocab_shard, out, seed, runner, space, log)
+        return _search(tgt, kernels_of, trials, out, seed, runner, space, log)
 
 
 def _require_one_target(work_dir: Path, target: Target) -> None:
@@ -348,16 +363,16 @@ def _require_one_target(work_dir: Path, target: Target) -> None:
                              f"{RECORDS_FILE}), not for {describe_identity(here)}: tune into another --work-dir")
 
 
-def _search(case: str, tgt: Target, preset: str, frontend: str, trials: int, vocab_shard: int | None, out: Path,
-            seed: int, runner, space: Space, log: Callable[[str], None]) -> TuneResult:
-    """The search of ``tune``, holding ``out``'s lock."""
+def _search(tgt: Target, kernels_of: Callable[[Target], dict], trials: int, out: Path, seed: int, runner,
+            space: Space, log: Callable[[str], None]) -> TuneResult:
+    """The search of ``tune`` over the kernels ``kernels_of(tgt)``, holding ``out``'s lock."""
     from tvm.s_tir import meta_schedule as ms
 
     from ..passes.pipeline import register_with_tvm
     from ..schedule.apply import ApplySchedules
 
     register_with_tvm()  # Ctrl-C inside MetaSchedule's C++ loop comes back as KeyboardInterrupt
-    kernels = case_kernels(case, tgt, preset, frontend, vocab_shard)
+    kernels = kernels_of(tgt)
     load_tensor_intrinsics(tgt)
     logging.getLogger(_MS_LOGGER).setLevel(logging.WARNING)  # full logs still go to <work_dir>/logs
     isa = None if is_gpu(tgt) else cpu_isa(tgt)
