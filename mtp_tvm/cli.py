@@ -238,6 +238,9 @@ def _cmd_check_module(args) -> int:
 
 
 def _cmd_localize(args) -> int:
+    if args.module:
+        raise UsageError("localize compares two builds of a case; with --module, use bisect --module or "
+                         "check --module --dump-passes and dumps compare")
     spec, debug = _build_spec(args), _debug_options(args)
     with phase("import"):
         from .tools.localize import localize

@@ -262,3 +262,22 @@ def test_tune_module_tunes_its_kernels_and_a_tuned_build_passes(tmp_path, monkey
     assert main(["check", "--module", str(TVMSCRIPT_EXAMPLE), "--schedule", "tuned"]) == 0
     assert "schedule=tuned" in capsys.readouterr().out
     assert main(["tune", "--module", str(TVMSCRIPT_EXAMPLE), "--case", "logits"]) == 2
+
+
+def test_localize_refuses_module_rather_than_ignoring_it(capsys):
+    assert main(["localize", "--module", str(TORCH_EXAMPLE), "--against", "schedule=none"]) == 2
+    assert "localize compares two builds of a case" in capsys.readouterr().err
+
+
+def test_the_api_refuses_an_unknown_option():
+    import mtp_tvm
+
+    with pytest.raises(UsageError, match=r"compile_module\(\) got unknown option\(s\) preset"):
+        mtp_tvm.compile_module(TVMSCRIPT_EXAMPLE, preset="tiny")
+
+
+@pytest.mark.slow
+def test_profile_times_every_kernel_of_a_module(capsys):
+    assert main(["check", "--module", str(TVMSCRIPT_EXAMPLE), "--profile"]) == 0
+    out = capsys.readouterr().out
+    assert "profile of main: case=module-tvmscript-module" in out and "fused_matmul_add_relu" in out
