@@ -314,19 +314,19 @@ def _cmd_check_prebuilt(args) -> int:
 
 
 def _cmd_build(args) -> int:
-    debug = _debug_options(args)
+    if args.module:
+        _refuse_case_options(args, "build")
+    spec, debug = (None if args.module else _build_spec(args)), _debug_options(args)  # refused before the imports
     with phase("import"):
         from .artifact.export import build, describe
         from .verify.results import summary_table
 
     if args.module:
-        _refuse_case_options(args, "build")
         from .artifact.module_artifact import build_module
 
         built = build_module(args.out, debug=debug, force=args.force, check=args.check, **_module_options(args))
     else:
-        built = build(args.out, _build_spec(args), debug, arch=args.arch, force=args.force,
-                      check=args.check, seed=args.seed)
+        built = build(args.out, spec, debug, arch=args.arch, force=args.force, check=args.check, seed=args.seed)
     if built.check is not None:
         print(summary_table(built.check))
     if built.path is None:
