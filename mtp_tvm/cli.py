@@ -61,7 +61,35 @@ def _add_schedule_arg(p: argparse.ArgumentParser) -> None:
                         "tuned, or another name a schedule file defines (default: default)")
 
 
+def _add_module_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--module", default=None, metavar="FILE.py",
+                   help="your own model instead of a case: FILE.py defines model() (a torch.nn.Module) and "
+                        "example_inputs(), optionally dynamic_shapes(); or module() (a tvm.IRModule with a Relax "
+                        "main) and example_inputs() (numpy arrays). See examples/ and the README")
+
+
+# what a case is made of, meaningless for --module (its file says it all)
+_CASE_OPTIONS = ("case", "preset", "frontend", "tokens", "vocab_shard", "owners", "tp", "seed", "max_error_ratio",
+                 "max_e2e_abs_diff", "perturb_logit", "nan_check", "compile_only", "arch")
+
+
+def _refuse_case_options(args, command: str, keep: tuple[str, ...] = ()) -> None:
+    """``--module`` with a flag that describes a case (other than ``keep``, which ``command`` uses for something
+    else): a one-line error naming it, not a silent no-op."""
+    defaults = build_parser().parse_args([command, "--module", "x.py", *(["--out", "x"] if command == "build" else [])])
+    given = [f"--{o.replace('_', '-')}" for o in _CASE_OPTIONS
+             if o not in keep and hasattr(args, o) and getattr(args, o) != getattr(defaults, o)]
+    if given:
+        raise UsageError(f"--module builds your file, so {', '.join(given)} (which describe a case) cannot apply; "
+                         "drop them")
+
+
+def _module_options(args) -> dict:
+    return {"module": args.module, "target": args.target, "schedule": args.schedule}
+
+
 def _add_build_args(p: argparse.ArgumentParser) -> None:
+    _add_module_arg(p)
     _add_spec_args(p)
     _add_target_args(p)
     p.add_argument("--tokens", type=int, default=None, help="token count T (default: the preset's B*S = 8)")
@@ -142,8 +170,10 @@ _DEBUG_OPTIONS = ("dump_only_changed", "dump_filter", "dump_func", "time_passes"
 def _add_lm_head_check_args(p: argparse.ArgumentParser) -> None:
     """The LM-head logits comparator's options (cases lm-head, tail-lm-head; spec §3.3)."""
     p.add_argument("--max-error-ratio", type=float, default=None, help="LM-head logits outlier budget (default 0.01)")
-    p.add_argument("--atol", type=float, default=None, help="LM-head logits absolute tolerance (default 0.01)")
-    p.add_argument("--rtol", type=float, default=None, help="LM-head logits relative tolerance (default 0.01)")
+    p.add_argument("--atol", type=float, default=None, help="LM-head logits absolute tolerance (default 0.01); with --module: every output's "
+                   "(default torch.testing.assert_close's for its dtype)")
+    p.add_argument("--rtol", type=float, default=None, help="LM-head logits relative tolerance (default 0.01); with --module: every output's "
+                   "(default torch.testing.assert_close's for its dtype)")
     p.add_argument("--max-e2e-abs-diff", type=float, default=None,
                    help="LM-head logits end-to-end guard against the CPU golden (default 0.5)")
     p.add_argument("--perturb-logit", default=None, metavar="OWNER,ROW,COL[,DELTA]",
@@ -151,6 +181,10 @@ def _add_lm_head_check_args(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_check(args) -> int:
+    if args.module and args.artifact:
+        raise UsageError("--artifact checks the module file's artifact on what it stores; drop --module")
+    if args.module:
+        return _cmd_check_module(args)
     if args.artifact or args.compile_only:
         return _cmd_check_prebuilt(args)
     spec, debug = _build_spec(args), _debug_options(args)
@@ -184,7 +218,29 @@ def _cmd_check(args) -> int:
     return code
 
 
+def _cmd_check_module(args) -> int:
+    """``check --module FILE.py``: the user's own model against its reference (``tools.module_check``)."""
+    _refuse_case_options(args, "check")
+    debug = _debug_options(args)
+    with phase("import"):
+        from .tools.module_check import check_module
+        from .verify.results import summary_table
+
+    result = check_module(debug=debug, atol=args.atol, rtol=args.rtol, report=args.report, profile=args.profile,
+                          **_module_options(args))
+    print(summary_table(result))
+    if result.profile is not None:
+        print(result.profile.table())
+    _print_debug_footer(args, result.pass_records, result.gate, result.dump_dir)
+    code = _check_exit(args, result)
+    print(time_line())
+    return code
+
+
 def _cmd_localize(args) -> int:
+    if args.module:
+        raise UsageError("localize compares two builds of a case; with --module, use bisect --module or "
+                         "check --module --dump-passes and dumps compare")
     spec, debug = _build_spec(args), _debug_options(args)
     with phase("import"):
         from .tools.localize import localize
@@ -208,13 +264,17 @@ def _check_exit(args, result) -> int:
 def _cmd_tune(args) -> int:
     spec = BuildSpec(case=args.case, target=args.target, preset=args.preset, frontend=args.frontend,
                      vocab_shard=args.vocab_shard)
-    spec.resolve()
+    if args.module:
+        _refuse_case_options(args, "tune", keep=("seed",))  # the search's seed
+    else:
+        spec.resolve()
     from .tools.tune import TuneOptions, tune
 
     rpc = (args.rpc_tracker, args.rpc_key) if args.rpc_tracker else None
-    options = TuneOptions(trials=args.trials, work_dir=args.work_dir, seed=args.seed, rpc=rpc, space=args.space)
+    options = TuneOptions(trials=args.trials, work_dir=args.work_dir, seed=args.seed, rpc=rpc, space=args.space,
+                          module=args.module)
     r = tune(spec, options, log=lambda line: print(line, file=sys.stderr))
-    print(f"tuned {args.case} for {args.target}: {r.trials} trials in {r.seconds:.0f}s "
+    print(f"tuned {args.module or args.case} for {args.target}: {r.trials} trials in {r.seconds:.0f}s "
           f"({r.seconds_per_trial:.2f} s/trial){' (interrupted)' if r.interrupted else ''} -> {r.work_dir}")
     for name, best in sorted(r.best_ms.items()):
         hand = f", hand schedule {r.default_ms[name]:.4g} ms" if name in r.default_ms else ""
@@ -255,13 +315,19 @@ def _cmd_check_prebuilt(args) -> int:
 
 
 def _cmd_build(args) -> int:
-    spec, debug = _build_spec(args), _debug_options(args)
+    if args.module:
+        _refuse_case_options(args, "build")
+    spec, debug = (None if args.module else _build_spec(args)), _debug_options(args)  # refused before the imports
     with phase("import"):
         from .artifact.export import build, describe
         from .verify.results import summary_table
 
-    built = build(args.out, spec, debug, arch=args.arch, force=args.force,
-                  check=args.check, seed=args.seed)
+    if args.module:
+        from .artifact.module_artifact import build_module
+
+        built = build_module(args.out, debug=debug, force=args.force, check=args.check, **_module_options(args))
+    else:
+        built = build(args.out, spec, debug, arch=args.arch, force=args.force, check=args.check, seed=args.seed)
     if built.check is not None:
         print(summary_table(built.check))
     if built.path is None:
@@ -355,6 +421,8 @@ def _cmd_dumps(args) -> int:
 
 
 def _cmd_bisect(args) -> int:
+    if args.module:
+        return _cmd_bisect_module(args)
     spec, debug = _build_spec(args), _debug_options(args)
     from .tools.bisection import bisect_passes, bisect_schedule
 
@@ -370,13 +438,37 @@ def _cmd_bisect(args) -> int:
         result = bisect_schedule(args.func, text, spec, seed=args.seed, search=args.search)
     else:
         result = bisect_passes(spec, debug.replace(dump_passes=None), seed=args.seed, search=args.search)
-    kinds = "passes" if result.kind == "pass" else result.kind + "s"
-    print(f"bisect over {result.candidates} candidate {kinds}, {len(result.probes)} builds (search: {result.search})")
-    print(("FOUND " if result.found else "NOT FOUND: ") + result.message)
+    _print_bisect(result)
     if result.found and result.limits and args.dump_passes:
         from .tools.check import check
 
         r = check(spec, debug.replace(bisect_limit=result.limits[1]), seed=args.seed, log=lambda *_: None)
+        stem = next(p.diff for p in r.pass_records if p.index == result.culprit["index"])
+        print(f"dumps of the first failing build: {r.dump_dir} (the culprit's diff: {r.dump_dir}/{stem})")
+    return 0 if result.found else 1
+
+
+def _print_bisect(result) -> None:
+    kinds = "passes" if result.kind == "pass" else result.kind + "s"
+    print(f"bisect over {result.candidates} candidate {kinds}, {len(result.probes)} builds (search: {result.search})")
+    print(("FOUND " if result.found else "NOT FOUND: ") + result.message)
+
+
+def _cmd_bisect_module(args) -> int:
+    """``bisect --module FILE.py``: the first optional pass after which the file's check fails."""
+    _refuse_case_options(args, "bisect")
+    if args.schedule_trace or args.func:
+        raise UsageError("bisect --module bisects passes; --schedule-trace/--func apply to a case")
+    debug = _debug_options(args)
+    from .tools.bisection import bisect_module_passes
+
+    result = bisect_module_passes(debug=debug.replace(dump_passes=None), search=args.search, **_module_options(args))
+    _print_bisect(result)
+    if result.found and result.limits and args.dump_passes:
+        from .tools.module_check import check_module
+
+        r = check_module(debug=debug.replace(bisect_limit=result.limits[1]), log=lambda *_: None,
+                         **_module_options(args))
         stem = next(p.diff for p in r.pass_records if p.index == result.culprit["index"])
         print(f"dumps of the first failing build: {r.dump_dir} (the culprit's diff: {r.dump_dir}/{stem})")
     return 0 if result.found else 1
@@ -451,14 +543,16 @@ def _cmd_list(args) -> int:
 
 
 def _add_check_command(sub, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("check", parents=[common], help="build a case, run it on seeded inputs, golden-check every stage")
+    p = sub.add_parser("check", parents=[common], help="build a case, run it on seeded inputs, golden-check every stage (--module FILE.py: "
+                       "your own model against torch or its unoptimised build)")
     _add_build_args(p)
     p.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
     p.add_argument("--report", default=None, metavar="FILE", help="write the result as JSON")
     _add_arch_arg(p)
     _add_lm_head_check_args(p)
     p.add_argument("--artifact", default=None, metavar="DIR",
-                   help="golden-check a prebuilt artifact on fresh seeded inputs, without compiling")
+                   help="golden-check a prebuilt artifact on fresh seeded inputs (a --module artifact: its stored "
+                        "example inputs and reference outputs), without compiling")
     p.add_argument("--compile-only", action="store_true",
                    help="build the target binary (CUDA device code included) and stop: no inputs, no run")
     _add_profile_arg(p)
@@ -482,7 +576,9 @@ def _add_localize_command(sub, common: argparse.ArgumentParser) -> None:
 
 
 def _add_tune_command(sub, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("tune", parents=[common], help="tune a case's kernels with MetaSchedule (records in schedules/tuned/)")
+    p = sub.add_parser("tune", parents=[common], help="tune a case's (or a --module FILE.py's) kernels with MetaSchedule "
+                       "(records in schedules/tuned/)")
+    _add_module_arg(p)
     _add_spec_args(p, sizes=False)
     _add_target_args(p)
     p.add_argument("--space", choices=("hand", "generic", "both"), default="both",
@@ -497,7 +593,8 @@ def _add_tune_command(sub, common: argparse.ArgumentParser) -> None:
 
 
 def _add_build_command(sub, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("build", parents=[common], help="build a case into an artifact folder: library, generated source, manifest")
+    p = sub.add_parser("build", parents=[common], help="build a case (or --module FILE.py) into an artifact folder: library, generated "
+                       "source, manifest")
     _add_build_args(p)
     _add_arch_arg(p)
     p.add_argument("--out", required=True, metavar="DIR", help="the artifact folder to create")
@@ -604,7 +701,8 @@ def _add_dumps_command(sub, common: argparse.ArgumentParser) -> None:
 
 
 def _add_bisect_command(sub, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("bisect", parents=[common], help="name the first pass (or schedule step) after which the golden check fails")
+    p = sub.add_parser("bisect", parents=[common], help="name the first pass (or schedule step) after which the golden check fails (also "
+                       "of a --module FILE.py)")
     _add_build_args(p)
     p.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
     p.add_argument("--search", choices=("binary", "linear"), default="binary",
@@ -624,9 +722,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--verbose", action="store_true", help="let TVM's and LLVM's own log lines through "
                        "(otherwise kept in the run folder's tvm.log)", **({"default": argparse.SUPPRESS} if p is common else {}))
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_check_command, _add_localize_command, _add_tune_command, _add_build_command,
-                _add_run_command, _add_bench_command, _add_inputs_command, _add_list_command, _add_dumps_command,
-                _add_bisect_command):
+    for add in (_add_check_command, _add_localize_command, _add_tune_command, _add_build_command, _add_run_command,
+                _add_bench_command, _add_inputs_command, _add_list_command, _add_dumps_command, _add_bisect_command):
         add(sub, common)
     return parser
 

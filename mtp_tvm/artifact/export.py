@@ -235,9 +235,16 @@ def _export_library(ex, lib: Path, blob: bytes | None) -> None:
         raise BuildError(f"{lib.name} does not embed the compiled device code")
 
 
-def _write_artifact(folder: Path, compiled: CompiledCase, archs: tuple[str, ...]) -> dict:
+def case_identity(compiled: CompiledCase, _folder: Path) -> dict:
+    """What a case's manifest says it is: the case, its sizes and tensors."""
+    c, s = compiled.case, compiled.shapes
+    return {"case": c.name, "description": c.description, "preset": s.preset.name, "frontend": compiled.frontend,
+            "shapes": s.as_dict(), "symbolic_dims": SYMBOLIC_DIMS}
+
+
+def _write_artifact(folder: Path, compiled: CompiledCase, archs: tuple[str, ...], identity) -> dict:
     t0 = time.perf_counter()
-    c, s, target = compiled.case, compiled.shapes, target_json(compiled.target)
+    target = target_json(compiled.target)
     src = folder / SOURCE_DIR
     src.mkdir()
     host = _find_module(compiled.executable.mod, "llvm")
@@ -253,8 +260,7 @@ def _write_artifact(folder: Path, compiled: CompiledCase, archs: tuple[str, ...]
         _export_library(compiled.executable, lib, blob)
         assembly.result()
     return {
-        "format": FORMAT, "case": c.name, "description": c.description, "preset": s.preset.name,
-        "frontend": compiled.frontend, "shapes": s.as_dict(), "symbolic_dims": SYMBOLIC_DIMS,
+        "format": FORMAT, **identity(compiled, folder),
         "inputs": {n: spec.as_dict() for n, spec in compiled.input_specs.items()},
         "outputs": {n: spec.as_dict() for n, spec in compiled.output_specs.items()},
         "target": target,
@@ -274,8 +280,10 @@ def _write_artifact(folder: Path, compiled: CompiledCase, archs: tuple[str, ...]
 
 
 def export(compiled: CompiledCase, out: str | os.PathLike | None, archs: tuple[str, ...] = (), force: bool = False,
-           check: bool = False, seed: int = 0, log=print) -> Built:
+           check: bool = False, seed: int = 0, log=print, identity=case_identity) -> Built:
     """Write ``compiled`` as an artifact folder ``out`` (None: build in a temporary folder and discard it).
+    ``identity(compiled, folder)`` says what the binary is in the manifest (and may write files of its own into
+    the folder: ``artifact.module_artifact``).
     CUDA device code is compiled for ``archs`` (default: the target's arch). With ``check`` the written
     artifact is loaded back and golden-checked before the folder is renamed into place, and the result is
     recorded in the manifest; an artifact that fails its check is not written (``Built.path`` None), and an
@@ -285,7 +293,7 @@ def export(compiled: CompiledCase, out: str | os.PathLike | None, archs: tuple[s
         validate_seed(seed)
         _require_device(compiled.target)
     with phase("build"), _staged(None if out is None else Path(out), force) as stage:  # export: part of a build
-        manifest = _write_artifact(stage.path, compiled, archs)
+        manifest = _write_artifact(stage.path, compiled, archs, identity)
         _write_json(stage.path / MANIFEST, manifest)
         result = None
         if check:

@@ -85,7 +85,9 @@ def check_signature(vm, stats: str, manifest: dict) -> str | None:
     if vm.module.implements_function("main_transform_params"):
         # main takes the packed weights (``lv<N>``) after the activations: those lead both lists, in order
         specs = manifest["inputs"]
-        lead = next((i for i, p in enumerate(params) if p not in specs or "T" not in specs[p]["shape"]), len(params))
+        module = manifest.get("module")  # a module file's activations: the number it declares
+        lead = module["num_input"] if module else next(
+            (i for i, p in enumerate(params) if p not in specs or "T" not in specs[p]["shape"]), len(params))
         params, expected = params[:lead], expected[:lead]
     if params != expected:
         i = next((i for i, (a, b) in enumerate(zip(params, expected)) if a != b), min(len(params), len(expected)))

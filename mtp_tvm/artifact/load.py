@@ -55,6 +55,24 @@ class Artifact(Runnable):
     def _runtime(self):
         return self.module, self.device, f"artifact {self.path}"
 
+    @property
+    def num_input(self) -> int:
+        module = self.manifest.get("module")
+        return module["num_input"] if module else super().num_input
+
+    @property
+    def returns_tuple(self) -> bool:
+        module = self.manifest.get("module")
+        return module["returns_tuple"] if module else True
+
+    def make_inputs(self, tokens: int | None = None, seed: int = 0) -> dict:
+        """The seeded inputs of the case; a module file's artifact runs on the example inputs stored in it."""
+        if "module" in self.manifest:
+            from ..artifact.module_reference import stored_inputs
+
+            return stored_inputs(self, tokens, seed)
+        return super().make_inputs(tokens, seed)
+
     def sized(self, tokens: int | None = None) -> tuple[Case, Shapes]:
         """The manifest's case and sizes at ``tokens``; refused when this mtp_tvm's case has other inputs (the
         seeded inputs, and so the golden, would not be the artifact's)."""
@@ -143,6 +161,10 @@ def check_artifact(artifact: Artifact | str | os.PathLike, seed: int = 0, tokens
     validate_check_args(seed, tolerance, report, log)
     a = artifact if isinstance(artifact, Artifact) else load(artifact, allow_failed=True)
     m = a.manifest
+    if "module" in m:
+        from ..artifact.module_reference import check_module_artifact
+
+        return check_module_artifact(a, seed, tokens, tolerance, report, log)
     c, s = a.sized(tokens)
     built = Provenance(m["target"], m["frontend"], m["schedule"]["name"],
                        m["build"]["compile_seconds"])

@@ -133,7 +133,7 @@ def validate_manifest(m) -> list[str]:
     if not isinstance(lib.get("file"), str) or "/" in lib["file"] or not _is_sha256(lib.get("sha256")) \
             or not isinstance(lib.get("triple"), str):
         out.append("library: expected a file name in the folder, its sha256 and its target triple")
-    if not all(isinstance(m["shapes"].get(k), int) for k in ("tokens", "vocab_shard")):
+    if "module" not in m and not all(isinstance(m["shapes"].get(k), int) for k in ("tokens", "vocab_shard")):
         out.append("shapes: expected the integer tokens and vocab_shard")
     if not isinstance(m["target"].get("kind"), str):
         out.append("target.kind: missing")

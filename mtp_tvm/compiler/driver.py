@@ -9,6 +9,7 @@ import contextlib
 import dataclasses
 import time
 import traceback
+from typing import Callable
 from pathlib import Path
 
 import tvm
@@ -135,32 +136,50 @@ def compile_open(spec: BuildSpec | None = None, debug: DebugOptions | None = Non
     return compiled
 
 
+def _compile(spec: BuildSpec, debug: DebugOptions) -> CompiledCase:
+    c, shapes = spec.resolve()
+    tgt = resolve_target(spec.target)
+    applier = ApplySchedules(tgt, spec.schedule, tuned_dir(tgt, c.name) if spec.schedule == TUNED else None)
+    meta = {"case": c.name, "target": target_json(tgt), "preset": shapes.preset.name, "frontend": spec.frontend,
+            "schedule": spec.schedule, "shapes": shapes.as_dict()}
+    return build_ir(lambda: build_relax_module(c, shapes, spec.frontend), c.name, tgt, applier, debug, meta,
+                    lambda built: CompiledCase(
+                        c, shapes, tgt, spec.frontend, built.executable, built.seconds, schedule=spec.schedule,
+                        schedule_traces=dict(applier.traces), device_source=built.source,
+                        untuned=dict(applier.untuned), unscheduled=list(applier.unscheduled),
+                        pass_records=built.records, gate=built.gate, optimized_module=built.optimized, spec=spec,
+                        debug=debug))
+
+
+@dataclasses.dataclass
+class BuiltIR:
+    """What ``build_ir`` made: the executable and what the build recorded."""
+
+    executable: tvm.runtime.Executable
+    seconds: float
+    source: str | None
+    records: list[PassRecord]
+    gate: dict | None
+    optimized: tvm.IRModule | None
+
+
 @dataclasses.dataclass(frozen=True)
 class _Build:
-    """What one build needs, resolved from its spec and debug options before anything is built."""
+    """What one build needs, resolved before anything is built: ``name`` says what is built in messages,
+    ``meta`` heads its run folder."""
 
-    spec: BuildSpec
-    debug: DebugOptions
-    case: Case
-    shapes: Shapes
+    name: str
     target: Target
     applier: ApplySchedules
+    debug: DebugOptions
+    meta: dict
     extra: dict
     gate: PassGate
     dump: DumpOptions | None
     recorder: PassRecorder | None
 
-    @property
-    def meta(self) -> dict:
-        """The run folder's description of the build."""
-        return {"case": self.case.name, "target": target_json(self.target), "preset": self.shapes.preset.name,
-                "frontend": self.spec.frontend, "schedule": self.spec.schedule, "shapes": self.shapes.as_dict()}
 
-
-def _prepare(spec: BuildSpec, debug: DebugOptions) -> _Build:
-    c, shapes = spec.resolve()
-    tgt = resolve_target(spec.target)
-    applier = ApplySchedules(tgt, spec.schedule, tuned_dir(tgt, c.name) if spec.schedule == TUNED else None)
+def _prepare(name: str, tgt: Target, applier: ApplySchedules, debug: DebugOptions, meta: dict) -> _Build:
     extra = resolve_extra_passes(debug.extra_passes, tgt)
     gate = PassGate.for_target(tgt, debug.disable_passes, debug.bisect_limit, extra_pass_names(extra))
     dump = DumpOptions(debug.dump_root, debug.only_changed, debug.dump_filter,
@@ -168,30 +187,34 @@ def _prepare(spec: BuildSpec, debug: DebugOptions) -> _Build:
     if dump:
         retention()  # a bad MTP_TVM_DUMPS_KEEP fails before the build
     recorder = PassRecorder(gate, dump) if dump or debug.time_passes or gate.active else None
-    return _Build(spec, debug, c, shapes, tgt, applier, extra, gate, dump, recorder)
+    return _Build(name, tgt, applier, debug, meta, extra, gate, dump, recorder)
 
 
-def _compile(spec: BuildSpec, debug: DebugOptions) -> CompiledCase:
-    """prepare -> the Relax module -> the pipeline (lower) -> the result -> its dumps."""
-    b = _prepare(spec, debug)
-    mod = build_relax_module(b.case, b.shapes, spec.frontend)
+def build_ir(make_module, name: str, tgt: Target, applier: ApplySchedules, debug: DebugOptions, meta: dict,
+             wrap: Callable[[BuiltIR], Runnable]):
+    """Run the named phases on the Relax module ``make_module()`` (made once the pass recorder is ready) for
+    ``tgt`` with ``debug``'s dumps, timing, gate and user passes, and ``wrap`` the result in its runnable
+    (which has ``dump_dir`` and ``dump_seconds``; its runtime is made while the dumps are written). ``name``
+    says what is built in messages, ``meta`` heads the run folder. Shared by the cases and the user's own
+    modules (``compiler.user_build``): prepare -> module -> lower (a failure as one line) -> wrap -> dumps."""
+    b = _prepare(name, tgt, applier, debug, meta)
+    mod = make_module()
     with contextlib.closing(b.recorder) if b.recorder is not None else contextlib.nullcontext():  # its printer
         if b.recorder is not None:
             b.recorder.record_input(mod)
-        ex, seconds, optimized = _lower(b, mod)
-        compiled = _compiled(b, ex, seconds, optimized)
+        built = _lower(b, mod)
+        compiled = wrap(built)
         if b.recorder is not None:
-            _write_dumps(b, compiled)
+            _write_dumps(b, built, compiled)
         return compiled
 
 
-def _lower(b: _Build, mod: tvm.IRModule) -> tuple[tvm.runtime.Executable, float, tvm.IRModule | None]:
-    """The pipeline on ``mod``: the executable, its seconds and the module entering lowering; a failure as one
-    line (``_failed``)."""
+def _lower(b: _Build, mod: tvm.IRModule) -> BuiltIR:
+    """The pipeline on ``mod``, and what the build recorded; a failure as one line (``_failed``)."""
     captured, clock, t0 = {}, PassClock(), time.perf_counter()
 
-    def on_phase(name, m):
-        if name == FIRST_LOWERING_PHASE:
+    def on_phase(phase_name, m):
+        if phase_name == FIRST_LOWERING_PHASE:
             captured["optimized"] = m
 
     try:
@@ -203,12 +226,16 @@ def _lower(b: _Build, mod: tvm.IRModule) -> tuple[tvm.runtime.Executable, float,
         raise
     except (Exception, SystemExit) as e:  # TVM errors are multi-line C++ traces; keep the last line
         _failed(b, e)
-    return ex, time.perf_counter() - t0, captured.get("optimized")
+    seconds = time.perf_counter() - t0
+    records = b.recorder.records if b.recorder is not None else []
+    _check_disabled_names(b.gate, records)
+    return BuiltIR(ex, seconds, device_source(ex) if is_gpu(b.target) else None, records,
+                   gate_summary(records, b.gate) if b.gate.active else None, captured.get("optimized"))
 
 
 def _failed(b: _Build, e: BaseException):
     """Raise a failed build as one line (a user pass's failure as a UsageError naming it), its dumps complete."""
-    debug, name = b.debug, b.case.name
+    debug, name = b.debug, b.name
     exited = isinstance(e, SystemExit)  # a user pass called sys.exit (passes.pipeline registers it)
     in_plugin = None if exited else _plugin_frame(debug, e)
     message = (f"{_user_passes(debug)} called sys.exit({e.code!r}) during the build of {name}; user code "
@@ -224,24 +251,13 @@ def _failed(b: _Build, e: BaseException):
     raise BuildError(f"build of {name} for {target_name(b.target)} failed: {message}{where}") from e
 
 
-def _compiled(b: _Build, ex, seconds: float, optimized: tvm.IRModule | None) -> CompiledCase:
-    records = b.recorder.records if b.recorder is not None else []
-    _check_disabled_names(b.gate, records)
-    return CompiledCase(
-        b.case, b.shapes, b.target, b.spec.frontend, ex, seconds, schedule=b.spec.schedule,
-        schedule_traces=dict(b.applier.traces), device_source=device_source(ex) if is_gpu(b.target) else None,
-        untuned=dict(b.applier.untuned), unscheduled=list(b.applier.unscheduled), pass_records=records,
-        gate=gate_summary(records, b.gate) if b.gate.active else None, optimized_module=optimized, spec=b.spec,
-        debug=b.debug)
-
-
-def _write_dumps(b: _Build, compiled: CompiledCase) -> None:
-    """The run folder of a recorded build (the JIT made meanwhile, while the assembly is written)."""
-    t1, ex = time.perf_counter(), compiled.executable
+def _write_dumps(b: _Build, built: BuiltIR, compiled) -> None:
+    """The run folder of a recorded build (the runtime made meanwhile, while the assembly is written)."""
+    t1 = time.perf_counter()
     jit = (lambda: compiled.vm) if b.dump and runs_here(b.target) else None
-    compiled.dump_dir = _finish_dumps(b.recorder, {**b.meta, "build_seconds": compiled.build_seconds,
-                                                   "unscheduled": compiled.unscheduled},
-                                      codegen=generated_code(ex, compiled.device_source) if b.dump else None,
+    compiled.dump_dir = _finish_dumps(b.recorder, {**b.meta, "build_seconds": built.seconds,
+                                                   "unscheduled": list(b.applier.unscheduled)},
+                                      codegen=generated_code(built.executable, built.source) if b.dump else None,
                                       attachments={"schedule_trace.py": b.applier.trace_script()}, meanwhile=jit)
     compiled.dump_seconds = time.perf_counter() - t1
 

@@ -156,8 +156,14 @@ class Runnable:
         return [shared_with_device(activations[name], a, plan.device)
                 for name, a in zip(plan.activation_specs, arrays)]
 
+    @property
+    def returns_tuple(self) -> bool:
+        """Whether ``main`` returns a tuple of outputs (every case's does) or one tensor (a module file's may)."""
+        return True
+
     def _call_main(self, args: list) -> dict[str, np.ndarray]:
         outs = self.vm["main"](*args)
+        outs = outs if self.returns_tuple else [outs]
         return {name: to_host(outs[i]) for i, name in enumerate(self._plan.output_names)}
 
     def device_args(self, arrays: list) -> list:

@@ -22,6 +22,7 @@ from tvm.target import Target
 
 from ..passes.pipeline import OPTIMIZING_PHASES
 from ..support.errors import UsageError
+from ..support.user_code import run_user_code
 
 ExtraPasses = Mapping[str, list] | Callable[[Target], Mapping[str, list]]
 
@@ -35,17 +36,6 @@ class PassPlugin:
 
     def __call__(self, target: Target) -> Mapping[str, list]:
         return run_user_code(f"pass plugin {self.path}: passes(target)", lambda: self.make(target))
-
-
-def run_user_code(who: str, call: Callable):
-    """``call()``, with any exception or ``SystemExit`` it raises as one line naming ``who`` (Ctrl-C stays
-    an interrupt)."""
-    try:
-        return call()
-    except SystemExit as e:
-        raise UsageError(f"{who} called sys.exit({e.code!r}); user code must return, not exit") from None
-    except Exception as e:  # the user's code: report its error in one line
-        raise UsageError(f"{who} failed: {type(e).__name__}: {e}") from None
 
 
 def load_pass_plugin(path: str | Path) -> PassPlugin:

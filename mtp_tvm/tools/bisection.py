@@ -32,12 +32,15 @@ from tvm.s_tir.schedule import Trace
 
 from ..compiler import driver
 from ..compiler.options import BuildSpec, DebugOptions, split_options
+from ..compiler.user_build import compile_module, split_module_options
+from ..ir.user_module import load_user_module
 from ..passes.target import target_json
 from ..schedule.bf16_dot import register_dot_intrinsics
 from ..schedule.steps import fresh_copy
 from ..spec.cases import get_case
 from ..support.errors import MtpError, UsageError, last_line
 from ..verify.golden_check import GoldenOptions, Provenance, golden_check, seeded_golden
+from ..verify.module_golden import ModuleTolerance, golden_check_module, module_golden
 
 SEARCHES = ("binary", "linear")
 SCHEDULE_PHASE = "schedule"
@@ -171,8 +174,39 @@ def bisect_passes(spec: BuildSpec | None = None, debug: DebugOptions | None = No
     if debug.bisect_limit is not None:
         raise UsageError("bisect chooses the bisect limit itself; drop it")
     golden = _golden(spec, seed)
-    reference = driver.compile(spec, debug.replace(time_passes=True))
-    verdict, detail = _verdict(lambda: reference, golden, seed, tolerance)
+    return _bisect_gate(lambda d: driver.compile(spec, d),
+                        lambda build: _verdict(build, golden, seed, tolerance), debug, search, progress)
+
+
+def bisect_module_passes(module=None, debug: DebugOptions | None = None, *, search: str = "binary", progress=None,
+                         atol: float | None = None, rtol: float | None = None, **options) -> BisectResult:
+    """``bisect_passes`` for a user's module file (``--module``): its check is ``tools.module_check``'s, the
+    reference computed once."""
+    spec, debug = split_module_options(module, None, debug, options, "bisect_module_passes")
+    if debug.bisect_limit is not None:
+        raise UsageError("bisect chooses the bisect limit itself; drop it")
+    tolerance, user = ModuleTolerance(atol, rtol), load_user_module(spec.module)
+    expected = {}
+
+    def verdict(build) -> tuple[str, str]:
+        try:
+            c = build()
+        except MtpError as e:
+            return "error", str(e)
+        if not expected:
+            expected.update(module_golden(c, user.examples))
+        result = golden_check_module(c, tolerance, lambda *_: None, expected)
+        return ("pass", "") if result.passed else ("fail", "fails: " + ", ".join(result.failed_outputs))
+
+    return _bisect_gate(lambda d: compile_module(spec=spec, debug=d, user=user), verdict, debug, search, progress)
+
+
+def _bisect_gate(build: Callable[[DebugOptions], object], verdict_of: Callable[[Callable], tuple[str, str]],
+                 debug: DebugOptions, search: str, progress) -> BisectResult:
+    """The pass bisect of ``bisect_passes``: ``build(debug)`` makes a binary, ``verdict_of(lambda: binary)``
+    judges it ("pass", "fail" or "error", and a detail)."""
+    reference = build(debug.replace(time_passes=True))
+    verdict, detail = verdict_of(lambda: reference)
     records = reference.pass_records
     openers = [r for r in records if r.optional and r.unit == r.index and r.skipped is None]
     changed = {r.unit for r in records if r.optional and r.changed}
@@ -186,7 +220,7 @@ def bisect_passes(spec: BuildSpec | None = None, debug: DebugOptions | None = No
 
     def probe_fn(k: int):
         limit = candidates[k - 1].index if k else 0
-        return _verdict(lambda: driver.compile(spec, debug.replace(bisect_limit=limit)), golden, seed, tolerance)
+        return verdict_of(lambda: build(debug.replace(bisect_limit=limit)))
 
     culprit, how, probes = _run_search("pass", labels, probe_fn, full, search, progress)
     if culprit is None:

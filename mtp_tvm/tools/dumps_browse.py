@@ -83,7 +83,8 @@ def list_runs(root=None) -> str:
             rows.append((run.name, "", "", "", "", _state(run), ""))
             continue
         check = index.get("check")
-        golden = "" if not isinstance(check, dict) else ("PASS" if check.get("passed") else "FAIL (repro/)")
+        golden = "" if not isinstance(check, dict) else ("PASS" if check.get("passed") else
+                                                          "FAIL" + (" (repro/)" if check.get("repro") else ""))
         rows.append((run.name, index["case"], index["target"]["kind"], len(index["passes"]),
                      sum(p["changed"] for p in index["passes"]),
                      index["status"] if (run / COMPLETE_MARKER).exists() else "incomplete", golden))

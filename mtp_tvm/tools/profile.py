@@ -46,6 +46,7 @@ from ..spec.cases import TOKENS
 from ..support import atomic_file
 from ..support.errors import UsageError
 from ..support.text_table import text_table
+from ..verify.results import sizes_text
 from .roofline import Probes, measure_probes
 
 if TYPE_CHECKING:  # a prebuilt artifact's bench imports this module with TVM's runtime alone
@@ -142,7 +143,7 @@ class Profile:
         lines.insert(-1, lines[1])  # a rule above the total
         s = self.shapes
         head = (f"profile of main: case={self.case} target={self.target['kind']} preset={self.preset} "
-                f"schedule={self.schedule} T={s['tokens']} V={s['vocab_shard']}; medians of {self.rounds} "
+                f"schedule={self.schedule} {sizes_text(s)}; medians of {self.rounds} "
                 "interleaved rounds")
         tail = (f"kernels {self.kernels_ms:.4f} ms = {100 * self.coverage:.1f}% of the measured main "
                 f"{self.main_ms:.4f} ms (ratio {self.coverage:.3f}); {OTHER} is the rest")
@@ -201,7 +202,10 @@ def record_calls(vm, args: list, kernels: set[str] | None) -> list[_Call]:
 
 
 def assign_gemms(compiled: CompiledCase, calls: list[_Call]) -> dict[int, list[tuple[int, int, int]]]:
-    """Call index -> the GEMMs (M, K, N) it runs, M the useful rows (see the module docstring)."""
+    """Call index -> the GEMMs (M, K, N) it runs, M the useful rows (see the module docstring). A user's module
+    file declares no GEMMs: its kernels are timed, without GFLOP/s or roofline."""
+    if not hasattr(compiled, "case"):
+        return {}
     s = compiled.shapes
     found: dict[int, list] = {}
     used: dict[int, int] = {}  # call -> how many of its weight-sized tensors a GEMM took
@@ -251,9 +255,8 @@ def profile(compiled: CompiledCase, inputs: dict | None = None, options: Profile
     measured peak and bandwidth, measured here when not given)."""
     tgt = compiled.target
     dev = device_for(tgt)  # a GPU target without a GPU: its one-line error
-    c, s = compiled.case, compiled.shapes
     if inputs is None:
-        inputs = c.make_inputs(s, seed)
+        inputs = compiled.make_inputs(seed=seed)
     args = compiled.device_args([to_numpy(inputs[n]) for n in compiled.input_specs])
     vm = compiled.vm
     calls = record_calls(vm, args, kernel_names(compiled))
@@ -298,7 +301,9 @@ def profile(compiled: CompiledCase, inputs: dict | None = None, options: Profile
         kernels.append(KernelTime(call.kernel if n == 1 else f"{call.kernel}#{n}", call.kernel, ms, ms / main_ms,
                                   moved, moved / seconds / 1e9, flops, gflops, tuple(gemms.get(i, ())), fraction,
                                   tuple(samples[i + 1])))
-    return Profile(c.name, target_json(tgt), s.preset.name, compiled.schedule, s.as_dict(), tuple(kernels),
+    name, preset, shapes = ((compiled.case.name, compiled.shapes.preset.name, compiled.shapes.as_dict())
+                            if hasattr(compiled, "case") else (compiled.name, "-", compiled.user.example_shapes))
+    return Profile(name, target_json(tgt), preset, compiled.schedule, shapes, tuple(kernels),
                    main_ms, tuple(samples[0]), options.rounds, probes.peak_gflops, probes.bandwidth_gbs, probes.how)
 
 

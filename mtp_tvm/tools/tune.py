@@ -90,11 +90,17 @@ def fast_build(mod: tvm.IRModule, target: Target, _params):
 def case_kernels(spec: BuildSpec, target: Target) -> dict[str, tirx.PrimFunc]:
     """The kernels ``main`` calls per call (parameter-only work lifted out), as tile workloads, by name."""
     from ..ir.model import build_relax_module
-    from ..passes.pipeline import fuse_passes, legalize_passes
-    from ..schedule.apply import ApplySchedules
     from ..spec.cases import get_case
 
-    mod = build_relax_module(get_case(spec.case), spec.shapes(), spec.frontend)  # T symbolic: any T will do
+    return relax_kernels(build_relax_module(get_case(spec.case), spec.shapes(), spec.frontend), target)
+
+
+def relax_kernels(mod: tvm.IRModule, target: Target) -> dict[str, tirx.PrimFunc]:
+    """The kernels of a Relax module's ``main`` per call (parameter-only work lifted out), as tile workloads, by
+    name: a case's (``case_kernels``) or a user's module file's."""
+    from ..passes.pipeline import fuse_passes, legalize_passes
+    from ..schedule.apply import ApplySchedules
+
     with target:
         mod = tvm.transform.Sequential(legalize_passes(target) + fuse_passes(target)
                                        + [relax.transform.LiftTransformParams()])(mod)
@@ -303,13 +309,15 @@ def _measure(schedules: list, target: Target, builder, runner) -> list[tuple[lis
 class TuneOptions:
     """How ``tune`` searches (what it tunes is a ``BuildSpec``): ``trials`` in all, hand points included;
     ``work_dir`` the database folder (None: ``schedule.tuned.tuned_dir``), warm-started from; ``seed`` of the
-    search; ``rpc = (HOST:PORT, key)`` measure on a TVM RPC tracker's servers; ``space`` hand, generic or both."""
+    search; ``rpc = (HOST:PORT, key)`` measure on a TVM RPC tracker's servers; ``space`` hand, generic or both;
+    ``module`` a module file (``--module FILE.py``) whose kernels are tuned instead of the spec's case."""
 
     trials: int = 64
     work_dir: str | os.PathLike | None = None
     seed: int = 0
     rpc: tuple[str, str] | None = None
     space: Space = "both"
+    module: str | os.PathLike | None = None
 
     def __post_init__(self):
         if isinstance(self.trials, bool) or not isinstance(self.trials, int) or self.trials < 1:
@@ -323,9 +331,10 @@ _OPTION_FIELDS = {f.name for f in dataclasses.fields(TuneOptions)}
 
 def tune(spec: BuildSpec | None = None, options: TuneOptions | None = None, *,
          log: Callable[[str], None] = print, **keywords) -> TuneResult:
-    """Tune ``spec``'s kernels (its case, target, preset, frontend and vocab shard) as ``options`` say; warm-starts
-    from the database in the work dir. The hand schedule of a kernel without records is measured and committed
-    first. Keywords are the fields of ``BuildSpec`` and ``TuneOptions`` and override ``spec``/``options``."""
+    """Tune ``spec``'s kernels (its case, target, preset, frontend and vocab shard; or, with ``options.module``,
+    that module file's on the spec's target) as ``options`` say; warm-starts from the database in the work dir.
+    The hand schedule of a kernel without records is measured and committed first. Keywords are the fields of
+    ``BuildSpec`` and ``TuneOptions`` and override ``spec``/``options``."""
     from ..passes.target import resolve_target
 
     options = dataclasses.replace(options or TuneOptions(),
@@ -336,14 +345,25 @@ def tune(spec: BuildSpec | None = None, options: TuneOptions | None = None, *,
     tgt = resolve_target(spec.target)
     if tgt.kind.name == "llvm" and "num-cores" not in tgt.export():
         raise UsageError("MetaSchedule needs the llvm target's num-cores; use --target llvm or set it in the JSON")
+    name, kernels_of = _kernels_of(spec, options)
     runner = _runner(options.rpc)  # an unreachable tracker fails here, in seconds, before anything is built
-    out = _work_dir(options.work_dir, tgt, spec.case)
+    out = _work_dir(options.work_dir, tgt, name)
     # MetaSchedule numbers workloads in memory and appends: two writers of one folder corrupt it
     with folder_lock(out, True, f"another `mtp-tvm tune` is writing {out}; wait for it to finish or pass "
                                 "another --work-dir"):
         check_database(out)
         _require_one_target(out, tgt)
-        return _Search(spec, tgt, options, out, runner, log).run()
+        return _Search(kernels_of, tgt, options, out, runner, log).run()
+
+
+def _kernels_of(spec: BuildSpec, options: TuneOptions) -> tuple[str, Callable[[Target], dict]]:
+    """(what is tuned, by name; its kernels for a target): the spec's case, or the module file's."""
+    if options.module is None:
+        return spec.case, lambda tgt: case_kernels(spec, tgt)
+    from ..ir.user_module import load_user_module
+
+    user = load_user_module(options.module)
+    return user.name, lambda tgt: relax_kernels(user.mod, tgt)
 
 
 def _work_dir(work_dir, target: Target, case: str) -> Path:
@@ -375,14 +395,15 @@ class _Search:
     """The search of ``tune``, holding the work dir's lock, in four steps: build the tasks (a kernel's design
     spaces, counted), measure the hand points, search, collect the best records."""
 
-    def __init__(self, spec: BuildSpec, target: Target, options: TuneOptions, out: Path, runner, log):
+    def __init__(self, kernels_of: Callable[[Target], dict], target: Target, options: TuneOptions, out: Path, runner,
+                 log):
         from tvm.s_tir import meta_schedule as ms
 
         from ..passes.pipeline import register_with_tvm
 
         register_with_tvm()  # Ctrl-C inside MetaSchedule's C++ loop comes back as KeyboardInterrupt
         self.target, self.options, self.out, self.runner, self.log = target, options, out, runner, log
-        self.kernels = case_kernels(spec, target)
+        self.kernels = kernels_of(target)
         load_tensor_intrinsics(target)
         logging.getLogger(_MS_LOGGER).setLevel(logging.WARNING)  # full logs still go to <work_dir>/logs
         self.isa = None if is_gpu(target) else cpu_isa(target)

@@ -83,7 +83,7 @@ class CheckResult:
                   f"{c.max_abs_diff:.3g}" + (f" at {c.worst_index}" if c.worst_index is not None else "")
                   for o in self.outputs.values() for c in o.checks if not c.passed]
         where = (f"{self.case} on {self.target['kind']}, preset {self.preset}, frontend {self.frontend}, "
-                 f"schedule {self.schedule}, T={self.shapes['tokens']}, seed {self.seed}")
+                 f"schedule {self.schedule}, {sizes_text(self.shapes, vocab=False)}, seed {self.seed}")
         checks = sum(len(o.checks) for o in self.outputs.values())
         return (f"CheckResult({where}): " + (f"PASSED, {checks} checks" if self.passed else
                                              f"FAILED {len(failed)} of {checks} checks: " + "; ".join(failed))
@@ -96,6 +96,14 @@ class CheckResult:
         write_user_file(path, lambda p: p.write_text(json.dumps(self.as_dict(), indent=1)), what="report ")
 
 
+def sizes_text(shapes: dict, vocab: bool = True) -> str:
+    """A case's sizes (T, and V with ``vocab``); a user's module file's are its inputs' shapes (``shapes``:
+    name -> shape)."""
+    if "tokens" in shapes:
+        return f"T={shapes['tokens']}" + (f" V={shapes['vocab_shard']}" if vocab else "")
+    return "inputs=" + ",".join(f"{name}{list(shape)}".replace(" ", "") for name, shape in shapes.items())
+
+
 def summary_table(r: CheckResult) -> str:
     """A fixed-width table: one row per comparator per output."""
     rows = [("output", "comparator", "mismatches", "max |diff|", "at", "result")]
@@ -106,7 +114,7 @@ def summary_table(r: CheckResult) -> str:
                          "PASS" if cmp.passed else "FAIL"))
     lines = text_table(rows)
     head = (f"case={r.case} target={r.target['kind']} preset={r.preset} frontend={r.frontend} schedule={r.schedule} "
-            f"T={r.shapes['tokens']} V={r.shapes['vocab_shard']} seed={r.seed} "
+            f"{sizes_text(r.shapes)} seed={r.seed} "
             f"build={r.build_seconds:.2f}s run={r.run_seconds * 1e3:.1f}ms")
     if LM_HEAD_LOGITS in r.outputs:
         head += f" owners={r.shapes['owners']} TP={r.shapes['tp']} VOCAB={r.shapes['tp'] * r.shapes['vocab_shard']}"

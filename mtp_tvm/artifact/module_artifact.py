@@ -1,0 +1,44 @@
+"""The artifact of a user's module file (``build --module FILE.py --out DIR``): the binary and manifest of a case's
+artifact, plus the file's example inputs (parameters included) and their reference outputs, so that ``run`` and
+``check --artifact`` need neither the file nor torch: the golden of a torch model can only be recomputed with the
+model, so it is computed once at build time and stored (``reference_outputs.npz``); the manifest records the
+file's path for the reader, not for use.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..artifact.export import Built, _refuse_existing, export
+from ..artifact.module_reference import EXAMPLE_INPUTS, REFERENCE_OUTPUTS
+from ..compiler.options import DebugOptions, require_path
+from ..compiler.tensors import write_npz
+from ..compiler.user_build import NO_PRESET, CompiledModule, compile_module, split_module_options
+from ..verify.module_golden import module_golden
+
+
+def module_identity(compiled: CompiledModule, folder: Path) -> dict:
+    """The manifest's account of a module file's binary; writes its example inputs and reference outputs."""
+    user = compiled.user
+    write_npz(folder / EXAMPLE_INPUTS, dict(user.examples))
+    write_npz(folder / REFERENCE_OUTPUTS, module_golden(compiled, user.examples))
+    reference = "torch, eagerly" if user.kind == "torch" else "the module built with no schedule and no optional pass"
+    return {"case": user.name, "description": f"module file {user.path.name} ({user.kind})", "preset": NO_PRESET,
+            "frontend": compiled.frontend, "shapes": user.example_shapes,
+            "symbolic_dims": {d: "a symbolic size of the module" for d in user.symbolic_dims},
+            "module": {"path": str(user.path), "kind": user.kind, "num_input": user.num_input,
+                       "returns_tuple": user.returns_tuple, "example_inputs": EXAMPLE_INPUTS,
+                       "reference_outputs": REFERENCE_OUTPUTS, "reference": reference}}
+
+
+def build_module(out: str | os.PathLike | None, module=None, debug: DebugOptions | None = None, *,
+                 force: bool = False, check: bool = False, log=print, **options) -> Built:
+    """Compile the module file ``module`` (keywords: ``target``, ``schedule`` and the fields of ``DebugOptions``)
+    and write it to ``out`` with its example inputs and reference outputs (see ``artifact.export.export``)."""
+    spec, debug = split_module_options(module, None, debug, options, "build_module")
+    require_path("out", out, optional=True)
+    if out is not None:
+        _refuse_existing(Path(out), force)
+    return export(compile_module(spec=spec, debug=debug), out, force=force, check=check, log=log,
+                  identity=module_identity)

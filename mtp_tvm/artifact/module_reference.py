@@ -1,0 +1,51 @@
+"""What a module file's artifact stores beside its binary (``artifact.module_artifact`` writes them): its example
+inputs, parameters included, and their reference outputs; read back by ``run`` and ``check --artifact``, which
+need neither the file nor torch."""
+
+from __future__ import annotations
+
+import time
+
+from ..compiler.tensors import read_npz
+from ..support.errors import UsageError
+from ..verify.golden_check import Provenance
+from ..verify.module_golden import ModuleTolerance, check_outputs
+from ..verify.results import CheckResult
+
+EXAMPLE_INPUTS = "example_inputs.npz"
+REFERENCE_OUTPUTS = "reference_outputs.npz"
+
+
+def _stored(artifact, key: str) -> dict:
+    m = artifact.manifest
+    specs = {**m["inputs"], **m["outputs"]}
+    return read_npz(artifact.path / m["module"][key], {n: s["dtype"] for n, s in specs.items()})
+
+
+def stored_inputs(artifact, tokens: int | None, seed: int) -> dict:
+    """A module file's artifact runs on its stored example inputs: no seed or token count draws others."""
+    if tokens is not None or seed:
+        raise UsageError(f"{artifact.path} is a module file's artifact: it runs on its stored example inputs; "
+                         "--tokens and --seed do not apply")
+    return _stored(artifact, "example_inputs")
+
+
+def check_module_artifact(artifact, seed: int, tokens: int | None, tolerance: dict | None, report,
+                          log=print) -> CheckResult:
+    """Run the stored example inputs and compare with the stored reference outputs (``assert_close``'s
+    tolerances per dtype)."""
+    if tolerance is not None:
+        raise UsageError("a module file's artifact is checked with assert_close's tolerances; tolerance does not "
+                         "apply")
+    inputs = stored_inputs(artifact, tokens, seed)
+    log(f"[RUN] stored example inputs of {artifact.manifest['module']['path']}")
+    t0 = time.perf_counter()
+    actual = artifact.run(inputs)
+    seconds = time.perf_counter() - t0
+    m = artifact.manifest
+    built = Provenance(m["target"], m["frontend"], m["schedule"]["name"], m["build"]["compile_seconds"])
+    result = check_outputs(m["case"], m["shapes"], built, actual, _stored(artifact, "reference_outputs"),
+                           ModuleTolerance(), seconds)
+    if report is not None:
+        result.write_report(report)
+    return result

@@ -1,0 +1,111 @@
+"""The golden check of a user's module file: its outputs on the example inputs against the reference, compared as
+``torch.testing.assert_close`` does (every element within ``atol + rtol * |expected|``, the same dtype),
+with its default tolerances for the output's dtype unless the user gives ``atol``/``rtol``.
+
+The reference of a torch model is the model run eagerly by torch; that of a TVMScript module is the same module
+built with no schedule and no optional pass (a differential check: ``compiler.user_build.reference_build``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+
+import numpy as np
+
+from ..compiler.tensors import dtype_name, to_numpy
+from ..compiler.user_build import NO_PRESET, CompiledModule, reference_build
+from ..ir.user_module import TORCH
+from ..passes.target import target_json
+from ..support.errors import UsageError
+from ..support.lazy import lazy_module
+from ..support.timing import phase
+from ..verify.comparators import Comparison, ratio_allclose
+from ..verify.golden_check import Provenance
+from ..verify.results import CheckResult, OutputCheck
+
+torch = lazy_module("torch")
+
+# torch.testing.assert_close's defaults (atol, rtol) per dtype; integers and booleans must be equal
+ASSERT_CLOSE_DEFAULTS = {"float16": (1e-5, 1e-3), "bfloat16": (1e-5, 1.6e-2), "float32": (1e-5, 1.3e-6),
+                         "float64": (1e-7, 1e-7)}
+
+
+@dataclasses.dataclass(frozen=True)
+class ModuleTolerance:
+    """``atol``/``rtol`` for every output; None: ``assert_close``'s default for the output's dtype."""
+
+    atol: float | None = None
+    rtol: float | None = None
+
+    def __post_init__(self):
+        for name in ("atol", "rtol"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, (int, float)) and not isinstance(value, bool)
+                                          and math.isfinite(value) and value >= 0):
+                raise UsageError(f"{name} must be a finite number >= 0, got {value!r}")
+
+    def for_dtype(self, dtype: str) -> tuple[float, float]:
+        atol, rtol = ASSERT_CLOSE_DEFAULTS.get(dtype, (0.0, 0.0))
+        return (atol if self.atol is None else float(self.atol)), (rtol if self.rtol is None else float(self.rtol))
+
+
+def assert_close(actual, expected, tolerance: ModuleTolerance) -> Comparison:
+    """One output compared as ``torch.testing.assert_close`` would (no element may be off), reported as every
+    comparator is (worst point, mismatch count)."""
+    a_dtype, e_dtype = dtype_name(actual), dtype_name(expected)
+    atol, rtol = tolerance.for_dtype(e_dtype)
+    name = f"assert_close(atol={atol:g}, rtol={rtol:g})"
+    if a_dtype != e_dtype:
+        return Comparison(name, False, int(np.size(actual)), detail=f"dtype mismatch: actual {a_dtype} vs expected "
+                                                                   f"{e_dtype}")
+    result = ratio_allclose(atol, rtol, max_error_ratio=0.0)(actual, expected)
+    return dataclasses.replace(result, comparator=name)
+
+
+def module_golden(compiled: CompiledModule, inputs: dict) -> dict[str, np.ndarray]:
+    """The reference outputs of the module file on ``inputs`` (named as ``main``'s inputs)."""
+    user = compiled.user
+    if user.kind != TORCH:
+        return reference_build(compiled).run(inputs)
+    args = [_to_torch(inputs[name]) for name in user.activation_names]
+    with torch.no_grad():
+        out = user.model(*args)
+    leaves, _ = torch.utils._pytree.tree_flatten(out)
+    if len(leaves) != len(user.output_names):
+        raise UsageError(f"module file {user.path}: model() returned {len(leaves)} tensors eagerly, the exported "
+                         f"program {len(user.output_names)}")
+    return {name: to_numpy(t) for name, t in zip(user.output_names, leaves)}
+
+
+def _to_torch(a: np.ndarray):
+    if dtype_name(a) == "bfloat16":
+        return torch.from_numpy(np.asarray(a, dtype=np.float32)).to(torch.bfloat16)
+    return torch.from_numpy(np.ascontiguousarray(a))
+
+
+def check_outputs(name: str, shapes: dict, built: Provenance, actual: dict, expected: dict,
+                  tolerance: ModuleTolerance, run_seconds: float) -> CheckResult:
+    """The verdict of every output (``expected``'s names), as the ``CheckResult`` cases report (the table, the
+    JSON report); ``shapes``: the example activations' shapes."""
+    outputs = {out: OutputCheck(out, [assert_close(actual[out], expected[out], tolerance)]) for out in expected}
+    return CheckResult(name, built.target, NO_PRESET, built.frontend, 0, shapes, outputs, built.build_seconds,
+                       run_seconds, str(built.dump_dir) if built.dump_dir else None, schedule=built.schedule)
+
+
+def golden_check_module(compiled: CompiledModule, tolerance: ModuleTolerance, log=print,
+                        expected: dict | None = None) -> CheckResult:
+    """Run ``compiled`` on the file's example inputs and compare with the reference (``expected``: already
+    computed)."""
+    inputs = compiled.user.examples
+    log(f"[RUN] example inputs: {', '.join(f'{n}{list(np.shape(inputs[n]))}' for n in compiled.user.activation_names)}")
+    t0 = time.perf_counter()
+    with phase("run"):
+        actual = compiled.run(inputs)
+    seconds = time.perf_counter() - t0
+    with phase("golden"):
+        expected = expected if expected is not None else module_golden(compiled, inputs)
+    built = Provenance(target_json(compiled.target), compiled.frontend, compiled.schedule, compiled.build_seconds,
+                       compiled.dump_dir)
+    return check_outputs(compiled.name, compiled.user.example_shapes, built, actual, expected, tolerance, seconds)

@@ -1,0 +1,283 @@
+"""``--module FILE.py``: the user's own model (a torch module or a TVMScript IRModule) through the build, the golden
+check, the debugging options and bisect; every broken contract a one-line error (exit 2)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from mtp_tvm.cli import main
+from mtp_tvm.support.errors import UsageError
+
+REPO = Path(__file__).resolve().parent.parent
+TORCH_EXAMPLE = REPO / "examples" / "torch_mlp_block.py"
+TVMSCRIPT_EXAMPLE = REPO / "examples" / "tvmscript_module.py"
+BROKEN_GELU = REPO / "examples" / "tanh_gelu_approximation.py"
+
+TORCH_HEAD = "import torch\n"
+TINY_MODEL = """
+class M(torch.nn.Module):
+    def forward(self, x):
+        return x * 2
+"""
+
+
+def _file(tmp_path: Path, body: str, name: str = "user_model.py") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+# ---- the contract: every broken one a one-line error -----------------------------------------------------
+
+BROKEN_FILES = {
+    "neither": ("x = 1\n", "defines neither model() (a torch.nn.Module) nor module()"),
+    "both": (TORCH_HEAD + "def model(): pass\ndef module(): pass\ndef example_inputs(): pass\n",
+             "defines both model() and module()"),
+    "no example_inputs": (TORCH_HEAD + TINY_MODEL + "def model(): return M()\n",
+                          "defines no example_inputs() function"),
+    "raises at import": ("raise RuntimeError('half-written file')\n",
+                         "(loading it) failed: RuntimeError: half-written file"),
+    "exits at import": ("import sys\nsys.exit(3)\n", "called sys.exit(3); user code must return, not exit"),
+    "model raises": (TORCH_HEAD + "def model(): raise ValueError('no weights')\n"
+                     "def example_inputs(): return (torch.ones(2),)\n", "model() failed: ValueError: no weights"),
+    "model wrong type": (TORCH_HEAD + "def model(): return 3\ndef example_inputs(): return (torch.ones(2),)\n",
+                         "model() must return a torch.nn.Module, got int"),
+    "inputs wrong type": (TORCH_HEAD + TINY_MODEL + "def model(): return M()\ndef example_inputs(): return [1, 2]\n",
+                          "example_inputs() must return a tuple of torch tensors, got int, int"),
+    "inputs empty": (TORCH_HEAD + TINY_MODEL + "def model(): return M()\ndef example_inputs(): return ()\n",
+                     "example_inputs() must return a tuple of torch tensors, got an empty tuple"),
+    "export fails": (TORCH_HEAD + TINY_MODEL + "def model(): return M()\n"
+                     "def example_inputs(): return (torch.ones(2, 3),)\n"
+                     "def dynamic_shapes(): return ({5: torch.export.Dim('b')},)\n", "torch.export of model() failed"),
+    "module wrong type": ("def module(): return 'main'\ndef example_inputs(): return ()\n",
+                          "module() must return a tvm.IRModule, got str"),
+    "module without main": ("import tvm\ndef module(): return tvm.IRModule({})\ndef example_inputs(): return ()\n",
+                            "module() has no Relax function 'main'"),
+    "numpy inputs wrong type": (
+        "import tvm\nfrom tvm.script import ir as I, relax as R\n"
+        "@I.ir_module\nclass Mod:\n    @R.function\n    def main(x: R.Tensor((2,), 'float32')):\n        return x\n"
+        "def module(): return Mod\ndef example_inputs(): return ([1.0, 2.0],)\n",
+        "example_inputs() must return a tuple of numpy arrays, got list"),
+    "numpy inputs count": (
+        "import numpy as np\nfrom tvm.script import ir as I, relax as R\n"
+        "@I.ir_module\nclass Mod:\n    @R.function\n    def main(x: R.Tensor((2,), 'float32'), y: R.Tensor((2,), 'float32')):\n"
+        "        return R.add(x, y)\n"
+        "def module(): return Mod\ndef example_inputs(): return (np.ones(2, 'float32'),)\n",
+        "example_inputs() returned 1 arrays, main takes 2 (x, y)"),
+}
+
+
+@pytest.mark.parametrize("kind", list(BROKEN_FILES))
+def test_a_broken_module_file_is_a_one_line_error_naming_what_is_wrong(tmp_path, kind):
+    from mtp_tvm.ir.user_module import load_user_module
+
+    body, message = BROKEN_FILES[kind]
+    path = _file(tmp_path, body)
+    with pytest.raises(UsageError) as e:
+        load_user_module(path)
+    assert message in str(e.value) and str(path) in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("path, message", [("missing.py", "does not exist"), ("model.txt", "is not a Python file")])
+def test_a_module_path_that_is_no_python_file_is_refused(tmp_path, path, message):
+    from mtp_tvm.ir.user_module import load_user_module
+
+    (tmp_path / "model.txt").write_text("x = 1\n")
+    with pytest.raises(UsageError, match=message):
+        load_user_module(tmp_path / path)
+
+
+def test_the_cli_exits_2_with_one_line_for_a_broken_file(tmp_path, capsys):
+    path = _file(tmp_path, "x = 1\n")
+    assert main(["check", "--module", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("mtp-tvm: error: module file") and "defines neither" in err and "\n" not in err
+
+
+@pytest.mark.parametrize("flags", [["--case", "logits"], ["--preset", "tiny"], ["--tokens", "3"], ["--seed", "1"]])
+def test_case_flags_with_module_are_refused(flags, capsys):
+    assert main(["check", "--module", str(TORCH_EXAMPLE), *flags]) == 2
+    assert f"{flags[0]} (which describe a case) cannot apply" in capsys.readouterr().err
+
+
+def test_a_bad_tolerance_is_refused_before_the_build():
+    from mtp_tvm.verify.module_golden import ModuleTolerance
+
+    with pytest.raises(UsageError, match="atol must be a finite number >= 0"):
+        ModuleTolerance(atol=-1.0)
+
+
+def test_assert_close_tolerances_follow_the_dtype_and_the_users():
+    import numpy as np
+
+    from mtp_tvm.verify.module_golden import ModuleTolerance, assert_close
+
+    e = np.ones(4, "float32")
+    a = e + np.float32(1e-4)
+    assert not assert_close(a, e, ModuleTolerance()).passed  # FP32 default: atol 1e-5, rtol 1.3e-6
+    assert assert_close(a, e, ModuleTolerance(atol=1e-3)).passed
+    assert assert_close(a.astype("float16"), e.astype("float16"), ModuleTolerance()).passed  # rtol 1e-3
+    wrong_dtype = assert_close(e.astype("float64"), e, ModuleTolerance())
+    assert not wrong_dtype.passed and "dtype mismatch" in wrong_dtype.detail
+    assert not assert_close(np.array([1, 2]), np.array([1, 3]), ModuleTolerance()).passed  # integers: exact
+
+
+# ---- building and checking ----------------------------------------------------------------------------------
+
+def test_the_torch_example_passes_with_dumps_that_the_dumps_tools_read(tmp_path, capsys, monkeypatch):
+    dumps = tmp_path / "dumps"
+    report = tmp_path / "report.json"
+    assert main(["check", "--module", str(TORCH_EXAMPLE), "--dump-passes", str(dumps), "--dump-only-changed",
+                 "--time-passes", "--report", str(report)]) == 0
+    out = capsys.readouterr().out
+    assert "output0  assert_close" in out and "output1  assert_close" in out and "PASSED" in out
+    assert "pass timing" in out
+    (run,) = dumps.iterdir()
+    index = json.loads((run / "index.json").read_text())
+    assert index["case"] == "module-torch-mlp-block" and index["check"]["passed"] is True
+    assert (run / "index.html").is_file() and (run / "complete").is_file()
+    assert json.loads(report.read_text())["passed"] is True
+    monkeypatch.setenv("MTP_TVM_DUMPS", str(dumps))
+    assert main(["dumps", "list"]) == 0
+    assert "module-torch-mlp-block" in capsys.readouterr().out
+    assert main(["dumps", "show", "latest", "--changed"]) == 0
+    assert "LegalizeOps" in capsys.readouterr().out
+
+
+def test_a_generic_kernel_no_rule_covers_is_reported_as_unscheduled():
+    from mtp_tvm.tools.module_check import check_module
+
+    lines = []
+    result = check_module(TORCH_EXAMPLE, log=lines.append)
+    assert result.passed
+    assert "[schedule] no 'default' schedule covers layer_norm: lowered as written" in lines
+
+
+def test_the_tvmscript_example_passes_its_differential_check():
+    import mtp_tvm
+
+    result = mtp_tvm.check_module(TVMSCRIPT_EXAMPLE)
+    assert result.passed and list(result.outputs) == ["output0"]
+    compiled = mtp_tvm.compile_module(TVMSCRIPT_EXAMPLE)
+    import numpy as np
+
+    x = {**compiled.make_inputs(), "x": np.ones((3, 64), "float32")}  # another row count: the size is symbolic
+    assert compiled.run(x)["output0"].shape == (3, 128)
+
+
+def test_a_model_with_ops_the_examples_do_not_use_works_unchanged(tmp_path):
+    from mtp_tvm.tools.module_check import check_module
+
+    path = _file(tmp_path, """
+        import torch
+
+        class Odd(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.table = torch.nn.Embedding(32, 16)
+                self.proj = torch.nn.Linear(32, 8)
+
+            def forward(self, x, ids):
+                e = self.table(ids)                          # an integer input
+                s = x.sum(dim=1)                             # a reduction over a middle axis
+                z = torch.cat([s, e], dim=-1)
+                z = torch.where(z > 0, z, 0.1 * z)
+                return self.proj(z), ids * 2
+
+        def model():
+            torch.manual_seed(0)
+            return Odd()
+
+        def example_inputs():
+            g = torch.Generator().manual_seed(0)
+            return torch.randn(5, 4, 16, generator=g), torch.randint(0, 32, (5,), generator=g)
+        """)
+    result = check_module(path, log=lambda *_: None)
+    assert result.passed, str(result)
+    assert result.shapes == {"x": [5, 4, 16], "ids": [5]}
+
+
+def test_debug_options_apply_to_a_module(tmp_path):
+    from mtp_tvm.tools.module_check import check_module
+
+    result = check_module(TVMSCRIPT_EXAMPLE, log=lambda *_: None, disable_passes=("FoldConstant",),
+                          dump_passes=str(tmp_path), dump_filter="Fuse", dump_func="main")
+    assert result.passed and result.gate is not None
+    assert any(r.name == "FoldConstant" and r.skipped for r in result.pass_records)
+    with pytest.raises(UsageError, match="--disable-pass NoSuchPass: no pass of that name runs"):
+        check_module(TVMSCRIPT_EXAMPLE, log=lambda *_: None, disable_passes=("NoSuchPass",))
+
+
+def test_the_broken_plugin_fails_the_check_and_the_mismatch_table_says_where(capsys):
+    assert main(["check", "--module", str(TORCH_EXAMPLE), "--pass-plugin", str(BROKEN_GELU)]) == 1
+    out = capsys.readouterr().out
+    assert "assert_close" in out and "FAIL" in out and "FAILED" in out
+
+
+@pytest.mark.slow
+def test_bisect_module_names_the_broken_plugin_pass(capsys):
+    assert main(["bisect", "--module", str(TORCH_EXAMPLE), "--pass-plugin", str(BROKEN_GELU)]) == 0
+    out = capsys.readouterr().out
+    assert "FOUND first failing pass: 001 legalize/TanhGeluApproximation" in out
+
+
+# ---- artifacts ------------------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.parametrize("example", [TORCH_EXAMPLE, TVMSCRIPT_EXAMPLE], ids=["torch", "tvmscript"])
+def test_build_module_makes_an_artifact_that_run_and_check_artifact_use(tmp_path, capsys, example):
+    out = tmp_path / "art"
+    assert main(["build", "--module", str(example), "--out", str(out), "--check"]) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["module"]["path"] == str(example) and manifest["golden"]["passed"] is True
+    assert {"example_inputs.npz", "reference_outputs.npz"} <= {p.name for p in out.iterdir()}
+    capsys.readouterr()
+    assert main(["run", str(out), "--random-inputs", "--out", str(tmp_path / "o.npz")]) == 0
+    assert "output0" in capsys.readouterr().out
+    assert main(["check", "--artifact", str(out)]) == 0
+    assert "PASSED" in capsys.readouterr().out
+    # the artifact needs neither the file nor torch: it carries its inputs and reference outputs
+    assert main(["run", str(out), "--random-inputs", "--seed", "3"]) == 2
+    assert "runs on its stored example inputs" in capsys.readouterr().err
+
+
+def test_an_artifact_check_with_module_is_refused(capsys):
+    assert main(["check", "--artifact", "somewhere", "--module", str(TORCH_EXAMPLE)]) == 2
+    assert "drop --module" in capsys.readouterr().err
+
+
+# ---- tuning ------------------------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_tune_module_tunes_its_kernels_and_a_tuned_build_passes(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("MTP_TVM_TUNED_ROOT", str(tmp_path / "tuned"))
+    assert main(["tune", "--module", str(TVMSCRIPT_EXAMPLE), "--trials", "3", "--space", "hand"]) == 0
+    out = capsys.readouterr().out
+    assert "fused_matmul_add_relu" in out and "module-tvmscript-module" in out
+    assert main(["check", "--module", str(TVMSCRIPT_EXAMPLE), "--schedule", "tuned"]) == 0
+    assert "schedule=tuned" in capsys.readouterr().out
+    assert main(["tune", "--module", str(TVMSCRIPT_EXAMPLE), "--case", "logits"]) == 2
+
+
+def test_localize_refuses_module_rather_than_ignoring_it(capsys):
+    assert main(["localize", "--module", str(TORCH_EXAMPLE), "--against", "schedule=none"]) == 2
+    assert "localize compares two builds of a case" in capsys.readouterr().err
+
+
+def test_the_api_refuses_an_unknown_option():
+    import mtp_tvm
+
+    with pytest.raises(UsageError, match=r"compile_module\(\) got unknown option\(s\) preset"):
+        mtp_tvm.compile_module(TVMSCRIPT_EXAMPLE, preset="tiny")
+
+
+@pytest.mark.slow
+def test_profile_times_every_kernel_of_a_module(capsys):
+    assert main(["check", "--module", str(TVMSCRIPT_EXAMPLE), "--profile"]) == 0
+    out = capsys.readouterr().out
+    assert "profile of main: case=module-tvmscript-module" in out and "fused_matmul_add_relu" in out
