@@ -40,7 +40,7 @@ from ..artifact.manifest import (
     MANIFEST,
     SOURCE_DIR,
     SYMBOLIC_DIMS,
-    _write_json,
+    write_manifest_json,
     git_revision,
     sha256_file,
     trace_sha256,
@@ -286,12 +286,12 @@ def export(compiled: CompiledCase, out: str | os.PathLike | None, archs: tuple[s
         _require_device(compiled.target)
     with phase("build"), _staged(None if out is None else Path(out), force) as stage:  # export: part of a build
         manifest = _write_artifact(stage.path, compiled, archs)
-        _write_json(stage.path / MANIFEST, manifest)
+        write_manifest_json(stage.path / MANIFEST, manifest)
         result = None
         if check:
             result = check_artifact(load(stage.path), seed=seed, log=log)
             manifest["golden"] = result.as_dict()
-            _write_json(stage.path / MANIFEST, manifest)
+            write_manifest_json(stage.path / MANIFEST, manifest)
             if not result.passed:  # a failed check never replaces a good artifact, nor lands as one
                 stage.discard()
     written = out is not None and (result is None or result.passed)

@@ -42,7 +42,7 @@ import tvm_ffi
 from ..instrument.ir_text import unified_diff
 from ..instrument.run_folder import (
     INDEX_FILE,
-    _safe,
+    safe_name,
     new_run_dir,
     write_json,
 )
@@ -300,7 +300,7 @@ class PassRecorder:
         return run
 
     def _stem(self, rec: PassRecord) -> str:
-        return f"{rec.index:03d}_{_safe(rec.phase)}__{_safe(rec.name)}"
+        return f"{rec.index:03d}_{safe_name(rec.phase)}__{safe_name(rec.name)}"
 
     def _text(self, key) -> str:
         if key == _ABSENT:

@@ -16,7 +16,7 @@ from ..verify.golden_check import (
     LM_HEAD_LOGITS,
     GoldenOptions,
     Provenance,
-    _perturbation,
+    logit_perturbation,
     golden_check,
     seeded_golden,
     validate_check_args,
@@ -86,7 +86,7 @@ def _check_built(compiled, debug: DebugOptions, seed: int, tolerance, logits_tol
         log(f"[tuned] {kernel}: {why}; its hand schedule is used")
     if (logits_tol is not None or perturb_logit is not None) and LM_HEAD_LOGITS not in c.output_specs(s):
         raise UsageError(f"LM-head logits options apply to cases with the lm_head stage; {c.name!r} has none")
-    perturbation = None if perturb_logit is None else _perturbation(
+    perturbation = None if perturb_logit is None else logit_perturbation(
         tuple(perturb_logit), c.output_specs(s)[LM_HEAD_LOGITS].shape)
     options = GoldenOptions(seed, tolerance, logits_tol, perturbation)
     golden = seeded_golden(c, s, seed)
