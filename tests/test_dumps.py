@@ -238,7 +238,8 @@ def test_diff_hunks_name_the_function_they_change():
     """As git's hunk headers do: a reader of a long module diff sees which kernel each hunk is in."""
     from mtp_tvm.instrument.ir_text import unified_diff
 
-    a = ["@I.ir_module", "class Module:", "    @T.prim_func", "    def f(x):", *[f"        v{i} = {i}" for i in range(9)],
+    a = ["@I.ir_module", "class Module:", "    @T.prim_func", "    def f(x):",
+         *[f"        v{i} = {i}" for i in range(9)],
          "", "    @T.prim_func", "    def g(y):", "        p = 1", "        q = 2"]
     b = list(a)
     b[4], b[-1] = "        v0 = 10", "        q = 20"

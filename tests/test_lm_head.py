@@ -24,7 +24,7 @@ FRONTENDS = ("tir", "relax")
 QUIET = {"log": lambda *_: None}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _tp_binary(frontend: str, tp: int, vocab_shard: int):
     return mtp_tvm.compile(case="lm-head", preset="tiny", frontend=frontend, tp=tp, vocab_shard=vocab_shard)
 

@@ -154,6 +154,7 @@ def test_ctrl_c_inside_a_tvm_pass_stays_a_keyboard_interrupt(tmp_path):
     assert not any((run / "complete").exists() for run in tmp_path.iterdir())
 
 
+@pytest.mark.slow  # a FLASH-size build in a subprocess
 @pytest.mark.parametrize("moment", ["build", "dump"])
 def test_ctrl_c_exits_130_and_never_leaves_a_half_written_run_marked_complete(tmp_path, moment):
     """Ctrl-C during the build (just after the check starts) or while the run folder is written (as soon as it
@@ -200,7 +201,8 @@ def test_ctrl_c_exits_130_and_never_leaves_a_half_written_run_marked_complete(tm
     (["bench", "--case", "logits", "--preset", "tiny", "--compare-schedules", "none,fastest"],
      "--compare-schedules: unknown schedule 'fastest'"),
     (["tune", "--work-dir", "{tmp}/passes.txt", "--trials", "1"], "as the tuning work dir"),
-    (["tune", "--rpc-tracker", "127.0.0.1:1", "--trials", "1", "--work-dir", "{tmp}/db"], "cannot reach the RPC tracker"),
+    (["tune", "--rpc-tracker", "127.0.0.1:1", "--trials", "1", "--work-dir", "{tmp}/db"],
+     "cannot reach the RPC tracker"),
     (["run", "{tmp}/missing-artifact", "--inputs", "{tmp}/passes.txt", "--out", "{tmp}/passes.txt"],
      "is the --inputs file"),
     (["bisect", "--case", "logits", "--preset", "tiny", "--schedule-trace", "{tmp}/none.py", "--func", "main"],

@@ -9,8 +9,8 @@ import pytest
 from tvm import s_tir
 
 import mtp_tvm
-from mtp_tvm.compiler.options import BuildSpec
 from mtp_tvm.cli import main
+from mtp_tvm.compiler.options import BuildSpec
 from mtp_tvm.passes.target import resolve_target
 from mtp_tvm.schedule.tuned import (
     RECORDS_FILE,

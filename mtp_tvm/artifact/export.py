@@ -40,11 +40,11 @@ from ..artifact.manifest import (
     MANIFEST,
     SOURCE_DIR,
     SYMBOLIC_DIMS,
-    write_manifest_json,
     git_revision,
     sha256_file,
     trace_sha256,
     versions,
+    write_manifest_json,
 )
 from ..compiler.driver import CompiledCase, compile
 from ..compiler.options import BuildSpec, DebugOptions, require_path, split_options
@@ -268,7 +268,7 @@ def _write_artifact(folder: Path, compiled: CompiledCase, archs: tuple[str, ...]
         "device": device,
         "build": {"compile_seconds": round(compiled.build_seconds, 3),
                   "export_seconds": round(time.perf_counter() - t0, 3),
-                  "finished_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")},
+                  "finished_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")},
         "golden": None,
     }
 

@@ -1,4 +1,5 @@
-"""Per-pass records and IR dumps (``PassRecorder``): one numbered TVMScript file per pass, into a fresh run folder per build.
+"""Per-pass records and IR dumps (``PassRecorder``): one numbered TVMScript file per pass, into a fresh run
+folder per build.
 
 ``PassRecorder`` is a TVM pass instrument. It numbers *leaf* passes in execution order (containers such as
 ``sequential`` and our phase markers are not passes a user debugs), attributes each to the phase opened by the
@@ -32,9 +33,9 @@ import dataclasses
 import os
 import re
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable
 
 import tvm
 import tvm_ffi
@@ -42,8 +43,8 @@ import tvm_ffi
 from ..instrument.ir_text import unified_diff
 from ..instrument.run_folder import (
     INDEX_FILE,
-    safe_name,
     new_run_dir,
+    safe_name,
     write_json,
 )
 from ..passes.codegen import write_assembly
@@ -224,7 +225,8 @@ class PassRecorder:
         """Queue a state's TVMScript on the printer thread (once per state)."""
         if key != _ABSENT and key not in self._texts:
             state = self._states[key]  # a lone function prints as ``def main`` unless named
-            self._texts[key] = self._printer.submit(state.script, **({"name": self.dump.func} if self.dump.func else {}))
+            named = {"name": self.dump.func} if self.dump.func else {}
+            self._texts[key] = self._printer.submit(state.script, **named)
 
     def _dumped(self, rec: PassRecord) -> bool:
         """Whether pass ``rec`` gets a file: dumping, its name passes the filter, and it changed the IR or every

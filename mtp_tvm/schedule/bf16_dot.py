@@ -23,7 +23,7 @@ from tvm import s_tir
 from tvm.script import tirx as T
 
 from ..passes.target import CpuIsa
-from .int8_dot import operand_indices, check_tile, pack_pairs, register_int8_intrinsics, register_tile_loops
+from .int8_dot import check_tile, operand_indices, pack_pairs, register_int8_intrinsics, register_tile_loops
 
 LANES = 16  # FP32 lanes of one zmm accumulator
 INTRIN = "mtp_bf16_dpbf16ps_512"

@@ -5,7 +5,7 @@ file serves AVX2, AVX-512 and NEON and a tile never exceeds the register file it
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 from tvm import s_tir, tirx
 
@@ -13,7 +13,7 @@ from ..passes.target import CpuIsa
 from .bf16_dot import apply_bf16_dot
 from .int8_dot import apply_int8_dot, int8_lanes
 from .knobs import CpuGemm, CpuGeneric, CpuLmHead, CpuRows
-from .steps import pack_weight_columns, buffer_read_index, vectorized_rows
+from .steps import buffer_read_index, pack_weight_columns, vectorized_rows
 from .token_rows import row_variant_blocks
 
 ROW_QUANTA = (8, 4, 2, 1)  # register rows must divide the token tile of 16: the row loop is a multiple of them

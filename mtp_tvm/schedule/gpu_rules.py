@@ -8,7 +8,7 @@ from tvm.target import Target
 
 from ..spec.presets import TOKEN_TILE
 from .knobs import GpuFlat, GpuGemm, GpuRows
-from .steps import fitting_column_tile, buffer_read_index
+from .steps import buffer_read_index, fitting_column_tile
 
 
 def _bind_flat(sch: s_tir.Schedule, block, threads: int) -> None:

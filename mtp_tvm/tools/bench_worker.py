@@ -33,8 +33,8 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import psutil
@@ -289,4 +289,4 @@ def serve() -> None:
     _send(replies, ("ok", os.getpid()) if kind == "ok" else (kind, served))
     while kind == "ok" and (message := _receive(0)) is not None:
         method, args = message
-        _send(replies, _answer(lambda: getattr(served, method)(*args)))
+        _send(replies, _answer(lambda method=method, args=args: getattr(served, method)(*args)))

@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 import tvm
 import tvm_ffi

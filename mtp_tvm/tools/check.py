@@ -16,17 +16,17 @@ from ..verify.golden_check import (
     LM_HEAD_LOGITS,
     GoldenOptions,
     Provenance,
-    logit_perturbation,
     golden_check,
+    logit_perturbation,
     seeded_golden,
     validate_check_args,
 )
 from ..verify.results import CheckResult
-from .profile import ProfileOptions, profile_options, write_to_run_folder
-from .profile import profile as profile_main
 from .kernel_calls import nan_origin, record
 from .kernel_repro import KERNEL_REPRO_DIR
 from .localize import localize_failure
+from .profile import ProfileOptions, profile_options, write_to_run_folder
+from .profile import profile as profile_main
 from .repro import write_repro
 
 

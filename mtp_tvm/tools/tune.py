@@ -32,8 +32,9 @@ import struct
 import sys
 import time
 import types
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Literal
 
 import tvm
 from tvm import relax, tirx

@@ -8,8 +8,8 @@ import dataclasses
 import numbers
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from ..compiler.tensors import to_numpy
 from ..spec.cases import LM_HEAD_LOGITS, Case, Stage, validate_seed
