@@ -11,13 +11,13 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import numpy as np
 import psutil
 import pytest
 
 import mtp_tvm
+from helpers import REPO
 from mtp_tvm.compiler.options import BuildSpec
 from mtp_tvm.compiler.tensors import to_numpy
 from mtp_tvm.passes.target import resolve_target, usable_cores
@@ -45,7 +45,6 @@ from mtp_tvm.tools.bench_worker import Worker, WorkerFailed
 from mtp_tvm.tools.roofline import BF16_DOT, FMA, INT8_DOT, ProbePlan
 from mtp_tvm.verify.comparators import ratio_allclose
 
-ROOT = Path(__file__).resolve().parents[1]
 EAGER = ("torch_bf16", "torch_fp32", "numpy_fp32", "torch_golden")
 RACED = (*EAGER, "torch_compile")  # max-autotune compiles for long on 2 cores: its own test below
 
@@ -220,7 +219,7 @@ def test_cli_bench_sweeps_t_and_writes_json_and_plot(tmp_path):
     out = subprocess.run([sys.executable, "-m", "mtp_tvm", "bench", "--case", "norm", "--preset", "tiny",
                           "--rounds", "1", "--tokens", "1,2", "--contenders", "torch_bf16", "--threads", "1",
                           "--json", str(tmp_path / "n.json"), "--plot", str(tmp_path / "n.png")],
-                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)
     assert out.returncode == 0, out.stderr
     d = json.loads((tmp_path / "n.json").read_text())
     assert d["case"] == "norm" and d["threads"] == 1 and set(d["per_tokens"]) == {"1", "2"}
@@ -238,7 +237,7 @@ def test_bench_times_a_prebuilt_artifact_with_tvms_runtime_alone(compiled, tmp_p
     out = subprocess.run([sys.executable, "-m", "mtp_tvm", "bench", "--artifact", str(folder), "--rounds", "1",
                           "--tokens", "1,3", "--contenders", "torch_bf16", "--threads", "1",
                           "--json", str(tmp_path / "a.json")], capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "PYTHONPATH": str(ROOT), "TVM_USE_RUNTIME_LIB": "1"})
+                         env={**os.environ, "PYTHONPATH": str(REPO), "TVM_USE_RUNTIME_LIB": "1"})
     assert out.returncode == 0, out.stderr
     d = json.loads((tmp_path / "a.json").read_text())
     assert d["case"] == "logits" and d["preset"] == "tiny" and d["peak_gflops"] is None

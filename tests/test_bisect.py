@@ -2,22 +2,20 @@
 
 import importlib.util
 import io
-from pathlib import Path
 
 import pytest
 import tvm
 from tvm import s_tir
 
 import mtp_tvm
+from helpers import INT32_ACCUMULATOR_PLUGIN
 from mtp_tvm.ir import tir_kernels as kernels
 from mtp_tvm.schedule.steps import fresh_copy
 from mtp_tvm.tools.bisection import Probe, _search, bisect_passes, bisect_schedule
 
-EXAMPLE = Path(__file__).parent.parent / "examples" / "int32_logits_accumulator.py"
-
 
 def _example():
-    spec = importlib.util.spec_from_file_location("int32_logits_accumulator", EXAMPLE)
+    spec = importlib.util.spec_from_file_location("int32_logits_accumulator", INT32_ACCUMULATOR_PLUGIN)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

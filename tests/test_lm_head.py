@@ -10,6 +10,7 @@ import torch
 import tvm
 
 import mtp_tvm
+from helpers import QUIET
 from mtp_tvm.cli import main
 from mtp_tvm.compiler.tensors import to_numpy
 from mtp_tvm.ir import tir_kernels as kernels
@@ -21,7 +22,6 @@ from mtp_tvm.spec.presets import make_shapes
 from mtp_tvm.support.errors import UsageError
 
 FRONTENDS = ("tir", "relax")
-QUIET = {"log": lambda *_: None}
 
 
 @functools.cache

@@ -29,7 +29,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from helpers import REPO
+
 README = REPO / "README.md"
 KINDS = ("python", "session", "run", "output", "synopsis", "text", "not run")
 RUN_NAME = re.compile(r"\b(?P<key>[a-z][a-z0-9-]*?-(?:llvm|cuda)-\d{8}-\d{6})(?P<id>-[0-9a-f]{6})?\b")
