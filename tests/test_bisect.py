@@ -11,7 +11,7 @@ import mtp_tvm
 from helpers import INT32_ACCUMULATOR_PLUGIN
 from mtp_tvm.ir import tir_kernels as kernels
 from mtp_tvm.schedule.steps import fresh_copy
-from mtp_tvm.tools.bisection import Probe, _search, bisect_passes, bisect_schedule
+from mtp_tvm.tools.bisection import Probe, Verdict, _search, bisect_passes, bisect_schedule
 
 
 def _example():
@@ -26,7 +26,7 @@ def _searcher(verdicts):
     probes = []
 
     def probe(k):
-        p = Probe(k, f"#{k}", verdicts[k])
+        p = Probe(k, f"#{k}", Verdict(verdicts[k]))
         probes.append(p)
         return p
 

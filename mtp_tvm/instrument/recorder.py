@@ -49,10 +49,11 @@ from ..instrument.run_folder import (
 )
 from ..passes.codegen import write_assembly
 from ..passes.gate import PassGate, gate_summary
-from ..passes.pipeline import PHASE_MARKER_PREFIX
+from ..passes.pipeline import MTP_CONTAINER_PASSES, PHASE_MARKER_PREFIX, RELAX_PIPELINE
 from ..support.errors import UsageError, did_you_mean
 
-CONTAINER_PASSES = {"sequential", "_pipeline", "mtp.relax", "mtp.relax_pipeline", "mtp.tir"}
+# TVM's own containers (a Sequential, a build's pipeline) and ours
+CONTAINER_PASSES = {"sequential", "_pipeline", *MTP_CONTAINER_PASSES}
 
 
 INPUT_FILE = "000_input.py"
@@ -178,7 +179,7 @@ class PassRecorder:
         name = info.name
         if name.startswith(PHASE_MARKER_PREFIX):
             self.phase = name[len(PHASE_MARKER_PREFIX):]
-        elif name == "mtp.relax_pipeline":  # tirx.build binds the target before the TIR pipeline's marker
+        elif name == RELAX_PIPELINE:  # tirx.build binds the target before the TIR pipeline's marker
             self.phase = "tir-lower"
         rec = frame.record
         if rec is not None:
