@@ -81,6 +81,7 @@ def test_kernel_serves_every_owner_count(owners, frontend):
     assert r.outputs["logits"].checks[0].numel == owners * 8 * 1024
 
 
+@pytest.mark.slow  # builds the LM head once per TP degree
 @pytest.mark.parametrize("frontend", FRONTENDS)
 def test_tp_degrees_give_identical_logits_for_identical_weights(compiled, frontend):
     vocab, d = 1024, 256

@@ -83,6 +83,7 @@ def test_against_the_relax_frontend_a_passing_case_agrees_and_lists_the_calls_wi
     assert "kernel reproducer" not in out
 
 
+@pytest.mark.slow  # check and localize each build the NaN case
 def test_a_nan_plugin_is_named_by_check_nan_check_and_by_localize(capsys, tmp_path):
     code = main(["check", "--case", "tail", "--preset", "tiny", "--pass-plugin", str(NAN), "--nan-check",
                  "--dump-passes", str(tmp_path)])

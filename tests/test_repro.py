@@ -40,6 +40,7 @@ def test_a_failing_check_writes_the_reproducer_into_its_run_folder(failing):
                               "kernel_repro": "kernel_repro"}
 
 
+@pytest.mark.slow  # the reproducer runs in a fresh interpreter (imports tvm, rebuilds)
 def test_repro_py_runs_standalone_and_reproduces(failing, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # it finds mtp_tvm by itself
     out = subprocess.run([sys.executable, str(Path(failing.repro_dir) / "repro.py")], cwd=tmp_path, env=env,
