@@ -62,7 +62,7 @@ def test_a_fifo_is_written_into_not_replaced(tmp_path):
 
 
 def test_a_character_device_is_written_into_not_replaced():
-    write_text("/dev/null", "discarded")  # as root this used to rename a regular file over the device node
+    write_text("/dev/null", "discarded")  # as root, a rename would put a regular file over the device node
     assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
 
 

@@ -276,7 +276,7 @@ def test_bench_api_takes_an_artifact_or_a_spec_not_both(tmp_path):
     (["--tokens", "0"], "tokens must be an integer"),
     (["--contenders", "torch_bf16,pytorch"], "unknown contender 'pytorch'"),
     (["--threads", "0"], "threads must be an integer >= 1"),
-    (["--threads", "1000"], "threads must be at most the"),  # issue 25: 1000 threads hung the process at exit
+    (["--threads", "1000"], "threads must be at most the"),  # 1000 threads would hang the process at exit
 ])
 def test_cli_bench_user_errors_are_one_line(argv, message, capsys, monkeypatch):
     from mtp_tvm.cli import OPENBLAS_SLOW_VARS, main

@@ -184,7 +184,7 @@ def test_ctrl_c_exits_130_and_never_leaves_a_half_written_run_marked_complete(tm
             index = json.loads((run / "index.json").read_text())
             assert all((run / p["file"]).exists() for p in index["passes"] if p.get("file"))
 
-# ---- round two: options that used to pass a check, or crash, and now are one line ------------------------------
+# ---- options a check must refuse in one line (not pass, not crash) ----------------------------------------------
 
 @pytest.mark.parametrize("argv, message", [
     (["check", "--case", "lm-head", "--preset", "tiny", "--atol", "nan"], "atol and rtol must be finite and >= 0"),
@@ -241,7 +241,7 @@ def test_cli_run_on_a_damaged_inputs_file_exits_2(compiled, tmp_path, capsys, co
     assert "cannot read" in err and "Traceback" not in err and "pickled" not in err
 
 
-# ---- round three (issue 25) -------------------------------------------------------------------------------------
+# ---- reliability at the edges --------------------------------------------------------------------------------------
 
 NO_LOG = dict(log=lambda *_: None)
 

@@ -1,4 +1,4 @@
-"""Tuning databases at build time (issue 25 item 2, and the tuning side of item 1): records replay only on the
+"""Tuning databases at build time: records replay only on the
 target they were tuned for, a damaged database is one line naming the file and line for every command, and a
 database being written by a `tune` is neither written nor read by another process meanwhile."""
 
