@@ -68,8 +68,8 @@ def test_an_installed_wheel_applies_the_checkouts_schedules(wheel, compiled, tmp
 
 
 def test_make_run_installs_only_when_pyproject_changes(tmp_path):
-    """``make run`` reinstalled the package on every call; an editable install sees source changes, so it now
-    installs only when pyproject.toml (the dependencies) is newer than its stamp."""
+    """An editable install sees source changes, so ``make run`` installs only when pyproject.toml (the
+    dependencies) is newer than its stamp."""
     makefile = REPO / "Makefile"
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
