@@ -105,6 +105,7 @@ for _ in range(10):
 """
 
 
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_concurrent_processes_writing_one_path_all_succeed_and_leave_one_whole_file(tmp_path):
     from mtp_tvm.compiler.tensors import read_npz
 

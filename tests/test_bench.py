@@ -61,6 +61,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_bench_times_every_contender_at_every_t(tiny_logits, tmp_path):
     d = json.loads(json.dumps(tiny_logits.as_dict()))
     assert d["isolation"] == "process" and d["threads"] == usable_cores() and d["tokens"] == [1, 2]
@@ -214,6 +215,7 @@ def test_gpu_probes_build_without_a_gpu():
     assert "__global__" in fma.mod.imports[0].inspect_source() and stream.mod.imports
 
 
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_cli_bench_sweeps_t_and_writes_json_and_plot(tmp_path):
     """The command itself (in its own process: it re-executes without the OpenBLAS overrides)."""
     out = subprocess.run([sys.executable, "-m", "mtp_tvm", "bench", "--case", "norm", "--preset", "tiny",
@@ -228,6 +230,7 @@ def test_cli_bench_sweeps_t_and_writes_json_and_plot(tmp_path):
     assert out.stdout.splitlines()[-1].startswith("time: ") and " + build " in out.stdout.splitlines()[-1]
 
 
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_bench_times_a_prebuilt_artifact_with_tvms_runtime_alone(compiled, tmp_path):
     """``bench --artifact``: the TVM contender is the artifact as built (no compiler: TVM_USE_RUNTIME_LIB=1), its
     roofline the memory term with a device copy's bandwidth; the manifest says the case and sizes."""
@@ -318,6 +321,7 @@ def job_module(tmp_path, monkeypatch):
     return bench_test_job
 
 
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_a_crashed_or_silent_worker_is_reported_with_its_stderr_not_waited_for(job_module, tmp_path):
     w = Worker("crashy", job_module.Job(), 1, tmp_path)
     assert w.opened() == w.pid != os.getpid()
@@ -332,6 +336,7 @@ def test_a_crashed_or_silent_worker_is_reported_with_its_stderr_not_waited_for(j
     assert time.monotonic() - t0 < 10 and not _alive(w.pid)
 
 
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_a_worker_dies_with_its_parent_even_a_killed_one(job_module, tmp_path):
     parent = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         from pathlib import Path

@@ -56,6 +56,7 @@ def test_binary_search_falls_back_to_linear_when_a_probe_cannot_build():
     assert [p.applied for p in probes] == [4, 6, 5, 7]  # 6 gave no verdict: linear on from lo = 4
 
 
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_pass_bisect_names_exactly_the_broken_pass():
     # The Relax frontend's LM-head kernel is `matmul1`; put the broken pass between FuseOps and the TIR passes
     # so that there are optional candidates on both sides of it.

@@ -160,6 +160,7 @@ def test_debug_works_after_the_subcommand(capsys):
     assert "Traceback" not in capsys.readouterr().err
 
 
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_tvm_and_llvm_lines_go_to_the_run_folder_not_between_ours(tmp_path):
     """TVM's own warnings (here the ``Unroll hint`` of a build whose UnrollLoop is skipped) land in the run
     folder's tvm.log, not on the terminal; --verbose lets them through; an invalid mcpu shows only our message."""

@@ -27,12 +27,14 @@ print(digest(inputs)); print(digest(m.run(inputs)))
 
 
 @pytest.mark.parametrize("frontend", ["tir", "relax"])
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_same_seed_gives_bitwise_identical_inputs_and_outputs_across_processes(frontend):
     runs = [subprocess.run([sys.executable, "-c", RUN_ONCE, frontend], capture_output=True, text=True, env=ENV,
                            check=True).stdout.splitlines()[-2:] for _ in range(2)]
     assert runs[0] == runs[1]
 
 
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_four_concurrent_dumping_checks_give_four_complete_distinct_runs(tmp_path):
     cmd = [sys.executable, "-m", "mtp_tvm", "check", "--case", "logits", "--preset", "tiny",
            "--dump-passes", str(tmp_path)]
@@ -300,6 +302,7 @@ def test_run_and_bind_given_no_dict_are_usage_errors(logits_case, inputs, messag
         m.bind(inputs)
 
 
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_eight_concurrent_dumping_checks_keeping_one_run_each_print_their_verdict(tmp_path):
     """Issue 25 item 1: a run was marked complete before its verdict went into index.json, so another process's
     retention removed it meanwhile (FileNotFoundError, exit 1, no verdict). Now a run is complete only when its
