@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 ROOT   := $(dir $(abspath $(lastword $(MAKEFILE_LIST))))
 PRESET ?= flash
 
-.PHONY: run test install install-test clean-dumps
+.PHONY: run test check-fast lint install install-test clean-dumps
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "mtp_tvm needs Python >= 3.11")'
@@ -31,8 +31,15 @@ install-test: $(VENV)/.installed-test
 run: install
 	$(BIN)/mtp-tvm check --case tail --target llvm --preset $(PRESET) --frontend tir --dump-passes
 
-test: install-test
+test: install-test lint
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# The edit loop: every test not marked slow, stopping at the first failure, after the lint.
+check-fast: install-test lint
+	$(BIN)/python -m pytest -q -x -m "not slow" $(PYTEST_ARGS)
+
+lint: install-test
+	$(BIN)/ruff check $(ROOT)mtp_tvm $(ROOT)tests
 
 clean-dumps:
 	find dumps -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} +

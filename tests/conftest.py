@@ -5,7 +5,7 @@ import pytest
 import mtp_tvm
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _compiled(case: str, frontend: str, preset: str = "tiny"):
     return mtp_tvm.compile(case=case, target="llvm", preset=preset, frontend=frontend)
 

@@ -25,8 +25,8 @@ from mtp_tvm.cli import main
 from mtp_tvm.spec.cases import CASES
 from mtp_tvm.support.errors import UsageError
 
-# CUDA builds that work today. The CUDA schedules of the other cases are being fixed in parallel (issue 3);
-# extend this list to every (case, frontend) once they build, and every test below covers them.
+# The CUDA builds that work: extend this list to every (case, frontend) once its CUDA schedule builds, and every
+# test below covers it.
 # Every case with hand TIR kernels (the LM-head kernel carries a CPU-only schedule: its cases go through Relax),
 # plus the Relax frontend of the cases whose CUDA build is quick (dlight's Matmul on the Relax projection loads all
 # tensor intrinsics: 40-70 s).

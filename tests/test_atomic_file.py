@@ -62,7 +62,7 @@ def test_a_fifo_is_written_into_not_replaced(tmp_path):
 
 
 def test_a_character_device_is_written_into_not_replaced():
-    write_text("/dev/null", "discarded")  # as root this used to rename a regular file over the device node
+    write_text("/dev/null", "discarded")  # as root, a rename would put a regular file over the device node
     assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
 
 
@@ -105,6 +105,7 @@ for _ in range(10):
 """
 
 
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_concurrent_processes_writing_one_path_all_succeed_and_leave_one_whole_file(tmp_path):
     from mtp_tvm.compiler.tensors import read_npz
 

@@ -11,13 +11,13 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import numpy as np
 import psutil
 import pytest
 
 import mtp_tvm
+from helpers import REPO
 from mtp_tvm.compiler.options import BuildSpec
 from mtp_tvm.compiler.tensors import to_numpy
 from mtp_tvm.passes.target import resolve_target, usable_cores
@@ -45,7 +45,6 @@ from mtp_tvm.tools.bench_worker import Worker, WorkerFailed
 from mtp_tvm.tools.roofline import BF16_DOT, FMA, INT8_DOT, ProbePlan
 from mtp_tvm.verify.comparators import ratio_allclose
 
-ROOT = Path(__file__).resolve().parents[1]
 EAGER = ("torch_bf16", "torch_fp32", "numpy_fp32", "torch_golden")
 RACED = (*EAGER, "torch_compile")  # max-autotune compiles for long on 2 cores: its own test below
 
@@ -62,6 +61,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_bench_times_every_contender_at_every_t(tiny_logits, tmp_path):
     d = json.loads(json.dumps(tiny_logits.as_dict()))
     assert d["isolation"] == "process" and d["threads"] == usable_cores() and d["tokens"] == [1, 2]
@@ -215,12 +215,13 @@ def test_gpu_probes_build_without_a_gpu():
     assert "__global__" in fma.mod.imports[0].inspect_source() and stream.mod.imports
 
 
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_cli_bench_sweeps_t_and_writes_json_and_plot(tmp_path):
     """The command itself (in its own process: it re-executes without the OpenBLAS overrides)."""
     out = subprocess.run([sys.executable, "-m", "mtp_tvm", "bench", "--case", "norm", "--preset", "tiny",
                           "--rounds", "1", "--tokens", "1,2", "--contenders", "torch_bf16", "--threads", "1",
                           "--json", str(tmp_path / "n.json"), "--plot", str(tmp_path / "n.png")],
-                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)
     assert out.returncode == 0, out.stderr
     d = json.loads((tmp_path / "n.json").read_text())
     assert d["case"] == "norm" and d["threads"] == 1 and set(d["per_tokens"]) == {"1", "2"}
@@ -229,6 +230,7 @@ def test_cli_bench_sweeps_t_and_writes_json_and_plot(tmp_path):
     assert out.stdout.splitlines()[-1].startswith("time: ") and " + build " in out.stdout.splitlines()[-1]
 
 
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_bench_times_a_prebuilt_artifact_with_tvms_runtime_alone(compiled, tmp_path):
     """``bench --artifact``: the TVM contender is the artifact as built (no compiler: TVM_USE_RUNTIME_LIB=1), its
     roofline the memory term with a device copy's bandwidth; the manifest says the case and sizes."""
@@ -238,7 +240,7 @@ def test_bench_times_a_prebuilt_artifact_with_tvms_runtime_alone(compiled, tmp_p
     out = subprocess.run([sys.executable, "-m", "mtp_tvm", "bench", "--artifact", str(folder), "--rounds", "1",
                           "--tokens", "1,3", "--contenders", "torch_bf16", "--threads", "1",
                           "--json", str(tmp_path / "a.json")], capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "PYTHONPATH": str(ROOT), "TVM_USE_RUNTIME_LIB": "1"})
+                         env={**os.environ, "PYTHONPATH": str(REPO), "TVM_USE_RUNTIME_LIB": "1"})
     assert out.returncode == 0, out.stderr
     d = json.loads((tmp_path / "a.json").read_text())
     assert d["case"] == "logits" and d["preset"] == "tiny" and d["peak_gflops"] is None
@@ -277,7 +279,7 @@ def test_bench_api_takes_an_artifact_or_a_spec_not_both(tmp_path):
     (["--tokens", "0"], "tokens must be an integer"),
     (["--contenders", "torch_bf16,pytorch"], "unknown contender 'pytorch'"),
     (["--threads", "0"], "threads must be an integer >= 1"),
-    (["--threads", "1000"], "threads must be at most the"),  # issue 25: 1000 threads hung the process at exit
+    (["--threads", "1000"], "threads must be at most the"),  # 1000 threads would hang the process at exit
 ])
 def test_cli_bench_user_errors_are_one_line(argv, message, capsys, monkeypatch):
     from mtp_tvm.cli import OPENBLAS_SLOW_VARS, main
@@ -319,6 +321,7 @@ def job_module(tmp_path, monkeypatch):
     return bench_test_job
 
 
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_a_crashed_or_silent_worker_is_reported_with_its_stderr_not_waited_for(job_module, tmp_path):
     w = Worker("crashy", job_module.Job(), 1, tmp_path)
     assert w.opened() == w.pid != os.getpid()
@@ -333,6 +336,7 @@ def test_a_crashed_or_silent_worker_is_reported_with_its_stderr_not_waited_for(j
     assert time.monotonic() - t0 < 10 and not _alive(w.pid)
 
 
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_a_worker_dies_with_its_parent_even_a_killed_one(job_module, tmp_path):
     parent = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         from pathlib import Path

@@ -2,22 +2,20 @@
 
 import importlib.util
 import io
-from pathlib import Path
 
 import pytest
 import tvm
 from tvm import s_tir
 
 import mtp_tvm
+from helpers import INT32_ACCUMULATOR_PLUGIN
 from mtp_tvm.ir import tir_kernels as kernels
 from mtp_tvm.schedule.steps import fresh_copy
-from mtp_tvm.tools.bisection import Probe, _search, bisect_passes, bisect_schedule
-
-EXAMPLE = Path(__file__).parent.parent / "examples" / "int32_logits_accumulator.py"
+from mtp_tvm.tools.bisection import Probe, Verdict, _search, bisect_passes, bisect_schedule
 
 
 def _example():
-    spec = importlib.util.spec_from_file_location("int32_logits_accumulator", EXAMPLE)
+    spec = importlib.util.spec_from_file_location("int32_logits_accumulator", INT32_ACCUMULATOR_PLUGIN)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -28,7 +26,7 @@ def _searcher(verdicts):
     probes = []
 
     def probe(k):
-        p = Probe(k, f"#{k}", verdicts[k])
+        p = Probe(k, f"#{k}", Verdict(verdicts[k]))
         probes.append(p)
         return p
 
@@ -58,6 +56,7 @@ def test_binary_search_falls_back_to_linear_when_a_probe_cannot_build():
     assert [p.applied for p in probes] == [4, 6, 5, 7]  # 6 gave no verdict: linear on from lo = 4
 
 
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_pass_bisect_names_exactly_the_broken_pass():
     # The Relax frontend's LM-head kernel is `matmul1`; put the broken pass between FuseOps and the TIR passes
     # so that there are optional candidates on both sides of it.

@@ -123,7 +123,8 @@ def test_inputs_written_for_a_case_run_an_artifact_like_its_random_inputs(tmp_pa
     assert main(["inputs", *common, "--tokens", "3", "--seed", "4", "--out", str(tmp_path / "in.npz")]) == 0
     assert "lm_head_weight       (256, 256)       bfloat16" in capsys.readouterr().out
     assert main(["build", *common, "--out", str(tmp_path / "a")]) == 0
-    assert main(["run", str(tmp_path / "a"), "--inputs", str(tmp_path / "in.npz"), "--out", str(tmp_path / "o.npz")]) == 0
+    assert main(["run", str(tmp_path / "a"), "--inputs", str(tmp_path / "in.npz"),
+                 "--out", str(tmp_path / "o.npz")]) == 0
     assert main(["run", str(tmp_path / "a"), "--random-inputs", "--tokens", "3", "--seed", "4",
                  "--out", str(tmp_path / "r.npz")]) == 0
     assert main(["inputs", "--artifact", str(tmp_path / "a"), "--tokens", "3", "--seed", "4",
@@ -159,6 +160,7 @@ def test_debug_works_after_the_subcommand(capsys):
     assert "Traceback" not in capsys.readouterr().err
 
 
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_tvm_and_llvm_lines_go_to_the_run_folder_not_between_ours(tmp_path):
     """TVM's own warnings (here the ``Unroll hint`` of a build whose UnrollLoop is skipped) land in the run
     folder's tvm.log, not on the terminal; --verbose lets them through; an invalid mcpu shows only our message."""

@@ -8,6 +8,7 @@ import subprocess
 import pytest
 
 import mtp_tvm
+from helpers import INT32_ACCUMULATOR_PLUGIN
 from mtp_tvm.instrument.report import pass_table
 
 ROW = re.compile(r'<tr class="pass[^"]*" data-index="(\d+)">')
@@ -128,7 +129,7 @@ def test_a_localized_run_highlights_the_first_differing_call_linked_to_its_histo
     from mtp_tvm.passes.plugins import load_pass_plugin
     from mtp_tvm.tools.localize import localize
 
-    plugin = Path(__file__).parent.parent / "examples" / "int32_logits_accumulator.py"
+    plugin = INT32_ACCUMULATOR_PLUGIN
     r = localize(case="tail", preset="tiny", extra_passes=load_pass_plugin(plugin), against="schedule=none",
                  dump_passes=tmp_path, log=lambda *_: None)
     run = Path(r.dump_dir)

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mtp_tvm
+from helpers import REPO
 from mtp_tvm.instrument.recorder import unified_diff
 from mtp_tvm.instrument.report import timing_table
 from mtp_tvm.passes.pipeline import RELAX_PHASES, TIR_PHASES
@@ -142,10 +143,11 @@ def test_user_errors_leave_no_run_folder(tmp_path, kwargs, message):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow  # two subprocesses, each importing tvm and building
 def test_two_concurrent_dumping_processes_write_two_complete_distinct_folders(tmp_path):
     script = ("import mtp_tvm; print(mtp_tvm.compile(case='logits', preset='tiny', "
               f"dump_passes={str(tmp_path)!r}).dump_dir)")
-    env = {"PYTHONPATH": str(Path(__file__).parent.parent), "PATH": "/usr/bin:/bin"}
+    env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
     procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env)
              for _ in range(2)]
     dirs = [Path(p.communicate(timeout=300)[0].strip()) for p in procs]
@@ -238,7 +240,8 @@ def test_diff_hunks_name_the_function_they_change():
     """As git's hunk headers do: a reader of a long module diff sees which kernel each hunk is in."""
     from mtp_tvm.instrument.ir_text import unified_diff
 
-    a = ["@I.ir_module", "class Module:", "    @T.prim_func", "    def f(x):", *[f"        v{i} = {i}" for i in range(9)],
+    a = ["@I.ir_module", "class Module:", "    @T.prim_func", "    def f(x):",
+         *[f"        v{i} = {i}" for i in range(9)],
          "", "    @T.prim_func", "    def g(y):", "        p = 1", "        q = 2"]
     b = list(a)
     b[4], b[-1] = "        v0 = 10", "        q = 20"

@@ -1,4 +1,4 @@
-"""Environment variables are validated where they are read (issue 25 item 6): a bad value is one line naming
+"""Environment variables are validated where they are read: a bad value is one line naming
 the variable and exit 2, before any work; no value makes a command hang at exit or warn falsely."""
 
 import os

@@ -14,7 +14,8 @@ def test_quantize_rows_rounds_half_to_even_and_floors_amax():
     assert q.tolist() == [[127, 0, 2, 2, -2]] and q.dtype == torch.int8
     assert torch.equal(scale, torch.tensor([[1.0]]))
     q0, s0 = golden.quantize_rows(torch.zeros(1, 4))
-    assert torch.equal(q0, torch.zeros(1, 4, dtype=torch.int8)) and s0.item() == pytest.approx(INT8_AMAX_EPS / 127.0, rel=1e-6)
+    assert torch.equal(q0, torch.zeros(1, 4, dtype=torch.int8))
+    assert s0.item() == pytest.approx(INT8_AMAX_EPS / 127.0, rel=1e-6)
 
 
 def test_weight_quantisation_is_per_output_row():

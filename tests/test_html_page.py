@@ -1,5 +1,5 @@
-"""Pages never run or render their data: every placeholder and markup string in a run's data stays text (issue 25
-item 4). The pages are parsed back: no element or attribute comes from the data, and the embedded JSON is the
+"""Pages never run or render their data: every placeholder and markup string in a run's data stays text.
+The pages are parsed back: no element or attribute comes from the data, and the embedded JSON is the
 data, exactly."""
 
 import html.parser

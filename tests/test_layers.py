@@ -58,8 +58,12 @@ def test_every_module_lives_in_a_layer():
     assert stray == [], f"modules outside the layer folders {LAYERS}: {stray}"
 
 
+def _layer_name(module: str) -> str:
+    return LAYERS[_layer(module)] if _layer(module) < TOP else "top"
+
+
 def test_imports_only_go_down():
-    upward = [f"{m} ({LAYERS[_layer(m)] if _layer(m) < TOP else 'top'}) imports {t} ({LAYERS[_layer(t)] if _layer(t) < TOP else 'top'})"
+    upward = [f"{m} ({_layer_name(m)}) imports {t} ({_layer_name(t)})"
               for m, targets in _graph().items() for t in targets
               if _layer(t) > _layer(m) and t != "mtp_tvm"]
     assert upward == []

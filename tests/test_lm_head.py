@@ -10,6 +10,7 @@ import torch
 import tvm
 
 import mtp_tvm
+from helpers import QUIET
 from mtp_tvm.cli import main
 from mtp_tvm.compiler.tensors import to_numpy
 from mtp_tvm.ir import tir_kernels as kernels
@@ -21,10 +22,9 @@ from mtp_tvm.spec.presets import make_shapes
 from mtp_tvm.support.errors import UsageError
 
 FRONTENDS = ("tir", "relax")
-QUIET = {"log": lambda *_: None}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _tp_binary(frontend: str, tp: int, vocab_shard: int):
     return mtp_tvm.compile(case="lm-head", preset="tiny", frontend=frontend, tp=tp, vocab_shard=vocab_shard)
 
@@ -81,6 +81,7 @@ def test_kernel_serves_every_owner_count(owners, frontend):
     assert r.outputs["logits"].checks[0].numel == owners * 8 * 1024
 
 
+@pytest.mark.slow  # builds the LM head once per TP degree
 @pytest.mark.parametrize("frontend", FRONTENDS)
 def test_tp_degrees_give_identical_logits_for_identical_weights(compiled, frontend):
     vocab, d = 1024, 256

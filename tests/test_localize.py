@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import mtp_tvm
+from helpers import EXAMPLES, QUIET
 from mtp_tvm.cli import main
 from mtp_tvm.passes.plugins import load_pass_plugin
 from mtp_tvm.support.errors import UsageError
@@ -18,10 +19,8 @@ from mtp_tvm.tools.kernel_repro import kernel_script, rerun
 from mtp_tvm.tools.localize import Against, localize
 from mtp_tvm.tools.repro import save_arrays
 
-EXAMPLES = Path(__file__).parent.parent / "examples"
 INT32 = EXAMPLES / "int32_logits_accumulator.py"
 NAN = EXAMPLES / "nan_in_rms_norm.py"
-QUIET = {"log": lambda *_: None}
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +46,7 @@ def test_the_broken_kernel_is_the_first_differing_call_and_its_inputs_matched(br
     assert d["first"]["test"] == "#9 lm_head_logits_prepacked" and d["first_inputs_matched"] is True
 
 
-def test_the_kernel_reproducer_reproduces_alone_and_agrees_once_the_kernel_is_fixed(broken, tmp_path):
+def test_the_kernel_reproducer_reproduces_alone_and_agrees_once_the_kernel_is_fixed(broken, compiled, tmp_path):
     folder = Path(broken.kernel_repro_dir)
     assert folder.parent == Path(broken.dump_dir)
     assert sorted(p.name for p in folder.iterdir()) == ["kernel.json", "reference_inputs.npz", "reference_kernel.py",
@@ -59,7 +58,7 @@ def test_the_kernel_reproducer_reproduces_alone_and_agrees_once_the_kernel_is_fi
     # the plugin removed: the same call of a clean build (its kernel, its inputs) agrees with the reference
     fixed = tmp_path / "fixed"
     shutil.copytree(folder, fixed)
-    clean = mtp_tvm.compile(case="tail", preset="tiny")
+    clean = compiled("tail", "tir")
     call = record(clean, clean.case.make_inputs(clean.shapes, 0), keep=lambda i: i == 9)[8]
     (fixed / "test_kernel.py").write_text(kernel_script(clean, call.kernel))
     spec = json.loads((fixed / "kernel.json").read_text())
@@ -84,6 +83,7 @@ def test_against_the_relax_frontend_a_passing_case_agrees_and_lists_the_calls_wi
     assert "kernel reproducer" not in out
 
 
+@pytest.mark.slow  # check and localize each build the NaN case
 def test_a_nan_plugin_is_named_by_check_nan_check_and_by_localize(capsys, tmp_path):
     code = main(["check", "--case", "tail", "--preset", "tiny", "--pass-plugin", str(NAN), "--nan-check",
                  "--dump-passes", str(tmp_path)])

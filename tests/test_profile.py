@@ -82,6 +82,7 @@ def test_check_profile_cli_prints_every_kernel_and_writes_profile_json(tmp_path,
     assert json.loads(report.read_text())["profile"]["main_ms"] == prof["main_ms"]
 
 
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_bench_profile_goes_into_its_json(tmp_path):
     r = bench(case="tail", preset="tiny", rounds=1, contenders=("tvm",), profile=FAST)
     assert r.profile is not None and r.profile.bandwidth_gbs == r.bandwidth_gbs  # the bench's own probes

@@ -29,7 +29,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from helpers import REPO
+
 README = REPO / "README.md"
 KINDS = ("python", "session", "run", "output", "synopsis", "text", "not run")
 RUN_NAME = re.compile(r"\b(?P<key>[a-z][a-z0-9-]*?-(?:llvm|cuda)-\d{8}-\d{6})(?P<id>-[0-9a-f]{6})?\b")
@@ -211,7 +212,8 @@ def output_matches(expected: str, actual: str, bindings: Bindings) -> str | None
 def _env(cwd: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "MTP_TVM_DUMPS"}
     return env | {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}", "PYTHONUNBUFFERED": "1",
-                  "MTP_TVM_TUNED_ROOT": str(cwd / "tuned"), "REPO": str(REPO), "VENV": str(Path(sys.executable).parent.parent)}
+                  "MTP_TVM_TUNED_ROOT": str(cwd / "tuned"), "REPO": str(REPO),
+                  "VENV": str(Path(sys.executable).parent.parent)}
 
 
 def _commands(text: str) -> list[str]:
@@ -229,7 +231,8 @@ def _flags(parser) -> set[str]:
     """Every option string of ``parser`` and of its subcommands' parsers."""
     flags = {o for a in parser._actions for o in a.option_strings}
     for action in parser._actions:
-        for sub in (getattr(action, "choices", None) or {}).values() if action.__class__.__name__ == "_SubParsersAction" else ():
+        subparsers = action.__class__.__name__ == "_SubParsersAction"
+        for sub in (getattr(action, "choices", None) or {}).values() if subparsers else ():
             flags |= _flags(sub)
     return flags
 
@@ -246,7 +249,8 @@ def _synopsis_flags_known(text: str) -> list[str]:
         words = line.split()
         if words[:1] == ["mtp-tvm"]:
             current = subcommands.get(words[1], parser) if len(words) > 1 else parser
-        unknown += [f for f in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", line.split("#")[0]) if f not in _flags(current)]
+        flags = re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", line.split("#")[0])
+        unknown += [f for f in flags if f not in _flags(current)]
     return unknown
 
 

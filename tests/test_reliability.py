@@ -27,12 +27,14 @@ print(digest(inputs)); print(digest(m.run(inputs)))
 
 
 @pytest.mark.parametrize("frontend", ["tir", "relax"])
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_same_seed_gives_bitwise_identical_inputs_and_outputs_across_processes(frontend):
     runs = [subprocess.run([sys.executable, "-c", RUN_ONCE, frontend], capture_output=True, text=True, env=ENV,
                            check=True).stdout.splitlines()[-2:] for _ in range(2)]
     assert runs[0] == runs[1]
 
 
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_four_concurrent_dumping_checks_give_four_complete_distinct_runs(tmp_path):
     cmd = [sys.executable, "-m", "mtp_tvm", "check", "--case", "logits", "--preset", "tiny",
            "--dump-passes", str(tmp_path)]
@@ -154,6 +156,7 @@ def test_ctrl_c_inside_a_tvm_pass_stays_a_keyboard_interrupt(tmp_path):
     assert not any((run / "complete").exists() for run in tmp_path.iterdir())
 
 
+@pytest.mark.slow  # a FLASH-size build in a subprocess
 @pytest.mark.parametrize("moment", ["build", "dump"])
 def test_ctrl_c_exits_130_and_never_leaves_a_half_written_run_marked_complete(tmp_path, moment):
     """Ctrl-C during the build (just after the check starts) or while the run folder is written (as soon as it
@@ -183,7 +186,7 @@ def test_ctrl_c_exits_130_and_never_leaves_a_half_written_run_marked_complete(tm
             index = json.loads((run / "index.json").read_text())
             assert all((run / p["file"]).exists() for p in index["passes"] if p.get("file"))
 
-# ---- round two: options that used to pass a check, or crash, and now are one line ------------------------------
+# ---- options a check must refuse in one line (not pass, not crash) ----------------------------------------------
 
 @pytest.mark.parametrize("argv, message", [
     (["check", "--case", "lm-head", "--preset", "tiny", "--atol", "nan"], "atol and rtol must be finite and >= 0"),
@@ -200,7 +203,8 @@ def test_ctrl_c_exits_130_and_never_leaves_a_half_written_run_marked_complete(tm
     (["bench", "--case", "logits", "--preset", "tiny", "--compare-schedules", "none,fastest"],
      "--compare-schedules: unknown schedule 'fastest'"),
     (["tune", "--work-dir", "{tmp}/passes.txt", "--trials", "1"], "as the tuning work dir"),
-    (["tune", "--rpc-tracker", "127.0.0.1:1", "--trials", "1", "--work-dir", "{tmp}/db"], "cannot reach the RPC tracker"),
+    (["tune", "--rpc-tracker", "127.0.0.1:1", "--trials", "1", "--work-dir", "{tmp}/db"],
+     "cannot reach the RPC tracker"),
     (["run", "{tmp}/missing-artifact", "--inputs", "{tmp}/passes.txt", "--out", "{tmp}/passes.txt"],
      "is the --inputs file"),
     (["bisect", "--case", "logits", "--preset", "tiny", "--schedule-trace", "{tmp}/none.py", "--func", "main"],
@@ -239,7 +243,7 @@ def test_cli_run_on_a_damaged_inputs_file_exits_2(compiled, tmp_path, capsys, co
     assert "cannot read" in err and "Traceback" not in err and "pickled" not in err
 
 
-# ---- round three (issue 25) -------------------------------------------------------------------------------------
+# ---- reliability at the edges --------------------------------------------------------------------------------------
 
 NO_LOG = dict(log=lambda *_: None)
 
@@ -298,6 +302,7 @@ def test_run_and_bind_given_no_dict_are_usage_errors(logits_case, inputs, messag
         m.bind(inputs)
 
 
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_eight_concurrent_dumping_checks_keeping_one_run_each_print_their_verdict(tmp_path):
     """Issue 25 item 1: a run was marked complete before its verdict went into index.json, so another process's
     retention removed it meanwhile (FileNotFoundError, exit 1, no verdict). Now a run is complete only when its

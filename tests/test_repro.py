@@ -10,16 +10,15 @@ from pathlib import Path
 import pytest
 
 import mtp_tvm
+from helpers import INT32_ACCUMULATOR_PLUGIN
 from mtp_tvm.tools.repro import rerun
-
-PLUGIN = Path(__file__).parent.parent / "examples" / "int32_logits_accumulator.py"
 
 
 @pytest.fixture(scope="module")
 def failing(tmp_path_factory):
     from mtp_tvm.passes.plugins import load_pass_plugin
 
-    return mtp_tvm.check(case="tail", preset="tiny", extra_passes=load_pass_plugin(PLUGIN), seed=3,
+    return mtp_tvm.check(case="tail", preset="tiny", extra_passes=load_pass_plugin(INT32_ACCUMULATOR_PLUGIN), seed=3,
                          dump_passes=tmp_path_factory.mktemp("dumps"), log=lambda *_: None)
 
 
@@ -41,6 +40,7 @@ def test_a_failing_check_writes_the_reproducer_into_its_run_folder(failing):
                               "kernel_repro": "kernel_repro"}
 
 
+@pytest.mark.slow  # the reproducer runs in a fresh interpreter (imports tvm, rebuilds)
 def test_repro_py_runs_standalone_and_reproduces(failing, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # it finds mtp_tvm by itself
     out = subprocess.run([sys.executable, str(Path(failing.repro_dir) / "repro.py")], cwd=tmp_path, env=env,
@@ -50,8 +50,8 @@ def test_repro_py_runs_standalone_and_reproduces(failing, tmp_path):
     assert "candidate_logits   ratio_allclose" in out.stdout
 
 
-def test_the_reproducer_tells_when_the_module_is_fixed(failing, tmp_path):
-    fixed = mtp_tvm.compile(case="tail", preset="tiny")  # the same case without the broken pass
+def test_the_reproducer_tells_when_the_module_is_fixed(failing, compiled, tmp_path):
+    fixed = compiled("tail", "tir")  # the same case without the broken pass
     folder = tmp_path / "repro"
     shutil.copytree(failing.repro_dir, folder)
     (folder / "module.py").write_text(fixed.optimized_module.script())
@@ -62,7 +62,8 @@ def test_the_reproducer_tells_when_the_module_is_fixed(failing, tmp_path):
 def test_the_reproducer_keeps_the_gate_of_the_lowering_phases(tmp_path):
     from mtp_tvm.passes.plugins import load_pass_plugin
 
-    r = mtp_tvm.check(case="logits", preset="tiny", extra_passes=load_pass_plugin(PLUGIN), bisect_limit=10,
+    r = mtp_tvm.check(case="logits", preset="tiny", extra_passes=load_pass_plugin(INT32_ACCUMULATOR_PLUGIN),
+                      bisect_limit=10,
                       disable_passes=["FoldConstant", "tirx.UnrollLoop"], dump_passes=tmp_path, log=lambda *_: None)
     spec = json.loads((Path(r.repro_dir) / "repro.json").read_text())
     # FoldConstant ran before the captured module; the limit of 10 lies in the optimizing phases, so the
@@ -95,7 +96,7 @@ def test_a_failing_check_that_cannot_write_its_reproducer_still_reports_the_fail
 
     monkeypatch.setenv("MTP_TVM_DUMPS", "/proc/self/no-such-folder/dumps")  # unwritable even as root
     rc = main(["check", "--case", "tail", "--preset", "tiny", "--schedule", "none", "--seed", "3",
-               "--pass-plugin", str(PLUGIN)])
+               "--pass-plugin", str(INT32_ACCUMULATOR_PLUGIN)])
     out = capsys.readouterr().out
     assert rc == 1 and "FAILED" in out and "reproducer: not written: cannot create dump folder under /proc" in out
 

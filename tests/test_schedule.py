@@ -243,9 +243,9 @@ def test_kernels_no_schedule_covers_are_named(tmp_path, monkeypatch):
     assert mtp_tvm.compile(case="logits", preset="tiny", schedule="none").unscheduled == []  # asked for: not news
 
 
-def test_only_the_real_rows_run_and_the_outputs_stay_bitwise(monkeypatch):
+def test_only_the_real_rows_run_and_the_outputs_stay_bitwise(compiled, monkeypatch):
     """The GEMMs run ceil(T / r) * r rows (r = the register rows), not the padded 16, with unchanged outputs."""
-    real = mtp_tvm.compile(case="tail", preset="tiny")
+    real = compiled("tail", "tir")
     gemm = real.optimized_module["lm_head_logits_prepacked"]  # (after the weight packing is lifted)
     assert VARIANTS_ATTR in gemm.attrs  # the schedule phase cut its rows: ceil(T / r) * r, and small-T variants
     monkeypatch.setattr("mtp_tvm.schedule.apply.row_quantum", lambda knobs, isa, columns: 16)  # the full tile

@@ -5,6 +5,7 @@ runs."""
 import dataclasses
 
 import pytest
+from tvm import tirx
 
 import mtp_tvm
 from mtp_tvm.ir.model import build_relax_module
@@ -16,7 +17,6 @@ from mtp_tvm.schedule.names import kernel_names, knob_names, missing_names
 from mtp_tvm.spec.cases import CASES
 from mtp_tvm.spec.presets import make_shapes
 from mtp_tvm.support.errors import MtpError
-from tvm import tirx
 
 
 def _kernels() -> dict[str, tirx.PrimFunc]:

@@ -130,6 +130,7 @@ def test_a_work_dir_that_is_a_file_is_one_line(tmp_path):
         tune(BuildSpec("logits", preset="tiny"), trials=1, work_dir=tmp_path / "f", log=lambda _: None)
 
 
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_hand_space_samples_the_knobs_and_its_traces_replay_on_any_token_count():
     """The hand space of a GEMM: several design spaces with sampled register rows and K chunk; a trace with other
     decisions replays on the symbolic-T kernel; the shipped point (fixed sampler) is the default build's trace."""
@@ -301,6 +302,7 @@ def test_trial_budgets_and_hand_points_never_exceed_the_trials():
     assert first_points(points, 10) == [("gemm", "g0"), ("norm", "n0"), ("gemm", "g1"), ("gemm", "g2")]
 
 
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_a_small_trial_budget_is_kept_and_the_progress_never_passes_it(tmp_path, monkeypatch):
     import re
 

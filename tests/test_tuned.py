@@ -1,4 +1,4 @@
-"""Tuning databases at build time (issue 25 item 2, and the tuning side of item 1): records replay only on the
+"""Tuning databases at build time: records replay only on the
 target they were tuned for, a damaged database is one line naming the file and line for every command, and a
 database being written by a `tune` is neither written nor read by another process meanwhile."""
 
@@ -9,8 +9,8 @@ import pytest
 from tvm import s_tir
 
 import mtp_tvm
-from mtp_tvm.compiler.options import BuildSpec
 from mtp_tvm.cli import main
+from mtp_tvm.compiler.options import BuildSpec
 from mtp_tvm.passes.target import resolve_target
 from mtp_tvm.schedule.tuned import (
     RECORDS_FILE,

@@ -64,7 +64,8 @@ BROKEN_FILES = {
         "example_inputs() must return a tuple of numpy arrays, got list"),
     "numpy inputs count": (
         "import numpy as np\nfrom tvm.script import ir as I, relax as R\n"
-        "@I.ir_module\nclass Mod:\n    @R.function\n    def main(x: R.Tensor((2,), 'float32'), y: R.Tensor((2,), 'float32')):\n"
+        "@I.ir_module\nclass Mod:\n    @R.function\n"
+        "    def main(x: R.Tensor((2,), 'float32'), y: R.Tensor((2,), 'float32')):\n"
         "        return R.add(x, y)\n"
         "def module(): return Mod\ndef example_inputs(): return (np.ones(2, 'float32'),)\n",
         "example_inputs() returned 1 arrays, main takes 2 (x, y)"),

@@ -18,10 +18,9 @@ from pathlib import Path
 
 import pytest
 
-import mtp_tvm
+from helpers import REPO
 
-ROOT = Path(__file__).resolve().parent.parent
-HAND = ROOT / "mtp_tvm" / "schedule" / "hand"
+HAND = REPO / "mtp_tvm" / "schedule" / "hand"
 
 TRACES = """
 import json, sys
@@ -37,8 +36,8 @@ print(json.dumps({{"file": mtp_tvm.__file__,
 def wheel(tmp_path_factory) -> Path:
     src, out = tmp_path_factory.mktemp("src"), tmp_path_factory.mktemp("wheel")
     for name in ("pyproject.toml", "README.md"):
-        shutil.copy2(ROOT / name, src / name)
-    shutil.copytree(ROOT / "mtp_tvm", src / "mtp_tvm", ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copy2(REPO / name, src / name)
+    shutil.copytree(REPO / "mtp_tvm", src / "mtp_tvm", ignore=shutil.ignore_patterns("__pycache__"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out),
                     str(src)], check=True, capture_output=True, timeout=300)
     (found,) = out.glob("mtp_tvm-*.whl")
@@ -48,13 +47,13 @@ def wheel(tmp_path_factory) -> Path:
 @pytest.mark.slow
 def test_the_wheel_holds_every_hand_schedule(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
-    shipped = {p.relative_to(ROOT).as_posix() for p in HAND.glob("*/*.json")}
+    shipped = {p.relative_to(REPO).as_posix() for p in HAND.glob("*/*.json")}
     assert shipped and shipped <= names
     assert not any(n.startswith("schedules/") or "/tuned/" in n for n in names)  # local records stay local
 
 
 @pytest.mark.slow
-def test_an_installed_wheel_applies_the_checkouts_schedules(wheel, tmp_path):
+def test_an_installed_wheel_applies_the_checkouts_schedules(wheel, compiled, tmp_path):
     site = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
                    check=True, capture_output=True, timeout=300)
@@ -64,14 +63,14 @@ def test_an_installed_wheel_applies_the_checkouts_schedules(wheel, tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     installed = json.loads(out.stdout.strip().splitlines()[-1])
     assert Path(installed["file"]).is_relative_to(site)  # the wheel's package, not the checkout's
-    checkout = mtp_tvm.compile(case="logits", preset="tiny").schedule_traces  # this process: the checkout's
+    checkout = compiled("logits", "tir").schedule_traces  # this process: the checkout's
     assert installed["traces"] == checkout and "lm_head_logits" in checkout
 
 
 def test_make_run_installs_only_when_pyproject_changes(tmp_path):
-    """``make run`` reinstalled the package on every call; an editable install sees source changes, so it now
-    installs only when pyproject.toml (the dependencies) is newer than its stamp."""
-    makefile = Path(__file__).resolve().parent.parent / "Makefile"
+    """An editable install sees source changes, so ``make run`` installs only when pyproject.toml (the
+    dependencies) is newer than its stamp."""
+    makefile = REPO / "Makefile"
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
     (venv / "bin" / "python").touch()

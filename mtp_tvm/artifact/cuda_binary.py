@@ -1,8 +1,8 @@
 """Ahead-of-time CUDA device code: nvcc turns the generated CUDA C into one fatbin holding SASS for every
 requested arch, and ``ptxas -v`` reports each kernel's registers, shared memory and spills.
 
-TVM 0.27 embeds CUDA *source* in an exported library and compiles it when the library is loaded (cookbook
-§3.2), so the loading machine would need NVRTC or nvcc. A fatbin of SASS needs only the driver. No fast math:
+TVM 0.27 embeds CUDA *source* in an exported library and compiles it when the library is loaded, so
+the loading machine would need NVRTC or nvcc. A fatbin of SASS needs only the driver. No fast math:
 the same numerics as TVM's default NVRTC path, which the goldens were checked against.
 """
 

@@ -47,7 +47,7 @@ class _Reader:
 
     def u64s(self) -> list[int]:
         n = self.u64()
-        return list(struct.unpack("<%dQ" % n, self.raw(8 * n)))
+        return list(struct.unpack(f"<{n}Q", self.raw(8 * n)))
 
     def at_end(self) -> bool:
         return self.pos == len(self.data)
@@ -58,7 +58,7 @@ def _str(b: bytes) -> bytes:
 
 
 def _u64s(v: list[int]) -> bytes:
-    return struct.pack("<Q%dQ" % len(v), len(v), *v)
+    return struct.pack(f"<Q{len(v)}Q", len(v), *v)
 
 
 @dataclasses.dataclass

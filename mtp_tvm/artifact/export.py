@@ -40,11 +40,11 @@ from ..artifact.manifest import (
     MANIFEST,
     SOURCE_DIR,
     SYMBOLIC_DIMS,
-    _write_json,
     git_revision,
     sha256_file,
     trace_sha256,
     versions,
+    write_manifest_json,
 )
 from ..compiler.driver import CompiledCase, compile
 from ..compiler.options import BuildSpec, DebugOptions, require_path, split_options
@@ -143,7 +143,7 @@ def _replaceable(folder: Path) -> bool:
     return own is not None and found <= own
 
 
-def _refuse_existing(out: Path, force: bool) -> None:
+def refuse_existing(out: Path, force: bool) -> None:
     if not (out.exists() or out.is_symlink()):
         return
     if not force:
@@ -177,7 +177,7 @@ def _staged(out: Path | None, force: bool):
         with tempfile.TemporaryDirectory(prefix="mtp-tvm-build-") as d:
             yield _Stage(Path(d))
         return
-    _refuse_existing(out, force)
+    refuse_existing(out, force)
     created = [p for p in (out.parent, *out.parent.parents) if not p.exists()]
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -188,7 +188,7 @@ def _staged(out: Path | None, force: bool):
     try:
         yield stage
         if stage.keep:
-            _refuse_existing(out, force)  # it may have appeared while building
+            refuse_existing(out, force)  # it may have appeared while building
             replace_dir(stage.path, out, _replaceable)
             created = []
     except OSError as e:  # a full disk, a quota, a race with another writer: one line, nothing left behind
@@ -274,7 +274,7 @@ def _write_artifact(folder: Path, compiled: CompiledCase, archs: tuple[str, ...]
         "device": device,
         "build": {"compile_seconds": round(compiled.build_seconds, 3),
                   "export_seconds": round(time.perf_counter() - t0, 3),
-                  "finished_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")},
+                  "finished_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")},
         "golden": None,
     }
 
@@ -294,12 +294,12 @@ def export(compiled: CompiledCase, out: str | os.PathLike | None, archs: tuple[s
         _require_device(compiled.target)
     with phase("build"), _staged(None if out is None else Path(out), force) as stage:  # export: part of a build
         manifest = _write_artifact(stage.path, compiled, archs, identity)
-        _write_json(stage.path / MANIFEST, manifest)
+        write_manifest_json(stage.path / MANIFEST, manifest)
         result = None
         if check:
             result = check_artifact(load(stage.path), seed=seed, log=log)
             manifest["golden"] = result.as_dict()
-            _write_json(stage.path / MANIFEST, manifest)
+            write_manifest_json(stage.path / MANIFEST, manifest)
             if not result.passed:  # a failed check never replaces a good artifact, nor lands as one
                 stage.discard()
     written = out is not None and (result is None or result.passed)
@@ -317,7 +317,7 @@ def build(out: str | os.PathLike | None, spec: BuildSpec | None = None, debug: D
     archs = parse_archs(arch)
     spec = dataclasses.replace(spec, target=build_target(spec.target, archs))
     if out is not None:
-        _refuse_existing(Path(out), force)
+        refuse_existing(Path(out), force)
     if check:
         validate_seed(seed)
         _require_device(spec.target)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import tvm
 import tvm_ffi
-from tvm_ffi.libinfo import load_lib_ctypes
 from tvm.runtime.vm import VirtualMachine
+from tvm_ffi.libinfo import load_lib_ctypes
 
 from ..artifact.library_check import check_elf, check_signature
 from ..artifact.manifest import manifest_spec, read_manifest, sha256_file

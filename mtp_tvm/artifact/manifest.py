@@ -163,7 +163,7 @@ def read_manifest(path: str | os.PathLike) -> dict:
     return m
 
 
-def _write_json(path: Path, data: dict) -> None:
+def write_manifest_json(path: Path, data: dict) -> None:
     path.write_text(json.dumps(data, indent=1) + "\n")
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..artifact.export import Built, _refuse_existing, export
+from ..artifact.export import Built, export, refuse_existing
 from ..artifact.module_reference import EXAMPLE_INPUTS, REFERENCE_OUTPUTS
 from ..compiler.options import DebugOptions, require_path
 from ..compiler.tensors import write_npz
@@ -39,6 +39,6 @@ def build_module(out: str | os.PathLike | None, module=None, debug: DebugOptions
     spec, debug = split_module_options(module, None, debug, options, "build_module")
     require_path("out", out, optional=True)
     if out is not None:
-        _refuse_existing(Path(out), force)
+        refuse_existing(Path(out), force)
     return export(compile_module(spec=spec, debug=debug), out, force=force, check=check, log=log,
                   identity=module_identity)

@@ -9,7 +9,7 @@ import contextlib
 import dataclasses
 import time
 import traceback
-from typing import Callable
+from collections.abc import Callable
 from pathlib import Path
 
 import tvm

@@ -120,7 +120,8 @@ class DebugOptions:
         _require(all(isinstance(n, str) for n in self.disable_passes),
                  f"disable_passes takes pass names, got {self.disable_passes!r}")
         for name in ("only_changed", "time_passes"):
-            _require(isinstance(getattr(self, name), bool), f"{name} must be True or False, got {getattr(self, name)!r}")
+            value = getattr(self, name)
+            _require(isinstance(value, bool), f"{name} must be True or False, got {value!r}")
         for name in ("dump_filter", "dump_func"):
             _require(getattr(self, name) is None or isinstance(getattr(self, name), str),
                      f"{name} must be a string, got {getattr(self, name)!r}")

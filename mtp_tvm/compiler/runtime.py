@@ -25,9 +25,8 @@ from ..compiler.tensors import (
     validate_inputs,
 )
 from ..compiler.weights import PackedWeights, WeightCache, is_tracked
-from ..spec.cases import leading_activations
 from ..passes.target import usable_cores
-from ..spec.cases import Case, TensorSpec
+from ..spec.cases import Case, TensorSpec, leading_activations
 from ..spec.presets import Shapes
 from ..support.env import env_int
 from ..support.errors import BuildError, UsageError
@@ -184,7 +183,7 @@ class Runnable:
         return self._call_main(self._activation_args({name: inputs[name] for name in plan.activation_specs})
                                + packed.tensors)
 
-    def bind(self, weights: dict) -> "BoundCase":
+    def bind(self, weights: dict) -> BoundCase:
         """Validate and pack ``weights`` (name -> tensor: every input after the activations, ``weight_specs``)
         once, for ``BoundCase.run(activations)``."""
         return BoundCase(self, weights)

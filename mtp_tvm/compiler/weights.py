@@ -15,7 +15,7 @@ nothing proves it unchanged (``is_tracked``).
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -69,7 +69,7 @@ class HeldWeight:
     frozen: tuple[np.ndarray, ...]       # the numpy arrays made read-only
 
     @classmethod
-    def hold(cls, name: str, source) -> "HeldWeight":
+    def hold(cls, name: str, source) -> HeldWeight:
         """Record ``source`` as packed now, making its numpy arrays read-only."""
         tensor = _owning_tensor(source)
         frozen = _numpy_chain(source)

@@ -1,4 +1,5 @@
-"""Per-pass records and IR dumps (``PassRecorder``): one numbered TVMScript file per pass, into a fresh run folder per build.
+"""Per-pass records and IR dumps (``PassRecorder``): one numbered TVMScript file per pass, into a fresh run
+folder per build.
 
 ``PassRecorder`` is a TVM pass instrument. It numbers *leaf* passes in execution order (containers such as
 ``sequential`` and our phase markers are not passes a user debugs), attributes each to the phase opened by the
@@ -32,9 +33,9 @@ import dataclasses
 import os
 import re
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable
 
 import tvm
 import tvm_ffi
@@ -42,16 +43,17 @@ import tvm_ffi
 from ..instrument.ir_text import unified_diff
 from ..instrument.run_folder import (
     INDEX_FILE,
-    _safe,
     new_run_dir,
+    safe_name,
     write_json,
 )
 from ..passes.codegen import write_assembly
 from ..passes.gate import PassGate, gate_summary
-from ..passes.pipeline import PHASE_MARKER_PREFIX
+from ..passes.pipeline import MTP_CONTAINER_PASSES, PHASE_MARKER_PREFIX, RELAX_PIPELINE
 from ..support.errors import UsageError, did_you_mean
 
-CONTAINER_PASSES = {"sequential", "_pipeline", "mtp.relax", "mtp.relax_pipeline", "mtp.tir"}
+# TVM's own containers (a Sequential, a build's pipeline) and ours
+CONTAINER_PASSES = {"sequential", "_pipeline", *MTP_CONTAINER_PASSES}
 
 
 INPUT_FILE = "000_input.py"
@@ -177,7 +179,7 @@ class PassRecorder:
         name = info.name
         if name.startswith(PHASE_MARKER_PREFIX):
             self.phase = name[len(PHASE_MARKER_PREFIX):]
-        elif name == "mtp.relax_pipeline":  # tirx.build binds the target before the TIR pipeline's marker
+        elif name == RELAX_PIPELINE:  # tirx.build binds the target before the TIR pipeline's marker
             self.phase = "tir-lower"
         rec = frame.record
         if rec is not None:
@@ -224,7 +226,8 @@ class PassRecorder:
         """Queue a state's TVMScript on the printer thread (once per state)."""
         if key != _ABSENT and key not in self._texts:
             state = self._states[key]  # a lone function prints as ``def main`` unless named
-            self._texts[key] = self._printer.submit(state.script, **({"name": self.dump.func} if self.dump.func else {}))
+            named = {"name": self.dump.func} if self.dump.func else {}
+            self._texts[key] = self._printer.submit(state.script, **named)
 
     def _dumped(self, rec: PassRecord) -> bool:
         """Whether pass ``rec`` gets a file: dumping, its name passes the filter, and it changed the IR or every
@@ -300,7 +303,7 @@ class PassRecorder:
         return run
 
     def _stem(self, rec: PassRecord) -> str:
-        return f"{rec.index:03d}_{_safe(rec.phase)}__{_safe(rec.name)}"
+        return f"{rec.index:03d}_{safe_name(rec.phase)}__{safe_name(rec.name)}"
 
     def _text(self, key) -> str:
         if key == _ABSENT:

@@ -33,7 +33,7 @@ def dumps_root(root: str | os.PathLike | None = None) -> Path:
     return Path(root) if root is not None else env_path(DUMPS_ENV) or Path("dumps")
 
 
-def _safe(name: str) -> str:
+def safe_name(name: str) -> str:
     return re.sub(r'[<>:"/\\|?*\s]', "_", name)
 
 
@@ -43,7 +43,7 @@ def new_run_dir(root: str | os.PathLike | None, label: str) -> Path:
     try:
         root.mkdir(parents=True, exist_ok=True)
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-        run = root / f"{_safe(label)}-{stamp}-{uuid.uuid4().hex[:6]}"
+        run = root / f"{safe_name(label)}-{stamp}-{uuid.uuid4().hex[:6]}"
         run.mkdir()
     except OSError as e:
         raise UsageError(f"cannot create dump folder under {root}: {e.strerror}") from None

@@ -31,7 +31,7 @@ from ..spec.presets import (
 OPAQUE = 8
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def pad_rows(cols: int, dtype: str):
     """``[n, cols] -> [ceil16(n), cols]``, pad rows zero."""
 
@@ -49,7 +49,7 @@ def pad_rows(cols: int, dtype: str):
     return pad_rows
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def unpad_rows(cols: int, dtype: str):
     """``[ceil16(n), cols] -> [n, cols]``: the padding never leaks into outputs."""
 
@@ -97,7 +97,7 @@ def _inv_rms_macro(hidden: int, eps: float):
     return inv_rms
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def rms_norm(hidden: int, eps: float):
     """Shared-head RMSNorm (spec §2.2): ``bf16((x * inv) * w)``."""
     inv_rms = _inv_rms_macro(hidden, eps)
@@ -118,7 +118,7 @@ def rms_norm(hidden: int, eps: float):
     return rms_norm
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def rms_norm_smooth(hidden: int, eps: float):
     """Projection input norm (spec §1.4): ``bf16(((x * inv) * w) * smooth)``, the seed era's one BF16 cast."""
     inv_rms = _inv_rms_macro(hidden, eps)
@@ -140,7 +140,7 @@ def rms_norm_smooth(hidden: int, eps: float):
     return rms_norm_smooth
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def quantize_rows(hidden: int):
     """Per-token symmetric INT8 quantisation (spec §1.5): ``q = rint(y * 127/amax)``, amax floored at 1e-4.
 
@@ -178,7 +178,7 @@ def quantize_rows(hidden: int):
     return quantize_rows
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def w8a8_dual_gemm(hidden: int):
     """``e_proj(q_h) + h_proj(q_p)`` (spec §1.6): two INT8 x INT8 -> INT32 GEMMs (exact, so any K order), each
     dequantised by token scale then channel scale, summed in FP32, BF16 out. See the module docstring for
@@ -223,7 +223,7 @@ def w8a8_dual_gemm(hidden: int):
     return w8a8_dual_gemm
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def lm_head_logits(hidden: int, vocab_shard: int):
     """Local logits (spec §2.1): BF16 x BF16 -> FP32, K accumulated in order (so in chunk order, whatever the
     chunking). See the module docstring for ``tokens`` and the rows it runs."""
@@ -246,7 +246,7 @@ def lm_head_logits(hidden: int, vocab_shard: int):
     return lm_head_logits
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def lm_head_tp(hidden: int, vocab_shard: int, tp: int, ranks: int, owners: int):
     """The TP-sharded LM head with greedy sampling (spec §3.2), all shards on one device.
 

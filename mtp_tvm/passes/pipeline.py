@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Callable
+from collections.abc import Callable
 
 import tvm
 import tvm_ffi
@@ -21,6 +21,11 @@ from tvm.target import Target
 from .target import is_gpu
 
 PHASE_MARKER_PREFIX = "mtp.phase."
+# The passes that only run others: the instrument skips them when it numbers passes, so their names are shared.
+RELAX_SEQUENCE = "mtp.relax"
+RELAX_PIPELINE = "mtp.relax_pipeline"
+TIR_SEQUENCE = "mtp.tir"
+MTP_CONTAINER_PASSES = (RELAX_SEQUENCE, RELAX_PIPELINE, TIR_SEQUENCE)
 
 
 TIR_PIPELINE = "mtp"
@@ -134,9 +139,9 @@ def relax_pipeline(target: Target, applier: tvm.transform.Pass | None, extra_pas
             raise ValueError("a pipeline that runs the schedule phase needs its schedule applier")
         phase_passes = phase.passes(target, applier) if phase.takes_applier else phase.passes(target)
         passes += [phase_marker(phase.name, on_phase), *extra_passes.get(phase.name, ()), *phase_passes]
-    seq = tvm.transform.Sequential(passes, name="mtp.relax")
+    seq = tvm.transform.Sequential(passes, name=RELAX_SEQUENCE)
 
-    @tvm.transform.module_pass(opt_level=0, name="mtp.relax_pipeline")
+    @tvm.transform.module_pass(opt_level=0, name=RELAX_PIPELINE)
     def _pipeline(mod, _ctx):
         with target:  # dlight rules read the target from the context
             return seq(mod)
@@ -147,7 +152,7 @@ def relax_pipeline(target: Target, applier: tvm.transform.Pass | None, extra_pas
 def _tir_pipeline():
     """TVM's ``s_tir`` lowering with phase markers; registered under the name ``mtp``."""
     lower, host, device = tvm.tirx.get_tir_pipeline("s_tir")
-    return (tvm.transform.Sequential([phase_marker("tir-lower"), lower], name="mtp.tir"),
+    return (tvm.transform.Sequential([phase_marker("tir-lower"), lower], name=TIR_SEQUENCE),
             lambda: tvm.transform.Sequential([phase_marker("tir-host"), host()]),
             lambda: tvm.transform.Sequential([phase_marker("tir-device"), device()]))
 

@@ -23,14 +23,14 @@ from tvm import s_tir
 from tvm.script import tirx as T
 
 from ..passes.target import CpuIsa
-from .int8_dot import _operand_indices, check_tile, pack_pairs, register_int8_intrinsics, register_tile_loops
+from .int8_dot import check_tile, operand_indices, pack_pairs, register_int8_intrinsics, register_tile_loops
 
 LANES = 16  # FP32 lanes of one zmm accumulator
 INTRIN = "mtp_bf16_dpbf16ps_512"
-_FUNCTION = "mtp_tvm_dpbf16ps_512"
+BF16_DOT_FUNCTION = "mtp_tvm_dpbf16ps_512"
 # linkonce_odr: every kernel of a module may import the same text, and the linker keeps one copy
-_LLVM_IR = f"""
-define linkonce_odr i32 @{_FUNCTION}(ptr noalias %c0, i32 %ci, ptr noalias %a0, i32 %ai, ptr noalias %w0, i32 %wi) #0 {{
+BF16_DOT_LLVM_IR = f"""
+define linkonce_odr i32 @{BF16_DOT_FUNCTION}(ptr noalias %c0, i32 %ci, ptr noalias %a0, i32 %ai, ptr noalias %w0, i32 %wi) #0 {{
   %c = getelementptr float, ptr %c0, i32 %ci
   %a = getelementptr i16, ptr %a0, i32 %ai
   %w = getelementptr i16, ptr %w0, i32 %wi
@@ -76,7 +76,7 @@ def _register() -> None:
             T.writes(C[0:LANES])
             # int32 offsets (elements, < 2^31 in every buffer here): a kernel whose shapes are all static has its
             # indices narrowed to int32 by TVM, and the call must match the imported signature either way
-            T.evaluate(T.call_extern("int32", _FUNCTION, C.data, T.Cast("int32", C.elem_offset), A.data,
+            T.evaluate(T.call_extern("int32", BF16_DOT_FUNCTION, C.data, T.Cast("int32", C.elem_offset), A.data,
                                      T.Cast("int32", A.elem_offset), W.data, T.Cast("int32", W.elem_offset)))
 
     s_tir.TensorIntrin.register(INTRIN, desc, impl, override=True)
@@ -109,9 +109,9 @@ def apply_bf16_dot(sch: s_tir.Schedule, block, isa: CpuIsa, *, register_rows: in
     if pack_vectors is not None and column_vectors % pack_vectors:
         raise ValueError(f"{column_vectors} vectors are not whole strips of the {pack_vectors} packed ones")
     if pack_vectors is None:
-        pack_pairs(sch, block, _operand_indices(sch, block)[1], column_vectors * LANES)
+        pack_pairs(sch, block, operand_indices(sch, block)[1], column_vectors * LANES)
 
     _register()
     rows, nl = register_tile_loops(sch, block, LANES, register_rows, column_vectors)
-    sch.annotate(rows, "pragma_import_llvm", _LLVM_IR)
+    sch.annotate(rows, "pragma_import_llvm", BF16_DOT_LLVM_IR)
     sch.tensorize(nl, INTRIN)

@@ -5,7 +5,7 @@ file serves AVX2, AVX-512 and NEON and a tile never exceeds the register file it
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 from tvm import s_tir, tirx
 
@@ -13,7 +13,7 @@ from ..passes.target import CpuIsa
 from .bf16_dot import apply_bf16_dot
 from .int8_dot import apply_int8_dot, int8_lanes
 from .knobs import CpuGemm, CpuGeneric, CpuLmHead, CpuRows
-from .steps import _pack_weight, _read_index, _vectorized_rows
+from .steps import buffer_read_index, pack_weight_columns, vectorized_rows
 from .token_rows import row_variant_blocks
 
 ROW_QUANTA = (8, 4, 2, 1)  # register rows must divide the token tile of 16: the row loop is a multiple of them
@@ -84,7 +84,7 @@ def _dot_schedule(sch: s_tir.Schedule, block, io, knobs: CpuGemm, isa: CpuIsa):
     if not (knobs.dot_products and knobs.pack_weight):
         return None
     stmt = sch.get(block)
-    operands = (stmt.reads[_read_index(sch, block, io.activation)].source.dtype, stmt.writes[0].source.dtype)
+    operands = (stmt.reads[buffer_read_index(sch, block, io.activation)].source.dtype, stmt.writes[0].source.dtype)
     if operands == ("bfloat16", "float32") and isa.bf16_dot:
         return apply_bf16_dot, 16
     if operands == ("int8", "int32") and isa.int8_dot is not None:
@@ -117,10 +117,10 @@ def _fma_schedule(sch: s_tir.Schedule, b, io, knobs: CpuGemm, isa: CpuIsa, rows:
     to, tr = sch.split(t, sample("register_rows", t, fitting_rows(isa, tile, row_extent), rows))
     sch.reorder(no, to, kc, ki, tr, *columns)
     if pack:
-        _pack_weight(sch, b, io.weight, tile)
+        pack_weight_columns(sch, b, io.weight, tile)
     if io.widen:
-        widened = sch.cache_read(b, _read_index(sch, b, io.activation), "global", consumer_blocks=[b])
-        _vectorized_rows(sch, widened, isa.fp32_lanes)
+        widened = sch.cache_read(b, buffer_read_index(sch, b, io.activation), "global", consumer_blocks=[b])
+        vectorized_rows(sch, widened, isa.fp32_lanes)
     acc = sch.cache_write(b, 0, knobs.accumulator)
     # unit loops kept: a 1-row tile has the same loop nest as any other, so a trace replays for every
     # sampled row count
@@ -184,7 +184,7 @@ def cpu_gemm(sch: s_tir.Schedule, knobs: CpuGemm, isa: CpuIsa, sample: Sampler =
             _fma_schedule(sch, variant, io, knobs, isa, r, tile, strips, False, fixed)
     for name in knobs.epilogue:
         for b, _ in row_variant_blocks(sch, name):
-            _vectorized_rows(sch, b, isa.fp32_lanes)
+            vectorized_rows(sch, b, isa.fp32_lanes)
 
 
 def cpu_rows(sch: s_tir.Schedule, knobs: CpuRows, isa: CpuIsa, sample: Sampler = fixed) -> None:
@@ -196,7 +196,7 @@ def cpu_rows(sch: s_tir.Schedule, knobs: CpuRows, isa: CpuIsa, sample: Sampler =
     for producer in knobs.compute_at_row:
         sch.compute_at(sch.get_sblock(producer), sch.get_loops(b)[0])
     lanes = knobs.vector_width or isa.fp32_lanes
-    _vectorized_rows(sch, b, lambda loop: sample("vector_width", loop, [max(lanes // 2, 1), lanes, 2 * lanes], lanes),
+    vectorized_rows(sch, b, lambda loop: sample("vector_width", loop, [max(lanes // 2, 1), lanes, 2 * lanes], lanes),
                      parallel=knobs.parallel == "rows")
     for other in knobs.parallel_blocks:
         sch.parallel(sch.get_loops(sch.get_sblock(other))[0])

@@ -8,7 +8,7 @@ from tvm.target import Target
 
 from ..spec.presets import TOKEN_TILE
 from .knobs import GpuFlat, GpuGemm, GpuRows
-from .steps import _column_tile, _read_index
+from .steps import buffer_read_index, fitting_column_tile
 
 
 def _bind_flat(sch: s_tir.Schedule, block, threads: int) -> None:
@@ -47,7 +47,7 @@ def gpu_gemm(sch: s_tir.Schedule, knobs: GpuGemm, _isa=None) -> None:
         b = sch.get_sblock(name)
         t, n, k = sch.get_loops(b)
         tt, ti = sch.split(t, [None, TOKEN_TILE])  # the row loop runs a multiple of 16 rows on GPUs
-        cols = _column_tile(sch, n, knobs.column_tile)
+        cols = fitting_column_tile(sch, n, knobs.column_tile)
         k_steps = -(-int(sch.get(k).extent) // (lanes * vec))
         ko, kt, kv = sch.split(k, [None, lanes, vec])
         no, nc = sch.split(n, [None, cols])
@@ -65,17 +65,17 @@ def gpu_gemm(sch: s_tir.Schedule, knobs: GpuGemm, _isa=None) -> None:
         sch.bind(kt, "threadIdx.x")
         sch.reorder(ko, nc, kv)
         if knobs.stage_weight == "shared":
-            ws = sch.cache_read(rf, _read_index(sch, rf, io.weight), "shared")
+            ws = sch.cache_read(rf, buffer_read_index(sch, rf, io.weight), "shared")
             sch.compute_at(ws, ko, preserve_unit_loops=True)
             _, ty, tx, v = sch.split(sch.fuse(*sch.get_loops(ws)[-2:]), [None, TOKEN_TILE, lanes, vec // 2])
             sch.bind(ty, "threadIdx.y")
             sch.bind(tx, "threadIdx.x")
             sch.vectorize(v)
         weight = io.weight + ("_shared" if knobs.stage_weight == "shared" else "")
-        wl = sch.cache_read(rf, _read_index(sch, rf, weight), "local")
+        wl = sch.cache_read(rf, buffer_read_index(sch, rf, weight), "local")
         sch.compute_at(wl, nc)
         sch.vectorize(sch.get_loops(wl)[-1])
-        xl = sch.cache_read(rf, _read_index(sch, rf, io.activation), "local")
+        xl = sch.cache_read(rf, buffer_read_index(sch, rf, io.activation), "local")
         sch.compute_at(xl, ko, preserve_unit_loops=True)
         sch.vectorize(sch.get_loops(xl)[-1])
         sch.unroll(kv)

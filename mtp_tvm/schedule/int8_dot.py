@@ -101,7 +101,7 @@ def pair_packed(tile: int, k_major: bool = False) -> IndexMap:
     return IndexMap.from_func(lambda n, k: (n // tile, k // 2, n % tile, k % 2), index_dtype="int32")
 
 
-def _operand_indices(sch: s_tir.Schedule, block) -> tuple[int, int | None]:
+def operand_indices(sch: s_tir.Schedule, block) -> tuple[int, int | None]:
     """The read indices of the activation (indexed first by the row iterator) and the weight (indexed by the
     column iterator: ``W[n, k]``, or ``W[k, n]`` in a Relax ``matmul``; None once a sibling variant packed it);
     the accumulator's own read is skipped."""
@@ -180,7 +180,7 @@ def apply_int8_dot(sch: s_tir.Schedule, block, isa: CpuIsa, *, register_rows: in
     lanes = int8_lanes(isa)
     check_tile(sch, block, isa.vector_bits, lanes, register_rows, column_vectors)
     depth = int(sch.get(sch.get_loops(block)[2]).extent)
-    a_index, w_index = _operand_indices(sch, block)
+    a_index, w_index = operand_indices(sch, block)
     if pack_vectors is not None and column_vectors % pack_vectors:
         raise ValueError(f"{column_vectors} vectors are not whole strips of the {pack_vectors} packed ones")
     if pack_vectors is None:

@@ -70,5 +70,6 @@ def missing_names(knobs, func: tirx.PrimFunc) -> str | None:
     for kind, want, there in (("block", given.blocks, have.blocks), ("buffer", given.buffers, have.buffers)):
         missing = sorted(want - there)
         if missing:
-            return f"no {kind} named {', '.join(map(repr, missing))} in the kernel (its {kind}s: {', '.join(sorted(there))})"
+            return (f"no {kind} named {', '.join(map(repr, missing))} in the kernel "
+                    f"(its {kind}s: {', '.join(sorted(there))})")
     return None

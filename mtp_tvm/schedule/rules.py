@@ -4,7 +4,7 @@ class, so loading a file (``files.py``) and applying it (``apply.py``) cannot di
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from collections.abc import Callable
 
 from .cpu_rules import cpu_gemm, cpu_generic, cpu_lm_head, cpu_rows
 from .gpu_rules import gpu_flat, gpu_gemm, gpu_rows

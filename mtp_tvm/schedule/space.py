@@ -16,7 +16,7 @@ committed before the search, so a search never ends slower than the hand schedul
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from collections.abc import Callable
 
 import tvm
 from tvm import s_tir, tirx

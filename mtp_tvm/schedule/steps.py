@@ -19,7 +19,7 @@ def fresh_copy(node):
     return tvm.ir.load_json(tvm.ir.save_json(node))
 
 
-def _read_index(sch: s_tir.Schedule, block, buffer_name: str) -> int:
+def buffer_read_index(sch: s_tir.Schedule, block, buffer_name: str) -> int:
     for i, region in enumerate(sch.get(block).reads):
         if region.source.name == buffer_name:
             return i
@@ -41,15 +41,15 @@ def _column_blocked(tile: int, k_major: bool = False) -> IndexMap:
     return IndexMap.from_func(lambda n, k: (n // tile, k, n % tile), index_dtype="int32")
 
 
-def _column_tile(sch: s_tir.Schedule, columns, tile: int) -> int:
+def fitting_column_tile(sch: s_tir.Schedule, columns, tile: int) -> int:
     """The column tile actually used: the largest divisor of the column count that divides ``tile`` (a vocab
     shard of 1000 gets 8), so strips and the packed layout never need padding or bounds checks."""
     return math.gcd(int(sch.get(columns).extent), tile)
 
 
-def _pack_weight(sch: s_tir.Schedule, block, weight: str, tile: int) -> None:
+def pack_weight_columns(sch: s_tir.Schedule, block, weight: str, tile: int) -> None:
     """Column-block a weight in a preprocess block that the pipeline lifts out of the per-call path."""
-    index = _read_index(sch, block, weight)
+    index = buffer_read_index(sch, block, weight)
     k_major = weight_k_major(sch, block, index)
     # once, at the root, for every block reading the weight (a kernel's small-T variants too)
     packed = sch.cache_read(outermost_reader(sch, block), sch.get(block).reads[index].source, "global")
@@ -57,7 +57,7 @@ def _pack_weight(sch: s_tir.Schedule, block, weight: str, tile: int) -> None:
     sch.annotate(packed, PREPACK_ANNOTATION, 1)  # 1, not True: the trace prints booleans as 1
 
 
-def _vectorized_rows(sch: s_tir.Schedule, block, vector_width, parallel: bool = True) -> None:
+def vectorized_rows(sch: s_tir.Schedule, block, vector_width, parallel: bool = True) -> None:
     """Rows in parallel, the innermost (column) loop split by the vector width and vectorised. ``vector_width``:
     lanes, or a function of the column loop giving its split factors (a sampled width)."""
     loops = sch.get_loops(block)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..support.errors import UsageError
+from ..support.rounding import ceil_to
 
 RMS_EPS = 1e-6
 K_CHUNK = 128  # K is accumulated in 128-wide chunks (spec §1.2, §2.1)
@@ -76,7 +77,7 @@ def check_owners(owners: int) -> int:
 
 def padded_tokens(tokens: int) -> int:
     """Token rows rounded up to the token tile."""
-    return -(-tokens // TOKEN_TILE) * TOKEN_TILE
+    return ceil_to(tokens, TOKEN_TILE)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -65,8 +65,8 @@ import os
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from ..artifact.manifest import manifest_spec, read_manifest
 from ..compiler.options import BuildSpec, split_options
@@ -74,10 +74,10 @@ from ..compiler.tensors import NUMPY_DTYPES, to_numpy
 from ..passes.target import is_gpu, require_runs_here, resolve_target, target_json, usable_cores
 from ..spec.cases import TOKENS, Case, Stage, get_case
 from ..spec.presets import Shapes
-from ..support.timing import phase
 from ..support.atomic_file import write_user_file
 from ..support.errors import UsageError
 from ..support.text_table import text_table
+from ..support.timing import phase
 from ..verify.comparators import ratio_allclose
 from .bench_peers import PEERS, PeerJob, peer_unavailable
 from .bench_tvm import TVM, TvmJob

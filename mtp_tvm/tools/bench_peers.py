@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -205,7 +205,7 @@ class PeerWorker:
             if peer.compiles:
                 ready.compile_seconds.setdefault(job.peer, {})[tokens] = time.perf_counter() - t0
             ready.outputs.setdefault(job.peer, {})[tokens] = as_float32(run())
-            self.runs[tokens] = (run, calls_per_batch(lambda calls: self._batch_ms(run, calls), job.number))
+            self.runs[tokens] = (run, calls_per_batch(lambda calls, run=run: self._batch_ms(run, calls), job.number))
         if job.peer == "numpy_fp32":
             ready.details["numpy_blas"] = numpy_blas_info()
         return ready

@@ -12,7 +12,6 @@ It also says why the figures are what they are: the FMA / dot-product instructio
 from __future__ import annotations
 
 import dataclasses
-
 from typing import TYPE_CHECKING
 
 from ..compiler.options import BuildSpec, DebugOptions

@@ -33,8 +33,8 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import psutil
@@ -110,19 +110,19 @@ class InputFiles:
               per_tokens: dict[int, dict[str, np.ndarray]]) -> InputFiles:
         files = cls(str(folder), dtypes, activations)
         first = next(iter(per_tokens.values()))
-        write_npz(files._path("weights"), {k: v for k, v in first.items() if k not in activations})
+        write_npz(files.path("weights"), {k: v for k, v in first.items() if k not in activations})
         for tokens, arrays in per_tokens.items():
-            write_npz(files._path(f"tokens-{tokens}"), {k: arrays[k] for k in activations})
+            write_npz(files.path(f"tokens-{tokens}"), {k: arrays[k] for k in activations})
         return files
 
-    def _path(self, stem: str) -> Path:
+    def path(self, stem: str) -> Path:
         return Path(self.folder) / f"{stem}.npz"
 
     def weights(self) -> dict[str, np.ndarray]:
-        return read_npz(self._path("weights"), self.dtypes)
+        return read_npz(self.path("weights"), self.dtypes)
 
     def activations_of(self, tokens: int) -> dict[str, np.ndarray]:
-        return read_npz(self._path(f"tokens-{tokens}"), self.dtypes)
+        return read_npz(self.path(f"tokens-{tokens}"), self.dtypes)
 
 
 @dataclasses.dataclass
@@ -289,4 +289,4 @@ def serve() -> None:
     _send(replies, ("ok", os.getpid()) if kind == "ok" else (kind, served))
     while kind == "ok" and (message := _receive(0)) is not None:
         method, args = message
-        _send(replies, _answer(lambda: getattr(served, method)(*args)))
+        _send(replies, _answer(lambda method=method, args=args: getattr(served, method)(*args)))

@@ -23,7 +23,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
-from typing import Callable
+from collections.abc import Callable
+from enum import StrEnum
 
 import tvm
 import tvm_ffi
@@ -47,13 +48,21 @@ SCHEDULE_PHASE = "schedule"
 TRACE_PASS = "ApplyScheduleTrace"
 
 
+class Verdict(StrEnum):
+    """A probe's outcome; ``ERROR``: its build failed, so it has no golden-check verdict."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    ERROR = "error"
+
+
 @dataclasses.dataclass
 class Probe:
     """One build + golden check of a prefix: ``applied`` candidates of ``total``."""
 
     applied: int
     label: str
-    verdict: str  # "pass", "fail" or "error" (the build failed: no verdict)
+    verdict: Verdict
     detail: str = ""
 
 
@@ -107,20 +116,20 @@ def _search(total: int, probe: Callable[[int], Probe], search: str, probes: list
         while hi - lo > 1:
             mid = (lo + hi) // 2
             verdict = probe(mid).verdict
-            if verdict == "error":
+            if verdict == Verdict.ERROR:
                 break
-            lo, hi = (mid, hi) if verdict == "pass" else (lo, mid)
+            lo, hi = (mid, hi) if verdict == Verdict.PASS else (lo, mid)
         else:
             return hi, "binary (first failure if failure is monotone; --search linear checks every prefix)"
         search = "binary, then linear: a probe's build failed, so the halves could not be told apart"
     for k in range(lo + 1, hi):
         known = next((p for p in probes if p.applied == k), None)
-        if (known or probe(k)).verdict == "fail":
+        if (known or probe(k)).verdict == Verdict.FAIL:
             return k, search
     return hi, search
 
 
-def _run_search(kind: str, labels: list[str], probe_fn: Callable[[int], tuple[str, str]], full: Probe,
+def _run_search(kind: str, labels: list[str], probe_fn: Callable[[int], tuple[Verdict, str]], full: Probe,
                 search: str, progress) -> tuple[int | None, str, list[Probe]]:
     """Probe 0, then search between it and the (already run) full build; returns (culprit position, message)."""
     if search not in SEARCHES:
@@ -141,8 +150,8 @@ def _run_search(kind: str, labels: list[str], probe_fn: Callable[[int], tuple[st
 
     try:
         first = probe(0)
-        if first.verdict != "pass":
-            return None, (f"the golden check {'fails' if first.verdict == 'fail' else 'cannot build'} even with "
+        if first.verdict != Verdict.PASS:
+            return None, (f"the golden check {'fails' if first.verdict == Verdict.FAIL else 'cannot build'} even with "
                           f"no candidate {kind} applied ({first.detail}): the cause is not one a bisect can "
                           f"skip"), [first, full]
         culprit, how = _search(total, probe, search, probes)
@@ -151,15 +160,15 @@ def _run_search(kind: str, labels: list[str], probe_fn: Callable[[int], tuple[st
     return culprit, how, [*probes, full]
 
 
-def _verdict(compiled_fn, golden, seed, tolerance) -> tuple[str, str]:
+def _verdict(compiled_fn, golden, seed, tolerance) -> tuple[Verdict, str]:
     try:
         c = compiled_fn()
     except MtpError as e:
-        return "error", str(e)
+        return Verdict.ERROR, str(e)
     built = Provenance(target_json(c.target), c.frontend, c.schedule, c.build_seconds)
     result = golden_check(c.run, c.case, c.shapes, built, GoldenOptions(seed, tolerance), golden=golden,
                           log=lambda *_: None)
-    return ("pass", "") if result.passed else ("fail", "fails: " + ", ".join(result.failed_outputs))
+    return (Verdict.PASS, "") if result.passed else (Verdict.FAIL, "fails: " + ", ".join(result.failed_outputs))
 
 
 def _golden(spec: BuildSpec, seed: int) -> tuple[dict, dict]:
@@ -213,9 +222,9 @@ def _bisect_gate(build: Callable[[DebugOptions], object], verdict_of: Callable[[
     candidates = [r for r in openers if r.index in changed]
     labels = [r.label for r in candidates]
     full = Probe(len(candidates), labels[-1] if labels else "every pass", verdict, detail)
-    if verdict != "fail":
+    if verdict != Verdict.FAIL:
         return BisectResult("pass", None, "the golden check passes with every pass applied: nothing to bisect"
-                            if verdict == "pass" else f"the full build fails: {detail}", search, len(candidates),
+                            if verdict == Verdict.PASS else f"the full build fails: {detail}", search, len(candidates),
                             [full])
 
     def probe_fn(k: int):
@@ -326,11 +335,11 @@ def bisect_schedule(func: str, trace, spec: BuildSpec | None = None, *, seed: in
         return driver.compile(spec, extra_passes={SCHEDULE_PHASE: [trace_pass(func, _prefix(full_trace, k))]})
 
     verdict, detail = (_verdict(lambda: reference, golden, seed, tolerance) if reference is not None
-                       else ("error", "the full trace does not build"))
+                       else (Verdict.ERROR, "the full trace does not build"))
     full = Probe(len(steps), labels[-1] if labels else "whole trace", verdict, detail)
-    if verdict != "fail":
+    if verdict != Verdict.FAIL:
         return BisectResult("schedule step", None, "the golden check passes with the whole trace applied: "
-                            "nothing to bisect" if verdict == "pass" else detail, search, len(steps), [full])
+                            "nothing to bisect" if verdict == Verdict.PASS else detail, search, len(steps), [full])
     culprit, how, probes = _run_search(
         "schedule step", labels, lambda k: _verdict(lambda: build_prefix(steps[k - 1] if k else 0), golden,
                                                     seed, tolerance), full, search, progress)

@@ -16,17 +16,17 @@ from ..verify.golden_check import (
     LM_HEAD_LOGITS,
     GoldenOptions,
     Provenance,
-    _perturbation,
     golden_check,
+    logit_perturbation,
     seeded_golden,
     validate_check_args,
 )
 from ..verify.results import CheckResult
-from .profile import ProfileOptions, profile_options, write_to_run_folder
-from .profile import profile as profile_main
 from .kernel_calls import nan_origin, record
 from .kernel_repro import KERNEL_REPRO_DIR
 from .localize import localize_failure
+from .profile import ProfileOptions, profile_options, write_to_run_folder
+from .profile import profile as profile_main
 from .repro import write_repro
 
 
@@ -86,7 +86,7 @@ def _check_built(compiled, debug: DebugOptions, seed: int, tolerance, logits_tol
         log(f"[tuned] {kernel}: {why}; its hand schedule is used")
     if (logits_tol is not None or perturb_logit is not None) and LM_HEAD_LOGITS not in c.output_specs(s):
         raise UsageError(f"LM-head logits options apply to cases with the lm_head stage; {c.name!r} has none")
-    perturbation = None if perturb_logit is None else _perturbation(
+    perturbation = None if perturb_logit is None else logit_perturbation(
         tuple(perturb_logit), c.output_specs(s)[LM_HEAD_LOGITS].shape)
     options = GoldenOptions(seed, tolerance, logits_tol, perturbation)
     golden = seeded_golden(c, s, seed)

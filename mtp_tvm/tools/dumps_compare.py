@@ -7,19 +7,19 @@ names, the same lines reordered (TVM's ``VMShapeLower`` orders ``shape_func`` di
 different. A pass only one run has is compared with the other run's module at that point (the input
 of its next pass): where a plugin pass changes the IR, that pass is where the runs diverge. The first
 divergence is the first row, in the order the passes finished (a pass that runs others after them), whose
-modules differ beyond names and line order; the report shows the diff there, per function, and what the final generated code
-looks like on each side (``tools.code_stats``). Everything is read from the files a dump already wrote, so
-dumping pays nothing for it.
+modules differ beyond names and line order; the report shows the diff there, per function, and what the final
+generated code looks like on each side (``tools.code_stats``). Everything is read from the files a dump already
+wrote, so dumping pays nothing for it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-import re
 import os
+import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from ..instrument.ir_text import (
     DIFFERENT,
@@ -289,8 +289,9 @@ class RunComparison:
                 if key not in anchors:
                     anchors[key] = f"pair-{k}"
                     fa, fb = self.functions(*key)
+                    diff = _side_by_side_html(tuple(_function_diff(fa, fb, p)))
                     sections.append(f"<details id='{anchors[key]}'><summary>A vs B after {esc(p.label)} "
-                                    f"({esc(p.verdict)})</summary>{_side_by_side_html(tuple(_function_diff(fa, fb, p)))}"
+                                    f"({esc(p.verdict)})</summary>{diff}"
                                     "</details>")
                 cells.append(f"<a href='#{anchors[key]}'>A vs B</a>")
             for side, run, name in (("A", self.a, p.a_file), ("B", self.b, p.b_file)):

@@ -14,7 +14,7 @@ build's packed layout) or the output of an earlier call (matched by its data poi
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import tvm

@@ -31,7 +31,7 @@ from ..passes.target import device_for, resolve_target, target_json
 from ..support.errors import MtpError, last_line
 from ..verify.comparators import ratio_allclose
 from ..verify.golden_check import DEFAULT_TOLERANCE
-from .repro import BROKEN, NOT_REPRODUCED, REPRODUCED, save_arrays, launcher, write_folder
+from .repro import BROKEN, NOT_REPRODUCED, REPRODUCED, launcher, save_arrays, write_folder
 
 KERNEL_REPRO_DIR = "kernel_repro"
 SIDES = ("test", "reference")

@@ -38,8 +38,8 @@ from ..support.errors import UsageError
 from ..support.text_table import text_table
 from ..verify.comparators import Comparison, ratio_allclose
 from ..verify.golden_check import DEFAULT_TOLERANCE
-from .kernel_repro import KERNEL_REPRO_DIR, write_kernel_repro
 from .kernel_calls import PARAM, KernelCall, NanOrigin, nan_origin, record
+from .kernel_repro import KERNEL_REPRO_DIR, write_kernel_repro
 
 AGAINST_KEYS = ("target", "frontend", "schedule", "disable-pass", "bisect-limit", "pass-plugin")
 

@@ -33,8 +33,9 @@ import json
 import math
 import os
 import statistics
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 import tvm
 

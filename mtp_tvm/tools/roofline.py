@@ -102,7 +102,7 @@ def _schedule_stream(func, gpu: bool):
 def bf16_dot_probe(cores: int, iters: int, chains: int):
     """``cores`` workers (parallel), each ``chains`` independent 16-lane FP32 accumulators updated ``iters`` times
     by the ``vdpbf16ps`` micro-kernel of ``schedule/bf16_dot.py`` (its LLVM IR imported as the GEMMs import it)."""
-    from ..schedule.bf16_dot import _FUNCTION, _LLVM_IR
+    from ..schedule.bf16_dot import BF16_DOT_FUNCTION, BF16_DOT_LLVM_IR
 
     @T.prim_func(s_tir=True)
     def bf16_dot_peak(a: T.Buffer((cores, 2), "bfloat16"), w: T.Buffer((cores, chains, 32), "bfloat16"),
@@ -117,9 +117,9 @@ def bf16_dot_probe(cores: int, iters: int, chains: int):
                 for c in T.unroll(chains):
                     for lane in T.vectorized(16):
                         acc[c, lane] = T.Cast("float32", c)
-                for _ in T.serial(iters, annotations={"pragma_import_llvm": _LLVM_IR}):
+                for _ in T.serial(iters, annotations={"pragma_import_llvm": BF16_DOT_LLVM_IR}):
                     for c in T.unroll(chains):
-                        T.evaluate(T.call_extern("int32", _FUNCTION, acc.data, T.int32(c * 16), a.data,
+                        T.evaluate(T.call_extern("int32", BF16_DOT_FUNCTION, acc.data, T.int32(c * 16), a.data,
                                                  T.Cast("int32", vb * 2), w.data,
                                                  T.Cast("int32", (vb * chains + c) * 32)))
                 for c in T.unroll(chains):

@@ -14,7 +14,7 @@ What this module adds to MetaSchedule, and why:
 - ``load_tensor_intrinsics``: ``TuneContext`` imports every tensor intrinsic TVM ships, and the CUDA ones alone
   take ~30-60 s on this machine; we import the package shell plus the target's own intrinsics (x86 or CUDA).
 - ``fast_build``: MetaSchedule's default builder re-does that import in each fresh worker, so every candidate
-  timed out at 30 s (cookbook §5.1); ours builds candidates in parallel workers without it.
+  timed out at 30 s; ours builds candidates in parallel workers without it.
 - ``ProgressCallback``: trials done of planned, best ms per kernel and per space, and the time left.
   ``Ctrl-C`` stops the search and keeps every measured record (the JSON database is appended per trial).
 - RPC: ``rpc=("host:port", key)`` measures on servers registered with a TVM RPC tracker (``RPCRunner``).
@@ -32,8 +32,9 @@ import struct
 import sys
 import time
 import types
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Literal
 
 import tvm
 from tvm import relax, tirx

@@ -8,8 +8,8 @@ import dataclasses
 import numbers
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from ..compiler.tensors import to_numpy
 from ..spec.cases import LM_HEAD_LOGITS, Case, Stage, validate_seed
@@ -92,7 +92,7 @@ def compare_outputs(case: Case, s: Shapes, actual: dict, expected: dict, toleran
             for stage in case.chain for out in stage.outputs}
 
 
-def _perturbation(where: tuple, shape: tuple) -> dict:
+def logit_perturbation(where: tuple, shape: tuple) -> dict:
     """``(owner, row, col[, delta])`` checked against the logits shape -> ``{"index": [...], "delta": d}``."""
     in_range = all(isinstance(i, numbers.Integral) and 0 <= i < n for i, n in zip(where, shape))
     if len(where) not in (3, 4) or not in_range or not isinstance(where[3] if len(where) == 4 else 1.0, numbers.Real):

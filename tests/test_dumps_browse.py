@@ -131,7 +131,7 @@ def test_a_dumping_build_keeps_the_newest_runs_of_its_root(tmp_path, monkeypatch
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["logits-llvm-3", Path(r.dump_dir).name])
 
 
-# ---- issue 25 items 5 and 8: links out of the root, special files, read-only roots, extreme ages ----------------
+# ---- links out of the root, special files, read-only roots, extreme ages ----------------
 
 def _cli_sub(argv, timeout=60):
     """The CLI in a process of its own, so that a hang is a timeout, not a stuck test run."""

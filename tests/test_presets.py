@@ -68,3 +68,10 @@ def test_mtp_tvm_dump_turns_dumping_on_for_api_users(tmp_path, monkeypatch):
         mtp_tvm.compile(case="norm", preset="tiny")
     monkeypatch.setenv("MTP_TVM_DUMP", "0")
     assert DebugOptions().from_environment().dump_passes is None
+
+
+def test_ceil_to_rounds_up_to_the_next_multiple_only_when_needed():
+    from mtp_tvm.support.rounding import ceil_div, ceil_to
+
+    assert [ceil_to(n, 16) for n in (0, 1, 15, 16, 17)] == [0, 16, 16, 16, 32]
+    assert ceil_div(2**62 + 1, 2) == 2**61 + 1  # exact for sizes where a float ceil would round
