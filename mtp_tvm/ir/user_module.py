@@ -14,8 +14,6 @@ file and what is missing or wrong (``UsageError``), never a traceback from deep 
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import sys
 import warnings
 from pathlib import Path
 
@@ -27,7 +25,7 @@ from ..ir.torch_frontend import CUSTOM_CONVERTERS
 from ..spec.cases import TensorSpec
 from ..support.errors import UsageError
 from ..support.lazy import lazy_module
-from ..support.user_code import run_user_code
+from ..support.user_code import load_user_file, run_user_code
 
 torch = lazy_module("torch")
 
@@ -75,21 +73,6 @@ class UserModule:
         return {name: list(self.examples[name].shape) for name in self.activation_names}
 
 
-def _load_file(path: Path):
-    if not path.is_file():
-        raise UsageError(f"module file {path} does not exist")
-    spec = importlib.util.spec_from_file_location(f"mtp_user_module_{path.stem}", path)
-    if spec is None or path.suffix != ".py":
-        raise UsageError(f"module file {path} is not a Python file (.py)")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # TVMScript's parser finds its source through it
-    try:
-        run_user_code(f"module file {path} (loading it)", lambda: spec.loader.exec_module(module))
-    finally:
-        sys.modules.pop(spec.name, None)
-    return module
-
-
 def _call(path: Path, file, name: str):
     return run_user_code(f"module file {path}: {name}()", getattr(file, name))
 
@@ -99,7 +82,7 @@ def load_user_module(path) -> UserModule:
     if not isinstance(path, (str, Path)):
         raise UsageError(f"module must be a path to a .py file, got {type(path).__name__} {path!r}")
     path = Path(path).resolve()
-    file = _load_file(path)
+    file = load_user_file(path, "module file")
     has = {name: callable(getattr(file, name, None)) for name in ("model", "module", "example_inputs")}
     if has["model"] and has["module"]:
         raise UsageError(f"module file {path} defines both model() and module(): define one")

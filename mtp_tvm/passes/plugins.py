@@ -12,7 +12,6 @@ silent success (a ``sys.exit`` inside one of its passes: ``compiler.driver``).
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from tvm.target import Target
 
 from ..passes.pipeline import OPTIMIZING_PHASES
 from ..support.errors import UsageError
-from ..support.user_code import run_user_code
+from ..support.user_code import load_user_file, run_user_code
 
 ExtraPasses = Mapping[str, list] | Callable[[Target], Mapping[str, list]]
 
@@ -39,13 +38,7 @@ class PassPlugin:
 
 def load_pass_plugin(path: str | Path) -> PassPlugin:
     path = Path(path).resolve()
-    if not path.is_file():
-        raise UsageError(f"pass plugin {path} does not exist")
-    spec = importlib.util.spec_from_file_location(f"mtp_pass_plugin_{path.stem}", path)
-    if spec is None or path.suffix != ".py":
-        raise UsageError(f"pass plugin {path} is not a Python file (.py)")
-    module = importlib.util.module_from_spec(spec)
-    run_user_code(f"pass plugin {path} (loading it)", lambda: spec.loader.exec_module(module))
+    module = load_user_file(path, "pass plugin")
     if not callable(getattr(module, "passes", None)):
         raise UsageError(f"pass plugin {path} defines no passes(target) function")
     return PassPlugin(path, module.passes)

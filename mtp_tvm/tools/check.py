@@ -3,6 +3,7 @@ torch, and leave a reproducer when it fails."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 from ..compiler.driver import compile_open, finish_run
@@ -56,15 +57,29 @@ def check(spec: BuildSpec | None = None, debug: DebugOptions | None = None, *, s
     require_runs_here(resolve_target(spec.target))
     log(f"[BUILD] case={spec.case} preset={spec.preset} frontend={spec.frontend} schedule={spec.schedule}")
     compiled = compile_open(spec, debug)
-    try:
+    with checking(compiled):
         result = _check_built(compiled, debug, seed, tolerance, logits_tol, perturb_logit, profiling, nan_check,
                               log)
-    except KeyboardInterrupt:  # an interrupted run stays incomplete
+    return close_check(compiled, result, report, log)
+
+
+@contextlib.contextmanager
+def checking(compiled):
+    """The check of a build whose run folder is open: one that raises writes no more to its run, which is then
+    complete; an interrupted one stays incomplete."""
+    try:
+        yield
+    except KeyboardInterrupt:
         raise
-    except BaseException:  # a check that raised writes no more to its run either
+    except BaseException:
         finish_run(compiled)
         raise
-    finish_run(compiled)  # after the verdict is in its index: retention (of any process) may remove it from now
+
+
+def close_check(compiled, result: CheckResult, report: str | os.PathLike | None, log) -> CheckResult:
+    """Once the verdict is in the run's index: the run complete (retention, of any process, may remove it from
+    now), what the retention did, and the JSON ``report``."""
+    finish_run(compiled)
     if compiled.pruned_dumps:
         log(f"[dumps] removed {len(compiled.pruned_dumps)} old run(s) beyond the newest {retention()} "
             f"(MTP_TVM_DUMPS_KEEP; `mtp-tvm dumps keep RUN` keeps one for good)")

@@ -4,16 +4,16 @@ option of a case's build applies (they are ``DebugOptions``); ``--profile`` time
 
 from __future__ import annotations
 
-from ..compiler.driver import finish_run
 from ..compiler.options import DebugOptions
 from ..compiler.runtime import threads_wanted
 from ..compiler.user_build import ModuleSpec, compile_module_open, split_module_options
-from ..instrument.run_folder import retention, update_index
+from ..instrument.run_folder import update_index
 from ..passes.target import require_runs_here, resolve_target
 from ..support.timing import phase
 from ..verify.golden_check import validate_check_args
 from ..verify.module_golden import ModuleTolerance, golden_check_module
 from ..verify.results import CheckResult
+from .check import checking, close_check
 from .profile import ProfileOptions, profile_options, write_to_run_folder
 from .profile import profile as profile_main
 
@@ -33,7 +33,7 @@ def check_module(module=None, debug: DebugOptions | None = None, *, spec: Module
     require_runs_here(resolve_target(spec.target))
     log(f"[BUILD] module={spec.module} schedule={spec.schedule}")
     compiled = compile_module_open(spec=spec, debug=debug)
-    try:
+    with checking(compiled):
         if compiled.unscheduled:
             log(f"[schedule] no {spec.schedule!r} schedule covers {', '.join(compiled.unscheduled)}: lowered as "
                 "written")
@@ -50,11 +50,4 @@ def check_module(module=None, debug: DebugOptions | None = None, *, spec: Module
             with phase("dumps"):
                 update_index(compiled.dump_dir, check={"passed": result.passed, "seed": 0,
                                                        "failed_outputs": result.failed_outputs, "repro": None})
-    finally:
-        finish_run(compiled)
-    if compiled.pruned_dumps:
-        log(f"[dumps] removed {len(compiled.pruned_dumps)} old run(s) beyond the newest {retention()}")
-    if report is not None:
-        with phase("dumps"):
-            result.write_report(report)
-    return result
+    return close_check(compiled, result, report, log)
