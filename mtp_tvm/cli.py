@@ -73,12 +73,17 @@ _CASE_OPTIONS = ("case", "preset", "frontend", "tokens", "vocab_shard", "owners"
                  "max_e2e_abs_diff", "perturb_logit", "nan_check", "compile_only", "arch")
 
 
+def _given_flags(args, command: str, names, required: tuple[str, ...] = ()) -> list[str]:
+    """The flags among ``names`` that ``args`` sets away from ``command``'s defaults (``required``: the argv its
+    parser needs besides)."""
+    defaults = build_parser().parse_args([command, *required, *(["--out", "x"] if command == "build" else [])])
+    return [f"--{o.replace('_', '-')}" for o in names if hasattr(args, o) and getattr(args, o) != getattr(defaults, o)]
+
+
 def _refuse_case_options(args, command: str, keep: tuple[str, ...] = ()) -> None:
     """``--module`` with a flag that describes a case (other than ``keep``, which ``command`` uses for something
     else): a one-line error naming it, not a silent no-op."""
-    defaults = build_parser().parse_args([command, "--module", "x.py", *(["--out", "x"] if command == "build" else [])])
-    given = [f"--{o.replace('_', '-')}" for o in _CASE_OPTIONS
-             if o not in keep and hasattr(args, o) and getattr(args, o) != getattr(defaults, o)]
+    given = _given_flags(args, command, [o for o in _CASE_OPTIONS if o not in keep], ("--module", "x.py"))
     if given:
         raise UsageError(f"--module builds your file, so {', '.join(given)} (which describe a case) cannot apply; "
                          "drop them")
@@ -363,14 +368,10 @@ def _cmd_run(args) -> int:
     return 0
 
 
-def _refuse_build_flags(args, defaults_unset: bool) -> None:
-    """``--artifact`` takes what was built from the artifact's manifest: a build flag given beside it is an error.
-    The size flags are None unless given; so are case and preset where ``defaults_unset``, else they and the
-    other flags count as given when not at their default."""
-    named = ("vocab_shard", "owners", "tp") + (("case", "preset") if defaults_unset else ())
-    given = [f"--{o.replace('_', '-')}" for o in named if getattr(args, o, None) is not None]
-    given += [f"--{o}" for o in ("case", "preset", "target", "frontend", "schedule")
-              if o not in named and getattr(args, o, None) not in (None, getattr(_DEFAULTS, o))]
+def _refuse_build_flags(args, command: str) -> None:
+    """``--artifact`` takes what was built from the artifact's manifest: a build flag set beside it is an error."""
+    given = _given_flags(args, command, ("case", "preset", "vocab_shard", "owners", "tp", "target", "frontend",
+                                         "schedule"), ("--out", "x") if command == "inputs" else ())
     if given:
         raise UsageError(f"--artifact takes {', '.join(given)} from the artifact's manifest; drop them")
 
@@ -379,7 +380,7 @@ def _cmd_inputs(args) -> int:
     """The seeded inputs ``check`` draws, as an ``.npz`` for ``run --inputs``: of a case (no build) or of an
     artifact (its manifest's case and sizes)."""
     if args.artifact:
-        _refuse_build_flags(args, defaults_unset=True)
+        _refuse_build_flags(args, "inputs")
         from .artifact.load import load
 
         inputs = load(args.artifact, allow_failed=True).make_inputs(tokens=args.tokens, seed=args.seed)
@@ -481,7 +482,7 @@ def _bench_spec(args) -> tuple[BuildSpec | None, tuple[str, ...]]:
     """What ``bench`` builds (None: the ``--artifact`` it times) and the other schedules it compares, checked."""
     compare = tuple(filter(None, (s.strip() for s in (args.compare_schedules or "").split(","))))
     if args.artifact:
-        _refuse_build_flags(args, defaults_unset=False)
+        _refuse_build_flags(args, "bench")
         return None, compare  # BenchOptions refuses --compare-schedules with an artifact
     spec = BuildSpec(case=args.case, target=args.target, preset=args.preset, frontend=args.frontend,
                      vocab_shard=args.vocab_shard, schedule=args.schedule)
