@@ -4,6 +4,7 @@ check, the debugging options and bisect; every broken contract a one-line error 
 from __future__ import annotations
 
 import json
+import shutil
 import textwrap
 from pathlib import Path
 
@@ -245,6 +246,18 @@ def test_build_module_makes_an_artifact_that_run_and_check_artifact_use(tmp_path
     # the artifact needs neither the file nor torch: it carries its inputs and reference outputs
     assert main(["run", str(out), "--random-inputs", "--seed", "3"]) == 2
     assert "runs on its stored example inputs" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+@pytest.mark.parametrize("example", [TORCH_EXAMPLE, TVMSCRIPT_EXAMPLE], ids=["torch", "tvmscript"])
+def test_build_module_for_cuda_stores_a_reference_made_here(tmp_path, example):
+    """No GPU needed: a torch model's reference is torch on the CPU; a TVMScript module's, its unscheduled CPU
+    build (a GPU kernel cannot run unscheduled)."""
+    out = tmp_path / "art"
+    assert main(["build", "--module", str(example), "--target", "cuda", "--out", str(out)]) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["target"]["kind"] == "cuda" and (out / "reference_outputs.npz").is_file()
 
 
 def test_an_artifact_check_with_module_is_refused(capsys):

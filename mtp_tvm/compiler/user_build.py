@@ -158,6 +158,7 @@ def compile_module_open(module=None, debug: DebugOptions | None = None, *, spec:
 
 
 def reference_build(compiled: CompiledModule) -> CompiledModule:
-    """The same module built with no schedule and no optional pass: the golden of a TVMScript module."""
-    spec = dataclasses.replace(compiled.spec, schedule=NONE)
+    """The same module built for this CPU with no schedule and no optional pass: the golden of a TVMScript module
+    (a GPU has no unscheduled build: its kernels need threads bound, so a CUDA binary is checked against the CPU's)."""
+    spec = dataclasses.replace(compiled.spec, target="llvm", schedule=NONE)
     return compile_module_open(spec=spec, debug=DebugOptions(bisect_limit=0), user=compiled.user)

@@ -3,7 +3,7 @@
 with its default tolerances for the output's dtype unless the user gives ``atol``/``rtol``.
 
 The reference of a torch model is the model run eagerly by torch; that of a TVMScript module is the same module
-built with no schedule and no optional pass (a differential check: ``compiler.user_build.reference_build``).
+built for the CPU with no schedule and no optional pass (a differential check: ``compiler.user_build.reference_build``).
 """
 
 from __future__ import annotations
