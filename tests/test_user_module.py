@@ -4,7 +4,10 @@ check, the debugging options and bisect; every broken contract a one-line error 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -246,6 +249,12 @@ def test_build_module_makes_an_artifact_that_run_and_check_artifact_use(tmp_path
     # the artifact needs neither the file nor torch: it carries its inputs and reference outputs
     assert main(["run", str(out), "--random-inputs", "--seed", "3"]) == 2
     assert "runs on its stored example inputs" in capsys.readouterr().err
+    # nor TVM's compiler: a deployment machine checks it with the runtime alone
+    script = ("import tvm, mtp_tvm; assert tvm.base._RUNTIME_ONLY; "
+              f"print(mtp_tvm.check_artifact({str(out)!r}, log=lambda *_: None).passed)")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "TVM_USE_RUNTIME_LIB": "1"})
+    assert proc.returncode == 0 and proc.stdout.split() == ["True"], proc.stderr[-2000:]
 
 
 @pytest.mark.slow

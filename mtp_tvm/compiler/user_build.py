@@ -26,12 +26,12 @@ from ..schedule.apply import ApplySchedules
 from ..schedule.files import NONE, TUNED, validate_schedule
 from ..schedule.tuned import tuned_dir
 from ..spec.cases import TensorSpec
+from ..spec.presets import NO_PRESET
 from ..support.errors import UsageError
 from ..support.native_log import native_stderr
 from ..support.timing import phase
 
 FRONTEND = "module"  # what results and run folders say made the IR: the user's file
-NO_PRESET = "-"      # a module file has no preset: its sizes are its example inputs' (``shapes``)
 
 
 @dataclasses.dataclass(frozen=True)
