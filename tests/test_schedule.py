@@ -26,7 +26,7 @@ from mtp_tvm.schedule.files import (
     schedule_names,
 )
 from mtp_tvm.schedule.rules import RULES
-from mtp_tvm.schedule.steps import fresh_copy
+from mtp_tvm.schedule.steps import fitting_k_vector, fresh_copy
 from mtp_tvm.schedule.token_rows import VARIANTS_ATTR
 from mtp_tvm.spec.cases import CASES
 from mtp_tvm.spec.presets import make_shapes
@@ -158,6 +158,17 @@ def test_cuda_builds_and_saves_its_source(case, frontend, arch, schedule, tmp_pa
     assert "__global__" in m.device_source
     assert (m.dump_dir / "device_source.cu").read_text() == m.device_source
     assert m.schedule_traces and all("sch." in t for t in m.schedule_traces.values())
+
+
+@pytest.mark.parametrize("k, width, vector", [(4096, 16, 16), (256, 16, 8), (256, 8, 8), (96, 16, 1)])
+def test_the_gpu_gemm_splits_k_exactly(k, width, vector):
+    """A predicated K split (tiny's K = 256 over 32 lanes x 16 int8) computed wrong sums on an H200."""
+    assert fitting_k_vector(k, 32, width) == vector and k % (32 * vector) == 0
+
+
+def test_a_k_the_lanes_cannot_split_is_refused():
+    with pytest.raises(ValueError, match="K = 100 is not a multiple of the 32 K-lanes"):
+        fitting_k_vector(100, 32, 16)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")

@@ -8,7 +8,7 @@ from tvm.target import Target
 
 from ..spec.presets import TOKEN_TILE
 from .knobs import GpuFlat, GpuGemm, GpuRows
-from .steps import buffer_read_index, fitting_column_tile
+from .steps import buffer_read_index, fitting_column_tile, fitting_k_vector
 
 
 def _bind_flat(sch: s_tir.Schedule, block, threads: int) -> None:
@@ -42,13 +42,14 @@ def gpu_gemm(sch: s_tir.Schedule, knobs: GpuGemm, _isa=None) -> None:
     Knobs: ``column_tile``, ``k_threads``, ``vector_width``, ``stage_weight``, ``blocks`` (block -> activation,
     weight), ``epilogue`` (elementwise blocks after the GEMMs), ``epilogue_threads``.
     """
-    lanes, vec = knobs.k_threads, knobs.vector_width
+    lanes = knobs.k_threads
     for name, io in knobs.blocks.items():
         b = sch.get_sblock(name)
         t, n, k = sch.get_loops(b)
         tt, ti = sch.split(t, [None, TOKEN_TILE])  # the row loop runs a multiple of 16 rows on GPUs
         cols = fitting_column_tile(sch, n, knobs.column_tile)
-        k_steps = -(-int(sch.get(k).extent) // (lanes * vec))
+        vec = fitting_k_vector(int(sch.get(k).extent), lanes, knobs.vector_width)
+        k_steps = int(sch.get(k).extent) // (lanes * vec)
         ko, kt, kv = sch.split(k, [None, lanes, vec])
         no, nc = sch.split(n, [None, cols])
         sch.reorder(tt, no, ti, ko, kt, kv, nc)
@@ -67,7 +68,7 @@ def gpu_gemm(sch: s_tir.Schedule, knobs: GpuGemm, _isa=None) -> None:
         if knobs.stage_weight == "shared":
             ws = sch.cache_read(rf, buffer_read_index(sch, rf, io.weight), "shared")
             sch.compute_at(ws, ko, preserve_unit_loops=True)
-            _, ty, tx, v = sch.split(sch.fuse(*sch.get_loops(ws)[-2:]), [None, TOKEN_TILE, lanes, vec // 2])
+            _, ty, tx, v = sch.split(sch.fuse(*sch.get_loops(ws)[-2:]), [None, TOKEN_TILE, lanes, max(vec // 2, 1)])
             sch.bind(ty, "threadIdx.y")
             sch.bind(tx, "threadIdx.x")
             sch.vectorize(v)

@@ -47,6 +47,15 @@ def fitting_column_tile(sch: s_tir.Schedule, columns, tile: int) -> int:
     return math.gcd(int(sch.get(columns).extent), tile)
 
 
+def fitting_k_vector(k: int, lanes: int, width: int) -> int:
+    """The K elements each of ``lanes`` threads loads per step: the largest divisor of ``width`` that makes
+    ``lanes * vector`` divide ``K``, so the K split is exact (a predicated K split under the GPU GEMM's rfactor
+    and shared staging computed wrong sums on an H200: tiny's K = 256 with 32 x 16 int8 lanes)."""
+    if k % lanes:
+        raise ValueError(f"K = {k} is not a multiple of the {lanes} K-lanes (k_threads) of the GPU GEMM")
+    return math.gcd(k // lanes, width)
+
+
 def pack_weight_columns(sch: s_tir.Schedule, block, weight: str, tile: int) -> None:
     """Column-block a weight in a preprocess block that the pipeline lifts out of the per-call path."""
     index = buffer_read_index(sch, block, weight)

@@ -17,7 +17,7 @@ def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
     """FP32 RMSNorm whose sum of squares is accumulated per 128-wide chunk, in chunk order (spec §1.7 step 1)."""
     xf = x.float()
     d = xf.shape[-1]
-    sq = torch.zeros(xf.shape[0], 1, dtype=torch.float32)
+    sq = torch.zeros(xf.shape[0], 1, dtype=torch.float32, device=xf.device)
     for k0 in range(0, d, K_CHUNK):
         chunk = xf[:, k0:k0 + K_CHUNK]
         sq = sq + (chunk * chunk).sum(dim=-1, keepdim=True)
@@ -81,9 +81,9 @@ def compute_lm_head_logits(hidden: torch.Tensor, stacked_weight: torch.Tensor, r
     if stacked_weight.shape[0] < tp:
         raise UsageError(f"stacked weight holds {stacked_weight.shape[0]} ranks, fewer than tp={tp}")
     weight = stacked_weight[:tp].float().reshape(-1, d)
-    idx = torch.as_tensor(row_indices).long()
-    selected = h[torch.arange(owners)[:, None], idx.clamp(0, rows - 1)]  # [owners, max_rows, d]
-    selected = torch.where((idx >= 0)[..., None], selected, torch.zeros((), dtype=selected.dtype))
+    idx = torch.as_tensor(row_indices, device=h.device).long()
+    selected = h[torch.arange(owners, device=h.device)[:, None], idx.clamp(0, rows - 1)]  # [owners, max_rows, d]
+    selected = torch.where((idx >= 0)[..., None], selected, selected.new_zeros(()))
     return selected @ weight.T
 
 
