@@ -35,3 +35,16 @@ def test_rms_norm_accumulates_in_128_chunks():
 def test_local_logits_is_one_fp32_matmul():
     x, w = torch.randn(5, 256).to(torch.bfloat16), torch.randn(7, 256).to(torch.bfloat16)
     assert torch.equal(golden.local_logits(x, w), x.float() @ w.float().T)
+
+
+def test_the_w8a8_golden_gemm_is_exact_where_torch_has_no_integer_gemm():
+    """On a GPU the INT8 GEMM runs in FP64 (CUDA torch has no integer addmm): exact, even at the extremes."""
+    import torch
+
+    from mtp_tvm.spec.golden import _exact_int_matmul
+
+    a = torch.full((3, 4096), -128, dtype=torch.int8)
+    b = torch.full((4096, 5), -128, dtype=torch.int8)
+    exact = _exact_int_matmul(a, b)
+    assert exact.dtype == torch.int32 and int(exact[0, 0]) == 128 * 128 * 4096
+    assert torch.equal((a.double() @ b.double()).to(torch.int32), exact)

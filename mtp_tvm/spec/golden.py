@@ -42,8 +42,16 @@ def quantize_weight_per_out(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
     return q, 1.0 / scale_q
 
 
+
+def _exact_int_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a @ b`` of integer tensors, exact, as INT32: torch's integer GEMM on the CPU; on a GPU (no integer GEMM
+    in torch) in FP64, exact while every sum stays below 2**53 (INT8 products over K < 2**39)."""
+    if a.device.type == "cpu":
+        return a.to(torch.int32) @ b.to(torch.int32)
+    return (a.double() @ b.double()).to(torch.int32)
+
 def _w8a8_linear(q: torch.Tensor, scale: torch.Tensor, wq: torch.Tensor, w_scale: torch.Tensor) -> torch.Tensor:
-    acc = (q.to(torch.int32) @ wq.to(torch.int32).T).float()
+    acc = _exact_int_matmul(q, wq.T).float()
     return acc * scale * w_scale.view(1, -1)
 
 
