@@ -21,7 +21,7 @@ from helpers import REPO
 from mtp_tvm.compiler.options import BuildSpec
 from mtp_tvm.compiler.tensors import to_numpy
 from mtp_tvm.passes.target import resolve_target, usable_cores
-from mtp_tvm.spec.cases import CASES
+from mtp_tvm.spec.cases import CASES, STAGES
 from mtp_tvm.spec.presets import make_shapes
 from mtp_tvm.support.errors import UsageError
 from mtp_tvm.tools.bench import (
@@ -43,6 +43,7 @@ from mtp_tvm.tools.bench_peers import peer_runner
 from mtp_tvm.tools.bench_tvm import instruction_mix, kinds_used
 from mtp_tvm.tools.bench_worker import Worker, WorkerFailed
 from mtp_tvm.tools.roofline import BF16_DOT, FMA, INT8_DOT, ProbePlan
+from mtp_tvm.tools.stage_peers import STAGE_PEERS
 from mtp_tvm.verify.comparators import ratio_allclose
 
 EAGER = ("torch_bf16", "torch_fp32", "numpy_fp32", "torch_golden")
@@ -204,7 +205,8 @@ def test_bench_options_read_the_sweep_and_the_contenders():
 
 def test_bench_contenders_and_cases_come_from_the_stages():
     assert CONTENDERS == ("tvm", *EAGER, "torch_compile", "torch_compile_max_autotune")
-    assert all(st.peers is not None for case in BENCH_CASES for st in CASES[case].chain)
+    assert all(st.name in STAGE_PEERS for case in BENCH_CASES for st in CASES[case].chain)
+    assert set(STAGE_PEERS) <= set(STAGES) and "lm_head" not in STAGE_PEERS  # keyed by stage; the LM head is not raced
     assert set(BENCH_CASES) == {"logits", "projection", "norm", "tail"}
 
 
