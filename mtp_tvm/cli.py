@@ -475,9 +475,6 @@ def _cmd_bisect_module(args) -> int:
     return 0 if result.found else 1
 
 
-OPENBLAS_SLOW_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")  # set on this host; they slow a current numpy
-
-
 def _bench_spec(args) -> tuple[BuildSpec | None, tuple[str, ...]]:
     """What ``bench`` builds (None: the ``--artifact`` it times) and the other schedules it compares, checked."""
     compare = tuple(filter(None, (s.strip() for s in (args.compare_schedules or "").split(","))))
@@ -501,9 +498,6 @@ def _bench_spec(args) -> tuple[BuildSpec | None, tuple[str, ...]]:
 
 def _cmd_bench(args) -> int:
     spec, compare = _bench_spec(args)
-    if any(v in os.environ for v in OPENBLAS_SLOW_VARS):  # numpy read them at import: re-run without them
-        env = {k: v for k, v in os.environ.items() if k not in OPENBLAS_SLOW_VARS}
-        os.execve(sys.executable, [sys.executable, "-m", "mtp_tvm", *sys.argv[1:]], env)
     with phase("import"):
         from .tools.bench import BenchOptions, bench, parse_contenders, parse_tokens
 

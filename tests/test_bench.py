@@ -21,7 +21,7 @@ from helpers import REPO
 from mtp_tvm.compiler.options import BuildSpec
 from mtp_tvm.compiler.tensors import to_numpy
 from mtp_tvm.passes.target import resolve_target, usable_cores
-from mtp_tvm.spec.cases import CASES
+from mtp_tvm.spec.cases import CASES, STAGES
 from mtp_tvm.spec.presets import make_shapes
 from mtp_tvm.support.errors import UsageError
 from mtp_tvm.tools.bench import (
@@ -41,8 +41,9 @@ from mtp_tvm.tools.bench import (
 )
 from mtp_tvm.tools.bench_peers import peer_runner
 from mtp_tvm.tools.bench_tvm import instruction_mix, kinds_used
-from mtp_tvm.tools.bench_worker import Worker, WorkerFailed
+from mtp_tvm.tools.bench_worker import OPENBLAS_SLOW_VARS, Worker, WorkerFailed
 from mtp_tvm.tools.roofline import BF16_DOT, FMA, INT8_DOT, ProbePlan
+from mtp_tvm.tools.stage_peers import STAGE_PEERS
 from mtp_tvm.verify.comparators import ratio_allclose
 
 EAGER = ("torch_bf16", "torch_fp32", "numpy_fp32", "torch_golden")
@@ -204,7 +205,8 @@ def test_bench_options_read_the_sweep_and_the_contenders():
 
 def test_bench_contenders_and_cases_come_from_the_stages():
     assert CONTENDERS == ("tvm", *EAGER, "torch_compile", "torch_compile_max_autotune")
-    assert all(st.peers is not None for case in BENCH_CASES for st in CASES[case].chain)
+    assert all(st.name in STAGE_PEERS for case in BENCH_CASES for st in CASES[case].chain)
+    assert set(STAGE_PEERS) <= set(STAGES) and "lm_head" not in STAGE_PEERS  # keyed by stage; the LM head is not raced
     assert set(BENCH_CASES) == {"logits", "projection", "norm", "tail"}
 
 
@@ -217,7 +219,7 @@ def test_gpu_probes_build_without_a_gpu():
 
 @pytest.mark.slow  # over 10 s on 2 cores
 def test_cli_bench_sweeps_t_and_writes_json_and_plot(tmp_path):
-    """The command itself (in its own process: it re-executes without the OpenBLAS overrides)."""
+    """The command itself, in its own process."""
     out = subprocess.run([sys.executable, "-m", "mtp_tvm", "bench", "--case", "norm", "--preset", "tiny",
                           "--rounds", "1", "--tokens", "1,2", "--contenders", "torch_bf16", "--threads", "1",
                           "--json", str(tmp_path / "n.json"), "--plot", str(tmp_path / "n.png")],
@@ -257,11 +259,9 @@ def test_bench_times_a_prebuilt_artifact_with_tvms_runtime_alone(compiled, tmp_p
     (["--target", "cuda"], "--artifact takes --target from the artifact's manifest"),
     (["--compare-schedules", "none"], "compare_schedules needs a build"),
 ])
-def test_bench_artifact_refuses_build_flags(argv, message, capsys, monkeypatch, tmp_path):
-    from mtp_tvm.cli import OPENBLAS_SLOW_VARS, main
+def test_bench_artifact_refuses_build_flags(argv, message, capsys, tmp_path):
+    from mtp_tvm.cli import main
 
-    for var in OPENBLAS_SLOW_VARS:
-        monkeypatch.delenv(var, raising=False)
     assert main(["bench", "--artifact", str(tmp_path), *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
@@ -281,11 +281,9 @@ def test_bench_api_takes_an_artifact_or_a_spec_not_both(tmp_path):
     (["--threads", "0"], "threads must be an integer >= 1"),
     (["--threads", "1000"], "threads must be at most the"),  # 1000 threads would hang the process at exit
 ])
-def test_cli_bench_user_errors_are_one_line(argv, message, capsys, monkeypatch):
-    from mtp_tvm.cli import OPENBLAS_SLOW_VARS, main
+def test_cli_bench_user_errors_are_one_line(argv, message, capsys):
+    from mtp_tvm.cli import main
 
-    for var in OPENBLAS_SLOW_VARS:  # bench re-executes itself without them
-        monkeypatch.delenv(var, raising=False)
     assert main(["bench", "--case", "logits", "--preset", "tiny", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
@@ -308,6 +306,9 @@ class Job:
 
     def hang(self):
         time.sleep(60)
+
+    def environment(self, names):
+        return {n: os.environ.get(n) for n in names}
 '''
 
 
@@ -319,6 +320,21 @@ def job_module(tmp_path, monkeypatch):
     import bench_test_job
 
     return bench_test_job
+
+
+def test_a_worker_runs_without_the_hosts_openblas_overrides(job_module, tmp_path, monkeypatch):
+    """numpy's OpenBLAS reads them when the numpy peer's worker imports it: that worker never sees them, while
+    the bench process itself (and every other command) keeps its environment."""
+    for var in OPENBLAS_SLOW_VARS:
+        monkeypatch.setenv(var, "1")
+    w = Worker("numpy_fp32", job_module.Job(), 1, tmp_path)
+    try:
+        w.opened()
+        seen = w.call("environment", (*OPENBLAS_SLOW_VARS, "OPENBLAS_NUM_THREADS"))
+    finally:
+        w.close()
+    assert seen == {**dict.fromkeys(OPENBLAS_SLOW_VARS), "OPENBLAS_NUM_THREADS": "1"}
+    assert all(os.environ[var] == "1" for var in OPENBLAS_SLOW_VARS)
 
 
 @pytest.mark.slow  # over 10 s on 2 cores

@@ -21,7 +21,7 @@ from mtp_tvm.instrument.ir_text import (
 from mtp_tvm.instrument.kernel_history import kernel_history
 from mtp_tvm.tools.code_stats import assembly_kernels, cuda_kernels
 from mtp_tvm.tools.dumps_browse import load_index
-from mtp_tvm.tools.dumps_compare import compare_command, compare_runs, side_by_side
+from mtp_tvm.tools.dumps_compare import compare_command, compare_runs
 
 LOGITS = dict(case="logits", preset="tiny")
 
@@ -252,13 +252,6 @@ def test_cuda_lines_per_kernel():
           'extern "C" __global__ void __launch_bounds__(128) k_kernel(float* x) {\n  x[0] = 1;\n}\n'
           'extern "C" __global__ void g_kernel(float* y) {\n}\n')
     assert {n: c.size for n, c in cuda_kernels(cu).items()} == {"g_kernel": 2, "k_kernel": 3}
-
-
-def test_side_by_side_pairs_removed_and_added_lines():
-    rows = side_by_side(["--- A f", "+++ B f", "@@ -3,3 +3,3 @@", " a", "-b", "+B", "+C", " d"])
-    assert rows[0] == ("file", "A f  |  B f") and rows[1][0] == "hunk"
-    assert rows[2:] == [(3, "a", "", 3, "a", ""), (4, "b", "del", 4, "B", "add"), (None, "", None, 5, "C", "add"),
-                        (5, "d", "", 6, "d", "")]
 
 
 def test_rows_that_repeat_the_row_above_fold_into_one_line(runs):

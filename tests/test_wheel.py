@@ -53,6 +53,13 @@ def test_the_wheel_holds_every_hand_schedule(wheel):
 
 
 @pytest.mark.slow
+def test_the_wheel_holds_the_page_templates(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    shipped = {p.relative_to(REPO).as_posix() for p in (REPO / "mtp_tvm").glob("*/templates/*")}
+    assert {"mtp_tvm/instrument/templates/run_index.html", "mtp_tvm/tools/templates/compare.html"} <= shipped <= names
+
+
+@pytest.mark.slow
 def test_an_installed_wheel_applies_the_checkouts_schedules(wheel, compiled, tmp_path):
     site = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],

@@ -1,5 +1,5 @@
-"""Per-pass records and IR dumps (``PassRecorder``): one numbered TVMScript file per pass, into a fresh run
-folder per build.
+"""Per-pass records and the IR snapshots a dump needs (``PassRecorder``), handed to the run-folder writer
+(``instrument.run_folder.RunWriter``, which holds the folder's layout) after the build.
 
 ``PassRecorder`` is a TVM pass instrument. It numbers *leaf* passes in execution order (containers such as
 ``sequential`` and our phase markers are not passes a user debugs), attributes each to the phase opened by the
@@ -10,18 +10,9 @@ structural hash. Records outlive the ``PassContext``.
 When dumping, the build only takes snapshots (each new module state's function table, copied, since a pass may
 edit the module it was given) and hands the states a dump needs to a printer thread, which prints each distinct
 state once while the build goes on (TVM's printer releases the GIL, so on a second core this is nearly free).
-After the build the run folder is created, the diffs are queued there too, and the assembly is generated from
-the dumped ``host.ll`` on another thread, in its own LLVM context, while the caller's ``meanwhile`` (the JIT of
-a CPU build) runs:
-
-    000_input.py                  the module given to the compiler
-    NNN_<phase>__<Pass>.py        the module after pass NNN (every pass, or changed ones with only_changed)
-    NNN_<phase>__<Pass>.diff      unified diff of what pass NNN did to its own input (changed passes)
-    NNN_<phase>__<Pass>.input.py  the input of the pass that failed, if the build failed
-    host.ll, host.s, device_source.cu   the generated code: LLVM IR, assembly, CUDA C (GPU builds)
-    schedule_trace.py             the applied schedules, replayable (``mtp_tvm.schedule``)
-    index.json, index.html        every pass: number, phase, name, changed, +/- lines, ms, files
-    complete                      written last: a folder without it is an interrupted run
+After the build (``finish``) the run folder is created, the diffs are queued on that thread too, and the
+assembly is generated from the dumped ``host.ll`` on another thread, in its own LLVM context, while the
+caller's ``meanwhile`` (the JIT of a CPU build) runs.
 
 A pass's number is given when it starts, so a pass that runs others (FuseTIR) comes before them; its diff is
 what it did as a whole, theirs what each did inside it.
@@ -41,25 +32,13 @@ import tvm
 import tvm_ffi
 
 from ..instrument.ir_text import unified_diff
-from ..instrument.run_folder import (
-    INDEX_FILE,
-    new_run_dir,
-    safe_name,
-    write_json,
-)
-from ..passes.codegen import write_assembly
+from ..instrument.run_folder import INPUT_FILE, RunWriter, pass_stem
 from ..passes.gate import PassGate, gate_summary
 from ..passes.pipeline import MTP_CONTAINER_PASSES, PHASE_MARKER_PREFIX, RELAX_PIPELINE
 from ..support.errors import UsageError, did_you_mean
 
 # TVM's own containers (a Sequential, a build's pipeline) and ours
 CONTAINER_PASSES = {"sequential", "_pipeline", *MTP_CONTAINER_PASSES}
-
-
-INPUT_FILE = "000_input.py"
-
-
-NO_TEXT_CHANGE = "# the module changed structurally but prints the same (a change TVMScript does not show)\n"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,17 +116,17 @@ class PassRecorder:
         self._texts: dict[object, Future] = {}             # key -> its TVMScript, printed on the printer thread
         self._diffs: dict[int, Future] = {}                # pass number -> its diff, made there after the build
         self._printer = ThreadPoolExecutor(1, thread_name_prefix="mtp-dump-print") if dump is not None else None
-        self._steps: dict[int, tuple[object, object]] = {}  # pass number -> (before key, after key)
-        self._input_key = None
+        self.steps: dict[int, tuple[object, object]] = {}  # pass number -> (before key, after key)
+        self.input_key = None
         self._func_seen = False                             # --dump-func: whether the function ever existed
         self._other_funcs: set[str] = set()                 # the functions seen while it was absent
 
     # ---- during the build ----------------------------------------------------------------------------------
 
     def record_input(self, mod: tvm.IRModule) -> None:
-        self._input_key = self._key(mod)
+        self.input_key = self._key(mod)
         if self.dump is not None:
-            self._print_soon(self._input_key)
+            self._print_soon(self.input_key)
 
     def should_run(self, mod, info):
         t0 = time.perf_counter()
@@ -186,8 +165,8 @@ class PassRecorder:
             rec.ms, rec.self_ms = elapsed * 1e3, (elapsed - frame.nested) * 1e3
             after = self._key(mod, fresh=True)  # the same object may come back edited in place (dlight does)
             rec.changed = after != frame.before
-            self._steps[rec.index] = (frame.before, after)
-            if self._dumped(rec):
+            self.steps[rec.index] = (frame.before, after)
+            if self.dumped(rec):
                 self._print_soon(after)
                 if rec.changed:
                     self._print_soon(frame.before)
@@ -229,17 +208,17 @@ class PassRecorder:
             named = {"name": self.dump.func} if self.dump.func else {}
             self._texts[key] = self._printer.submit(state.script, **named)
 
-    def _dumped(self, rec: PassRecord) -> bool:
+    def dumped(self, rec: PassRecord) -> bool:
         """Whether pass ``rec`` gets a file: dumping, its name passes the filter, and it changed the IR or every
         pass is dumped."""
-        return self.dump is not None and rec.index in self._steps and self.dump.wants(rec.name) and (
+        return self.dump is not None and rec.index in self.steps and self.dump.wants(rec.name) and (
             rec.changed or not self.dump.only_changed)
 
     def _diff(self, rec: PassRecord) -> list[str]:
         """Pass ``rec``'s diff against its own input (on the printer thread, after both texts it queued)."""
-        before, after = self._steps[rec.index]
-        stem = self._stem(rec)
-        return unified_diff(self._text(before).splitlines(), self._text(after).splitlines(),
+        before, after = self.steps[rec.index]
+        stem = pass_stem(rec)
+        return unified_diff(self.text(before).splitlines(), self.text(after).splitlines(),
                             f"before/{stem}", f"after/{stem}")
 
     def close(self) -> None:
@@ -256,8 +235,8 @@ class PassRecorder:
 
     def finish(self, meta: dict, error: str | None = None, codegen: dict[str, str] | None = None,
                attachments: dict[str, str] | None = None, meanwhile: Callable[[], object] | None = None) -> Path | None:
-        """Create the run folder and write every dump, the generated code (``codegen``, name -> text; each
-        ``.ll`` also gets its assembly ``.s``), ``attachments`` (name -> text), ``index.json`` and
+        """Hand the build to a new run folder's writer: every dump, the generated code (``codegen``, name ->
+        text; each ``.ll`` also gets its assembly ``.s``), ``attachments`` (name -> text), ``index.json`` and
         ``index.html``; the ``complete`` marker is the caller's, once it is done (``run_folder.mark_complete``).
         ``meanwhile`` runs on this thread while the assembly is generated on another. Returns the folder (None:
         no dumping)."""
@@ -269,70 +248,31 @@ class PassRecorder:
         if error is None and self.dump.func is not None and not self._func_seen:
             raise UsageError(f"--dump-func {self.dump.func}: no function of that name in the module at any pass"
                              + did_you_mean(self.dump.func, self._other_funcs, list_known=True))
-        from ..instrument.report import history_script, write_html
-
-        run = new_run_dir(self.dump.root, f"{meta['case']}-{meta['target']['kind']}")
-        extra = {**(codegen or {}), **(attachments or {})}
-        for name, text in extra.items():
-            (run / name).write_text(text)
+        writer = RunWriter(self.dump.root, f"{meta['case']}-{meta['target']['kind']}")
+        writer.write_texts({**(codegen or {}), **(attachments or {})})
         with ThreadPoolExecutor(thread_name_prefix="mtp-dump-asm") as pool:
-            assembly = [pool.submit(write_assembly, run / name) for name in codegen or {} if name.endswith(".ll")]
+            assembly = writer.start_assembly(pool, codegen or {})
             # diffs are pure Python: queued now, not during the build, so they never hold the GIL the build's
             # pass callbacks wait for; they run while ``meanwhile`` (C++, GIL released) does
             self._diffs = {r.index: self._printer.submit(self._diff, r) for r in self.records
-                           if r.changed and self._dumped(r)}
+                           if r.changed and self.dumped(r)}
             if meanwhile is not None:
                 meanwhile()
-            (run / INPUT_FILE).write_text(self._text(self._input_key))
             if failing is not None:
-                failing.record.input_file = f"{self._stem(failing.record)}.input.py"
-                (run / failing.record.input_file).write_text(self._text(failing.before))
-            self._write_passes(run)
-            # index.html's kernel history, from the files just written, while the assembly thread finishes
-            history = history_script(run, {"input": INPUT_FILE,
-                                           "passes": [dataclasses.asdict(r) for r in self.records]})
+                writer.write_failed_input(failing.record, self.text(failing.before))
+            writer.write_passes(self, lambda rec: self._diffs[rec.index].result())
+            history = writer.page_history(self.records)  # while the assembly thread finishes
             generated = sorted([*(codegen or {}), *(f.result().name for f in assembly)])
-        index = {**meta, "status": "build failed" if error else "ok", "error": error,
-                 "dump": {"only_changed": self.dump.only_changed, "filter": self.dump.pass_filter,
-                          "func": self.dump.func},
-                 "gate": gate_summary(self.records, self.gate), "input": INPUT_FILE, "tvm_version": tvm.__version__,
-                 "codegen": generated, "attachments": sorted(attachments or {}),
-                 "passes": [dataclasses.asdict(r) for r in self.records]}
-        write_json(run / INDEX_FILE, index)
-        write_html(run, index, history)
-        return run
+        writer.write_index(meta, error, {
+            "dump": {"only_changed": self.dump.only_changed, "filter": self.dump.pass_filter, "func": self.dump.func},
+            "gate": gate_summary(self.records, self.gate), "input": INPUT_FILE, "tvm_version": tvm.__version__,
+            "codegen": generated, "attachments": sorted(attachments or {}),
+            "passes": [dataclasses.asdict(r) for r in self.records]}, history)
+        return writer.run
 
-    def _stem(self, rec: PassRecord) -> str:
-        return f"{rec.index:03d}_{safe_name(rec.phase)}__{safe_name(rec.name)}"
-
-    def _text(self, key) -> str:
+    def text(self, key) -> str:
+        """State ``key``'s TVMScript (waiting for the printer thread)."""
         if key == _ABSENT:
             return f"# function {self.dump.func} is not in this module\n"
         self._print_soon(key)
         return self._texts[key].result()
-
-    def _write_passes(self, run: Path) -> None:
-        first_file: dict[object, str] = {}  # state -> the first file holding it; later ones are hard links
-        for rec in filter(self._dumped, self.records):
-            after = self._steps[rec.index][1]
-            stem = self._stem(rec)
-            rec.lines_added = rec.lines_removed = 0
-            if rec.changed:
-                diff = self._diffs[rec.index].result()
-                rec.lines_added = sum(1 for ln in diff if ln.startswith("+") and not ln.startswith("+++"))
-                rec.lines_removed = sum(1 for ln in diff if ln.startswith("-") and not ln.startswith("---"))
-                rec.diff = stem + ".diff"
-                (run / rec.diff).write_text("\n".join(diff) + "\n" if diff else NO_TEXT_CHANGE)
-            rec.file = stem + ".py"
-            if after in first_file:
-                try:
-                    os.link(run / first_file[after], run / rec.file)
-                    continue
-                except OSError:
-                    pass
-            (run / rec.file).write_text(self._text(after))
-            first_file.setdefault(after, rec.file)
-        first_file[self._input_key] = INPUT_FILE
-        for rec in self.records:
-            if rec.index in self._steps:
-                rec.input_state = first_file.get(self._steps[rec.index][0])

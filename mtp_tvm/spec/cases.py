@@ -1,6 +1,7 @@
 """The cases: each is a chain of named stages, and everything else (inputs, outputs, golden, Relax module,
-comparators, bench FLOPs and peers) is derived from that chain, so a new case is one line and a new stage is
-one ``Stage`` entry: no code elsewhere switches on stage or output names.
+comparators, bench FLOPs) is derived from that chain, so a new case is one line and a new stage is one ``Stage``
+entry: no code elsewhere switches on stage or output names. (What bench races a stage against is not part of
+the contract: ``tools/stage_peers.py``.)
 
 Stages, in the order the MTP decode tail runs them:
 
@@ -21,10 +22,8 @@ import enum
 import math
 from collections.abc import Callable
 
-import numpy as np
-
 from ..spec import golden
-from ..spec.presets import INT8_AMAX_EPS, INT8_SCALE_MAX, MAX_LOGIT_ROWS, Shapes
+from ..spec.presets import MAX_LOGIT_ROWS, Shapes
 from ..support.errors import UsageError
 from ..support.lazy import lazy_module
 from ..support.timing import phase
@@ -208,78 +207,6 @@ def _check_lm_head_shapes(s: Shapes, tokens: int) -> None:
         raise UsageError(f"the LM head splits the tokens among {s.owners} owners: T={tokens} is not a multiple")
 
 
-@dataclasses.dataclass(frozen=True)
-class Peers:
-    """The stage in the ops a user would call instead, ``bench``'s contenders: ``torch(inputs, shapes, dtype)``
-    and ``numpy(inputs, shapes)`` return ``f(x) -> y``, the weights prepared once, outside the timing."""
-
-    torch: Callable[[dict, Shapes, torch.dtype], Callable]
-    numpy: Callable[[dict, Shapes], Callable]
-
-
-def _np_rms_norm(x, w, eps: float):  # numpy has no RMSNorm: the formula, in FP32
-    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
-
-
-# The torch peers import torch themselves, not through the lazy module: torch.compile traces them (bench's
-# compiled chain calls them inside ``forward``) and cannot trace the lazy module's first import.
-
-def _torch_projection(t: dict, s: Shapes, dtype: torch.dtype) -> Callable:
-    import torch
-    import torch.nn.functional as F
-
-    w = {k: v.to(dtype) for k, v in t.items()}
-
-    def projection(_x):  # W8A8 with the INT8 GEMMs as dtype GEMMs of the (exactly representable) integers
-        out = 0
-        for tag, act in (("e", "hidden_states"), ("h", "prev_hidden_states")):
-            y = F.rms_norm(w[act], (w[act].shape[-1],), w[f"{tag}norm_w"], s.eps) * w[f"{tag}_proj_smooth"]
-            scale = INT8_SCALE_MAX / y.abs().amax(-1, keepdim=True).clamp_min(INT8_AMAX_EPS)
-            q = torch.round(y * scale)
-            out = out + F.linear(q, w[f"{tag}_proj_w"]) / scale * w[f"{tag}_proj_w_scale"]
-        return out
-
-    return projection
-
-
-def _numpy_projection(t: dict, s: Shapes) -> Callable:
-    w = {k: v.float().numpy() for k, v in t.items()}
-
-    def projection(_x):
-        out = 0
-        for tag, act in (("e", "hidden_states"), ("h", "prev_hidden_states")):
-            y = _np_rms_norm(w[act], w[f"{tag}norm_w"], s.eps) * w[f"{tag}_proj_smooth"]
-            scale = INT8_SCALE_MAX / np.maximum(np.abs(y).max(-1, keepdims=True), INT8_AMAX_EPS)
-            out = out + (np.rint(y * scale) @ w[f"{tag}_proj_w"].T) / scale * w[f"{tag}_proj_w_scale"]
-        return out
-
-    return projection
-
-
-def _torch_norm(t: dict, s: Shapes, dtype: torch.dtype) -> Callable:
-    import torch.nn.functional as F
-
-    w = t["shared_head_norm_w"].to(dtype)
-    return lambda x: F.rms_norm(x, (x.shape[-1],), w, s.eps)
-
-
-def _numpy_norm(t: dict, s: Shapes) -> Callable:
-    w = t["shared_head_norm_w"].numpy()
-    return lambda x: _np_rms_norm(x, w, s.eps)
-
-
-def _torch_logits(t: dict, _s: Shapes, dtype: torch.dtype) -> Callable:
-    import torch.nn.functional as F
-
-    w = t["lm_head_weight"].to(dtype)
-    return lambda x: F.linear(x, w)
-
-
-def _numpy_logits(t: dict, _s: Shapes) -> Callable:
-    w = t["lm_head_weight"].float().numpy()
-    return lambda x: x @ w.T
-
-
 def _lm_head_golden(x: torch.Tensor, t: dict[str, torch.Tensor], s: Shapes) -> tuple[torch.Tensor, torch.Tensor]:
     logits = golden.compute_lm_head_logits(x.reshape(s.owners, -1, s.hidden), t["lm_head_weight"],
                                            t["logit_row_indices"], s.tp)
@@ -292,12 +219,12 @@ Gemm = tuple[int | str, int, int]  # (M, K, N); M "T": the token rows (padded or
 @dataclasses.dataclass(frozen=True)
 class Stage:
     """One kernel of the tail: its extra inputs (spec order), its outputs, its torch golden, and how the rest
-    of the package builds, counts and races it.
+    of the package builds and counts it.
 
     ``golden(x, inputs, shapes)`` returns one tensor per output; the first is what the next stage consumes.
     ``frontend``: the frontend method that emits the stage into the Relax module (``ir/model.py``).
     ``gemms(shapes)``: the ``(M, K, N)`` of every GEMM it runs (FLOPs and the roofline of ``bench``; a norm's
-    few FLOPs per element are not counted). ``peers``: its bench contenders (None: not benched).
+    few FLOPs per element are not counted).
     ``hidden_input`` is the activation the stage reads when it opens a case (None: its params hold it).
     ``check_shapes(shapes, tokens)`` raises ``UsageError`` for sizes the stage cannot serve.
     """
@@ -308,7 +235,6 @@ class Stage:
     golden: Callable[[torch.Tensor, dict[str, torch.Tensor], Shapes], tuple[torch.Tensor, ...]]
     frontend: FrontendCall
     gemms: Callable[[Shapes], tuple[Gemm, ...]] = lambda _s: ()
-    peers: Peers | None = None
     hidden_input: Param | None = HIDDEN_INPUT
     check_shapes: Callable[[Shapes, int], None] | None = None
 
@@ -325,22 +251,19 @@ STAGES: dict[str, Stage] = {
         lambda _x, t, s: (golden.mtp_projection(t, s.eps),),
         FrontendCall("projection", (padded_arg("hidden_states"), padded_arg("prev_hidden_states"), INPUTS, PADDED_ROWS,
                                     shape_arg("hidden"), shape_arg("eps"))),
-        gemms=lambda s: ((TOKENS, s.hidden, s.hidden),) * 2,
-        peers=Peers(_torch_projection, _numpy_projection), hidden_input=None),
+        gemms=lambda s: ((TOKENS, s.hidden, s.hidden),) * 2, hidden_input=None),
     "norm": Stage(
         "norm", (Param("shared_head_norm_w", _D, "float32", _ones),),
         _token_major("normed_hidden", "bfloat16", lambda s: s.hidden),
         lambda x, t, s: (golden.shared_head_norm(x, t["shared_head_norm_w"], s.eps),),
-        FrontendCall("norm", (X, input_arg("shared_head_norm_w"), PADDED_ROWS, shape_arg("hidden"), shape_arg("eps"))),
-        peers=Peers(_torch_norm, _numpy_norm)),
+        FrontendCall("norm", (X, input_arg("shared_head_norm_w"), PADDED_ROWS, shape_arg("hidden"), shape_arg("eps")))),
     "logits": Stage(
         "logits", (Param("lm_head_weight", lambda s: (s.vocab_shard, s.hidden), "bfloat16", _lm_head_weight),),
         _token_major(LOGITS, "float32", lambda s: s.vocab_shard, ("ratio_allclose", "logits_contract")),
         lambda x, t, _s: (golden.local_logits(x, t["lm_head_weight"]),),
         FrontendCall("logits", (X, input_arg("lm_head_weight"), PADDED_ROWS, shape_arg("hidden"),
                                 shape_arg("vocab_shard"))),
-        gemms=lambda s: ((TOKENS, s.hidden, s.vocab_shard),),
-        peers=Peers(_torch_logits, _numpy_logits)),
+        gemms=lambda s: ((TOKENS, s.hidden, s.vocab_shard),)),
     "lm_head": Stage(  # token-major [T, D] in, static [owners, 8, ...] out: no padding
         "lm_head",
         (Param("lm_head_weight", lambda s: (s.ranks, s.vocab_shard, s.hidden), "bfloat16", _stacked_lm_head_weight),

@@ -6,11 +6,16 @@ placeholders again, so data that spells ``{{history}}`` stays text); every value
 ``escape`` (text) or ``json_script`` (data for the page's script), or markup the caller composed of those. JSON
 in a ``<script>`` element has ``<``, ``>``, ``&`` and U+2028/U+2029 written as ``\\uXXXX``, so no string in it can
 end the element, open a comment or break a JavaScript string.
+
+The templates, their styles and scripts are files shipped with the package (package data, ``template``), so
+they read and lint as HTML, CSS and JavaScript; a page still embeds them and is one self-contained file.
 """
 
 from __future__ import annotations
 
+import functools
 import html
+import importlib.resources
 import json
 import re
 
@@ -32,6 +37,12 @@ def json_script(element_id: str, data) -> Markup:
     """``data`` as a ``<script type="application/json">`` element that the page's script ``JSON.parse``s."""
     text = _JSON_UNSAFE.sub(lambda m: _JSON_ESCAPES[m.group(0)], json.dumps(data))
     return Markup(f'<script type="application/json" id="{escape(element_id)}">{text}</script>')
+
+
+@functools.cache
+def template(package: str, name: str) -> Markup:
+    """The text of ``templates/<name>`` shipped with ``package`` (ours, so it is markup as it stands)."""
+    return Markup(importlib.resources.files(package).joinpath("templates", name).read_text(encoding="utf-8"))
 
 
 def render(template: str, **slots: Markup) -> str:

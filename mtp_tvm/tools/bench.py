@@ -85,7 +85,7 @@ from .bench_worker import InputFiles, Ready, Worker, WorkerFailed
 from .profile import Profile, ProfileOptions, profile_options
 from .roofline import BF16_DOT, FMA, INT8_DOT, Probes
 
-BENCH_CASES = ("logits", "projection", "norm", "tail")  # every stage of each has ``peers``
+BENCH_CASES = ("logits", "projection", "norm", "tail")  # every stage of each has peers (``STAGE_PEERS``)
 CONTENDERS = (TVM, *PEERS)
 PEER_CHECK = ratio_allclose(atol=5e-2, rtol=5e-2, max_error_ratio=0.05)  # BF16-level: peers round differently
 LOAD_CHANGE = 1.0  # the 1-minute load average moved by more than this (and by more than half): say so

@@ -1,9 +1,9 @@
 """``bench``'s peers: the case computed the way a user would without TVM, each one timed in its own worker
 process (``tools/bench_worker.py``).
 
-- ``torch_bf16`` / ``torch_fp32``: each stage's ``Stage.peers.torch`` (``F.linear``, ``F.rms_norm``) in BF16 or
-  FP32, weights converted once;
-- ``numpy_fp32``: each stage's ``Stage.peers.numpy`` in FP32;
+- ``torch_bf16`` / ``torch_fp32``: each stage's torch peer (``tools/stage_peers.py``: ``F.linear``,
+  ``F.rms_norm``) in BF16 or FP32, weights converted once;
+- ``numpy_fp32``: each stage's numpy peer in FP32;
 - ``torch_golden``: the golden implementation (``spec/golden.py``), what the checks compare against;
 - ``torch_compile`` / ``torch_compile_max_autotune``: the BF16 peer's chain as one ``nn.Module``
   (``ChainModule``: the weights frozen parameters, the activations its arguments) through ``torch.compile``
@@ -29,6 +29,7 @@ from ..spec.cases import TOKENS, Case, get_case
 from ..spec.presets import Shapes
 from ..verify.comparators import as_float32
 from .bench_worker import InputFiles, Ready, calls_per_batch
+from .stage_peers import STAGE_PEERS
 
 Run = Callable[[], object]
 # Dynamo keeps one compiled graph per T (the guards fail on a new shape or module) up to its recompile limit (8),
@@ -67,7 +68,7 @@ def _stage_chain(make_stage: Callable, activation: Callable) -> Callable[[Case, 
 
 
 def _torch_peer(dtype: torch.dtype) -> Peer:
-    return Peer(_stage_chain(lambda st, t, s: st.peers.torch(t, s, dtype), lambda x: x.to(dtype)))
+    return Peer(_stage_chain(lambda st, t, s: STAGE_PEERS[st.name].torch(t, s, dtype), lambda x: x.to(dtype)))
 
 
 class ChainModule(torch.nn.Module):
@@ -88,7 +89,7 @@ class ChainModule(torch.nn.Module):
         opening = self.case.chain[0].hidden_input
         x = None if opening is None else t[opening.name].to(self.dtype)
         for st in self.case.chain:
-            x = st.peers.torch(t, self.shapes, self.dtype)(x)
+            x = STAGE_PEERS[st.name].torch(t, self.shapes, self.dtype)(x)
         return x
 
 
@@ -112,7 +113,7 @@ def _compiled_peer(mode: str | None) -> Peer:
 PEERS: dict[str, Peer] = {
     "torch_bf16": _torch_peer(torch.bfloat16),
     "torch_fp32": _torch_peer(torch.float32),
-    "numpy_fp32": Peer(_stage_chain(lambda st, t, s: st.peers.numpy(t, s), lambda x: x.float().numpy())),
+    "numpy_fp32": Peer(_stage_chain(lambda st, t, s: STAGE_PEERS[st.name].numpy(t, s), lambda x: x.float().numpy())),
     "torch_golden": Peer(_stage_chain(lambda st, t, s: lambda x: st.golden(x, t, s)[0], lambda x: x)),
     "torch_compile": _compiled_peer(None),
     "torch_compile_max_autotune": _compiled_peer("max-autotune"),

@@ -46,6 +46,9 @@ _HEADER = struct.Struct("<Q")
 _PR_SET_PDEATHSIG = 1
 PARENT_ENV = "MTP_BENCH_PARENT"
 THREAD_ENVS = ("TVM_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+# set on some hosts, read by numpy's OpenBLAS at import, and they slow a current one: the numpy peer's figure
+# would be the host's setting, not numpy's, so no worker inherits them
+OPENBLAS_SLOW_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 STDERR_TAIL_LINES = 20
 SETTLE_WINDOW_S, SETTLE_LIMIT_S = 0.02, 0.5  # quiet: under a quarter of a core over a window; wait at most this
 SAMPLE_MS, SIZING_MS, MAX_CALLS = 50.0, 10.0, 10_000  # a timed batch lasts about SAMPLE_MS (``calls_per_batch``)
@@ -157,7 +160,8 @@ class Worker:
         self.name = name
         self.stderr_path = folder / f"worker-{name}.stderr"
         package_root = str(Path(__file__).resolve().parents[2])  # the worker imports this very package
-        environ = {**os.environ, **dict.fromkeys(THREAD_ENVS, str(threads)), **(env or {}),
+        inherited = {k: v for k, v in os.environ.items() if k not in OPENBLAS_SLOW_VARS}
+        environ = {**inherited, **dict.fromkeys(THREAD_ENVS, str(threads)), **(env or {}),
                    PARENT_ENV: str(os.getpid()),
                    "PYTHONPATH": os.pathsep.join(filter(None, (package_root, os.environ.get("PYTHONPATH"))))}
         with open(self.stderr_path, "wb") as err:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
-import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -34,16 +33,16 @@ from ..instrument.ir_text import (
     normalized,
 )
 from ..instrument.run_states import finish_order, state_files
+from ..instrument.side_by_side import side_by_side_html, side_by_side_style
 from ..support import atomic_file, plain_files
 from ..support.errors import UsageError
-from ..support.html_page import Markup, escape, render
+from ..support.html_page import Markup, escape, render, template
 from ..support.text_table import text_table
 from ..tools.code_stats import KernelCode, kernels
 from ..tools.dumps_browse import load_index
 
 UNKNOWN = "not dumped"
 DIFF_LINES_SHOWN = 120  # the terminal report's diff at the divergence; --html shows it all
-_HUNK = re.compile(r"^@@ -(\d+)(?:,\d+)? \+(\d+)(?:,\d+)? @@")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -263,13 +262,14 @@ class RunComparison:
         if self.divergence is not None and self.diff:
             p = self.pairs[self.divergence]
             diff = (f"<h2 id='diff'>Diff at {esc(p.label)}</h2><p>A: {esc(p.a_file or '-')} (left), "
-                    f"B: {esc(p.b_file or '-')} (right)</p>" + _side_by_side_html(self.diff))
+                    f"B: {esc(p.b_file or '-')} (right)</p>" + side_by_side_html(self.diff))
         code = []
         for c in self.code:
             code.append(f"<tr><td>{esc(c.name)}</td><td class='num'>{'-' if c.a_bytes is None else c.a_bytes}</td>"
                         f"<td class='num'>{'-' if c.b_bytes is None else c.b_bytes}</td><td>{esc(c.verdict)}</td></tr>")
         kernels = "".join(f"<pre>{esc(c.table())}</pre>" for c in self.code if c.kernels and c.verdict != IDENTICAL)
-        return render(_PAGE, title=esc(f"{self.a.name} vs {self.b.name}"), head=Markup("".join(head)),
+        return render(template(__package__, "compare.html"), side_by_side_style=side_by_side_style(),
+                      title=esc(f"{self.a.name} vs {self.b.name}"), head=Markup("".join(head)),
                       settings=Markup(f"<ul>{settings}</ul>" if settings else "<p>same settings</p>"),
                       counts=esc(f"{both} aligned, {only_a} only in A, {only_b} only in B"),
                       verdict=Markup(esc(self.verdict()) + (
@@ -289,7 +289,7 @@ class RunComparison:
                 if key not in anchors:
                     anchors[key] = f"pair-{k}"
                     fa, fb = self.functions(*key)
-                    diff = _side_by_side_html(tuple(_function_diff(fa, fb, p)))
+                    diff = side_by_side_html(tuple(_function_diff(fa, fb, p)))
                     sections.append(f"<details id='{anchors[key]}'><summary>A vs B after {esc(p.label)} "
                                     f"({esc(p.verdict)})</summary>{diff}"
                                     "</details>")
@@ -492,102 +492,3 @@ def compare_command(run_a: Path, run_b: Path, html_out: str | None = None) -> st
             raise UsageError(f"cannot write --html {html_out}: {e.strerror or e}") from None
         text += f"html: {html_out}\n"
     return text
-
-
-def side_by_side(diff: list[str] | tuple[str, ...]) -> list[tuple]:
-    """A unified diff as rows ``(old no, old text, old kind, new no, new text, new kind)``, kind ``""`` (context),
-    ``"del"``, ``"add"`` or ``None`` (an empty cell); a row ``("hunk", header)`` between hunks. Removed and added
-    runs of lines are paired row by row, so a changed line sits beside its new version."""
-    rows: list[tuple] = []
-    old = new = 0
-    dels: list[tuple[int, str]] = []
-    adds: list[tuple[int, str]] = []
-
-    def flush():
-        for k in range(max(len(dels), len(adds))):
-            d = dels[k] if k < len(dels) else (None, "")
-            a = adds[k] if k < len(adds) else (None, "")
-            rows.append((d[0], d[1], "del" if k < len(dels) else None, a[0], a[1], "add" if k < len(adds) else None))
-        dels.clear()
-        adds.clear()
-
-    lines = list(diff)
-    skip = False
-    for i, ln in enumerate(lines):
-        m = _HUNK.match(ln)
-        if skip:
-            skip = False
-        elif m:
-            flush()
-            old, new = int(m.group(1)), int(m.group(2))
-            rows.append(("hunk", ln))
-        elif ln.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ "):
-            flush()
-            rows.append(("file", f"{ln[4:]}  |  {lines[i + 1][4:]}"))
-            skip = True
-        elif ln.startswith("-"):
-            if adds:
-                flush()
-            dels.append((old, ln[1:]))
-            old += 1
-        elif ln.startswith("+"):
-            adds.append((new, ln[1:]))
-            new += 1
-        elif ln.startswith(" "):
-            flush()
-            rows.append((old, ln[1:], "", new, ln[1:], ""))
-            old += 1
-            new += 1
-        else:
-            flush()
-            rows.append(("file", ln))
-    flush()
-    return rows
-
-
-def _side_by_side_html(diff: tuple[str, ...]) -> str:
-    out = ['<table class="sbs"><colgroup><col class="lnc"><col><col class="lnc"><col></colgroup>']
-    for r in side_by_side(diff):
-        if r[0] in ("hunk", "file"):
-            out.append(f'<tr class="{r[0]}"><td colspan="4">{escape(r[1])}</td></tr>')
-            continue
-        cells = []
-        for no, text, kind in ((r[0], r[1], r[2]), (r[3], r[4], r[5])):
-            cls = {"del": "old d-del", "add": "new d-add", "": "ctx", None: "empty"}[kind]
-            cells.append(f'<td class="ln">{"" if no is None else no}</td><td class="{cls}">{escape(text)}</td>')
-        out.append("<tr>" + "".join(cells) + "</tr>")
-    out.append("</table>")
-    return "\n".join(out)
-
-
-_PAGE = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>mtp_tvm compare: {{title}}</title>
-<style>
-body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; }
-h1 { font-size: 1.3em; } table { border-collapse: collapse; } th, td { padding: 2px 8px; text-align: left; }
-#pairs th { border-bottom: 2px solid #999; position: sticky; top: 0; background: #fff; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; }
-tr.same td { color: #999; } tr.names { background: #f3f3ff; } tr.diff { background: #fff3f0; }
-tr#divergence { outline: 2px solid #c00; scroll-margin-top: 3em; } #verdict { font-weight: bold; }
-table.sbs { width: 100%; table-layout: fixed; font: 12.5px/1.35 monospace; border: 1px solid #ddd; }
-table.sbs td { white-space: pre-wrap; word-break: break-all; vertical-align: top; padding: 0 6px; }
-table.sbs col.lnc { width: 3.5em; } table.sbs td.ln { color: #999; text-align: right; }
-table.sbs tr.hunk td, table.sbs tr.file td { color: #6f42c1; background: #f6f6f6; }
-.d-del { background: #ffebe9; } .d-add { background: #e6ffec; } td.empty { background: #f6f6f6; }
-</style></head>
-<body>
-<h1>{{title}}</h1>
-<table>{{head}}</table>
-<h2>Settings that differ</h2>{{settings}}
-<p>passes: {{counts}}</p>
-<p id="verdict">{{verdict}}</p>
-<table id="pairs"><thead><tr><th>#A</th><th>#B</th><th>phase</th><th>pass</th><th>A</th><th>B</th><th>module</th>
-<th>functions</th><th>files</th></tr></thead><tbody>
-{{rows}}
-</tbody></table>
-{{diff}}
-<h2>Generated code</h2>
-<table><tr><th>file</th><th>A bytes</th><th>B bytes</th><th></th></tr>{{code}}</table>
-{{kernels}}
-</body></html>
-"""
