@@ -24,6 +24,7 @@ from .spec.presets import PRESETS
 from .support.errors import MtpError, UsageError
 from .support.native_log import VERBOSE_ENV
 from .support.timing import phase, start, time_line
+from .verify.tolerances import LogitsTolerance, ModuleTolerance
 
 # Only the modules above load with the parser: each handler imports what it needs, so ``--help``, ``list``,
 # ``dumps ...`` and usage errors never import TVM or torch (tests/test_cli.py measures it).
@@ -193,15 +194,15 @@ def _cmd_check(args) -> int:
     if args.artifact or args.compile_only:
         return _cmd_check_prebuilt(args)
     spec, debug = _build_spec(args), _debug_options(args)
-    logits_tol = {k: getattr(args, k) for k in ("atol", "rtol", "max_error_ratio", "max_e2e_abs_diff")
-                  if getattr(args, k) is not None}
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(LogitsTolerance)
+             if getattr(args, f.name) is not None}
     with phase("import"):
         from .artifact.export import build_target, parse_archs
         from .tools.check import check
         from .verify.results import summary_table
 
     result = check(dataclasses.replace(spec, target=build_target(args.target, parse_archs(args.arch))), debug,
-                   seed=args.seed, report=args.report, logits_tol=logits_tol or None,
+                   seed=args.seed, report=args.report, logits_tol=LogitsTolerance(**given) if given else None,
                    perturb_logit=parse_logit_perturbation(args.perturb_logit) if args.perturb_logit else None,
                    profile=args.profile, nan_check=args.nan_check)
     print(summary_table(result))
@@ -231,8 +232,8 @@ def _cmd_check_module(args) -> int:
         from .tools.module_check import check_module
         from .verify.results import summary_table
 
-    result = check_module(debug=debug, atol=args.atol, rtol=args.rtol, report=args.report, profile=args.profile,
-                          **_module_options(args))
+    result = check_module(debug=debug, tolerance=ModuleTolerance(args.atol, args.rtol), report=args.report,
+                          profile=args.profile, **_module_options(args))
     print(summary_table(result))
     if result.profile is not None:
         print(result.profile.table())

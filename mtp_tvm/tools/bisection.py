@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from enum import StrEnum
 
 import tvm
@@ -41,7 +41,8 @@ from ..schedule.steps import fresh_copy
 from ..spec.cases import get_case
 from ..support.errors import MtpError, UsageError, last_line
 from ..verify.golden_check import GoldenOptions, Provenance, golden_check, seeded_golden
-from ..verify.module_golden import ModuleTolerance, golden_check_module, module_golden
+from ..verify.module_golden import golden_check_module, module_golden
+from ..verify.tolerances import ModuleTolerance, RatioTolerance
 
 SEARCHES = ("binary", "linear")
 SCHEDULE_PHASE = "schedule"
@@ -160,7 +161,7 @@ def _run_search(kind: str, labels: list[str], probe_fn: Callable[[int], tuple[Ve
     return culprit, how, [*probes, full]
 
 
-def _verdict(compiled_fn, golden, seed, tolerance) -> tuple[Verdict, str]:
+def _verdict(compiled_fn, golden, seed: int, tolerance: RatioTolerance) -> tuple[Verdict, str]:
     try:
         c = compiled_fn()
     except MtpError as e:
@@ -177,9 +178,11 @@ def _golden(spec: BuildSpec, seed: int) -> tuple[dict, dict]:
 
 
 def bisect_passes(spec: BuildSpec | None = None, debug: DebugOptions | None = None, *, seed: int = 0,
-                  tolerance: dict | None = None, search: str = "binary", progress=None, **options) -> BisectResult:
+                  tolerance: RatioTolerance | Mapping | None = None, search: str = "binary", progress=None,
+                  **options) -> BisectResult:
     """Name the first optional pass after which the golden check fails (see the module docstring)."""
     spec, debug = split_options(spec, debug, options, "bisect_passes")
+    tolerance = RatioTolerance.of(tolerance)
     if debug.bisect_limit is not None:
         raise UsageError("bisect chooses the bisect limit itself; drop it")
     golden = _golden(spec, seed)
@@ -188,24 +191,24 @@ def bisect_passes(spec: BuildSpec | None = None, debug: DebugOptions | None = No
 
 
 def bisect_module_passes(module=None, debug: DebugOptions | None = None, *, search: str = "binary", progress=None,
-                         atol: float | None = None, rtol: float | None = None, **options) -> BisectResult:
+                         tolerance: ModuleTolerance | Mapping | None = None, **options) -> BisectResult:
     """``bisect_passes`` for a user's module file (``--module``): its check is ``tools.module_check``'s, the
     reference computed once."""
     spec, debug = split_module_options(module, None, debug, options, "bisect_module_passes")
     if debug.bisect_limit is not None:
         raise UsageError("bisect chooses the bisect limit itself; drop it")
-    tolerance, user = ModuleTolerance(atol, rtol), load_user_module(spec.module)
+    tolerance, user = ModuleTolerance.of(tolerance), load_user_module(spec.module)
     expected = {}
 
-    def verdict(build) -> tuple[str, str]:
+    def verdict(build) -> tuple[Verdict, str]:
         try:
             c = build()
         except MtpError as e:
-            return "error", str(e)
+            return Verdict.ERROR, str(e)
         if not expected:
             expected.update(module_golden(c, user.examples))
         result = golden_check_module(c, tolerance, lambda *_: None, expected)
-        return ("pass", "") if result.passed else ("fail", "fails: " + ", ".join(result.failed_outputs))
+        return (Verdict.PASS, "") if result.passed else (Verdict.FAIL, "fails: " + ", ".join(result.failed_outputs))
 
     return _bisect_gate(lambda d: compile_module(spec=spec, debug=d, user=user), verdict, debug, search, progress)
 
@@ -292,12 +295,13 @@ def _prefix(trace: Trace, steps: int) -> Callable[[s_tir.Schedule], None]:
 
 
 def bisect_schedule(func: str, trace, spec: BuildSpec | None = None, *, seed: int = 0,
-                    tolerance: dict | None = None, search: str = "binary", progress=None,
+                    tolerance: RatioTolerance | Mapping | None = None, search: str = "binary", progress=None,
                     **options) -> BisectResult:
     """Name the first step of ``trace`` (applied to PrimFunc ``func`` in the ``schedule`` phase) after which
     the golden check fails (see the module docstring). The function arrives unscheduled and leaves marked
     scheduled, so ``schedule`` applies to the other kernels only."""
     spec, _ = split_options(spec, None, options, "bisect_schedule")
+    tolerance = RatioTolerance.of(tolerance)
     golden = _golden(spec, seed)
     seen: dict = {}
     apply = as_apply(trace)
