@@ -19,11 +19,13 @@ import traceback
 
 from .compiler.options import BuildSpec, DebugOptions
 from .ir.frontend_names import FRONTEND_NAMES
+from .schedule.tune_space import TuneSpace
 from .spec.cases import CASES
 from .spec.presets import PRESETS
 from .support.errors import MtpError, UsageError
 from .support.native_log import VERBOSE_ENV
 from .support.timing import phase, start, time_line
+from .tools.bisect_search import BisectSearch
 from .verify.tolerances import LogitsTolerance, ModuleTolerance
 
 # Only the modules above load with the parser: each handler imports what it needs, so ``--help``, ``list``,
@@ -583,7 +585,7 @@ def _add_tune_command(sub, common: argparse.ArgumentParser) -> None:
     _add_module_arg(p)
     _add_spec_args(p, sizes=False)
     _add_target_args(p)
-    p.add_argument("--space", choices=("hand", "generic", "both"), default="both",
+    p.add_argument("--space", choices=TuneSpace.names(), default=TuneSpace.BOTH.value,
                    help="design spaces: our hand rules with sampled knobs, MetaSchedule's generic rules, or both "
                         "(default both)")
     p.add_argument("--trials", type=int, default=64, help="trials over all kernels (default 64)")
@@ -707,7 +709,7 @@ def _add_bisect_command(sub, common: argparse.ArgumentParser) -> None:
                        "of a --module FILE.py)")
     _add_build_args(p)
     p.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
-    p.add_argument("--search", choices=("binary", "linear"), default="binary",
+    p.add_argument("--search", choices=BisectSearch.names(), default=BisectSearch.BINARY.value,
                    help="binary: log2(n) builds, exact when failure is monotone; linear: every prefix")
     p.add_argument("--schedule-trace", metavar="FILE",
                    help="bisect the steps of this schedule trace (Python text of str(sch.trace)) instead of passes")
