@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..compiler.tensors import to_numpy
-from ..spec.cases import LM_HEAD_LOGITS, Case, Stage, validate_seed
+from ..spec.cases import LM_HEAD_LOGITS, Case, Comparator, Stage, validate_seed
 from ..spec.presets import Shapes
 from ..support.errors import UsageError
 from ..support.timing import phase
@@ -66,13 +66,14 @@ def _device_hidden_logits(r: _Run, stage: Stage, name: str) -> Comparison:
     return cmp(r.actual[name], r.expected[name], hidden=hidden, **{p.name: r.inputs[p.name] for p in stage.params})
 
 
-# The comparators ``Output.checks`` names: ``check(run, stage, output name) -> Comparison``.
-OUTPUT_CHECKS: dict[str, Callable[[_Run, Stage, str], Comparison]] = {
-    "ratio_allclose": lambda r, _st, name: r.ratio(r.actual[name], r.expected[name]),
-    "logits_contract": lambda r, _st, name: check_logits_contract(
+# Each comparator ``Output.checks`` may name: ``check(run, stage, output name) -> Comparison``.
+OUTPUT_CHECKS: dict[Comparator, Callable[[_Run, Stage, str], Comparison]] = {
+    Comparator.RATIO_ALLCLOSE: lambda r, _st, name: r.ratio(r.actual[name], r.expected[name]),
+    Comparator.LOGITS_CONTRACT: lambda r, _st, name: check_logits_contract(
         r.actual[name], r.shapes.batch, r.shapes.seq, r.shapes.vocab_shard, r.expected[name]),
-    "device_hidden_logits": _device_hidden_logits,
-    "sampled_ids_argmax": lambda r, st, name: check_sampled_ids(r.actual[name], r.actual[st.outputs[0].name]),
+    Comparator.DEVICE_HIDDEN_LOGITS: _device_hidden_logits,
+    Comparator.SAMPLED_IDS_ARGMAX: lambda r, st, name: check_sampled_ids(r.actual[name],
+                                                                         r.actual[st.outputs[0].name]),
 }
 
 
