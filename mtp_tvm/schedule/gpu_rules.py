@@ -7,6 +7,7 @@ from tvm import s_tir, tirx
 from tvm.target import Target
 
 from ..spec.presets import TOKEN_TILE
+from ..support.rounding import ceil_div
 from .knobs import GpuFlat, GpuGemm, GpuRows
 from .steps import buffer_read_index, fitting_column_tile
 
@@ -48,7 +49,7 @@ def gpu_gemm(sch: s_tir.Schedule, knobs: GpuGemm, _isa=None) -> None:
         t, n, k = sch.get_loops(b)
         tt, ti = sch.split(t, [None, TOKEN_TILE])  # the row loop runs a multiple of 16 rows on GPUs
         cols = fitting_column_tile(sch, n, knobs.column_tile)
-        k_steps = -(-int(sch.get(k).extent) // (lanes * vec))
+        k_steps = ceil_div(int(sch.get(k).extent), lanes * vec)
         ko, kt, kv = sch.split(k, [None, lanes, vec])
         no, nc = sch.split(n, [None, cols])
         sch.reorder(tt, no, ti, ko, kt, kv, nc)
