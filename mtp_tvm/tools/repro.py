@@ -162,6 +162,7 @@ def rerun(folder: Path, log=print) -> int:
 
 def _rerun(folder: Path, log) -> int:
     from ..compiler.driver import CompiledCase
+    from ..compiler.options import BuildSpec
     from ..instrument.recorder import PassRecorder
     from ..passes.gate import PassGate
     from ..passes.pipeline import compile_module
@@ -178,10 +179,11 @@ def _rerun(folder: Path, log) -> int:
     t0 = time.perf_counter()
     with tvm.transform.PassContext(opt_level=3, instruments=[PassRecorder(gate)] if gate.active else []):
         ex = compile_module(mod, target, None, first_phase=FIRST_LOWERING_PHASE)
-    compiled = CompiledCase(case, shapes, target, spec["frontend"], ex, time.perf_counter() - t0)
+    asked = BuildSpec(case.name, target, shapes.preset.name, spec["frontend"], schedule=spec.get("schedule", "default"))
+    compiled = CompiledCase(case, shapes, target, ex, time.perf_counter() - t0, spec=asked)
     inputs = read_npz(folder / "inputs.npz", spec["inputs"])
     expected = read_npz(folder / "expected.npz", spec["outputs"])
-    built = Provenance(spec["target"], spec["frontend"], spec.get("schedule", "default"), compiled.build_seconds)
+    built = Provenance(spec["target"], asked.frontend, asked.schedule, compiled.build_seconds)
     options = GoldenOptions(spec["seed"], RatioTolerance.of(spec["tolerance"]), LogitsTolerance.of(spec["logits_tol"]))
     result = golden_check(compiled.run, case, shapes, built, options, golden=(inputs, expected), log=log)
     log(summary_table(result))
