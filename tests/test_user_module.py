@@ -4,6 +4,10 @@ check, the debugging options and bisect; every broken contract a one-line error 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -246,6 +250,24 @@ def test_build_module_makes_an_artifact_that_run_and_check_artifact_use(tmp_path
     # the artifact needs neither the file nor torch: it carries its inputs and reference outputs
     assert main(["run", str(out), "--random-inputs", "--seed", "3"]) == 2
     assert "runs on its stored example inputs" in capsys.readouterr().err
+    # nor TVM's compiler: a deployment machine checks it with the runtime alone
+    script = ("import tvm, mtp_tvm; assert tvm.base._RUNTIME_ONLY; "
+              f"print(mtp_tvm.check_artifact({str(out)!r}, log=lambda *_: None).passed)")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "TVM_USE_RUNTIME_LIB": "1"})
+    assert proc.returncode == 0 and proc.stdout.split() == ["True"], proc.stderr[-2000:]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+@pytest.mark.parametrize("example", [TORCH_EXAMPLE, TVMSCRIPT_EXAMPLE], ids=["torch", "tvmscript"])
+def test_build_module_for_cuda_stores_a_reference_made_here(tmp_path, example):
+    """No GPU needed: a torch model's reference is torch on the CPU; a TVMScript module's, its unscheduled CPU
+    build (a GPU kernel cannot run unscheduled)."""
+    out = tmp_path / "art"
+    assert main(["build", "--module", str(example), "--target", "cuda", "--out", str(out)]) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["target"]["kind"] == "cuda" and (out / "reference_outputs.npz").is_file()
 
 
 def test_an_artifact_check_with_module_is_refused(capsys):

@@ -14,7 +14,8 @@ from ..artifact.export import Built, export, refuse_existing
 from ..artifact.module_reference import EXAMPLE_INPUTS, REFERENCE_OUTPUTS
 from ..compiler.options import DebugOptions, require_path
 from ..compiler.tensors import write_npz
-from ..compiler.user_build import NO_PRESET, CompiledModule, compile_module, split_module_options
+from ..compiler.user_build import CompiledModule, compile_module, split_module_options
+from ..spec.presets import NO_PRESET
 from ..verify.module_golden import module_golden
 
 
@@ -23,7 +24,8 @@ def module_identity(compiled: CompiledModule, folder: Path) -> dict:
     user = compiled.user
     write_npz(folder / EXAMPLE_INPUTS, dict(user.examples))
     write_npz(folder / REFERENCE_OUTPUTS, module_golden(compiled, user.examples))
-    reference = "torch, eagerly" if user.kind == "torch" else "the module built with no schedule and no optional pass"
+    reference = ("torch, eagerly" if user.kind == "torch"
+                 else "the module built for the CPU with no schedule and no optional pass")
     return {"case": user.name, "description": f"module file {user.path.name} ({user.kind})", "preset": NO_PRESET,
             "frontend": compiled.frontend, "shapes": user.example_shapes,
             "symbolic_dims": {d: "a symbolic size of the module" for d in user.symbolic_dims},

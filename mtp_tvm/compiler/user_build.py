@@ -26,12 +26,12 @@ from ..schedule.apply import ApplySchedules
 from ..schedule.files import NONE, TUNED, validate_schedule
 from ..schedule.tuned import tuned_dir
 from ..spec.cases import TensorSpec
+from ..spec.presets import NO_PRESET
 from ..support.errors import UsageError
 from ..support.native_log import native_stderr
 from ..support.timing import phase
 
 FRONTEND = "module"  # what results and run folders say made the IR: the user's file
-NO_PRESET = "-"      # a module file has no preset: its sizes are its example inputs' (``shapes``)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,6 +158,7 @@ def compile_module_open(module=None, debug: DebugOptions | None = None, *, spec:
 
 
 def reference_build(compiled: CompiledModule) -> CompiledModule:
-    """The same module built with no schedule and no optional pass: the golden of a TVMScript module."""
-    spec = dataclasses.replace(compiled.spec, schedule=NONE)
+    """The same module built for this CPU with no schedule and no optional pass: the golden of a TVMScript module
+    (a GPU has no unscheduled build: its kernels need threads bound, so a CUDA binary is checked against the CPU's)."""
+    spec = dataclasses.replace(compiled.spec, target="llvm", schedule=NONE)
     return compile_module_open(spec=spec, debug=DebugOptions(bisect_limit=0), user=compiled.user)

@@ -23,6 +23,7 @@ OWNER_COUNTS = (2, 4, 8)  # EP ranks that own tokens (spec §3.1 N_RANKS)
 MAX_LOGIT_ROWS = 8  # logit rows selected per owner (spec §3.1)
 DEFAULT_OWNERS = 2
 DEFAULT_TP = 2  # prefill_mtp's LM_HEAD_TP_SIZE (spec §3.1)
+NO_PRESET = "-"  # a module file has no preset: its sizes are its example inputs' (``shapes``)
 MAX_TOKENS = 1 << 16  # far beyond a decode step; guards against typos such as --tokens 80000000
 
 

@@ -26,8 +26,9 @@ def check_module(module=None, debug: DebugOptions | None = None, *, spec: Module
                  profile: bool | ProfileOptions = False, log=print, **options) -> CheckResult:
     """Build the module file ``module`` (keywords: ``target``, ``schedule`` and the fields of ``DebugOptions``),
     run it on ``example_inputs()`` and compare every output with the reference (torch eagerly, or the module
-    built with no schedule and no optional pass), as ``torch.testing.assert_close`` with its default
-    tolerances per dtype unless ``tolerance`` (a ``ModuleTolerance`` or a dict with ``atol``/``rtol``) sets them."""
+    built for the CPU with no schedule and no optional pass), as ``torch.testing.assert_close`` with its default
+    tolerances per dtype unless ``tolerance`` (a ``ModuleTolerance`` or a dict with ``atol``/``rtol``) sets
+    them."""
     spec, debug = split_module_options(module, spec, debug, options, "check_module")
     tolerance = ModuleTolerance.of(tolerance)
     validate_check_args(0, report, log)
