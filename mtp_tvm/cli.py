@@ -19,11 +19,14 @@ import traceback
 
 from .compiler.options import BuildSpec, DebugOptions
 from .ir.frontend_names import FRONTEND_NAMES
+from .schedule.tune_space import TuneSpace
 from .spec.cases import CASES
 from .spec.presets import PRESETS
 from .support.errors import MtpError, UsageError
 from .support.native_log import VERBOSE_ENV
 from .support.timing import phase, start, time_line
+from .tools.bisect_search import BisectSearch
+from .verify.tolerances import LogitsTolerance, ModuleTolerance
 
 # Only the modules above load with the parser: each handler imports what it needs, so ``--help``, ``list``,
 # ``dumps ...`` and usage errors never import TVM or torch (tests/test_cli.py measures it).
@@ -193,15 +196,15 @@ def _cmd_check(args) -> int:
     if args.artifact or args.compile_only:
         return _cmd_check_prebuilt(args)
     spec, debug = _build_spec(args), _debug_options(args)
-    logits_tol = {k: getattr(args, k) for k in ("atol", "rtol", "max_error_ratio", "max_e2e_abs_diff")
-                  if getattr(args, k) is not None}
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(LogitsTolerance)
+             if getattr(args, f.name) is not None}
     with phase("import"):
         from .artifact.export import build_target, parse_archs
         from .tools.check import check
         from .verify.results import summary_table
 
     result = check(dataclasses.replace(spec, target=build_target(args.target, parse_archs(args.arch))), debug,
-                   seed=args.seed, report=args.report, logits_tol=logits_tol or None,
+                   seed=args.seed, report=args.report, logits_tol=LogitsTolerance(**given) if given else None,
                    perturb_logit=parse_logit_perturbation(args.perturb_logit) if args.perturb_logit else None,
                    profile=args.profile, nan_check=args.nan_check)
     print(summary_table(result))
@@ -231,8 +234,8 @@ def _cmd_check_module(args) -> int:
         from .tools.module_check import check_module
         from .verify.results import summary_table
 
-    result = check_module(debug=debug, atol=args.atol, rtol=args.rtol, report=args.report, profile=args.profile,
-                          **_module_options(args))
+    result = check_module(debug=debug, tolerance=ModuleTolerance(args.atol, args.rtol), report=args.report,
+                          profile=args.profile, **_module_options(args))
     print(summary_table(result))
     if result.profile is not None:
         print(result.profile.table())
@@ -576,7 +579,7 @@ def _add_tune_command(sub, common: argparse.ArgumentParser) -> None:
     _add_module_arg(p)
     _add_spec_args(p, sizes=False)
     _add_target_args(p)
-    p.add_argument("--space", choices=("hand", "generic", "both"), default="both",
+    p.add_argument("--space", choices=TuneSpace.names(), default=TuneSpace.BOTH.value,
                    help="design spaces: our hand rules with sampled knobs, MetaSchedule's generic rules, or both "
                         "(default both)")
     p.add_argument("--trials", type=int, default=64, help="trials over all kernels (default 64)")
@@ -700,7 +703,7 @@ def _add_bisect_command(sub, common: argparse.ArgumentParser) -> None:
                        "of a --module FILE.py)")
     _add_build_args(p)
     p.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
-    p.add_argument("--search", choices=("binary", "linear"), default="binary",
+    p.add_argument("--search", choices=BisectSearch.names(), default=BisectSearch.BINARY.value,
                    help="binary: log2(n) builds, exact when failure is monotone; linear: every prefix")
     p.add_argument("--schedule-trace", metavar="FILE",
                    help="bisect the steps of this schedule trace (Python text of str(sch.trace)) instead of passes")

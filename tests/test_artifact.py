@@ -366,8 +366,9 @@ def test_a_failed_check_leaves_the_old_artifact_in_place(compiled, tmp_path, mon
     export.export(compiled("norm", "tir"), out)
     before = (out / "manifest.json").read_text()
     failed = mtp_tvm.check_artifact(out, log=lambda *_: None)
-    failed.outputs = {k: type(v)(k, [dataclasses.replace(c, passed=False) for c in v.checks])
-                      for k, v in failed.outputs.items()}
+    outputs = {k: type(v)(k, [dataclasses.replace(c, passed=False) for c in v.checks])
+               for k, v in failed.outputs.items()}
+    failed = dataclasses.replace(failed, outputs=outputs)
     monkeypatch.setattr(export, "check_artifact", lambda *_a, **_k: failed)
     built = export.export(compiled("logits", "tir"), out, force=True, check=True)
     assert built.path is None and not built.check.passed

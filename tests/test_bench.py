@@ -45,6 +45,7 @@ from mtp_tvm.tools.bench_worker import OPENBLAS_SLOW_VARS, Worker, WorkerFailed
 from mtp_tvm.tools.roofline import BF16_DOT, FMA, INT8_DOT, ProbePlan
 from mtp_tvm.tools.stage_peers import STAGE_PEERS
 from mtp_tvm.verify.comparators import ratio_allclose
+from mtp_tvm.verify.tolerances import RatioTolerance
 
 EAGER = ("torch_bf16", "torch_fp32", "numpy_fp32", "torch_golden")
 RACED = (*EAGER, "torch_compile")  # max-autotune compiles for long on 2 cores: its own test below
@@ -165,7 +166,7 @@ def test_every_peer_computes_the_case(case, peer):
     inputs = c.make_inputs(s, 1)
     actual = np.asarray(to_numpy(peer_runner(c, peer, inputs, s)()), dtype=np.float32)
     expected = to_numpy(c.golden(inputs, s)[c.chain[-1].outputs[0].name]).astype(np.float32)
-    assert ratio_allclose(atol=5e-2, rtol=5e-2, max_error_ratio=0.05)(actual, expected).passed
+    assert ratio_allclose(RatioTolerance(atol=5e-2, rtol=5e-2, max_error_ratio=0.05))(actual, expected).passed
 
 
 def test_a_peer_that_computes_garbage_is_not_timed():

@@ -14,6 +14,7 @@ from tvm.script import tirx as T
 from mtp_tvm.passes.target import cpu_isa, resolve_target
 from mtp_tvm.schedule.bf16_dot import apply_bf16_dot
 from mtp_tvm.verify.comparators import ratio_allclose
+from mtp_tvm.verify.tolerances import RatioTolerance
 
 HOST = resolve_target("llvm")
 RUNS_HERE = bool(tvm.target.codegen.target_has_features("avx512bf16", HOST))
@@ -92,8 +93,8 @@ def test_within_the_fp32_outlier_budget_at_4096():
     a = rng.standard_normal((16, 4096)).astype(BF16)
     w = (rng.standard_normal((512, 4096)) * 0.05).astype(BF16)
     out = _run(tvm.compile(_scheduled(4096, 512, cpu_isa(HOST)), target=HOST), a, w)
-    check = ratio_allclose(atol=1e-2, rtol=1e-2, max_error_ratio=0.02)(out, a[:8].astype(np.float32)
-                                                                       @ w.astype(np.float32).T)
+    check = ratio_allclose(RatioTolerance(atol=1e-2, rtol=1e-2, max_error_ratio=0.02))(
+        out, a[:8].astype(np.float32) @ w.astype(np.float32).T)
     assert check.passed, check.detail
     assert np.array_equal(out, dpbf16ps_reference(a[:8], w))
 

@@ -8,9 +8,9 @@ from mtp_tvm.verify.comparators import (
     check_logits_contract,
     check_sampled_ids,
     device_hidden_logits_allclose,
-    logits_tolerance,
     ratio_allclose,
 )
+from mtp_tvm.verify.tolerances import LogitsTolerance, RatioTolerance
 
 
 def _ref(n=100, value=2.0):
@@ -35,23 +35,23 @@ def test_threshold_uses_bankers_rounding():
     # 0.025 * 100 = 2.5 -> round() = 2 (half to even), so 3 outliers fail and 2 pass.
     a = _ref()
     a[:3] += 1
-    assert not ratio_allclose(max_error_ratio=0.025)(a, _ref()).passed
+    assert not ratio_allclose(RatioTolerance(max_error_ratio=0.025))(a, _ref()).passed
     a = _ref()
     a[:2] += 1
-    assert ratio_allclose(max_error_ratio=0.025)(a, _ref()).passed
+    assert ratio_allclose(RatioTolerance(max_error_ratio=0.025))(a, _ref()).passed
 
 
 def test_outlier_is_strictly_greater_than_tol():
     e = np.zeros(4, np.float32)
     a = np.full(4, 0.01, np.float32)  # |a-e| == atol exactly: not an outlier
-    assert ratio_allclose(atol=np.float32(0.01).item(), rtol=0, max_error_ratio=0)(a, e).passed
+    assert ratio_allclose(RatioTolerance(atol=np.float32(0.01).item(), rtol=0, max_error_ratio=0))(a, e).passed
 
 
 def test_one_corrupted_element_beyond_a_zero_budget_fails_and_is_located():
     e = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
     a = e.copy()
     a[2, 5] += 0.5
-    r = ratio_allclose(max_error_ratio=0.0)(a, e)
+    r = ratio_allclose(RatioTolerance(max_error_ratio=0.0))(a, e)
     assert not r.passed and r.mismatches == 1 and r.worst_index == (2, 5)
     assert "Mismatched elements: 1 / 32" in r.detail and "(2, 5)" in r.detail
 
@@ -60,7 +60,7 @@ def test_one_corrupted_element_beyond_a_zero_budget_fails_and_is_located():
 def test_nonfinite_actual_is_a_hard_failure_even_with_full_budget(bad):
     a = _ref()
     a[7] = bad
-    r = ratio_allclose(max_error_ratio=1.0)(a, _ref())
+    r = ratio_allclose(RatioTolerance(max_error_ratio=1.0))(a, _ref())
     assert not r.passed and "illegal values in actual" in r.detail
 
 
@@ -68,7 +68,7 @@ def test_nonfinite_actual_is_a_hard_failure_even_with_full_budget(bad):
 def test_nonfinite_expected_is_rejected(bad):
     e = _ref()
     e[0] = bad
-    r = ratio_allclose(max_error_ratio=1.0)(_ref(), e)
+    r = ratio_allclose(RatioTolerance(max_error_ratio=1.0))(_ref(), e)
     assert not r.passed and "non-finite expected" in r.detail
 
 
@@ -81,7 +81,7 @@ def test_accepts_torch_bf16_and_shape_mismatch_fails():
 @pytest.mark.parametrize("ratio", [-0.1, 1.5])
 def test_bad_ratio_is_a_user_error(ratio):
     with pytest.raises(UsageError):
-        ratio_allclose(max_error_ratio=ratio)
+        RatioTolerance(max_error_ratio=ratio)
 
 
 def _logits(batch=4, seq=2, v=16):
@@ -121,7 +121,7 @@ def _lm_head(owners=2, rows=3, d=4, shard=5, seed=11):
 
 
 def _check(actual, expected, hidden, stacked, idx, **tolerance):
-    cmp = device_hidden_logits_allclose(TP, **tolerance)
+    cmp = device_hidden_logits_allclose(TP, LogitsTolerance(**tolerance))
     return cmp(actual, expected, hidden=hidden, lm_head_weight=stacked, logit_row_indices=idx)
 
 
@@ -132,7 +132,7 @@ def test_reference_comes_from_the_device_hidden_not_the_cpu_one():
     device_logits = compute_lm_head_logits(device_hidden, stacked, idx, TP)
     tight = {"atol": 1e-5, "rtol": 1e-5, "max_error_ratio": 0.0}
     # Against the CPU golden the permitted hidden error, amplified by the projection, fails a tight check ...
-    assert not ratio_allclose(**tight)(device_logits, cpu_golden).passed
+    assert not ratio_allclose(RatioTolerance(**tight))(device_logits, cpu_golden).passed
     # ... but the LM head itself is exact given the hidden state it read, and the drift is far below the guard.
     r = _check(device_logits, cpu_golden, device_hidden, stacked, idx, **tight, max_e2e_abs_diff=0.5)
     assert r.passed, r.detail
@@ -214,10 +214,7 @@ def test_comparator_name_and_option_checks():
         "device_hidden_ratio_allclose(atol=0.01, rtol=0.01, max_error_ratio=0.01)_with_e2e_max_abs_diff(0.5)")
     for bad in ({"max_e2e_abs_diff": 0.0}, {"max_e2e_abs_diff": -1.0}, {"max_error_ratio": 1.5}, {"atol": -1.0}):
         with pytest.raises(UsageError):
-            device_hidden_logits_allclose(TP, **bad)
-    assert logits_tolerance({"max_error_ratio": 0})["max_e2e_abs_diff"] == 0.5
-    with pytest.raises(UsageError, match="unknown logits tolerance"):
-        logits_tolerance({"max_ratio": 0})
+            LogitsTolerance(**bad)
 
 
 def test_sampled_ids_must_be_the_first_argmax_of_their_row():
@@ -237,15 +234,15 @@ def test_sampled_ids_must_be_the_first_argmax_of_their_row():
                                  {"rtol": -0.1}, {"max_error_ratio": float("nan")}])
 def test_every_tolerance_must_be_finite_and_non_negative(bad):
     with pytest.raises(UsageError, match="must be"):
-        ratio_allclose(**bad)
+        RatioTolerance(**bad)
     with pytest.raises(UsageError, match="must be"):
-        device_hidden_logits_allclose(2, **bad)
+        LogitsTolerance(**bad)
 
 
 @pytest.mark.parametrize("guard", [float("nan"), float("inf"), 0.0])
 def test_the_end_to_end_guard_must_be_finite_and_positive(guard):
     with pytest.raises(UsageError, match="max_e2e_abs_diff must be finite and > 0"):
-        device_hidden_logits_allclose(2, max_e2e_abs_diff=guard)
+        LogitsTolerance(max_e2e_abs_diff=guard)
 
 
 def test_the_logits_contract_stays_linear_in_memory():

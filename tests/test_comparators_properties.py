@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from mtp_tvm.verify.comparators import ratio_allclose
+from mtp_tvm.verify.tolerances import RatioTolerance
 
 finite = st.floats(-1e3, 1e3, allow_nan=False, allow_infinity=False, width=32)
 shapes = st.integers(1, 64)
@@ -26,7 +27,7 @@ def pairs(draw):
 @given(pairs(), tolerance, tolerance, ratios)
 def test_outlier_count_and_threshold_follow_the_definition(pair, atol, rtol, ratio):
     a, e = pair
-    r = ratio_allclose(atol=atol, rtol=rtol, max_error_ratio=ratio)(a, e)
+    r = ratio_allclose(RatioTolerance(atol=atol, rtol=rtol, max_error_ratio=ratio))(a, e)
     tol32 = lambda y: np.float32(atol) + np.float32(rtol) * np.float32(abs(y))  # noqa: E731  (FP32, as specified)
     direct = sum(1 for x, y in zip(a, e) if np.float32(abs(x - y)) > tol32(y))
     assert r.mismatches == direct
@@ -39,7 +40,7 @@ def test_nonfinite_actual_never_passes(pair, bad, data):
     a, e = pair
     a = a.copy()
     a[data.draw(st.integers(0, a.size - 1))] = bad
-    r = ratio_allclose(atol=1e3, rtol=1e3, max_error_ratio=1.0)(a, e)
+    r = ratio_allclose(RatioTolerance(atol=1e3, rtol=1e3, max_error_ratio=1.0))(a, e)
     assert not r.passed and "illegal values in actual" in r.detail
 
 
@@ -53,4 +54,4 @@ def test_threshold_is_pythons_round_of_ratio_times_numel(numel, ratio):
             continue
         a = e.copy()
         a[:k] = 1.0
-        assert ratio_allclose(atol=0.5, rtol=0.0, max_error_ratio=ratio)(a, e).passed is ok
+        assert ratio_allclose(RatioTolerance(atol=0.5, rtol=0.0, max_error_ratio=ratio))(a, e).passed is ok

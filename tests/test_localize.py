@@ -18,6 +18,7 @@ from mtp_tvm.tools.kernel_calls import record
 from mtp_tvm.tools.kernel_repro import kernel_script, rerun
 from mtp_tvm.tools.localize import Against, localize
 from mtp_tvm.tools.repro import save_arrays
+from mtp_tvm.verify.results import NanReport
 
 INT32 = EXAMPLES / "int32_logits_accumulator.py"
 NAN = EXAMPLES / "nan_in_rms_norm.py"
@@ -100,6 +101,7 @@ def test_a_nan_plugin_is_named_by_check_nan_check_and_by_localize(capsys, tmp_pa
     r = localize(case="tail", preset="tiny", extra_passes=load_pass_plugin(NAN), against="schedule=none",
                  kernel_repro=False, **QUIET)
     assert r.nan_test.kernel == "rms_norm_smooth" and r.nan_test.inputs_finite and r.nan_reference is None
+    assert isinstance(r.nan_test, NanReport)  # what CheckResult.nan_origin is typed as
     assert r.first.test.kernel == "rms_norm_smooth" and r.kernel_repro_dir is None
 
 

@@ -75,3 +75,13 @@ def test_ceil_to_rounds_up_to_the_next_multiple_only_when_needed():
 
     assert [ceil_to(n, 16) for n in (0, 1, 15, 16, 17)] == [0, 16, 16, 16, 32]
     assert ceil_div(2**62 + 1, 2) == 2**61 + 1  # exact for sizes where a float ceil would round
+
+
+def test_ceil_to_of_a_symbolic_size_is_the_tir_expression_kernels_declare():
+    import tvm_ffi
+    from tvm import tirx
+
+    from mtp_tvm.support.rounding import ceil_to
+
+    n = tirx.Var("n", "int64")
+    assert tvm_ffi.structural_equal(ceil_to(n, 16), (n + 16 - 1) // 16 * 16)

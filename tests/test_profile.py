@@ -12,6 +12,7 @@ from tvm import relax
 from mtp_tvm.cli import main
 from mtp_tvm.tools.bench import bench, flops
 from mtp_tvm.tools.profile import OTHER, ProfileOptions, profile
+from mtp_tvm.verify.results import ProfileReport
 
 FAST = ProfileOptions(rounds=3, sample_ms=2.0)
 
@@ -56,6 +57,7 @@ def test_every_kernel_of_main_is_timed_and_the_rows_add_up_to_main(compiled, fro
     assert f"{100 * p.coverage:.1f}% of the measured main" in table
     d = json.loads(json.dumps(p.as_dict()))
     assert d["coverage"] == pytest.approx(p.coverage) and len(d["kernels"]) == len(p.kernels)
+    assert isinstance(p, ProfileReport)  # what CheckResult.profile is typed as (verify cannot name tools.profile)
 
 
 def test_check_profile_cli_prints_every_kernel_and_writes_profile_json(tmp_path, capsys):

@@ -111,7 +111,7 @@ def test_case_flags_with_module_are_refused(flags, capsys):
 
 
 def test_a_bad_tolerance_is_refused_before_the_build():
-    from mtp_tvm.verify.module_golden import ModuleTolerance
+    from mtp_tvm.verify.tolerances import ModuleTolerance
 
     with pytest.raises(UsageError, match="atol must be a finite number >= 0"):
         ModuleTolerance(atol=-1.0)
@@ -120,7 +120,8 @@ def test_a_bad_tolerance_is_refused_before_the_build():
 def test_assert_close_tolerances_follow_the_dtype_and_the_users():
     import numpy as np
 
-    from mtp_tvm.verify.module_golden import ModuleTolerance, assert_close
+    from mtp_tvm.verify.module_golden import assert_close
+    from mtp_tvm.verify.tolerances import ModuleTolerance
 
     e = np.ones(4, "float32")
     a = e + np.float32(1e-4)

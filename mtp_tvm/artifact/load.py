@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import platform
+from collections.abc import Mapping
 from pathlib import Path
 
 import tvm
@@ -27,6 +28,7 @@ from ..spec.presets import Shapes
 from ..support.errors import UsageError, last_line
 from ..verify.golden_check import GoldenOptions, Provenance, golden_check, validate_check_args
 from ..verify.results import CheckResult
+from ..verify.tolerances import RatioTolerance
 
 
 def _specs(section: dict) -> dict[str, TensorSpec]:
@@ -154,11 +156,13 @@ def load(path: str | os.PathLike, allow_failed: bool = False) -> Artifact:
 
 
 def check_artifact(artifact: Artifact | str | os.PathLike, seed: int = 0, tokens: int | None = None,
-                   tolerance: dict | None = None, report: str | os.PathLike | None = None,
+                   tolerance: RatioTolerance | Mapping | None = None, report: str | os.PathLike | None = None,
                    log=print) -> CheckResult:
     """Golden-check a prebuilt artifact on fresh seeded inputs (any ``tokens``: T is symbolic), no compile; an
-    artifact whose recorded check failed may be checked again."""
-    validate_check_args(seed, tolerance, report, log)
+    artifact whose recorded check failed may be checked again. ``tolerance``: every output's ``ratio_allclose``
+    (a ``RatioTolerance`` or a dict of some of its fields; a module file's artifact takes none)."""
+    validate_check_args(seed, report, log)
+    ratio = RatioTolerance.of(tolerance)
     a = artifact if isinstance(artifact, Artifact) else load(artifact, allow_failed=True)
     m = a.manifest
     if "module" in m:
@@ -168,7 +172,7 @@ def check_artifact(artifact: Artifact | str | os.PathLike, seed: int = 0, tokens
     c, s = a.sized(tokens)
     built = Provenance(m["target"], m["frontend"], m["schedule"]["name"],
                        m["build"]["compile_seconds"])
-    result = golden_check(a.run, c, s, built, GoldenOptions(seed, tolerance), log=log)
+    result = golden_check(a.run, c, s, built, GoldenOptions(seed, ratio), log=log)
     if report is not None:
         result.write_report(report)
     return result

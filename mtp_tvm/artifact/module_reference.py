@@ -9,8 +9,9 @@ import time
 from ..compiler.tensors import read_npz
 from ..support.errors import UsageError
 from ..verify.golden_check import Provenance
-from ..verify.module_golden import ModuleTolerance, check_outputs
+from ..verify.module_golden import check_outputs
 from ..verify.results import CheckResult
+from ..verify.tolerances import ModuleTolerance
 
 EXAMPLE_INPUTS = "example_inputs.npz"
 REFERENCE_OUTPUTS = "reference_outputs.npz"
@@ -30,7 +31,7 @@ def stored_inputs(artifact, tokens: int | None, seed: int) -> dict:
     return _stored(artifact, "example_inputs")
 
 
-def check_module_artifact(artifact, seed: int, tokens: int | None, tolerance: dict | None, report,
+def check_module_artifact(artifact, seed: int, tokens: int | None, tolerance, report,
                           log=print) -> CheckResult:
     """Run the stored example inputs and compare with the stored reference outputs (``assert_close``'s
     tolerances per dtype)."""

@@ -49,16 +49,15 @@ NATIVE_LOG = "tvm.log"  # in the run folder: what TVM and LLVM printed themselve
 
 @dataclasses.dataclass
 class CompiledCase(Runnable):
-    """One built case. ``run`` takes any token count T (the binary's token dim is symbolic)."""
+    """One built case. ``run`` takes any token count T (the binary's token dim is symbolic). What was asked is
+    ``spec`` (its frontend and schedule are this build's); ``case``, ``shapes`` and ``target`` are it resolved."""
 
     case: Case
     shapes: Shapes
     target: Target
-    frontend: str
     executable: tvm.runtime.Executable
     build_seconds: float
     dump_dir: Path | None = None
-    schedule: str = "default"
     schedule_traces: dict[str, str] = dataclasses.field(default_factory=dict)  # PrimFunc -> str(sch.trace)
     device_source: str | None = None  # the generated CUDA C of a GPU build
     untuned: dict[str, str] = dataclasses.field(default_factory=dict)  # schedule "tuned": kernel -> why no record
@@ -73,6 +72,14 @@ class CompiledCase(Runnable):
     dump_seconds: float = 0.0                  # writing the dumps after the build (and, meanwhile, the JIT)
     _vm: relax.VirtualMachine | None = dataclasses.field(default=None, repr=False)
     _weights: WeightCache = dataclasses.field(default_factory=WeightCache, repr=False)
+
+    @property
+    def frontend(self) -> str:
+        return self.spec.frontend
+
+    @property
+    def schedule(self) -> str:
+        return self.spec.schedule
 
     @property
     def input_specs(self) -> dict[str, TensorSpec]:
@@ -144,11 +151,10 @@ def _compile(spec: BuildSpec, debug: DebugOptions) -> CompiledCase:
             "schedule": spec.schedule, "shapes": shapes.as_dict()}
     return build_ir(lambda: build_relax_module(c, shapes, spec.frontend), c.name, tgt, applier, debug, meta,
                     lambda built: CompiledCase(
-                        c, shapes, tgt, spec.frontend, built.executable, built.seconds, schedule=spec.schedule,
-                        schedule_traces=dict(applier.traces), device_source=built.source,
-                        untuned=dict(applier.untuned), unscheduled=list(applier.unscheduled),
-                        pass_records=built.records, gate=built.gate, optimized_module=built.optimized, spec=spec,
-                        debug=debug))
+                        c, shapes, tgt, built.executable, built.seconds, schedule_traces=dict(applier.traces),
+                        device_source=built.source, untuned=dict(applier.untuned),
+                        unscheduled=list(applier.unscheduled), pass_records=built.records, gate=built.gate,
+                        optimized_module=built.optimized, spec=spec, debug=debug))
 
 
 @dataclasses.dataclass

@@ -15,6 +15,7 @@ from ..ir.frontends import RelaxFrontend, TIRFrontend
 from ..ir.torch_frontend import TorchFrontend
 from ..spec.cases import ROWS, TOKENS, ArgKind, Case, FrontendCall, leading_activations
 from ..spec.presets import TOKEN_TILE, Shapes
+from ..support.rounding import ceil_to
 
 FRONTENDS = dict(zip(FRONTEND_NAMES, (RelaxFrontend, TIRFrontend, TorchFrontend)))
 
@@ -52,7 +53,7 @@ def build_relax_module(case: Case, shapes: Shapes, frontend: str) -> tvm.IRModul
     specs = case.input_specs(shapes)
     sizes = _symbolic_sizes(specs, shapes.owners)
     tokens = sizes[TOKENS]
-    rows = (tokens + TOKEN_TILE - 1) // TOKEN_TILE * TOKEN_TILE
+    rows = ceil_to(tokens, TOKEN_TILE)
     params = [relax.Var(name, relax.TensorType([sizes.get(d, d) for d in spec.shape], spec.dtype))
               for name, spec in specs.items()]
     env = dict(zip(specs, params))

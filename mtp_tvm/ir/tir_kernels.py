@@ -26,6 +26,7 @@ from ..spec.presets import (
     MAX_LOGIT_ROWS,
     TOKEN_TILE,
 )
+from ..support.rounding import ceil_to
 
 # Relax's kOpaque op pattern: FuseOps leaves hand-written kernels alone; their boundaries are chosen by hand.
 OPAQUE = 8
@@ -40,8 +41,8 @@ def pad_rows(cols: int, dtype: str):
         T.func_attr({"tir.noalias": True, "op_pattern": OPAQUE})
         n = T.int64()
         X = T.match_buffer(x, (n, cols), dtype)
-        XP = T.match_buffer(xp, ((n + TOKEN_TILE - 1) // TOKEN_TILE * TOKEN_TILE, cols), dtype)
-        for i, k in T.grid((n + TOKEN_TILE - 1) // TOKEN_TILE * TOKEN_TILE, cols):
+        XP = T.match_buffer(xp, (ceil_to(n, TOKEN_TILE), cols), dtype)
+        for i, k in T.grid(ceil_to(n, TOKEN_TILE), cols):
             with T.sblock("pad_rows"):
                 vi, vk = T.axis.remap("SS", [i, k])
                 XP[vi, vk] = T.if_then_else(vi < n, X[vi, vk], T.Cast(dtype, 0))
@@ -58,7 +59,7 @@ def unpad_rows(cols: int, dtype: str):
         T.func_attr({"tir.noalias": True, "op_pattern": OPAQUE})
         n = T.int64()
         X = T.match_buffer(x, (n, cols), dtype)
-        XP = T.match_buffer(xp, ((n + TOKEN_TILE - 1) // TOKEN_TILE * TOKEN_TILE, cols), dtype)
+        XP = T.match_buffer(xp, (ceil_to(n, TOKEN_TILE), cols), dtype)
         for i, k in T.grid(n, cols):
             with T.sblock("unpad_rows"):
                 vi, vk = T.axis.remap("SS", [i, k])
@@ -196,7 +197,7 @@ def w8a8_dual_gemm(hidden: int):
         SH = T.match_buffer(s_h, (m,), "float32")
         SP = T.match_buffer(s_p, (m,), "float32")
         OUT = T.match_buffer(out, (m, hidden), "bfloat16")
-        rows = T.meta_var((tokens + TOKEN_TILE - 1) // TOKEN_TILE * TOKEN_TILE)  # an expression, not a let
+        rows = T.meta_var(ceil_to(tokens, TOKEN_TILE))  # an expression, not a let
         acc_e = T.sblock_alloc_buffer((m, hidden), "int32")
         acc_h = T.sblock_alloc_buffer((m, hidden), "int32")
         for t, n, k in T.grid(rows, hidden, hidden):
@@ -234,7 +235,7 @@ def lm_head_logits(hidden: int, vocab_shard: int):
         m = T.int64()
         X = T.match_buffer(x, (m, hidden), "bfloat16")
         Y = T.match_buffer(y, (m, vocab_shard), "float32")
-        rows = T.meta_var((tokens + TOKEN_TILE - 1) // TOKEN_TILE * TOKEN_TILE)  # an expression, not a let
+        rows = T.meta_var(ceil_to(tokens, TOKEN_TILE))  # an expression, not a let
         for t, v, k in T.grid(rows, vocab_shard, hidden):
             with T.sblock("logits"):
                 vt = T.axis.spatial(m, t)

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from tvm import s_tir, tirx
 
 from ..passes.target import CpuIsa
+from ..support.rounding import ceil_div
 from .bf16_dot import apply_bf16_dot
 from .int8_dot import apply_int8_dot, int8_lanes
 from .knobs import CpuGemm, CpuGeneric, CpuLmHead, CpuRows
@@ -34,7 +35,7 @@ def fixed(_knob: str, _loop, _choices: list[int], value: int) -> list:
 
 def fitting_rows(isa: CpuIsa, strip: int, row_extent: int) -> list[int]:
     """Register rows a strip of ``strip`` columns leaves room for, dividing the row loop's ``row_extent``."""
-    vectors = -(-strip // isa.fp32_lanes)
+    vectors = ceil_div(strip, isa.fp32_lanes)
     return [r for r in ROW_QUANTA if row_extent % r == 0 and r * vectors + vectors + 1 <= isa.vector_registers]
 
 
@@ -50,7 +51,7 @@ def register_tile(isa: CpuIsa, columns: int, knobs: CpuGemm) -> tuple[int, int]:
     lanes = isa.fp32_lanes
     widths = [c * lanes for c in range(1, isa.vector_registers)] + [lanes >> i for i in range(1, lanes.bit_length())]
     fits = [(r, w) for r in ROW_QUANTA for w in widths
-            if r * -(-w // lanes) + -(-w // lanes) + 1 <= isa.vector_registers and columns % w == 0
+            if r * ceil_div(w, lanes) + ceil_div(w, lanes) + 1 <= isa.vector_registers and columns % w == 0
             and knobs.register_rows in (None, r) and knobs.column_vectors in (None, w / lanes)]
     if not fits:
         raise ValueError(f"no register tile of {knobs.register_rows or 'any'} rows x {knobs.column_vectors or 'any'} "
@@ -98,7 +99,7 @@ def side_by_side(isa: CpuIsa, columns: int, rows: int, strip: int, lanes: int) -
     contiguous stream of the packed weight). The most strips, up to ``MAX_STREAMS`` vectors, that divide the
     columns, fit the register file (accumulators, weight vectors, a broadcast) and keep the tile under 1 KiB
     (larger goes to a heap workspace, out of registers)."""
-    vectors = -(-strip // lanes)
+    vectors = ceil_div(strip, lanes)
     vector_bytes = isa.vector_bits // 8
     fits = [m for m in range(1, MAX_STREAMS // vectors + 1) if columns % (m * strip) == 0
             and rows * m * vectors * vector_bytes < 1024 and (rows + 1) * m * vectors + 1 <= isa.vector_registers]

@@ -27,9 +27,9 @@ from .files import KernelSchedule
 from .knobs import CpuGemm, CpuRows
 from .rules import RULES
 from .steps import fresh_copy
+from .tune_space import TuneSpace
 
 SPACE_ANNOTATION = "mtp.space"  # a block annotation (``_mark``): the design space a candidate came from
-HAND = "hand"
 COLUMN_VECTORS = (1, 2, 4)  # the column strips (in vectors) a GEMM space tries
 DOT_TILES = ((4, 2), (8, 1), (4, 1), (2, 4), (4, 3), (2, 2))  # dot-product tiles (rows, vectors) it tries
 ROW_KNOBS = ("register_rows",)  # knobs splitting the token-row loop
@@ -56,7 +56,7 @@ def _mark(sch: s_tir.Schedule) -> None:
     the root block makes TVM 0.27's ``ScheduleState`` edit the rest of the trace into the module it started from:
     MetaSchedule replays every candidate on one module per thread, so the next replay found the loops the last
     one split, "old_outputs.size() == new_outputs.size()", on every kernel with root-level buffers.)"""
-    sch.annotate(sch.get_child_blocks(sch.get_sblock("root"))[0], SPACE_ANNOTATION, HAND)
+    sch.annotate(sch.get_child_blocks(sch.get_sblock("root"))[0], SPACE_ANNOTATION, TuneSpace.HAND.value)
 
 
 def is_hand(sch: s_tir.Schedule) -> bool:

@@ -114,24 +114,32 @@ def _pair(name: str):
             Param(f"{name}_w_scale", _D, "float32", None))
 
 
+class Comparator(enum.StrEnum):
+    """The comparators an output must pass (``verify.golden_check.OUTPUT_CHECKS`` has one for each):
+    ``RATIO_ALLCLOSE`` (against the golden, spec §4.1), ``LOGITS_CONTRACT`` (shape, row order, argmax range,
+    spec §2.3), ``DEVICE_HIDDEN_LOGITS`` (the LM-head comparator, its reference projected from the hidden state
+    the stage read on the device, spec §3.3), ``SAMPLED_IDS_ARGMAX`` (ids against the argmax of the stage's first
+    output). A string value: the name a report shows."""
+
+    RATIO_ALLCLOSE = "ratio_allclose"
+    LOGITS_CONTRACT = "logits_contract"
+    DEVICE_HIDDEN_LOGITS = "device_hidden_logits"
+    SAMPLED_IDS_ARGMAX = "sampled_ids_argmax"
+
+
 @dataclasses.dataclass(frozen=True)
 class Output:
-    """One output of a stage. Token-major outputs (first dim ``"T"``) are computed on padded rows and cut back.
-
-    ``checks`` names its comparators, in order, as ``verify.golden_check.OUTPUT_CHECKS`` resolves them:
-    ``ratio_allclose`` (against the golden), ``logits_contract`` (shape, finiteness, spec §2),
-    ``device_hidden_logits`` (the LM-head comparator, its reference projected from the hidden state the stage
-    read on the device, spec §3.3), ``sampled_ids_argmax`` (ids against the argmax of the stage's first output).
-    """
+    """One output of a stage. Token-major outputs (first dim ``"T"``) are computed on padded rows and cut back;
+    ``checks``: its comparators, in order."""
 
     name: str
     shape: Callable[[Shapes], tuple[int | str, ...]]
     dtype: str
-    checks: tuple[str, ...] = ("ratio_allclose",)
+    checks: tuple[Comparator, ...] = (Comparator.RATIO_ALLCLOSE,)
 
 
 def _token_major(name: str, dtype: str, cols: Callable[[Shapes], int],
-                 checks: tuple[str, ...] = ("ratio_allclose",)) -> tuple[Output]:
+                 checks: tuple[Comparator, ...] = (Comparator.RATIO_ALLCLOSE,)) -> tuple[Output]:
     return (Output(name, lambda s: (TOKENS, cols(s)), dtype, checks),)
 
 
@@ -259,7 +267,8 @@ STAGES: dict[str, Stage] = {
         FrontendCall("norm", (X, input_arg("shared_head_norm_w"), PADDED_ROWS, shape_arg("hidden"), shape_arg("eps")))),
     "logits": Stage(
         "logits", (Param("lm_head_weight", lambda s: (s.vocab_shard, s.hidden), "bfloat16", _lm_head_weight),),
-        _token_major(LOGITS, "float32", lambda s: s.vocab_shard, ("ratio_allclose", "logits_contract")),
+        _token_major(LOGITS, "float32", lambda s: s.vocab_shard,
+                     (Comparator.RATIO_ALLCLOSE, Comparator.LOGITS_CONTRACT)),
         lambda x, t, _s: (golden.local_logits(x, t["lm_head_weight"]),),
         FrontendCall("logits", (X, input_arg("lm_head_weight"), PADDED_ROWS, shape_arg("hidden"),
                                 shape_arg("vocab_shard"))),
@@ -268,8 +277,9 @@ STAGES: dict[str, Stage] = {
         "lm_head",
         (Param("lm_head_weight", lambda s: (s.ranks, s.vocab_shard, s.hidden), "bfloat16", _stacked_lm_head_weight),
          Param("logit_row_indices", lambda s: (s.owners, MAX_LOGIT_ROWS), "int32", _logit_row_indices)),
-        (Output(LM_HEAD_LOGITS, lambda s: (s.owners, MAX_LOGIT_ROWS, s.vocab), "float32", ("device_hidden_logits",)),
-         Output(SAMPLED_IDS, lambda s: (s.owners, MAX_LOGIT_ROWS), "int32", ("sampled_ids_argmax",))),
+        (Output(LM_HEAD_LOGITS, lambda s: (s.owners, MAX_LOGIT_ROWS, s.vocab), "float32",
+                (Comparator.DEVICE_HIDDEN_LOGITS,)),
+         Output(SAMPLED_IDS, lambda s: (s.owners, MAX_LOGIT_ROWS), "int32", (Comparator.SAMPLED_IDS_ARGMAX,))),
         _lm_head_golden,
         FrontendCall("lm_head", (X, input_arg("lm_head_weight"), input_arg("logit_row_indices"), SHAPES), padded=False),
         gemms=lambda s: ((s.owners * MAX_LOGIT_ROWS, s.hidden, s.vocab),),

@@ -79,6 +79,7 @@ from ..support.errors import UsageError
 from ..support.text_table import text_table
 from ..support.timing import phase
 from ..verify.comparators import ratio_allclose
+from ..verify.tolerances import RatioTolerance
 from .bench_peers import PEERS, PeerJob, peer_unavailable
 from .bench_tvm import TVM, TvmJob
 from .bench_worker import InputFiles, Ready, Worker, WorkerFailed
@@ -87,7 +88,8 @@ from .roofline import BF16_DOT, FMA, INT8_DOT, Probes
 
 BENCH_CASES = ("logits", "projection", "norm", "tail")  # every stage of each has peers (``STAGE_PEERS``)
 CONTENDERS = (TVM, *PEERS)
-PEER_CHECK = ratio_allclose(atol=5e-2, rtol=5e-2, max_error_ratio=0.05)  # BF16-level: peers round differently
+# BF16-level: peers round differently
+PEER_CHECK = ratio_allclose(RatioTolerance(atol=5e-2, rtol=5e-2, max_error_ratio=0.05))
 LOAD_CHANGE = 1.0  # the 1-minute load average moved by more than this (and by more than half): say so
 TIME_LIMIT_S = 600.0  # one timed batch; a worker silent this long is hung
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from enum import StrEnum
 
 import tvm
@@ -41,9 +41,10 @@ from ..schedule.steps import fresh_copy
 from ..spec.cases import get_case
 from ..support.errors import MtpError, UsageError, last_line
 from ..verify.golden_check import GoldenOptions, Provenance, golden_check, seeded_golden
-from ..verify.module_golden import ModuleTolerance, golden_check_module, module_golden
+from ..verify.module_golden import golden_check_module, module_golden
+from ..verify.tolerances import ModuleTolerance, RatioTolerance
+from .bisect_search import BisectSearch
 
-SEARCHES = ("binary", "linear")
 SCHEDULE_PHASE = "schedule"
 TRACE_PASS = "ApplyScheduleTrace"
 
@@ -73,7 +74,7 @@ class BisectResult:
     kind: str                      # "pass" or "schedule step"
     culprit: dict | None
     message: str
-    search: str
+    search: BisectSearch
     candidates: int
     probes: list[Probe]
     limits: tuple[int, int] | None = None  # pass bisect: (last passing, first failing) --bisect-limit
@@ -109,10 +110,12 @@ class Progress:
             self.stream.flush()
 
 
-def _search(total: int, probe: Callable[[int], Probe], search: str, probes: list[Probe]) -> tuple[int | None, str]:
-    """Given probe(0) passing and probe(total) failing, find k with probe(k-1) passing and probe(k) failing."""
-    lo, hi = 0, total
-    if search == "binary":
+def _search(total: int, probe: Callable[[int], Probe], search: BisectSearch,
+            probes: list[Probe]) -> tuple[int | None, str]:
+    """Given probe(0) passing and probe(total) failing, find k with probe(k-1) passing and probe(k) failing;
+    returns k and how it was found."""
+    lo, hi, how = 0, total, str(search)
+    if search == BisectSearch.BINARY:
         while hi - lo > 1:
             mid = (lo + hi) // 2
             verdict = probe(mid).verdict
@@ -121,21 +124,19 @@ def _search(total: int, probe: Callable[[int], Probe], search: str, probes: list
             lo, hi = (mid, hi) if verdict == Verdict.PASS else (lo, mid)
         else:
             return hi, "binary (first failure if failure is monotone; --search linear checks every prefix)"
-        search = "binary, then linear: a probe's build failed, so the halves could not be told apart"
+        how = "binary, then linear: a probe's build failed, so the halves could not be told apart"
     for k in range(lo + 1, hi):
         known = next((p for p in probes if p.applied == k), None)
         if (known or probe(k)).verdict == Verdict.FAIL:
-            return k, search
-    return hi, search
+            return k, how
+    return hi, how
 
 
 def _run_search(kind: str, labels: list[str], probe_fn: Callable[[int], tuple[Verdict, str]], full: Probe,
-                search: str, progress) -> tuple[int | None, str, list[Probe]]:
+                search: BisectSearch, progress) -> tuple[int | None, str, list[Probe]]:
     """Probe 0, then search between it and the (already run) full build; returns (culprit position, message)."""
-    if search not in SEARCHES:
-        raise UsageError(f"unknown search {search!r}; choose one of {', '.join(SEARCHES)}")
     total = len(labels)
-    estimate = 1 + (math.ceil(math.log2(total)) if search == "binary" and total > 1 else max(total - 1, 0))
+    estimate = 1 + (math.ceil(math.log2(total)) if search == BisectSearch.BINARY and total > 1 else max(total - 1, 0))
     bar = Progress(estimate, progress)
     probes: list[Probe] = []
 
@@ -160,7 +161,7 @@ def _run_search(kind: str, labels: list[str], probe_fn: Callable[[int], tuple[Ve
     return culprit, how, [*probes, full]
 
 
-def _verdict(compiled_fn, golden, seed, tolerance) -> tuple[Verdict, str]:
+def _verdict(compiled_fn, golden, seed: int, tolerance: RatioTolerance) -> tuple[Verdict, str]:
     try:
         c = compiled_fn()
     except MtpError as e:
@@ -177,9 +178,11 @@ def _golden(spec: BuildSpec, seed: int) -> tuple[dict, dict]:
 
 
 def bisect_passes(spec: BuildSpec | None = None, debug: DebugOptions | None = None, *, seed: int = 0,
-                  tolerance: dict | None = None, search: str = "binary", progress=None, **options) -> BisectResult:
+                  tolerance: RatioTolerance | Mapping | None = None,
+                  search: BisectSearch | str = BisectSearch.BINARY, progress=None, **options) -> BisectResult:
     """Name the first optional pass after which the golden check fails (see the module docstring)."""
     spec, debug = split_options(spec, debug, options, "bisect_passes")
+    tolerance, search = RatioTolerance.of(tolerance), BisectSearch.parse(search, "search")
     if debug.bisect_limit is not None:
         raise UsageError("bisect chooses the bisect limit itself; drop it")
     golden = _golden(spec, seed)
@@ -187,31 +190,33 @@ def bisect_passes(spec: BuildSpec | None = None, debug: DebugOptions | None = No
                         lambda build: _verdict(build, golden, seed, tolerance), debug, search, progress)
 
 
-def bisect_module_passes(module=None, debug: DebugOptions | None = None, *, search: str = "binary", progress=None,
-                         atol: float | None = None, rtol: float | None = None, **options) -> BisectResult:
+def bisect_module_passes(module=None, debug: DebugOptions | None = None, *,
+                         search: BisectSearch | str = BisectSearch.BINARY, progress=None,
+                         tolerance: ModuleTolerance | Mapping | None = None, **options) -> BisectResult:
     """``bisect_passes`` for a user's module file (``--module``): its check is ``tools.module_check``'s, the
     reference computed once."""
     spec, debug = split_module_options(module, None, debug, options, "bisect_module_passes")
     if debug.bisect_limit is not None:
         raise UsageError("bisect chooses the bisect limit itself; drop it")
-    tolerance, user = ModuleTolerance(atol, rtol), load_user_module(spec.module)
+    tolerance, search = ModuleTolerance.of(tolerance), BisectSearch.parse(search, "search")
+    user = load_user_module(spec.module)
     expected = {}
 
-    def verdict(build) -> tuple[str, str]:
+    def verdict(build) -> tuple[Verdict, str]:
         try:
             c = build()
         except MtpError as e:
-            return "error", str(e)
+            return Verdict.ERROR, str(e)
         if not expected:
             expected.update(module_golden(c, user.examples))
         result = golden_check_module(c, tolerance, lambda *_: None, expected)
-        return ("pass", "") if result.passed else ("fail", "fails: " + ", ".join(result.failed_outputs))
+        return (Verdict.PASS, "") if result.passed else (Verdict.FAIL, "fails: " + ", ".join(result.failed_outputs))
 
     return _bisect_gate(lambda d: compile_module(spec=spec, debug=d, user=user), verdict, debug, search, progress)
 
 
 def _bisect_gate(build: Callable[[DebugOptions], object], verdict_of: Callable[[Callable], tuple[str, str]],
-                 debug: DebugOptions, search: str, progress) -> BisectResult:
+                 debug: DebugOptions, search: BisectSearch, progress) -> BisectResult:
     """The pass bisect of ``bisect_passes``: ``build(debug)`` makes a binary, ``verdict_of(lambda: binary)``
     judges it ("pass", "fail" or "error", and a detail)."""
     reference = build(debug.replace(time_passes=True))
@@ -292,12 +297,14 @@ def _prefix(trace: Trace, steps: int) -> Callable[[s_tir.Schedule], None]:
 
 
 def bisect_schedule(func: str, trace, spec: BuildSpec | None = None, *, seed: int = 0,
-                    tolerance: dict | None = None, search: str = "binary", progress=None,
+                    tolerance: RatioTolerance | Mapping | None = None,
+                    search: BisectSearch | str = BisectSearch.BINARY, progress=None,
                     **options) -> BisectResult:
     """Name the first step of ``trace`` (applied to PrimFunc ``func`` in the ``schedule`` phase) after which
     the golden check fails (see the module docstring). The function arrives unscheduled and leaves marked
     scheduled, so ``schedule`` applies to the other kernels only."""
     spec, _ = split_options(spec, None, options, "bisect_schedule")
+    tolerance, search = RatioTolerance.of(tolerance), BisectSearch.parse(search, "search")
     golden = _golden(spec, seed)
     seen: dict = {}
     apply = as_apply(trace)

@@ -17,6 +17,7 @@ appears atomically, like ``repro/``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -30,7 +31,7 @@ from ..passes.pipeline import TIR_PIPELINE, register_with_tvm
 from ..passes.target import device_for, resolve_target, target_json
 from ..support.errors import MtpError, last_line
 from ..verify.comparators import ratio_allclose
-from ..verify.golden_check import DEFAULT_TOLERANCE
+from ..verify.tolerances import RatioTolerance
 from .repro import BROKEN, NOT_REPRODUCED, REPRODUCED, launcher, save_arrays, write_folder
 
 KERNEL_REPRO_DIR = "kernel_repro"
@@ -51,7 +52,7 @@ def write_kernel_repro(result, test, reference, options, root=None) -> Path:
     run = test.dump_dir or new_run_dir(root, f"{test.case.name}-{test.target.kind.name}")
 
     def fill(tmp: Path) -> None:
-        spec = {"case": result.case, "tolerance": options.tolerance or DEFAULT_TOLERANCE,
+        spec = {"case": result.case, "tolerance": dataclasses.asdict(options.tolerance),
                 "against": str(options.against), "seed": options.seed,
                 "written": time.strftime("%Y-%m-%d %H:%M:%S")}
         for side, compiled, call in (("test", test, first.test), ("reference", reference, first.reference)):
@@ -103,7 +104,7 @@ def rerun(folder: Path, log=print) -> int:
     except Exception as e:  # a missing file, bad JSON, a kernel that no longer parses or builds
         log(f"repro: error: cannot rerun {folder}: {type(e).__name__}: {last_line(e)}")
         return BROKEN
-    compare = ratio_allclose(**spec["tolerance"])
+    compare = ratio_allclose(RatioTolerance.of(spec["tolerance"]))
     differ = []
     for j, (a, e) in enumerate(zip(got["test"], got["reference"])):
         c = compare(a, e)

@@ -22,6 +22,7 @@ import difflib
 import json
 import os
 import re
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -37,7 +38,7 @@ from ..support.atomic_file import write_user_file
 from ..support.errors import UsageError
 from ..support.text_table import text_table
 from ..verify.comparators import Comparison, ratio_allclose
-from ..verify.golden_check import DEFAULT_TOLERANCE
+from ..verify.tolerances import RatioTolerance
 from .kernel_calls import PARAM, KernelCall, NanOrigin, nan_origin, record
 from .kernel_repro import KERNEL_REPRO_DIR, write_kernel_repro
 
@@ -107,18 +108,18 @@ class Against:
 @dataclasses.dataclass(frozen=True)
 class LocalizeOptions:
     """``against`` names the reference; ``seed`` the inputs; ``tolerance`` the ``ratio_allclose`` of every
-    output (default the case's, ``DEFAULT_TOLERANCE``); ``max_mb`` bounds the tensors kept at once."""
+    output (default the case's); ``max_mb`` bounds the tensors kept at once."""
 
     against: Against
     seed: int = 0
-    tolerance: dict | None = None
+    tolerance: RatioTolerance = RatioTolerance()
     max_mb: float | None = None
 
     def __post_init__(self):
         validate_seed(self.seed)
         if self.max_mb is not None and not (isinstance(self.max_mb, (int, float)) and self.max_mb > 0):
             raise UsageError(f"--localize-max-mb must be a positive number, got {self.max_mb!r}")
-        ratio_allclose(**(self.tolerance or DEFAULT_TOLERANCE))  # a bad tolerance fails before the builds
+        RatioTolerance.require(self.tolerance, "LocalizeOptions.tolerance")
 
 
 def _same_kernel(name: str) -> str:
@@ -309,7 +310,7 @@ def _compare_inputs(t: KernelCall, r: KernelCall, compare) -> list[Comparison | 
 def compare_builds(test: CompiledCase, reference: CompiledCase, options: LocalizeOptions) -> LocalizeResult:
     """Run both builds on the case's seeded inputs and compare their kernel calls (see the module docstring)."""
     inputs = test.case.make_inputs(test.shapes, options.seed)
-    compare = ratio_allclose(**(options.tolerance or DEFAULT_TOLERANCE))
+    compare = ratio_allclose(options.tolerance)
     test_calls, ref_calls = record(test, inputs), record(reference, inputs)
     pairs = align(test_calls, ref_calls)
     diffs = [CallDiff(t, r) for t, r in pairs]
@@ -343,15 +344,15 @@ def _describe(c: CompiledCase) -> str:
 
 
 def localize(spec: BuildSpec | None = None, debug: DebugOptions | None = None, *, against: str | Against,
-             seed: int = 0, tolerance: dict | None = None, max_mb: float | None = None, kernel_repro: bool = True,
-             log=print, **options) -> LocalizeResult:
+             seed: int = 0, tolerance: RatioTolerance | Mapping | None = None, max_mb: float | None = None,
+             kernel_repro: bool = True, log=print, **options) -> LocalizeResult:
     """Build ``spec`` with ``debug`` (keywords as for ``compile``) and the reference ``against`` names, compare
     every kernel call on the inputs of ``seed``, and for the first differing call write ``kernel_repro/``
     (``tools/kernel_repro.py``) into the test build's run folder (a new one under ``dumps/`` when not
     dumping)."""
     spec, debug = split_options(spec, debug, options, "localize")
     against = against if isinstance(against, Against) else Against.parse(against)
-    opts = LocalizeOptions(against, seed, tolerance, max_mb)
+    opts = LocalizeOptions(against, seed, RatioTolerance.of(tolerance), max_mb)
     ref_spec, ref_debug = against.reference(spec)
     require_runs_here(resolve_target(spec.target))
     require_runs_here(resolve_target(ref_spec.target))
@@ -381,7 +382,8 @@ def _show_in_run(test: CompiledCase, result: LocalizeResult) -> None:
         update_index(test.dump_dir, localize=result.page_section())
 
 
-def localize_failure(test: CompiledCase, seed: int, tolerance: dict | None = None) -> LocalizeResult:
+def localize_failure(test: CompiledCase, seed: int,
+                     tolerance: RatioTolerance = RatioTolerance()) -> LocalizeResult:
     """What a failing ``check --dump-passes`` adds beside ``repro/``: the build it checked against a clean
     ``schedule=none`` build of the same case, and ``kernel_repro/`` for the first differing call."""
     options = LocalizeOptions(Against(schedule="none"), seed, tolerance)

@@ -4,6 +4,9 @@ option of a case's build applies (they are ``DebugOptions``); ``--profile`` time
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
+
 from ..compiler.options import DebugOptions
 from ..compiler.runtime import threads_wanted
 from ..compiler.user_build import ModuleSpec, compile_module_open, split_module_options
@@ -11,41 +14,35 @@ from ..instrument.run_folder import update_index
 from ..passes.target import require_runs_here, resolve_target
 from ..support.timing import phase
 from ..verify.golden_check import validate_check_args
-from ..verify.module_golden import ModuleTolerance, golden_check_module
+from ..verify.module_golden import golden_check_module
 from ..verify.results import CheckResult
-from .check import checking, close_check
-from .profile import ProfileOptions, profile_options, write_to_run_folder
-from .profile import profile as profile_main
+from ..verify.tolerances import ModuleTolerance
+from .check import checking, close_check, log_schedule_gaps, profile_into_run
+from .profile import ProfileOptions, profile_options
 
 
 def check_module(module=None, debug: DebugOptions | None = None, *, spec: ModuleSpec | None = None,
-                 atol: float | None = None, rtol: float | None = None, report=None,
+                 tolerance: ModuleTolerance | Mapping | None = None, report=None,
                  profile: bool | ProfileOptions = False, log=print, **options) -> CheckResult:
     """Build the module file ``module`` (keywords: ``target``, ``schedule`` and the fields of ``DebugOptions``),
     run it on ``example_inputs()`` and compare every output with the reference (torch eagerly, or the module
     built for the CPU with no schedule and no optional pass), as ``torch.testing.assert_close`` with its default
-    tolerances per dtype unless ``atol``/``rtol`` are given."""
+    tolerances per dtype unless ``tolerance`` (a ``ModuleTolerance`` or a dict with ``atol``/``rtol``) sets
+    them."""
     spec, debug = split_module_options(module, spec, debug, options, "check_module")
-    tolerance = ModuleTolerance(atol, rtol)
-    validate_check_args(0, None, report, log)
+    tolerance = ModuleTolerance.of(tolerance)
+    validate_check_args(0, report, log)
     threads_wanted()
     profiling = profile_options(profile)
     require_runs_here(resolve_target(spec.target))
     log(f"[BUILD] module={spec.module} schedule={spec.schedule}")
     compiled = compile_module_open(spec=spec, debug=debug)
     with checking(compiled):
-        if compiled.unscheduled:
-            log(f"[schedule] no {spec.schedule!r} schedule covers {', '.join(compiled.unscheduled)}: lowered as "
-                "written")
-        for kernel, why in compiled.untuned.items():
-            log(f"[tuned] {kernel}: {why}; its hand schedule is used")
-        result = golden_check_module(compiled, tolerance, log)
-        result.gate, result.pass_records = compiled.gate, compiled.pass_records
-        if profiling is not None:
-            log(f"[PROFILE] {profiling.rounds} rounds")
-            result.profile = profile_main(compiled, compiled.user.examples, profiling)
-            if compiled.dump_dir is not None:
-                write_to_run_folder(result.profile, compiled.dump_dir)
+        log_schedule_gaps(compiled, log)
+        verdict = golden_check_module(compiled, tolerance, log)
+        result = dataclasses.replace(
+            verdict, gate=compiled.gate, pass_records=compiled.pass_records,
+            profile=None if profiling is None else profile_into_run(compiled, compiled.user.examples, profiling, log))
         if compiled.dump_dir is not None:
             with phase("dumps"):
                 update_index(compiled.dump_dir, check={"passed": result.passed, "seed": 0,

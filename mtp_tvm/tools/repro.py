@@ -34,6 +34,7 @@ from ..passes.target import resolve_target, target_json
 from ..support.atomic_file import make_temp_dir
 from ..support.errors import MtpError, last_line
 from ..verify.golden_check import GoldenOptions, Provenance, golden_check
+from ..verify.tolerances import LogitsTolerance, RatioTolerance
 
 REPRO_DIR = "repro"
 PROJECT_ROOT = Path(__file__).resolve().parents[2]  # the folder holding the mtp_tvm package
@@ -95,10 +96,10 @@ def cli_command(compiled, options: GoldenOptions) -> str:
     if debug.api_only_passes:
         names = extra_pass_names(resolve_extra_passes(debug.extra_passes, compiled.target))
         notes.append(f"# plus extra passes given through the Python API: {', '.join(names)}")
-    for flag, value in (options.logits_tol or {}).items():
+    for flag, value in options.logits_tol.overrides().items():
         argv += [f"--{flag.replace('_', '-')}", str(value)]
-    if options.tolerance is not None:
-        notes.append(f"# with tolerance {json.dumps(options.tolerance)} (Python API)")
+    if options.tolerance.overrides():
+        notes.append(f"# with tolerance {json.dumps(options.tolerance.overrides())} (Python API)")
     return "\n".join([shlex.join(argv), *notes]) + "\n"
 
 
@@ -129,7 +130,7 @@ def _write_bundle(tmp: Path, compiled, inputs: dict, expected: dict, options: Go
     spec = {"case": compiled.case.name, "preset": s.preset.name, "frontend": compiled.frontend,
             "tokens": s.tokens, "vocab_shard": s.vocab_shard, "owners": s.owners, "tp": s.tp, "seed": options.seed,
             "schedule": compiled.schedule,
-            "tolerance": options.tolerance, "logits_tol": options.logits_tol,
+            "tolerance": dataclasses.asdict(options.tolerance), "logits_tol": dataclasses.asdict(options.logits_tol),
             "target": target_json(compiled.target), "gate": _lowering_gate(compiled),
             "inputs": save_arrays(tmp / "inputs.npz", inputs),
             "outputs": save_arrays(tmp / "expected.npz", expected),
@@ -161,6 +162,7 @@ def rerun(folder: Path, log=print) -> int:
 
 def _rerun(folder: Path, log) -> int:
     from ..compiler.driver import CompiledCase
+    from ..compiler.options import BuildSpec
     from ..instrument.recorder import PassRecorder
     from ..passes.gate import PassGate
     from ..passes.pipeline import compile_module
@@ -177,11 +179,12 @@ def _rerun(folder: Path, log) -> int:
     t0 = time.perf_counter()
     with tvm.transform.PassContext(opt_level=3, instruments=[PassRecorder(gate)] if gate.active else []):
         ex = compile_module(mod, target, None, first_phase=FIRST_LOWERING_PHASE)
-    compiled = CompiledCase(case, shapes, target, spec["frontend"], ex, time.perf_counter() - t0)
+    asked = BuildSpec(case.name, target, shapes.preset.name, spec["frontend"], schedule=spec.get("schedule", "default"))
+    compiled = CompiledCase(case, shapes, target, ex, time.perf_counter() - t0, spec=asked)
     inputs = read_npz(folder / "inputs.npz", spec["inputs"])
     expected = read_npz(folder / "expected.npz", spec["outputs"])
-    built = Provenance(spec["target"], spec["frontend"], spec.get("schedule", "default"), compiled.build_seconds)
-    options = GoldenOptions(spec["seed"], spec["tolerance"], spec["logits_tol"])
+    built = Provenance(spec["target"], asked.frontend, asked.schedule, compiled.build_seconds)
+    options = GoldenOptions(spec["seed"], RatioTolerance.of(spec["tolerance"]), LogitsTolerance.of(spec["logits_tol"]))
     result = golden_check(compiled.run, case, shapes, built, options, golden=(inputs, expected), log=log)
     log(summary_table(result))
     if result.passed:

@@ -6,7 +6,7 @@ What this module adds to MetaSchedule, and why:
 - ``case_kernels``: the PrimFuncs ``main`` calls, after legalisation, fusion and lifting parameter-only work
   (the Relax frontend's weight transposes) into ``main_transform_params``, each as its *tile workload* (every
   row count bound to the padded tile of 16: ``schedule.tuned``), so one tuned binary serves every T.
-- ``Space``: ``hand`` (our rules as design spaces, ``schedule.space``), ``generic`` (MetaSchedule's own rules:
+- ``TuneSpace``: ``hand`` (our rules as design spaces, ``schedule.space``), ``generic`` (MetaSchedule's own rules:
   multi-level tiling and friends) or ``both``; the log says how many design spaces and measured candidates
   each produced. The hand space's structural points (``hand_points``, the shipped knobs first) are measured in
   one build batch before the search and committed, so the best record is never slower than the hand schedule
@@ -34,7 +34,6 @@ import time
 import types
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
 
 import tvm
 from tvm import relax, tirx
@@ -44,8 +43,9 @@ from ..compiler.options import BuildSpec, DebugOptions, split_options
 from ..compiler.runtime import threads_wanted
 from ..passes.target import cpu_isa, is_gpu
 from ..schedule.bf16_dot import register_dot_intrinsics
-from ..schedule.space import HAND, default_schedule, hand_points, hand_space, is_hand
+from ..schedule.space import default_schedule, hand_points, hand_space, is_hand
 from ..schedule.steps import fresh_copy
+from ..schedule.tune_space import TuneSpace
 from ..schedule.tuned import (
     RECORDS_FILE,
     called_kernels,
@@ -58,10 +58,6 @@ from ..schedule.tuned import (
 )
 from ..support.errors import BuildError, UsageError, last_line
 from ..support.folder_lock import folder_lock
-
-Space = Literal["hand", "generic", "both"]
-SPACES = ("hand", "generic", "both")
-GENERIC = "generic"
 
 _INTRINSICS = "tvm.s_tir.tensor_intrin"
 
@@ -117,9 +113,9 @@ class KernelProgress:
     best_by_space: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
-def candidate_space(sch) -> str:
+def candidate_space(sch) -> TuneSpace:
     """Which design space a measured candidate came from (our hand spaces mark their traces: ``is_hand``)."""
-    return HAND if is_hand(sch) else GENERIC
+    return TuneSpace.HAND if is_hand(sch) else TuneSpace.GENERIC
 
 
 class ProgressCallback:
@@ -233,7 +229,7 @@ def _runner(rpc: tuple[str, str] | None):
                                                    session_timeout_sec=120), evaluator)
 
 
-def _spaces(space: Space, hand, target: Target, key: tvm.IRModule, fuse_consumers: bool = True):
+def _spaces(space: TuneSpace, hand, target: Target, key: tvm.IRModule, fuse_consumers: bool = True):
     """The space generators of the kernel ``key``: ``hand`` is its hand space's ``ScheduleFn`` body, or None. The
     generic space is MetaSchedule's ``PostOrderApply`` with the target's rules; ``fuse_consumers=False`` (CPU) swaps its
     multi-level tiling for one without the write cache that computes the consumer inside the tile: where the
@@ -242,15 +238,15 @@ def _spaces(space: Space, hand, target: Target, key: tvm.IRModule, fuse_consumer
     from tvm.s_tir import meta_schedule as ms
 
     chosen = {}
-    if space in ("hand", "both") and hand is not None:
-        chosen[HAND] = ms.space_generator.ScheduleFn(hand)
-    if space in ("generic", "both"):
-        chosen[GENERIC] = ms.space_generator.PostOrderApply()
+    if space.includes(TuneSpace.HAND) and hand is not None:
+        chosen[TuneSpace.HAND] = ms.space_generator.ScheduleFn(hand)
+    if space.includes(TuneSpace.GENERIC):
+        chosen[TuneSpace.GENERIC] = ms.space_generator.PostOrderApply()
         if not fuse_consumers:
             rules = ms.TuneContext(fresh_copy(key), target=target,
-                                   space_generator=chosen[GENERIC]).space_generator.sch_rules
+                                   space_generator=chosen[TuneSpace.GENERIC]).space_generator.sch_rules
             tiling = ms.schedule_rule.MultiLevelTiling  # the LLVM default's structure and innermost limit:
-            chosen[GENERIC] = ms.space_generator.PostOrderApply(sch_rules=[
+            chosen[TuneSpace.GENERIC] = ms.space_generator.PostOrderApply(sch_rules=[
                 tiling(structure="SSRSRS", max_innermost_factor=64) if type(r) is tiling else r for r in rules])
     return chosen
 
@@ -310,21 +306,20 @@ def _measure(schedules: list, target: Target, builder, runner) -> list[tuple[lis
 class TuneOptions:
     """How ``tune`` searches (what it tunes is a ``BuildSpec``): ``trials`` in all, hand points included;
     ``work_dir`` the database folder (None: ``schedule.tuned.tuned_dir``), warm-started from; ``seed`` of the
-    search; ``rpc = (HOST:PORT, key)`` measure on a TVM RPC tracker's servers; ``space`` hand, generic or both;
+    search; ``rpc = (HOST:PORT, key)`` measure on a TVM RPC tracker's servers; ``space`` a ``TuneSpace`` (or its name);
     ``module`` a module file (``--module FILE.py``) whose kernels are tuned instead of the spec's case."""
 
     trials: int = 64
     work_dir: str | os.PathLike | None = None
     seed: int = 0
     rpc: tuple[str, str] | None = None
-    space: Space = "both"
+    space: TuneSpace = TuneSpace.BOTH
     module: str | os.PathLike | None = None
 
     def __post_init__(self):
         if isinstance(self.trials, bool) or not isinstance(self.trials, int) or self.trials < 1:
             raise UsageError(f"trials must be a positive integer, got {self.trials!r}")
-        if self.space not in SPACES:
-            raise UsageError(f"space must be one of {', '.join(SPACES)}, got {self.space!r}")
+        object.__setattr__(self, "space", TuneSpace.parse(self.space, "space"))
 
 
 _OPTION_FIELDS = {f.name for f in dataclasses.fields(TuneOptions)}
@@ -445,7 +440,7 @@ class _Search:
         if not generators:
             return
         if ks is not None and not self.database.has_workload(key):  # the shipped knobs, then the other structures
-            self.points[name] = hand_points(key, ks, self.isa) if HAND in self.spaces[name] else \
+            self.points[name] = hand_points(key, ks, self.isa) if TuneSpace.HAND in self.spaces[name] else \
                 [default_schedule(key, ks, self.isa)]
         generator = generators[0] if len(generators) == 1 else ms.space_generator.SpaceGeneratorUnion(generators)
         self.tasks.append(ms.TuneContext(fresh_copy(key), target=self.target, space_generator=generator,
@@ -456,7 +451,7 @@ class _Search:
     def _count(self, name: str, s: str, hand, key) -> bool:
         """Count space ``s`` of kernel ``name`` into ``spaces``; whether consumer fusion could stay on (a CPU
         generic space that fails with it is counted again without it, ``_spaces``)."""
-        tries, errors = ((True, False) if s == GENERIC and not is_gpu(self.target) else (True,)), []
+        tries, errors = ((True, False) if s == TuneSpace.GENERIC and not is_gpu(self.target) else (True,)), []
         for fusion in tries:
             try:
                 self.spaces[name][s] = _count_spaces(_spaces(self.options.space, hand, self.target, key, fusion)[s],
@@ -481,13 +476,13 @@ class _Search:
                                                          self.runner)):
             if isinstance(measured, BuildError):  # said, not hidden: the search then starts without it
                 self.log(f"[tune] warning: {name}: {measured}; the search starts without it")
-                self.progress.add(name, HAND, None)
+                self.progress.add(name, TuneSpace.HAND, None)
                 continue
             run_secs, args_info = measured
             self.database.commit_tuning_record(ms.database.TuningRecord(
                 sch.trace, self.database.commit_workload(workload(self.kernels[name])), run_secs, self.target,
                 args_info))
-            self.progress.add(name, HAND, 1e3 * min(run_secs))
+            self.progress.add(name, TuneSpace.HAND, 1e3 * min(run_secs))
             if sch is self.points[name][0]:
                 self.default_ms[name] = 1e3 * min(run_secs)
         return batch

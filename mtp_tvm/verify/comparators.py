@@ -7,13 +7,11 @@ numel, greatest absolute and relative difference with their index) and a torch.t
 from __future__ import annotations
 
 import dataclasses
-import math
-import numbers
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 import numpy as np
 
-from ..support.errors import UsageError
+from .tolerances import LogitsTolerance, RatioTolerance
 
 
 @dataclasses.dataclass
@@ -46,8 +44,7 @@ def _nonfinite_counts(x: np.ndarray) -> tuple[int, int]:
     return int(np.isnan(x).sum()), int(np.isinf(x).sum())
 
 
-def ratio_allclose(atol: float = 1e-2, rtol: float = 1e-2, max_error_ratio: float = 0.02,
-                   max_show: int = 10) -> Callable[..., Comparison]:
+def ratio_allclose(tolerance: RatioTolerance = RatioTolerance(), max_show: int = 10) -> Callable[..., Comparison]:
     """Outlier-budget allclose (spec §4.1).
 
     A point is an outlier iff ``|a-e| > atol + rtol*|e|``; the check passes iff the outlier count is at most
@@ -55,11 +52,7 @@ def ratio_allclose(atol: float = 1e-2, rtol: float = 1e-2, max_error_ratio: floa
     before any ratio logic. Unlike the reference, non-finite *expected* values are rejected too: a NaN
     difference compares False and would otherwise never count as an outlier.
     """
-    _numbers(atol=atol, rtol=rtol, max_error_ratio=max_error_ratio)
-    if not 0.0 <= max_error_ratio <= 1.0:  # NaN fails this too
-        raise UsageError(f"max_error_ratio must be in [0, 1], got {max_error_ratio}")
-    if not all(math.isfinite(t) and t >= 0 for t in (atol, rtol)):  # NaN would make every point pass
-        raise UsageError(f"atol and rtol must be finite and >= 0, got atol={atol} rtol={rtol}")
+    atol, rtol, max_error_ratio = tolerance.atol, tolerance.rtol, tolerance.max_error_ratio
     name = f"ratio_allclose(atol={atol}, rtol={rtol}, max_error_ratio={max_error_ratio})"
 
     def compare(actual, expected) -> Comparison:
@@ -156,50 +149,19 @@ def check_logits_contract(logits, batch: int, seq: int, vocab_shard: int, expect
     return Comparison(name, True, numel, detail="shape, row order and argmax range hold")
 
 
-DEFAULT_LOGITS_TOLERANCE = {"atol": 1e-2, "rtol": 1e-2, "max_error_ratio": 0.01, "max_e2e_abs_diff": 0.5}
-
-
-def logits_tolerance(overrides: dict | None = None) -> dict:
-    """``DEFAULT_LOGITS_TOLERANCE`` with ``overrides`` applied; unknown keys are a user error."""
-    return tolerance_overrides(overrides, DEFAULT_LOGITS_TOLERANCE, "logits tolerance")
-
-
-def tolerance_overrides(overrides, defaults: dict, what: str) -> dict:
-    """``defaults`` with ``overrides`` (a dict of some of its keys) applied; anything else is a user error."""
-    if overrides is None:
-        return dict(defaults)
-    if not isinstance(overrides, Mapping):
-        raise UsageError(f"{what} must be a dict with keys among {', '.join(defaults)}, got "
-                         f"{type(overrides).__name__} {overrides!r}")
-    unknown = sorted(map(str, set(overrides) - set(defaults)))
-    if unknown:
-        raise UsageError(f"unknown {what} {unknown}; choose from {', '.join(defaults)}")
-    return {**defaults, **overrides}
-
-
-def _numbers(**values) -> None:
-    """Tolerances are real numbers (a string compared with one is a TypeError deep inside the check)."""
-    for name, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise UsageError(f"{name} must be a number, got {value!r}")
-
-
-def device_hidden_logits_allclose(tp: int, atol: float = 1e-2, rtol: float = 1e-2, max_error_ratio: float = 0.01,
-                                  max_e2e_abs_diff: float = 0.5) -> Callable[..., Comparison]:
+def device_hidden_logits_allclose(tp: int, tolerance: LogitsTolerance = LogitsTolerance()) -> Callable[..., Comparison]:
     """The LM-head logits comparator conditioned on the device's own hidden state (spec §3.3).
 
     Projecting the CPU golden hidden state through the LM head amplifies the error the hidden state is
     allowed, so device logits are instead compared with a reference projected on the CPU from the hidden
     state the device produced (``hidden``, ``[owners, rows, D]``): that isolates the LM head, which must
-    meet ``ratio_allclose(atol, rtol, max_error_ratio)``. A non-finite reference is rejected (a NaN difference
-    would never count as an outlier). Then an end-to-end guard against the original CPU golden catches a
+    meet ``ratio_allclose(tolerance)``. A non-finite reference is rejected (a NaN difference would never count
+    as an outlier). Then an end-to-end guard against the original CPU golden catches a
     catastrophic upstream error the conditioning would hide: every ``|actual - expected|`` must be finite
     and at most ``max_e2e_abs_diff``.
     """
-    _numbers(max_e2e_abs_diff=max_e2e_abs_diff)
-    if not (math.isfinite(max_e2e_abs_diff) and max_e2e_abs_diff > 0):
-        raise UsageError(f"max_e2e_abs_diff must be finite and > 0, got {max_e2e_abs_diff}")
-    base = ratio_allclose(atol=atol, rtol=rtol, max_error_ratio=max_error_ratio)
+    max_e2e_abs_diff = tolerance.max_e2e_abs_diff
+    base = ratio_allclose(tolerance)
     name = f"device_hidden_{base.__name__}_with_e2e_max_abs_diff({max_e2e_abs_diff})"
 
     def compare(actual, expected, *, hidden, lm_head_weight, logit_row_indices) -> Comparison:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..compiler.tensors import to_numpy
-from ..spec.cases import LM_HEAD_LOGITS, Case, Stage, validate_seed
+from ..spec.cases import LM_HEAD_LOGITS, Case, Comparator, Stage, validate_seed
 from ..spec.presets import Shapes
 from ..support.errors import UsageError
 from ..support.timing import phase
@@ -21,22 +21,17 @@ from ..verify.comparators import (
     check_logits_contract,
     check_sampled_ids,
     device_hidden_logits_allclose,
-    logits_tolerance,
     ratio_allclose,
-    tolerance_overrides,
 )
 from ..verify.results import CheckResult, OutputCheck
+from ..verify.tolerances import LogitsTolerance, RatioTolerance
 
-DEFAULT_TOLERANCE = {"atol": 1e-2, "rtol": 1e-2, "max_error_ratio": 0.02}
 
-
-def validate_check_args(seed, tolerance, report, log, logits_tol=None) -> None:
+def validate_check_args(seed, report, log) -> None:
     """The arguments every golden check takes, checked before the build or the run, not after them (a bad
-    ``report`` used to fail only once the whole check had run, losing its result)."""
+    ``report`` would otherwise fail only once the whole check had run, losing its result); the tolerances are
+    checked when made (``verify.tolerances``)."""
     validate_seed(seed)
-    ratio_allclose(**tolerance_overrides(tolerance, DEFAULT_TOLERANCE, "tolerance"))
-    if logits_tol is not None:
-        device_hidden_logits_allclose(1, **logits_tolerance(logits_tol))  # the values; the TP degree is not read
     if report is not None:
         if not isinstance(report, (str, os.PathLike)):
             raise UsageError(f"report must be a file path, got {type(report).__name__} {report!r}")
@@ -49,7 +44,7 @@ def validate_check_args(seed, tolerance, report, log, logits_tol=None) -> None:
 @dataclasses.dataclass(frozen=True)
 class _Run:
     """What an output's comparators read: the case, its sizes, both output sets, the inputs (when given), the
-    ``ratio_allclose`` of every output and the LM-head tolerance overrides."""
+    ``ratio_allclose`` of every output and the LM-head tolerance."""
 
     case: Case
     shapes: Shapes
@@ -57,7 +52,7 @@ class _Run:
     expected: dict
     inputs: dict | None
     ratio: Callable[..., Comparison]
-    logits_tol: dict | None
+    logits_tol: LogitsTolerance
 
 
 def _device_hidden_logits(r: _Run, stage: Stage, name: str) -> Comparison:
@@ -67,27 +62,28 @@ def _device_hidden_logits(r: _Run, stage: Stage, name: str) -> Comparison:
         raise UsageError(f"checking the LM-head logits of case {r.case.name!r} needs the case inputs")
     s = r.shapes
     hidden = to_numpy(r.case.stage_input(stage.name, r.inputs, r.actual)).reshape(s.owners, -1, s.hidden)
-    cmp = device_hidden_logits_allclose(s.tp, **logits_tolerance(r.logits_tol))
+    cmp = device_hidden_logits_allclose(s.tp, r.logits_tol)
     return cmp(r.actual[name], r.expected[name], hidden=hidden, **{p.name: r.inputs[p.name] for p in stage.params})
 
 
-# The comparators ``Output.checks`` names: ``check(run, stage, output name) -> Comparison``.
-OUTPUT_CHECKS: dict[str, Callable[[_Run, Stage, str], Comparison]] = {
-    "ratio_allclose": lambda r, _st, name: r.ratio(r.actual[name], r.expected[name]),
-    "logits_contract": lambda r, _st, name: check_logits_contract(
+# Each comparator ``Output.checks`` may name: ``check(run, stage, output name) -> Comparison``.
+OUTPUT_CHECKS: dict[Comparator, Callable[[_Run, Stage, str], Comparison]] = {
+    Comparator.RATIO_ALLCLOSE: lambda r, _st, name: r.ratio(r.actual[name], r.expected[name]),
+    Comparator.LOGITS_CONTRACT: lambda r, _st, name: check_logits_contract(
         r.actual[name], r.shapes.batch, r.shapes.seq, r.shapes.vocab_shard, r.expected[name]),
-    "device_hidden_logits": _device_hidden_logits,
-    "sampled_ids_argmax": lambda r, st, name: check_sampled_ids(r.actual[name], r.actual[st.outputs[0].name]),
+    Comparator.DEVICE_HIDDEN_LOGITS: _device_hidden_logits,
+    Comparator.SAMPLED_IDS_ARGMAX: lambda r, st, name: check_sampled_ids(r.actual[name],
+                                                                         r.actual[st.outputs[0].name]),
 }
 
 
-def compare_outputs(case: Case, s: Shapes, actual: dict, expected: dict, tolerance: dict | None = None,
-                    inputs: dict | None = None, logits_tol: dict | None = None) -> dict[str, OutputCheck]:
+def compare_outputs(case: Case, s: Shapes, actual: dict, expected: dict,
+                    tolerance: RatioTolerance = RatioTolerance(), inputs: dict | None = None,
+                    logits_tol: LogitsTolerance = LogitsTolerance()) -> dict[str, OutputCheck]:
     """Every output through the comparators its ``Output.checks`` names (``OUTPUT_CHECKS``), in order:
-    ``ratio_allclose`` with ``tolerance`` (default ``DEFAULT_TOLERANCE``); the LM head's device-hidden
-    comparator with ``logits_tol`` over ``DEFAULT_LOGITS_TOLERANCE`` (it needs ``inputs``)."""
-    run = _Run(case, s, actual, expected, inputs,
-               ratio_allclose(**tolerance_overrides(tolerance, DEFAULT_TOLERANCE, "tolerance")), logits_tol)
+    ``ratio_allclose`` with ``tolerance``; the LM head's device-hidden comparator with ``logits_tol`` (it needs
+    ``inputs``)."""
+    run = _Run(case, s, actual, expected, inputs, ratio_allclose(tolerance), logits_tol)
     return {out.name: OutputCheck(out.name, [OUTPUT_CHECKS[check](run, stage, out.name) for check in out.checks])
             for stage in case.chain for out in stage.outputs}
 
@@ -102,17 +98,19 @@ def logit_perturbation(where: tuple, shape: tuple) -> dict:
 
 @dataclasses.dataclass(frozen=True)
 class GoldenOptions:
-    """How a run is judged: the input ``seed``; ``tolerance`` of ``ratio_allclose`` for every output (default
-    ``DEFAULT_TOLERANCE``); ``logits_tol`` of the LM-head comparator; ``perturbation``, a deliberate error
-    added to one device logit (``{"index": [owner, row, col], "delta": d}``, a debugging aid)."""
+    """How a run is judged: the input ``seed``; ``tolerance`` of ``ratio_allclose`` for every output;
+    ``logits_tol`` of the LM-head comparator; ``perturbation``, a deliberate error added to one device logit
+    (``{"index": [owner, row, col], "delta": d}``, a debugging aid)."""
 
     seed: int = 0
-    tolerance: dict | None = None
-    logits_tol: dict | None = None
+    tolerance: RatioTolerance = RatioTolerance()
+    logits_tol: LogitsTolerance = LogitsTolerance()
     perturbation: dict | None = None
 
     def __post_init__(self):
         validate_seed(self.seed)
+        RatioTolerance.require(self.tolerance, "GoldenOptions.tolerance")
+        LogitsTolerance.require(self.logits_tol, "GoldenOptions.logits_tol")
 
 
 @dataclasses.dataclass(frozen=True)

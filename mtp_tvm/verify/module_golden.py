@@ -9,7 +9,6 @@ built for the CPU with no schedule and no optional pass (a differential check: `
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from typing import TYPE_CHECKING
 
@@ -24,46 +23,24 @@ from ..support.timing import phase
 from ..verify.comparators import Comparison, ratio_allclose
 from ..verify.golden_check import Provenance
 from ..verify.results import CheckResult, OutputCheck
+from ..verify.tolerances import ModuleTolerance
 
 if TYPE_CHECKING:  # the compiler is imported where a golden is computed: a stored one is checked by the runtime alone
     from ..compiler.user_build import CompiledModule
 
 torch = lazy_module("torch")
 
-# torch.testing.assert_close's defaults (atol, rtol) per dtype; integers and booleans must be equal
-ASSERT_CLOSE_DEFAULTS = {"float16": (1e-5, 1e-3), "bfloat16": (1e-5, 1.6e-2), "float32": (1e-5, 1.3e-6),
-                         "float64": (1e-7, 1e-7)}
-
-
-@dataclasses.dataclass(frozen=True)
-class ModuleTolerance:
-    """``atol``/``rtol`` for every output; None: ``assert_close``'s default for the output's dtype."""
-
-    atol: float | None = None
-    rtol: float | None = None
-
-    def __post_init__(self):
-        for name in ("atol", "rtol"):
-            value = getattr(self, name)
-            if value is not None and not (isinstance(value, (int, float)) and not isinstance(value, bool)
-                                          and math.isfinite(value) and value >= 0):
-                raise UsageError(f"{name} must be a finite number >= 0, got {value!r}")
-
-    def for_dtype(self, dtype: str) -> tuple[float, float]:
-        atol, rtol = ASSERT_CLOSE_DEFAULTS.get(dtype, (0.0, 0.0))
-        return (atol if self.atol is None else float(self.atol)), (rtol if self.rtol is None else float(self.rtol))
-
 
 def assert_close(actual, expected, tolerance: ModuleTolerance) -> Comparison:
     """One output compared as ``torch.testing.assert_close`` would (no element may be off), reported as every
     comparator is (worst point, mismatch count)."""
     a_dtype, e_dtype = dtype_name(actual), dtype_name(expected)
-    atol, rtol = tolerance.for_dtype(e_dtype)
-    name = f"assert_close(atol={atol:g}, rtol={rtol:g})"
+    exact = tolerance.for_dtype(e_dtype)
+    name = f"assert_close(atol={exact.atol:g}, rtol={exact.rtol:g})"
     if a_dtype != e_dtype:
         return Comparison(name, False, int(np.size(actual)), detail=f"dtype mismatch: actual {a_dtype} vs expected "
                                                                    f"{e_dtype}")
-    result = ratio_allclose(atol, rtol, max_error_ratio=0.0)(actual, expected)
+    result = ratio_allclose(exact)(actual, expected)
     return dataclasses.replace(result, comparator=name)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Any
+from typing import Protocol, runtime_checkable
 
 from ..spec.cases import LM_HEAD_LOGITS
 from ..support.atomic_file import write_user_file
@@ -32,9 +32,30 @@ class OutputCheck:
         return {**main, "passed": self.passed, "checks": [c.as_dict() for c in self.checks]}
 
 
-@dataclasses.dataclass
+@runtime_checkable
+class ProfileReport(Protocol):
+    """What a check's kernel profile (``tools.profile.Profile``, a layer above) offers its result: the JSON
+    report's section and the table the CLI prints."""
+
+    def as_dict(self) -> dict: ...
+
+    def table(self) -> str: ...
+
+
+@runtime_checkable
+class NanReport(Protocol):
+    """What ``--nan-check``'s finding (``tools.kernel_calls.NanOrigin``) offers: the report's section and the
+    line the CLI prints."""
+
+    def as_dict(self) -> dict: ...
+
+    def describe(self, build: str = "") -> str: ...
+
+
+@dataclasses.dataclass(frozen=True)
 class CheckResult:
-    """What ``mtp-tvm check`` reports, and what ``--report`` writes as JSON."""
+    """What ``mtp-tvm check`` reports, and what ``--report`` writes as JSON; made whole once (the golden
+    check's verdict, then ``dataclasses.replace`` with what the job added), never changed afterwards."""
 
     case: str
     target: dict
@@ -52,8 +73,8 @@ class CheckResult:
     repro_error: str | None = None    # why the reproducer could not be written (a read-only folder, a full disk)
     gate: dict | None = None          # what --disable-pass / --bisect-limit did
     pass_records: list = dataclasses.field(default_factory=list, repr=False)  # with time_passes / dumps
-    profile: Any = dataclasses.field(default=None, repr=False)  # --profile: a tools.profile.Profile
-    nan_origin: Any = None            # --nan-check: the first call with NaN/Inf (tools.kernel_calls.NanOrigin)
+    profile: ProfileReport | None = dataclasses.field(default=None, repr=False)  # --profile
+    nan_origin: NanReport | None = None  # --nan-check: the first call with NaN/Inf
     nan_checked: bool = False
     kernel_repro_dir: str | None = None  # a failing check with dumps: the first differing kernel call's repro
 
