@@ -478,9 +478,14 @@ def _cmd_bisect_module(args) -> int:
     return 0 if result.found else 1
 
 
+def _names(text: str | None) -> tuple[str, ...]:
+    """``"a, b"`` -> ``("a", "b")``: a comma list flag."""
+    return tuple(filter(None, (s.strip() for s in (text or "").split(","))))
+
+
 def _bench_spec(args) -> tuple[BuildSpec | None, tuple[str, ...]]:
     """What ``bench`` builds (None: the ``--artifact`` it times) and the other schedules it compares, checked."""
-    compare = tuple(filter(None, (s.strip() for s in (args.compare_schedules or "").split(","))))
+    compare = _names(args.compare_schedules)
     if args.artifact:
         _refuse_build_flags(args, "bench")
         return None, compare  # BenchOptions refuses --compare-schedules with an artifact
@@ -505,7 +510,8 @@ def _cmd_bench(args) -> int:
         from .tools.bench import BenchOptions, bench, parse_contenders, parse_tokens
 
     options = BenchOptions(tokens=parse_tokens(args.tokens) if args.tokens else (), rounds=args.rounds,
-                           threads=args.threads, compare_schedules=compare, profile=args.profile,
+                           threads=args.threads, compare_schedules=compare,
+                           compare_frontends=_names(args.compare_frontends), profile=args.profile,
                            rpc=(args.rpc_tracker, args.rpc_key) if args.rpc_tracker else None,
                            artifact=args.artifact,
                            **({"contenders": parse_contenders(args.contenders)} if args.contenders else {}))
@@ -640,6 +646,9 @@ def _add_bench_command(sub, common: argparse.ArgumentParser) -> None:
                    help="timing rounds, each timing every contender in turn; medians over them (default 7)")
     p.add_argument("--compare-schedules", default=None, metavar="A,B,...",
                    help="also time TVM with these schedules in the same rounds, e.g. none,default,tuned,dlight")
+    p.add_argument("--compare-frontends", default=None, metavar="A,B,...",
+                   help="also time TVM built from these frontends in the same rounds, e.g. torch,tir (the case "
+                        "imported from torch.export against the hand-written kernels)")
     p.add_argument("--json", default=None, metavar="FILE", help="write the figures as JSON")
     p.add_argument("--rpc-tracker", default=None, metavar="HOST:PORT",
                    help="time TVM on a server of this TVM RPC tracker (as tune measures); peers are not timed then")

@@ -103,6 +103,17 @@ def test_bench_table_json_and_plot(tiny_logits, tmp_path):
     assert (tmp_path / "b.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow  # two TVM builds and a torch.export
+def test_bench_times_another_frontend_in_the_same_rounds():
+    """``--compare-frontends``: the case imported from torch.export, timed beside the hand-written TIR build."""
+    r = bench(case="logits", preset="tiny", frontend="tir", compare_frontends=("torch", "tir"), tokens=(1, 16),
+              rounds=2, contenders=("torch_bf16",))
+    for f in r.per_tokens.values():
+        assert list(f.median_ms) == ["tvm", "tvm:frontend=torch", "torch_bf16"]
+        assert f.median_ms["tvm:frontend=torch"] > 0 and len(f.samples_ms["tvm:frontend=torch"]) == 2
+    assert r.compile_seconds["tvm:frontend=torch"] > 0 and "tvm:frontend=torch" in r.table()
+
+
 def test_bench_json_says_why(tiny_logits):
     """The ISA, the instruction mix of the kernels and the peak used are recorded next to the figures."""
     d = json.loads(json.dumps(tiny_logits.as_dict()))
@@ -259,6 +270,7 @@ def test_bench_times_a_prebuilt_artifact_with_tvms_runtime_alone(compiled, tmp_p
     (["--case", "logits"], "--artifact takes --case from the artifact's manifest"),
     (["--target", "cuda"], "--artifact takes --target from the artifact's manifest"),
     (["--compare-schedules", "none"], "compare_schedules needs a build"),
+    (["--compare-frontends", "torch"], "compare_frontends needs a build"),
 ])
 def test_bench_artifact_refuses_build_flags(argv, message, capsys, tmp_path):
     from mtp_tvm.cli import main
@@ -280,6 +292,7 @@ def test_bench_api_takes_an_artifact_or_a_spec_not_both(tmp_path):
     (["--tokens", "0"], "tokens must be an integer"),
     (["--contenders", "torch_bf16,pytorch"], "unknown contender 'pytorch'"),
     (["--threads", "0"], "threads must be an integer >= 1"),
+    (["--compare-frontends", "torch,onnx"], "compare_frontends: unknown frontend 'onnx'; choose from relax, tir"),
     (["--threads", "1000"], "threads must be at most the"),  # 1000 threads would hang the process at exit
 ])
 def test_cli_bench_user_errors_are_one_line(argv, message, capsys):

@@ -6,7 +6,9 @@ the instruction the GEMMs run on.
 What is timed (every contender computes the whole case, its stage chain, from the same seeded inputs):
 
 - ``tvm``: the build's ``main`` (``tools/bench_tvm.py``), one binary for every T (its token dim is symbolic),
-  weights packed once, outside the timing; ``tvm:<schedule>`` for each of ``compare_schedules``;
+  weights packed once, outside the timing; ``tvm:<schedule>`` for each of ``compare_schedules`` and
+  ``tvm:frontend=<name>`` for each of ``compare_frontends`` (the same case written another way, e.g. imported
+  from ``torch.export``), timed in the same rounds;
 - the peers (``tools/bench_peers.py``): torch eager BF16 and FP32, numpy FP32, the torch golden, and
   ``torch.compile`` (inductor, ``freezing``, static shapes: one compile per T) in its default mode and in
   ``max-autotune``.
@@ -71,6 +73,7 @@ from pathlib import Path
 from ..artifact.manifest import manifest_spec, read_manifest
 from ..compiler.options import BuildSpec, split_options
 from ..compiler.tensors import NUMPY_DTYPES, to_numpy
+from ..ir.frontend_names import FRONTEND_NAMES
 from ..passes.target import is_gpu, require_runs_here, resolve_target, target_json, usable_cores
 from ..spec.cases import TOKENS, Case, Stage, get_case
 from ..spec.presets import Shapes
@@ -167,9 +170,10 @@ class BenchOptions:
     """How ``bench`` races (what it builds is a ``BuildSpec``): ``tokens`` the T sweep (an int or a sequence;
     empty: the spec's T); ``contenders`` those from ``CONTENDERS`` that race TVM (TVM always runs); ``rounds``
     timing rounds; ``number`` calls per timed batch (None: each contender's about 50 ms); ``threads`` every
-    worker's thread count (None: every usable core); ``seed`` of the inputs; ``compare_schedules`` more TVM
-    builds timed in the same rounds; ``profile`` (True or ``ProfileOptions``) every kernel of ``main`` at the
-    first T; ``rpc = (HOST:PORT, key)`` TVM timed on a server of a TVM RPC tracker (``tools/remote.py``);
+    worker's thread count (None: every usable core); ``seed`` of the inputs; ``compare_schedules`` and
+    ``compare_frontends`` more TVM builds (other schedules, other frontends) timed in the same rounds;
+    ``profile`` (True or ``ProfileOptions``) every kernel of ``main`` at the first T; ``rpc = (HOST:PORT, key)``
+    TVM timed on a server of a TVM RPC tracker (``tools/remote.py``);
     ``artifact`` a prebuilt artifact folder timed instead of a build (its manifest says what it is; TVM's runtime
     alone will do, as on a deployment machine)."""
 
@@ -180,6 +184,7 @@ class BenchOptions:
     threads: int | None = None
     seed: int = 0
     compare_schedules: tuple[str, ...] = ()
+    compare_frontends: tuple[str, ...] = ()
     profile: bool | ProfileOptions = False
     rpc: tuple[str, str] | None = None
     artifact: str | None = None
@@ -200,12 +205,18 @@ class BenchOptions:
                              f"{self.threads}")
         if self.artifact is not None:
             clash = [flag for flag, given in (("compare_schedules", self.compare_schedules),
+                                              ("compare_frontends", self.compare_frontends),
                                               ("profile", self.profile), ("rpc", self.rpc)) if given]
             if clash:
                 raise UsageError(f"artifact: a prebuilt binary is timed as it is; {clash[0]} needs a build")
         object.__setattr__(self, "tokens", tuple(dict.fromkeys(tokens)))
         object.__setattr__(self, "contenders", tuple(c for c in CONTENDERS if c == TVM or c in contenders))
         object.__setattr__(self, "compare_schedules", tuple(self.compare_schedules))
+        object.__setattr__(self, "compare_frontends", tuple(self.compare_frontends))
+        unknown = [f for f in self.compare_frontends if f not in FRONTEND_NAMES]
+        if unknown:
+            raise UsageError(f"compare_frontends: unknown frontend {unknown[0]!r}; choose from "
+                             f"{', '.join(FRONTEND_NAMES)}")
 
 
 _OPTION_FIELDS = {f.name for f in dataclasses.fields(BenchOptions)}
@@ -546,6 +557,15 @@ class _Plan:
         return tuple(self.shapes)
 
     @property
+    def others(self) -> tuple[tuple[str, BuildSpec], ...]:
+        """The other TVM builds timed beside ``spec``: contender name -> its spec."""
+        o, spec = self.options, self.spec
+        schedules = (s for s in dict.fromkeys(o.compare_schedules) if s != spec.schedule)
+        frontends = (f for f in dict.fromkeys(o.compare_frontends) if f != spec.frontend)
+        return (*((f"tvm:{s}", dataclasses.replace(spec, schedule=s)) for s in schedules),
+                *((f"tvm:frontend={f}", dataclasses.replace(spec, frontend=f)) for f in frontends))
+
+    @property
     def remote(self) -> str | None:
         return None if self.options.rpc is None else f"{self.options.rpc[1]}@{self.options.rpc[0]}"
 
@@ -600,7 +620,7 @@ def _write_inputs(plan: _Plan, folder: Path) -> _Inputs:
 def _start_workers(plan: _Plan, race: _Race, files: InputFiles) -> None:
     """The TVM worker, and one per peer that can run here (the others are unavailable, with why)."""
     o = plan.options
-    race.start(TVM, TvmJob(plan.spec, plan.debug, plan.plugin, o.compare_schedules, plan.sweep, files, o.number,
+    race.start(TVM, TvmJob(plan.spec, plan.debug, plan.plugin, plan.others, plan.sweep, files, o.number,
                            o.rpc, profiles=plan.profiling is not None, artifact=o.artifact))
     for p in (p for p in o.contenders if p != TVM):
         why = f"runs here; TVM runs on {plan.remote}" if plan.remote else peer_unavailable(p, plan.gpu)
@@ -648,8 +668,7 @@ def _result(plan: _Plan, timed: _Timed) -> BenchResult:
     used = set(details["kinds_used"])
     peaks = None if probes is None or probes.peak_gflops is None else probes.peaks or {FMA: probes.peak_gflops}
     bandwidth = None if probes is None else probes.bandwidth_gbs
-    names = [TVM, *(f"tvm:{s}" for s in dict.fromkeys(o.compare_schedules) if s != plan.spec.schedule),
-             *(p for p in o.contenders if p != TVM)]
+    names = [TVM, *(name for name, _ in plan.others), *(p for p in o.contenders if p != TVM)]
     per_tokens = {t: _figures(plan.case, s, names, race.samples[t], race.unavailable[t], peaks, bandwidth, used)
                   for t, s in plan.shapes.items()}
     first = plan.shapes[plan.sweep[0]]
@@ -678,7 +697,8 @@ def bench(spec: BuildSpec | None = None, options: BenchOptions | None = None, *,
     is the sweep: an int or a sequence) and override ``spec``/``options``. ``log`` hears the progress (the
     compiles may take minutes).
 
-    ``compare_schedules``: one that cannot be built here is listed as unavailable, with why. ``profile``: also
+    ``compare_schedules`` / ``compare_frontends``: one that cannot be built here is listed as unavailable, with
+    why. ``profile``: also
     time every kernel of ``main`` (``tools/profile.py``) into ``result.profile`` (and ``profile.json`` into the
     run folder when dumping). ``rpc``: the weights are packed here, so the target must run here too; the peers
     and the roofline probes run only here, so they are not measured then.

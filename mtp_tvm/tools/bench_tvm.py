@@ -1,9 +1,9 @@
 """``bench``'s TVM contenders in their worker process (``tools/bench_worker.py``): the build (one binary for every
-T: its token dim is symbolic) and every ``--compare-schedules`` build, each ``main`` timed by the library's
-``time_evaluator`` with the weights packed once (``main_transform_params`` runs at setup, outside the timing),
-here or on a TVM RPC server (``tools/remote.py``). The same worker measures the roofline probes (the bandwidth
-once a round, beside the contenders) and, with
-``--profile``, every kernel of ``main``. It reads its inputs as numpy arrays and runs no torch op.
+T: its token dim is symbolic) and every ``--compare-schedules`` / ``--compare-frontends`` build, each ``main``
+timed by the library's ``time_evaluator`` with the weights packed once (``main_transform_params`` runs at setup,
+outside the timing), here or on a TVM RPC server (``tools/remote.py``). The same worker measures the roofline
+probes (the bandwidth once a round, beside the contenders) and, with ``--profile``, every kernel of ``main``. It
+reads its inputs as numpy arrays and runs no torch op.
 
 It also says why the figures are what they are: the FMA / dot-product instructions in each kernel's assembly
 (``instruction_mix``) and the ISA they come from (``isa_record``).
@@ -62,7 +62,8 @@ def isa_record(compiled: CompiledCase, used: set[str]) -> dict | None:
 class TvmJob:
     """The TVM contenders of one bench: ``spec`` built (its ``tokens``: the profile's T) with ``debug`` (user
     passes only as a plugin file, ``plugin``: a loaded module does not travel between processes), and once per
-    other schedule of ``compare_schedules``; timed at every T of ``tokens`` on ``inputs``, ``number`` calls per
+    other build of ``others`` (contender name -> its spec: another schedule or frontend); timed at every T of
+    ``tokens`` on ``inputs``, ``number`` calls per
     batch (None: about ``bench_worker.SAMPLE_MS``), here or on ``rpc = (HOST:PORT, key)``. ``profiles``: a
     ``profile`` call will follow, so a dumping build's run folder stays open for its ``profile.json``.
     ``artifact``: time this prebuilt artifact folder instead of building ``spec`` (``spec`` is its manifest's):
@@ -71,7 +72,7 @@ class TvmJob:
     spec: BuildSpec
     debug: DebugOptions
     plugin: str | None
-    compare_schedules: tuple[str, ...]
+    others: tuple[tuple[str, BuildSpec], ...]
     tokens: tuple[int, ...]
     inputs: InputFiles
     number: int | None
@@ -117,7 +118,7 @@ class TvmWorker:
         return ready
 
     def _build(self, ready: Ready) -> None:
-        """The build of ``spec`` and of each other schedule; the details only a build can tell."""
+        """The build of ``spec`` and of each of ``others``; the details only a build can tell."""
         from ..compiler.driver import compile, compile_open
         from ..passes.plugins import load_pass_plugin
 
@@ -128,14 +129,12 @@ class TvmWorker:
         compiled = compile_open(job.spec, debug) if job.profiles else compile(job.spec, debug)
         self.builds[TVM] = compiled
         ready.compile_seconds[TVM] = compiled.build_seconds
-        for other in dict.fromkeys(job.compare_schedules):
-            if other == job.spec.schedule:
-                continue
+        for name, other in job.others:
             try:
-                self.builds[f"tvm:{other}"] = build = compile(dataclasses.replace(job.spec, schedule=other))
-                ready.compile_seconds[f"tvm:{other}"] = build.build_seconds
+                self.builds[name] = build = compile(other)
+                ready.compile_seconds[name] = build.build_seconds
             except MtpError as e:  # e.g. no tuning database yet, or dlight on a CPU target: this one is missing
-                ready.unavailable[f"tvm:{other}"] = dict.fromkeys(job.tokens, str(e))
+                ready.unavailable[name] = dict.fromkeys(job.tokens, str(e))
         if job.rpc is None:
             self.device = device_for(compiled.target)
             self.stream = StreamProbe(compiled.target)
