@@ -504,7 +504,32 @@ def _bench_spec(args) -> tuple[BuildSpec | None, tuple[str, ...]]:
     return spec, compare
 
 
+def _cmd_bench_module(args) -> int:
+    """``bench --module FILE.py``: the user's own model against torch eager and torch.compile."""
+    _refuse_case_options(args, "bench")
+    given = _given_flags(args, "bench", ("artifact", "compare_schedules", "compare_frontends", "rpc_tracker",
+                                         "profile", "plot"), ("--module", "x.py"))
+    if given:
+        raise UsageError(f"bench --module times your file at its example inputs; {', '.join(given)} cannot apply")
+    with phase("import"):
+        from .tools.bench import parse_contenders
+        from .tools.module_bench import ModuleBenchOptions, bench_module
+
+    options = ModuleBenchOptions(rounds=args.rounds, threads=args.threads,
+                                 **({"contenders": parse_contenders(args.contenders)} if args.contenders else {}))
+    result = bench_module(args.module, options=options, target=args.target, schedule=args.schedule,
+                          log=lambda line: print(line, file=sys.stderr, flush=True))
+    print(result.table())
+    if args.json:
+        result.write_json(args.json)
+        print(f"json: {args.json}")
+    print(time_line())
+    return 0
+
+
 def _cmd_bench(args) -> int:
+    if args.module:
+        return _cmd_bench_module(args)
     spec, compare = _bench_spec(args)
     with phase("import"):
         from .tools.bench import BenchOptions, bench, parse_contenders, parse_tokens
@@ -634,12 +659,14 @@ def _add_bench_command(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--artifact", default=None, metavar="DIR",
                    help="time this prebuilt artifact (mtp-tvm build) instead of building: its manifest says what "
                         "it is, and TVM's runtime alone will do (TVM_USE_RUNTIME_LIB=1, e.g. on the target machine)")
+    _add_module_arg(p)
     p.add_argument("--tokens", default=None, metavar="T[,T...]",
                    help="token count T, or a comma list swept in one run, e.g. 1,2,4,8,16 (default: the preset's "
                         "B*S = 8)")
     p.add_argument("--contenders", default=None, metavar="A,B,...",
                    help="the contenders that race TVM (default all: torch_bf16, torch_fp32, numpy_fp32, "
-                        "torch_golden, torch_compile, torch_compile_max_autotune)")
+                        "torch_golden, torch_compile, torch_compile_max_autotune; with --module: torch_eager, "
+                        "torch_compile, torch_compile_max_autotune)")
     p.add_argument("--threads", type=int, default=None,
                    help="threads of every contender's process (default: every usable core)")
     p.add_argument("--rounds", type=int, default=7,

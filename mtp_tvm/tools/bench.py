@@ -158,7 +158,7 @@ def roofline_ms(useful_flops: float, moved_bytes: float, peak_gflops: float | No
 
 # ---- options ----------------------------------------------------------------------------------------------
 
-def _count(name: str, value, optional: bool = False) -> None:
+def require_count(name: str, value, optional: bool = False) -> None:
     if optional and value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -192,14 +192,14 @@ class BenchOptions:
     def __post_init__(self):
         tokens = (self.tokens,) if isinstance(self.tokens, int) else tuple(self.tokens)
         for t in tokens:
-            _count("tokens", t)
+            require_count("tokens", t)
         contenders = (self.contenders,) if isinstance(self.contenders, str) else tuple(self.contenders)
         unknown = [c for c in contenders if c not in CONTENDERS]
         if unknown:
             raise UsageError(f"unknown contender {unknown[0]!r}; choose from {', '.join(CONTENDERS)}")
-        _count("rounds", self.rounds)
-        _count("number", self.number, optional=True)
-        _count("threads", self.threads, optional=True)
+        require_count("rounds", self.rounds)
+        require_count("number", self.number, optional=True)
+        require_count("threads", self.threads, optional=True)
         if self.threads is not None and self.threads > usable_cores():  # TVM_NUM_THREADS of every worker
             raise UsageError(f"threads must be at most the {usable_cores()} cores this process may use, got "
                              f"{self.threads}")
@@ -398,7 +398,7 @@ class BenchResult:
 
 # ---- the race ---------------------------------------------------------------------------------------------
 
-def _load_warning(before: float, after: float) -> str | None:
+def load_warning(before: float, after: float) -> str | None:
     moved = after - before
     if abs(moved) > LOAD_CHANGE and abs(moved) > 0.5 * before:
         return (f"the load average moved from {before:.2f} to {after:.2f} during the rounds: other work shared "
@@ -445,7 +445,7 @@ def _portable_debug(debug):
     return dataclasses.replace(debug, extra_passes=None), plugin
 
 
-class _Race:
+class Race:
     """The workers of one bench: started, opened (imports done) and set up one after the other, their outputs
     checked against the golden, then timed in rounds. A peer whose worker fails is dropped, unavailable at every
     T from then on (its samples with it); the TVM worker's failure ends the bench."""
@@ -521,7 +521,7 @@ class _Race:
         return before, os.getloadavg()[0], bandwidths
 
 
-def _cold_cache(folder: Path, peer: str) -> dict[str, str]:
+def cold_cache(folder: Path, peer: str) -> dict[str, str]:
     """An empty inductor (and Triton) cache of its own: a compiled peer's compile time is a cold compile's."""
     return {"TORCHINDUCTOR_CACHE_DIR": str(folder / f"inductor-{peer}"),
             "TRITON_CACHE_DIR": str(folder / f"triton-{peer}")}
@@ -617,7 +617,7 @@ def _write_inputs(plan: _Plan, folder: Path) -> _Inputs:
     return _Inputs(files, golden)
 
 
-def _start_workers(plan: _Plan, race: _Race, files: InputFiles) -> None:
+def _start_workers(plan: _Plan, race: Race, files: InputFiles) -> None:
     """The TVM worker, and one per peer that can run here (the others are unavailable, with why)."""
     o = plan.options
     race.start(TVM, TvmJob(plan.spec, plan.debug, plan.plugin, plan.others, plan.sweep, files, o.number,
@@ -629,7 +629,7 @@ def _start_workers(plan: _Plan, race: _Race, files: InputFiles) -> None:
                 race.unavailable[t][p] = why
         else:
             race.start(p, PeerJob(p, plan.case.name, plan.shapes, files, "cuda" if plan.gpu else "cpu",
-                                  plan.threads, o.number), _cold_cache(race.folder, p) if PEERS[p].compiles else None)
+                                  plan.threads, o.number), cold_cache(race.folder, p) if PEERS[p].compiles else None)
 
 
 @dataclasses.dataclass
@@ -637,7 +637,7 @@ class _Timed:
     """What the race measured: the workers' answers and samples, the load, the bandwidth samples, the probes
     (None under RPC) and the profile."""
 
-    race: _Race
+    race: Race
     load: tuple[float, float]
     bandwidths: list[float]
     probes: Probes | None
@@ -645,7 +645,7 @@ class _Timed:
 
 
 def _time(plan: _Plan, inputs: _Inputs, running: contextlib.ExitStack, folder: Path, log) -> _Timed:
-    race = _Race(folder, plan.threads, plan.sweep, running, log)
+    race = Race(folder, plan.threads, plan.sweep, running, log)
     _start_workers(plan, race, inputs.files)
     with phase("build"):  # each worker builds or compiles its contender, one after the other
         race.set_up()
@@ -681,7 +681,7 @@ def _result(plan: _Plan, timed: _Timed) -> BenchResult:
         tokens=list(plan.sweep), per_tokens=per_tokens,
         compile_seconds={n: v for r in race.ready.values() for n, v in r.compile_seconds.items()},
         threads=plan.threads, load_average={"before": before, "after": after,
-                                            "warning": _load_warning(before, after)},
+                                            "warning": load_warning(before, after)},
         workers=race.pids, peak_gflops=peak, peak_kind=peak_kind, peaks=peaks or {},
         bandwidth_gbs=bandwidth, bandwidth_samples_gbs=timed.bandwidths,
         probes="not measured: TVM ran on a remote device" if probes is None else probes.how,

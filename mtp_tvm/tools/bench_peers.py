@@ -153,7 +153,7 @@ def failure_reason(e: BaseException) -> str:
     return f"{type(e).__name__}: {lines[0].strip()}" if lines else type(e).__name__
 
 
-def _as_torch(a: np.ndarray) -> torch.Tensor:
+def as_torch(a: np.ndarray) -> torch.Tensor:
     """A numpy input as torch, BF16 bit-exactly (``ml_dtypes.bfloat16`` has no torch twin)."""
     if dtype_name(a) == "bfloat16":
         return torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16)
@@ -191,10 +191,10 @@ class PeerWorker:
     def setup(self) -> Ready:
         job, peer = self.job, PEERS[self.job.peer]
         case = get_case(job.case)
-        weights = {k: _as_torch(v).to(job.device) for k, v in job.inputs.weights().items()}
+        weights = {k: as_torch(v).to(job.device) for k, v in job.inputs.weights().items()}
         ready = Ready()
         for tokens, s in job.shapes.items():
-            acts = {k: _as_torch(v).to(job.device) for k, v in job.inputs.activations_of(tokens).items()}
+            acts = {k: as_torch(v).to(job.device) for k, v in job.inputs.activations_of(tokens).items()}
             t0 = time.perf_counter()
             try:
                 run = peer.prepare(case, {**acts, **weights}, s)

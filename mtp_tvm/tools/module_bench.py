@@ -1,0 +1,360 @@
+"""``bench --module FILE.py``: the user's own model as TVM builds it, timed against what they would run instead:
+the model eagerly in torch (``torch_eager``) and through ``torch.compile`` (inductor, ``freezing``, default and
+``max-autotune``), on the file's example inputs.
+
+The rules are ``bench``'s (``tools/bench.py``): every contender in a worker process of its own with the same thread
+count, set up one after the other, checked before it is timed, timed side by side in rounds, medians reported,
+compile times apart, the load average around the rounds. What differs:
+
+- **One size.** A module file is timed at its example inputs (its symbolic sizes have no sweep).
+- **The TVM contender is an artifact.** The build happens here, once (its time is the compile time), into an
+  artifact folder (``artifact.module_artifact``); the TVM worker loads it with the runtime, so it never imports
+  torch, and times ``main`` with the parameters packed once.
+- **The peers run the file's own model**, ``model()`` with the parameters of the model the build exported
+  (``state_dict``: a model that initialises randomly is still the same model), on the same example inputs.
+- **The reference** is the golden of ``check --module`` (torch eagerly, or a TVMScript module's unscheduled CPU
+  build); every output of a contender must match it (``bench.PEER_CHECK``, BF16-level) before it is timed. A
+  TVMScript module has no torch model: its peers are unavailable.
+- **The floor** is the memory term of a roofline: every input, parameter and output moved once at the bandwidth of
+  a device copy sampled each round (a module's FLOPs are not counted).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from ..compiler.tensors import to_host
+from ..compiler.user_build import ModuleSpec
+from ..passes.target import is_gpu, require_runs_here, resolve_target, target_json, usable_cores
+from ..support.atomic_file import write_user_file
+from ..support.errors import UsageError
+from ..support.text_table import text_table
+from ..support.timing import phase
+from ..verify.comparators import as_float32
+from .bench import PEER_CHECK, Race, cold_cache, load_warning, require_count
+from .bench_tvm import TVM
+from .bench_worker import InputFiles, Ready, calls_per_batch
+
+EXAMPLE = 0  # the one "T" of a module's race: its example inputs
+TORCH_EAGER, TORCH_COMPILE, TORCH_COMPILE_MAX = "torch_eager", "torch_compile", "torch_compile_max_autotune"
+MODULE_PEERS = {TORCH_EAGER: None, TORCH_COMPILE: "default", TORCH_COMPILE_MAX: "max-autotune"}  # -> compile mode
+STATE_DICT = "state_dict.pt"
+
+
+@dataclasses.dataclass(frozen=True)
+class ModuleBenchOptions:
+    """How ``bench --module`` races: ``contenders`` those of ``MODULE_PEERS`` that race TVM (TVM always runs);
+    ``rounds``; ``number`` calls per timed batch (None: about 50 ms); ``threads`` every worker's (None: every
+    usable core)."""
+
+    contenders: tuple[str, ...] = tuple(MODULE_PEERS)
+    rounds: int = 7
+    number: int | None = None
+    threads: int | None = None
+
+    def __post_init__(self):
+        contenders = (self.contenders,) if isinstance(self.contenders, str) else tuple(self.contenders)
+        unknown = [c for c in contenders if c != TVM and c not in MODULE_PEERS]
+        if unknown:
+            raise UsageError(f"unknown contender {unknown[0]!r} for a module file; choose from "
+                             f"{', '.join(MODULE_PEERS)}")
+        require_count("rounds", self.rounds)
+        require_count("number", self.number, optional=True)
+        require_count("threads", self.threads, optional=True)
+        if self.threads is not None and self.threads > usable_cores():
+            raise UsageError(f"threads must be at most the {usable_cores()} cores this process may use, got "
+                             f"{self.threads}")
+        object.__setattr__(self, "contenders", tuple(c for c in MODULE_PEERS if c in contenders))
+
+
+def flat_outputs(outputs) -> np.ndarray:
+    """Every output of a call, FP32, end to end in one vector: what the check against the reference compares."""
+    return np.concatenate([as_float32(o).ravel() for o in outputs]) if outputs else np.zeros(0, np.float32)
+
+
+# ---- the workers ------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class ModuleTvmJob:
+    """The module's artifact (built by the bench process) timed on its stored example inputs."""
+
+    artifact: str
+    number: int | None
+
+    def open(self) -> ModuleTvmWorker:
+        return ModuleTvmWorker(self)
+
+
+class ModuleTvmWorker:
+    def __init__(self, job: ModuleTvmJob):
+        self.job = job
+
+    def setup(self) -> Ready:
+        from ..artifact.load import load
+        from .roofline import CopyProbe
+
+        artifact = load(self.job.artifact)
+        self.args = artifact.device_args([artifact.make_inputs()[n] for n in artifact.input_specs])
+        self.vm, self.device = artifact.vm, artifact.device
+        self.stream = CopyProbe(artifact.device)
+        outs = self.vm["main"](*self.args)
+        ready = Ready()
+        ready.outputs[TVM] = {EXAMPLE: flat_outputs([to_host(o) for o in (outs if artifact.returns_tuple
+                                                                           else [outs])])}
+        self.calls = calls_per_batch(self._batch_ms, self.job.number)
+        return ready
+
+    def _batch_ms(self, calls: int) -> float:
+        return self.vm.time_evaluator("main", self.device, number=calls, repeat=1)(*self.args).mean * 1e3
+
+    def time_ms(self, _contender: str, _tokens: int) -> float:
+        return self._batch_ms(self.calls)
+
+    def bandwidth_gbs(self) -> float:
+        return self.stream.gbs()
+
+
+@dataclasses.dataclass(frozen=True)
+class ModulePeerJob:
+    """The module file's torch model as ``peer`` runs it: its parameters from ``state_dict``, its example
+    activations from ``inputs``, on ``device``, on ``threads`` torch threads."""
+
+    peer: str
+    path: str
+    state_dict: str
+    inputs: InputFiles
+    device: str
+    threads: int
+    number: int | None
+
+    def open(self) -> ModulePeerWorker:
+        return ModulePeerWorker(self)
+
+
+class ModulePeerWorker:
+    def __init__(self, job: ModulePeerJob):
+        import torch
+
+        torch.set_num_threads(job.threads)
+        self.job, self.torch = job, torch
+        self.sync = torch.cuda.synchronize if job.device == "cuda" else (lambda: None)
+
+    def _model(self):
+        from ..support.user_code import load_user_file, run_user_code
+
+        job, torch = self.job, self.torch
+        file = load_user_file(Path(job.path), "module file")
+        model = run_user_code(f"module file {job.path}: model()", file.model)
+        model.load_state_dict(torch.load(job.state_dict, weights_only=True))
+        return model.eval().to(job.device)
+
+    def setup(self) -> Ready:
+        from .bench_peers import as_torch, failure_reason
+
+        job, torch, ready = self.job, self.torch, Ready()
+        args = [as_torch(a).to(job.device) for a in job.inputs.activations_of(EXAMPLE).values()]
+        t0 = time.perf_counter()
+        try:
+            model = self._model()
+            mode = MODULE_PEERS[job.peer]
+            if mode is not None:
+                model = torch.compile(model, mode=None if mode == "default" else mode, dynamic=False)
+
+            def run():
+                with torch.no_grad():
+                    return model(*args)
+
+            with torch._inductor.config.patch(freezing=True):
+                out = run()  # a compiled peer compiles here: its compile time
+            self.sync()
+        except Exception as e:  # noqa: BLE001  (the user's model or a compile that fails: say why, time the rest)
+            ready.unavailable[job.peer] = {EXAMPLE: f"setup failed: {failure_reason(e)}"}
+            return ready
+        if mode is not None:
+            ready.compile_seconds[job.peer] = time.perf_counter() - t0
+        leaves, _ = torch.utils._pytree.tree_flatten(out)
+        ready.outputs[job.peer] = {EXAMPLE: flat_outputs(leaves)}
+        self.run = run
+        self.calls = calls_per_batch(self._batch_ms, job.number)
+        return ready
+
+    def _batch_ms(self, calls: int) -> float:
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            self.run()
+        self.sync()
+        return (time.perf_counter() - t0) / calls * 1e3
+
+    def time_ms(self, _contender: str, _tokens: int) -> float:
+        return self._batch_ms(self.calls)
+
+
+# ---- the result -------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class ModuleBenchResult:
+    """A ``bench --module`` run: every contender's median ms (None: ``unavailable`` says why) and samples, the
+    memory floor (``bytes`` at the median copy bandwidth), the best peer and its ratio to TVM (above 1: TVM is
+    faster), compile seconds apart, and how it was measured."""
+
+    module: str
+    kind: str
+    target: dict
+    schedule: str
+    inputs: dict[str, list[int]]
+    threads: int
+    load_average: dict
+    workers: dict[str, int]
+    median_ms: dict[str, float | None]
+    samples_ms: dict[str, list[float]]
+    unavailable: dict[str, str]
+    compile_seconds: dict[str, float]
+    bytes: float
+    bandwidth_gbs: float
+    floor_ms: float
+    best_peer: str | None
+    tvm_vs_best_peer: float | None
+    isolation: str = "process"
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def write_json(self, path: str | os.PathLike) -> None:
+        write_user_file(path, lambda p: p.write_text(json.dumps(self.as_dict(), indent=1)))
+
+    def table(self) -> str:
+        la = self.load_average
+        shapes = ", ".join(f"{n}{s}" for n, s in self.inputs.items())
+        head = [f"module {self.module} ({self.kind}) target={self.target['kind']} schedule={self.schedule} "
+                f"inputs {shapes}; every contender in its own process, {self.threads} thread"
+                f"{'s' if self.threads > 1 else ''} each",
+                f"load average (1 min) {la['before']:.2f} before the rounds, {la['after']:.2f} after"
+                + (f"; WARNING: {la['warning']}" if la["warning"] else "")]
+        rows = [("contender", "median ms", "samples")]
+        for name, ms in self.median_ms.items():
+            rows.append((f"tvm:{self.schedule}" if name == TVM else name, "-" if ms is None else f"{ms:.4f}",
+                         str(len(self.samples_ms.get(name, [])))))
+        rows.append(("memory floor", f"{self.floor_ms:.4f}", "-"))
+        notes = [f"unavailable: {name}: {why}" for name, why in self.unavailable.items()]
+        if self.best_peer is not None and self.tvm_vs_best_peer is not None:
+            notes.append(f"best peer {self.best_peer}; best peer / tvm {self.tvm_vs_best_peer:.2f}x")
+        notes.append("compile s (apart from the figures): "
+                     + "; ".join(f"{n} {s:.1f}" for n, s in self.compile_seconds.items()))
+        notes.append(f"memory floor: {self.bytes / 1e6:.2f} MB (inputs, parameters, outputs once) / "
+                     f"{self.bandwidth_gbs:.1f} GB/s (a device copy, the median of one sample a round); a module's "
+                     "FLOPs are not counted")
+        return "\n".join([*head, *text_table(rows, align_right=frozenset({1, 2})), *notes])
+
+
+# ---- the race ---------------------------------------------------------------------------------------------
+
+def bench_module(module: str | os.PathLike, spec: ModuleSpec | None = None,
+                 options: ModuleBenchOptions | None = None, *, log: Callable[[str], None] | None = None,
+                 **keywords) -> ModuleBenchResult:
+    """Build the module file ``module`` (keywords: ``target``, ``schedule``) and race it against its torch
+    peers as ``options`` say (keywords: its fields too); see the module docstring."""
+    option_fields = {f.name for f in dataclasses.fields(ModuleBenchOptions)}
+    options = dataclasses.replace(options or ModuleBenchOptions(),
+                                  **{k: keywords.pop(k) for k in list(keywords) if k in option_fields})
+    unknown = sorted(set(keywords) - {"target", "schedule"})
+    if unknown:
+        raise UsageError(f"bench_module() got unknown option(s) {', '.join(unknown)}")
+    spec = dataclasses.replace(spec or ModuleSpec(module), module=module, **keywords)
+    tgt = resolve_target(spec.target)
+    require_runs_here(tgt)
+    log = log or (lambda _message: None)
+    threads = options.threads or usable_cores()
+    with tempfile.TemporaryDirectory(prefix="mtp-bench-module-") as tmp, contextlib.ExitStack() as running:
+        folder = Path(tmp)
+        built, user, golden, moved = _build(spec, folder)
+        race = Race(folder, threads, (EXAMPLE,), running, log)
+        race.start(TVM, ModuleTvmJob(str(built.path), options.number))
+        _start_peers(race, user, options, folder, "cuda" if is_gpu(tgt) else "cpu", threads)
+        with phase("build"):
+            race.set_up()
+        with phase("run"):
+            _check(race, golden)
+            before, after, bandwidths = race.time(options.rounds, bandwidth=True)
+    return _result(spec, user, tgt, options, race, (before, after), bandwidths, moved,
+                   built.compiled.build_seconds)
+
+
+def _build(spec: ModuleSpec, folder: Path):
+    """The artifact, the loaded file, the golden (the artifact's reference outputs) as one vector, and the bytes
+    ``main`` must move (every input, parameter and output once)."""
+    from ..artifact.module_artifact import build_module
+    from ..artifact.module_reference import REFERENCE_OUTPUTS
+    from ..compiler.tensors import read_npz
+
+    built = build_module(folder / "artifact", module=spec.module, target=spec.target, schedule=spec.schedule,
+                         log=lambda *_: None)
+    user = built.compiled.user
+    outputs = built.manifest["outputs"]
+    reference = read_npz(built.path / REFERENCE_OUTPUTS, {n: s["dtype"] for n, s in outputs.items()})
+    moved = float(sum(a.nbytes for a in (*user.examples.values(), *reference.values())))
+    return built, user, flat_outputs([reference[n] for n in user.output_names]), moved
+
+
+def _check(race: Race, golden: np.ndarray) -> None:
+    """A contender whose outputs are not the reference's is not timed."""
+    for r in race.ready.values():
+        for name, per_size in r.outputs.items():
+            c = PEER_CHECK(per_size[EXAMPLE], golden)
+            if not c.passed:
+                race.unavailable[EXAMPLE][name] = (f"wrong result: {c.detail or f'{c.mismatches} of {c.numel} values'}"
+                                                   f" off the reference beyond {c.comparator}, max abs diff "
+                                                   f"{c.max_abs_diff:.3g}")
+
+
+def _start_peers(race: Race, user, options: ModuleBenchOptions, folder: Path, device: str, threads: int) -> None:
+    """A worker per torch peer (a TVMScript module has none: unavailable, with why)."""
+    peers = [p for p in options.contenders if p != TVM]
+    if user.kind != "torch":
+        for p in peers:
+            race.unavailable[EXAMPLE][p] = "a TVMScript module file has no torch model to run"
+        return
+    import torch
+
+    from .bench_peers import peer_unavailable
+
+    torch.save(user.model.state_dict(), folder / STATE_DICT)
+    files = InputFiles.write(folder, {n: s.dtype for n, s in user.input_specs.items()}, user.activation_names,
+                             {EXAMPLE: dict(user.examples)})
+    for p in peers:
+        why = peer_unavailable(p, device == "cuda")
+        if why:
+            race.unavailable[EXAMPLE][p] = why
+        else:
+            race.start(p, ModulePeerJob(p, str(user.path), str(folder / STATE_DICT), files, device, threads,
+                                        options.number), cold_cache(folder, p) if MODULE_PEERS[p] else None)
+
+
+def _result(spec: ModuleSpec, user, tgt, options: ModuleBenchOptions, race: Race, load: tuple[float, float],
+            bandwidths: list[float], moved: float, build_seconds: float) -> ModuleBenchResult:
+    samples, unavailable = race.samples[EXAMPLE], race.unavailable[EXAMPLE]
+    names = [TVM, *(p for p in options.contenders if p != TVM)]
+    median = {n: statistics.median(samples[n]) if samples.get(n) else None for n in names}
+    peers = {n: ms for n, ms in median.items() if n != TVM and ms is not None}
+    best = min(peers, key=peers.get) if peers else None
+    bandwidth = statistics.median(bandwidths)
+    before, after = load
+    return ModuleBenchResult(
+        module=str(user.path), kind=user.kind, target=target_json(tgt), schedule=spec.schedule,
+        inputs=user.example_shapes, threads=race.threads,
+        load_average={"before": before, "after": after, "warning": load_warning(before, after)},
+        workers=race.pids, median_ms=median, samples_ms=dict(samples), unavailable=dict(unavailable),
+        compile_seconds={TVM: build_seconds, **{n: v for r in race.ready.values()
+                                                for n, v in r.compile_seconds.items()}},
+        bytes=moved, bandwidth_gbs=bandwidth, floor_ms=moved / bandwidth / 1e6, best_peer=best,
+        tvm_vs_best_peer=None if best is None or median[TVM] is None else peers[best] / median[TVM])
+
