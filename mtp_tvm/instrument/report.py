@@ -79,12 +79,17 @@ def _embedded_histories(run: Path, index: dict) -> dict:
     functions = histories(run, index)
     for steps in functions.values():
         for step in steps:
-            lines = step.pop("diff").splitlines()
-            if len(lines) > DIFF_LINES_EMBEDDED:
-                lines = lines[:DIFF_LINES_EMBEDDED] + [
-                    f"... {len(lines) - DIFF_LINES_EMBEDDED} more lines: mtp-tvm dumps show RUN --func NAME --history"]
-            step["rows"] = tables.add(lines)
+            step["rows"] = tables.add(history_step_lines(step.pop("diff")))
     return {"functions": functions, "tables": tables.as_dict()}
+
+
+def history_step_lines(diff: str) -> list[str]:
+    """A history step's diff as the page shows it: cut like the pass diffs, the rest left to the CLI."""
+    lines = diff.splitlines()
+    if len(lines) > DIFF_LINES_EMBEDDED:
+        lines = lines[:DIFF_LINES_EMBEDDED] + [
+            f"... {len(lines) - DIFF_LINES_EMBEDDED} more lines: mtp-tvm dumps show RUN --func NAME --history"]
+    return lines
 
 
 def history_script(run: Path, index: dict) -> Markup:
