@@ -7,10 +7,10 @@ fragment, e.g. ``index.html#phase=fuse&changed=1``, so a view can be linked), li
 shows a pass's diff syntax-highlighted below the table. Its kernel history (``index.html#func=NAME``) follows
 one function through every pass that changed it, old and new side by side (``kernel_history``; each step's
 rows computed here by ``side_by_side``, the script only makes the cells; the same as ``mtp-tvm dumps show RUN
---func NAME --history``). The page is rendered by ``support.html_page``: its data never becomes markup. A run profiled with ``--profile``
-(``profile.json`` in the folder) also gets a table of ``main``'s kernels: time, share of ``main``, GB/s,
-GFLOP/s, roofline fraction. A run that ``localize`` compared (``index.json``'s ``localize``) gets the per-call
-table, the first differing call highlighted and linked to its kernel history.
+--func NAME --history``). The page is rendered by ``support.html_page``: its data never becomes markup. A run
+profiled with ``--profile`` (``profile.json`` in the folder) also gets a table of ``main``'s kernels: time, share
+of ``main``, GB/s, GFLOP/s, roofline fraction. A run that ``localize`` compared (``index.json``'s ``localize``)
+gets the per-call table, the first differing call highlighted and linked to its kernel history.
 """
 
 from __future__ import annotations
