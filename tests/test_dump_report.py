@@ -1,5 +1,6 @@
 """index.html renders in a real headless browser with the right rows; the terminal tables read well."""
 
+import html.parser
 import json
 import re
 import shutil
@@ -67,20 +68,108 @@ def test_a_diff_is_shown_highlighted_with_links_to_the_files(run):
 STEP = re.compile(r'<div class="step" data-step="(\d+)">')
 
 
+def _most_changed(run, index: dict) -> str:
+    from mtp_tvm.instrument.kernel_history import histories
+
+    return max(histories(run, index).items(), key=lambda kv: len(kv[1]))[0]
+
+
 def test_the_kernel_history_shows_one_function_through_its_passes_side_by_side(run):
-    from mtp_tvm.instrument.kernel_history import histories, kernel_history
+    from mtp_tvm.instrument.kernel_history import kernel_history
 
     index = json.loads((run / "index.json").read_text())
-    func = max(histories(run, index).items(), key=lambda kv: len(kv[1]))[0]  # the most-changed function
+    func = _most_changed(run, index)
     steps = kernel_history(run, index, func).steps
     dom = _dom(run / "index.html", f"#func={func}")
-    section = dom[dom.index('<section id="history">'):dom.index("<h2>Files</h2>")]
+    section = _history_section(dom)
     assert [int(i) for i in STEP.findall(section)] == [s.index for s in steps] and len(steps) > 3
     assert f"{len(steps)} of {len(index['passes'])} passes changed {func}" in section
     # old and new side by side: a removed line and its replacement in one row
     assert re.search(r'<tr><td class="ln">\d+</td><td class="old d-del">.*?</td><td class="ln">\d+</td>'
                      r'<td class="new d-add">', section)
     assert STEP.findall(_dom(run / "index.html")) == []  # no function chosen: no history shown
+
+
+class _Cells(html.parser.HTMLParser):
+    """A table's elements (tag, attributes) and texts as a browser would build them: the highlighting spans and
+    the ``<tbody>`` the parser adds left out, adjacent texts joined."""
+
+    def __init__(self, markup: str):
+        super().__init__()
+        self.items: list = []
+        self.feed(markup)
+        self.close()
+
+    def handle_starttag(self, tag, attrs):
+        if tag not in ("span", "tbody"):
+            self.items.append((tag, attrs))
+
+    def handle_data(self, data):
+        if self.items and isinstance(self.items[-1], str):
+            self.items[-1] += data
+        else:
+            self.items.append(data)
+
+
+TABLE = re.compile(r'<table class="sbs">.*?</table>', re.S)
+
+
+def _history_section(dom: str) -> str:
+    return dom[dom.index('<section id="history">'):dom.index("<h2>Files</h2>")]
+
+
+def test_the_history_tables_the_script_makes_are_the_renderers_markup(run):
+    """The page's script makes the cells from the rows; the DOM is side_by_side_html's for the same diff."""
+    from mtp_tvm.instrument.kernel_history import kernel_history
+    from mtp_tvm.instrument.report import history_step_lines
+    from mtp_tvm.instrument.side_by_side import side_by_side_html
+
+    index = json.loads((run / "index.json").read_text())
+    func = _most_changed(run, index)
+    steps = kernel_history(run, index, func).steps
+    shown = TABLE.findall(_history_section(_dom(run / "index.html", f"#func={func}")))
+    assert len(shown) == len(steps) > 3
+    for table, step in zip(shown, steps, strict=True):
+        assert _Cells(table).items == _Cells(side_by_side_html(history_step_lines("\n".join(step.diff)))).items
+
+
+def _history_data(run) -> str:
+    page = (run / "index.html").read_text()
+    return re.search(r'<script type="application/json" id="history-data">(.*?)</script>', page, re.S).group(1)
+
+
+def test_the_embedded_history_is_smaller_than_the_kernel_text_it_shows(run):
+    """Rows of indices into texts stored once: on the tiny tail 0.55x the text of the steps' diffs (386 steps,
+    2.7 MB of text). Each step's diff as text would be ~1.05x, the tables as escaped markup in JSON ~2.4x."""
+    from mtp_tvm.instrument.kernel_history import histories
+    from mtp_tvm.instrument.report import history_step_lines
+
+    index = json.loads((run / "index.json").read_text())
+    steps = [s for f in histories(run, index).values() for s in f]
+    text = sum(len(line) for s in steps for line in history_step_lines(s["diff"]))
+    assert len(steps) > 100 and len(_history_data(run)) <= 0.75 * text
+
+
+def test_re_rendering_an_older_page_rebuilds_its_history_from_the_pass_files(run, tmp_path):
+    """A page written before the history was row data (its steps as rendered tables) would show no table if its
+    history were kept: a re-render (the golden verdict added) makes it anew from the pass files."""
+    from mtp_tvm.instrument.report import history_script
+    from mtp_tvm.instrument.run_folder import update_index
+
+    old = tmp_path / "run"
+    shutil.copytree(run, old)
+    page = (old / "index.html").read_text()
+    func = _most_changed(run, json.loads((run / "index.json").read_text()))
+    older = json.dumps({func: [{"index": 5, "phase": "fuse", "name": "FuseOps", "depth": 0,
+                                                       "event": "changed", "added": 1, "removed": 1,
+                                                       "table": "<table></table>"}]})
+    (old / "index.html").write_text(page.replace(_history_data(old), older.replace("<", "\\u003c")))
+    index = update_index(old, check={"passed": True, "seed": 0})
+    assert _history_data(old) == history_script(run, index)[len('<script type="application/json" '
+                                                              'id="history-data">'):-len("</script>")]
+    dom = _dom(old / "index.html", f"#func={func}")
+    section = _history_section(dom)
+    assert len(TABLE.findall(section)) == len(STEP.findall(section)) > 3 and "PASSED" in dom
 
 
 def test_pass_table_marks_nested_and_skipped_passes(run, tmp_path):

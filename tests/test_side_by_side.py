@@ -25,3 +25,26 @@ def test_the_table_holds_escaped_text_old_beside_new():
     assert re.search(r'<tr><td class="ln">1</td><td class="old d-del">&lt;b&gt;&amp;</td><td class="ln">1</td>'
                      r'<td class="new d-add">&lt;/table&gt;</td></tr>', table)
     assert table.count("<table") == 1 and "table.sbs" in side_by_side_style()
+
+
+def test_tables_as_data_share_each_text_and_hold_the_rows_of_the_renderer():
+    """A page's script makes the cells from these (index.html's kernel history): every text stored once."""
+    from mtp_tvm.instrument.side_by_side import CELL_CLASSES, ROW_CLASSES, SideBySideData
+
+    tables = SideBySideData()
+    first = tables.add(["@@ -3,2 +3,2 @@", " a", "-b", "+B"])
+    second = tables.add(["@@ -7,1 +7,2 @@", " a", "+C"])
+    data = tables.as_dict()
+    texts = data["texts"]
+    assert sorted(texts) == sorted({"@@ -3,2 +3,2 @@", "@@ -7,1 +7,2 @@", "a", "b", "B", "C", ""})
+    assert data["cell_classes"] == CELL_CLASSES and data["row_classes"] == ROW_CLASSES
+
+    def shown(rows):  # the rows with their indices resolved: side_by_side's, classes for kinds
+        return [(ROW_CLASSES[r[0]], texts[r[1]]) if len(r) == 2 else
+                (r[0], texts[r[2]], CELL_CLASSES[r[1]], r[3], texts[r[5]], CELL_CLASSES[r[4]]) for r in rows]
+
+    assert shown(first) == [("hunk", "@@ -3,2 +3,2 @@"), (3, "a", "ctx", 3, "a", "ctx"),
+                            (4, "b", "old d-del", 4, "B", "new d-add")]
+    assert shown(second) == [("hunk", "@@ -7,1 +7,2 @@"), (7, "a", "ctx", 7, "a", "ctx"),
+                             (None, "", "empty", 8, "C", "new d-add")]
+    assert first[1][2] == second[1][2]  # "a": one text for both tables

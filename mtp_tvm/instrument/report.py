@@ -5,22 +5,21 @@
 the script renders the pass table, filters it by phase / changed / name (the filter state lives in the URL
 fragment, e.g. ``index.html#phase=fuse&changed=1``, so a view can be linked), links every dump and diff, and
 shows a pass's diff syntax-highlighted below the table. Its kernel history (``index.html#func=NAME``) follows
-one function through every pass that changed it, old and new side by side (``kernel_history``, each step's
-table rendered here by ``side_by_side``; the same as ``mtp-tvm dumps show RUN --func NAME --history``). The page
-is rendered by ``support.html_page``: its data never becomes markup. A run profiled with ``--profile``
-(``profile.json`` in the folder) also gets a table of ``main``'s kernels: time, share of ``main``, GB/s,
-GFLOP/s, roofline fraction. A run that ``localize`` compared (``index.json``'s ``localize``) gets the per-call
-table, the first differing call highlighted and linked to its kernel history.
+one function through every pass that changed it, old and new side by side (``kernel_history``; each step's
+rows computed here by ``side_by_side``, the script only makes the cells; the same as ``mtp-tvm dumps show RUN
+--func NAME --history``). The page is rendered by ``support.html_page``: its data never becomes markup. A run
+profiled with ``--profile`` (``profile.json`` in the folder) also gets a table of ``main``'s kernels: time, share
+of ``main``, GB/s, GFLOP/s, roofline fraction. A run that ``localize`` compared (``index.json``'s ``localize``)
+gets the per-call table, the first differing call highlighted and linked to its kernel history.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 from ..instrument.kernel_history import histories
-from ..instrument.side_by_side import side_by_side_html, side_by_side_style
+from ..instrument.side_by_side import SideBySideData, side_by_side_style
 from ..support import atomic_file
 from ..support.html_page import Markup, escape, json_script, render, template
 from ..support.text_table import text_table
@@ -72,37 +71,33 @@ def _embedded_diffs(run: Path, index: dict) -> dict[str, str]:
     return diffs
 
 
-def _embedded_histories(run: Path, index: dict) -> dict[str, list[dict]]:
-    """Each function's history (``kernel_history.histories``), each step's diff cut like the pass diffs and
-    rendered side by side (``table``, in place of the diff: markup made of escaped text, the page inserts it)."""
-    out = histories(run, index)
-    for steps in out.values():
+def _embedded_histories(run: Path, index: dict) -> dict:
+    """Each function's history (``kernel_history.histories``), each step's diff cut like the pass diffs and given
+    as side-by-side rows (``rows``, in place of the diff; ``side_by_side.SideBySideData``, whose shared texts
+    and legend come along under ``tables``): the page's script makes the cells."""
+    tables = SideBySideData()
+    functions = histories(run, index)
+    for steps in functions.values():
         for step in steps:
-            lines = step.pop("diff").splitlines()
-            if len(lines) > DIFF_LINES_EMBEDDED:
-                lines = lines[:DIFF_LINES_EMBEDDED] + [
-                    f"... {len(lines) - DIFF_LINES_EMBEDDED} more lines: mtp-tvm dumps show RUN --func NAME --history"]
-            step["table"] = side_by_side_html(lines)
-    return out
+            step["rows"] = tables.add(history_step_lines(step.pop("diff")))
+    return {"functions": functions, "tables": tables.as_dict()}
+
+
+def history_step_lines(diff: str) -> list[str]:
+    """A history step's diff as the page shows it: cut like the pass diffs, the rest left to the CLI."""
+    lines = diff.splitlines()
+    if len(lines) > DIFF_LINES_EMBEDDED:
+        lines = lines[:DIFF_LINES_EMBEDDED] + [
+            f"... {len(lines) - DIFF_LINES_EMBEDDED} more lines: mtp-tvm dumps show RUN --func NAME --history"]
+    return lines
 
 
 def history_script(run: Path, index: dict) -> Markup:
-    """The page's embedded kernel history, made from the run's pass files (the recorder makes it while the
-    assembly is still being generated, and passes it to ``write_html``)."""
+    """The page's embedded kernel history, made from the run's pass files, which never change after the build:
+    the recorder makes it while the assembly is still being generated and passes it to ``write_html``; a
+    re-render (``run_folder.update_index`` after the golden check) makes it anew, so a page written by an older
+    version gets the current history too."""
     return json_script("history-data", _embedded_histories(run, index))
-
-
-def _history_script(run: Path, index: dict) -> Markup:
-    """The pass files never change after the build, so a re-render (``run_folder.update_index`` after the
-    golden check) reuses the history the page already holds (parsed and embedded anew, never copied as text)."""
-    try:
-        m = _HISTORY_SCRIPT.search((run / HTML_FILE).read_text())
-        return json_script("history-data", json.loads(m.group(1))) if m else history_script(run, index)
-    except (OSError, UnicodeDecodeError, ValueError):
-        return history_script(run, index)
-
-
-_HISTORY_SCRIPT = re.compile(r'<script type="application/json" id="history-data">(.*?)</script>', re.S)
 
 
 def write_html(run: Path, index: dict, history: Markup | None = None) -> Path:
@@ -113,7 +108,7 @@ def write_html(run: Path, index: dict, history: Markup | None = None) -> Path:
     page = render(template(__package__, "run_index.html"), title=escape(title),
                   data=Markup(json_script("index-data", index) + json_script("diff-data", _embedded_diffs(run, index))
                               + json_script("profile-data", profile)),
-                  history=history if history is not None else _history_script(run, index),
+                  history=history if history is not None else history_script(run, index),
                   side_by_side_style=side_by_side_style(), script=template(__package__, "run_index.js"))
     path = run / HTML_FILE
     atomic_file.write_text(path, page)

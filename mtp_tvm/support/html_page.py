@@ -35,7 +35,7 @@ def escape(text) -> Markup:
 
 def json_script(element_id: str, data) -> Markup:
     """``data`` as a ``<script type="application/json">`` element that the page's script ``JSON.parse``s."""
-    text = _JSON_UNSAFE.sub(lambda m: _JSON_ESCAPES[m.group(0)], json.dumps(data))
+    text = _JSON_UNSAFE.sub(lambda m: _JSON_ESCAPES[m.group(0)], json.dumps(data, separators=(",", ":")))
     return Markup(f'<script type="application/json" id="{escape(element_id)}">{text}</script>')
 
 

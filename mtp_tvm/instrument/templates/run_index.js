@@ -87,9 +87,19 @@ function render() {
 }
 function update(change) { writeState({...readState(), ...change}); render(); }
 
-// the kernel history: one function's diffs in pass order, old (left) and new (right) side by side, as tables
-// rendered when the page was written
-const kernelHistory = JSON.parse(document.getElementById("history-data").textContent);
+// the kernel history: one function's diffs in pass order, old (left) and new (right) side by side. The rows
+// are the one side-by-side renderer's (instrument/side_by_side.py: SideBySideData, its side_by_side_html's
+// markup made here from them); each cell's text and class are indices into the shared texts and classes
+const historyData = JSON.parse(document.getElementById("history-data").textContent);
+const kernelHistory = historyData.functions;
+function sideBySide(rows) {
+  const {texts, cell_classes: cellClass, row_classes: rowClass} = historyData.tables;
+  const cell = (no, cls, text) =>
+    `<td class="ln">${no ?? ""}</td><td class="${cellClass[cls]}">${esc(texts[text])}</td>`;
+  return '<table class="sbs"><colgroup><col class="lnc"><col><col class="lnc"><col></colgroup>\n' +
+    rows.map((r) => r.length === 2 ? `<tr class="${rowClass[r[0]]}"><td colspan="4">${esc(texts[r[1]])}</td></tr>` :
+      `<tr>${cell(r[0], r[1], r[2])}${cell(r[3], r[4], r[5])}</tr>`).join("\n") + "\n</table>";
+}
 function renderHistory(func) {
   const steps = func ? kernelHistory[func] : null;
   $("func").value = steps ? func : "";
@@ -97,10 +107,9 @@ function renderHistory(func) {
     const num = String(s.index).padStart(3, "0");
     return `<div class="step" data-step="${s.index}"><h3>${num} ${esc(s.phase)} / ` +
       `<span class="${s.depth ? "nested" : ""}">${esc(s.name)}</span>: ${esc(s.event)} ` +
-      `(+${s.added} &minus;${s.removed})</h3>${s.table}</div>`;
+      `(+${s.added} &minus;${s.removed})</h3>${sideBySide(s.rows)}</div>`;
   }).join("");
-  // each step's table is the one side-by-side renderer's (instrument/side_by_side.py, escaped text): the code
-  // cells get the same highlighting as the pass diffs
+  // the code cells get the same highlighting as the pass diffs
   for (const td of $("func-steps").querySelectorAll("td.old, td.new, td.ctx")) td.innerHTML = highlight(td.textContent);
   $("func-count").textContent = steps ? ` ${steps.length} of ${index.passes.length} passes changed ${func}` :
     func ? ` no pass changed a function ${func}` : ` ${Object.keys(kernelHistory).length} functions changed`;
