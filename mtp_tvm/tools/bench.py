@@ -238,7 +238,7 @@ def parse_contenders(text: str) -> tuple[str, ...]:
 
 # ---- the result -------------------------------------------------------------------------------------------
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class TokensFigures:
     """The figures of one T: every contender's median and samples (None and ``unavailable[name]`` = why, where
     it could not run), GFLOP/s and GB/s of the useful work, the roofline time and TVM's fraction of it, the
@@ -265,7 +265,7 @@ def _str_keys(d: dict) -> dict:
     return {str(k): _str_keys(v) if isinstance(v, dict) else v for k, v in d.items()}
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class BenchResult:
     """A bench run (see the module docstring); ``per_tokens``: T -> ``TokensFigures``."""
 

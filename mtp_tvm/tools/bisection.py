@@ -67,7 +67,7 @@ class Probe:
     detail: str = ""
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class BisectResult:
     """What a bisect found. ``culprit`` is None when it could not name one; ``message`` says why."""
 

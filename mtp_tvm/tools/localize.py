@@ -151,7 +151,7 @@ class CallDiff:
                 "inputs": [c if isinstance(c, str) else c.as_dict() for c in self.inputs]}
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class LocalizeResult:
     """Every partnered call's verdict, the calls without a partner, the first differing call, the first
     non-finite value of each build, and how the memory bound was met."""
@@ -367,9 +367,11 @@ def localize(spec: BuildSpec | None = None, debug: DebugOptions | None = None, *
         result = compare_builds(test, reference, opts)
         if kernel_repro and result.first is not None:
             try:
-                result.kernel_repro_dir = str(write_kernel_repro(result, test, reference, opts, debug.dump_root))
+                result = dataclasses.replace(result, kernel_repro_dir=str(
+                    write_kernel_repro(result, test, reference, opts, debug.dump_root)))
             except (UsageError, OSError) as e:
-                result.kernel_repro_error = str(e) if isinstance(e, UsageError) else f"{e.strerror}: {e.filename}"
+                result = dataclasses.replace(result, kernel_repro_error=str(e) if isinstance(e, UsageError)
+                                             else f"{e.strerror}: {e.filename}")
         _show_in_run(test, result)
     finally:
         finish_run(test)
@@ -390,6 +392,7 @@ def localize_failure(test: CompiledCase, seed: int,
     reference = compile(*options.against.reference(test.spec))
     result = compare_builds(test, reference, options)
     if result.first is not None:
-        result.kernel_repro_dir = str(write_kernel_repro(result, test, reference, options))
+        result = dataclasses.replace(result, kernel_repro_dir=str(write_kernel_repro(result, test, reference,
+                                                                                     options)))
     _show_in_run(test, result)
     return result

@@ -160,7 +160,7 @@ class ProgressCallback:
                  f"{prog.trials} trials, best {prog.best_ms:.4g} ms; {spaces}")
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class TuneResult:
     work_dir: Path
     trials: int  # measured in this run (the hand points measured before the search included)
