@@ -179,14 +179,29 @@ class PeerJob:
         return PeerWorker(self)
 
 
-class PeerWorker:
+class TorchWorker:
+    """What every torch peer's worker does alike: run on ``threads`` torch threads, and time a batch of calls to
+    the end of the device's work."""
+
+    def __init__(self, threads: int, device: str):
+        torch.set_num_threads(threads)
+        self.sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+    def batch_ms(self, run: Run, calls: int) -> float:
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            run()
+        self.sync()
+        return (time.perf_counter() - t0) / calls * 1e3
+
+
+class PeerWorker(TorchWorker):
     """A peer's runs, one per T, prepared by ``setup`` and timed by ``time_ms``."""
 
     def __init__(self, job: PeerJob):
-        torch.set_num_threads(job.threads)
+        super().__init__(job.threads, job.device)
         self.job = job
         self.runs: dict[int, tuple[Run, int]] = {}  # T -> (run, calls per batch)
-        self.sync = torch.cuda.synchronize if job.device == "cuda" else (lambda: None)
 
     def setup(self) -> Ready:
         job, peer = self.job, PEERS[self.job.peer]
@@ -206,18 +221,11 @@ class PeerWorker:
             if peer.compiles:
                 ready.compile_seconds.setdefault(job.peer, {})[tokens] = time.perf_counter() - t0
             ready.outputs.setdefault(job.peer, {})[tokens] = as_float32(run())
-            self.runs[tokens] = (run, calls_per_batch(lambda calls, run=run: self._batch_ms(run, calls), job.number))
+            self.runs[tokens] = (run, calls_per_batch(lambda calls, run=run: self.batch_ms(run, calls), job.number))
         if job.peer == "numpy_fp32":
             ready.details["numpy_blas"] = numpy_blas_info()
         return ready
 
-    def _batch_ms(self, run: Run, calls: int) -> float:
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            run()
-        self.sync()
-        return (time.perf_counter() - t0) / calls * 1e3
-
     def time_ms(self, contender: str, tokens: int) -> float:
         """Milliseconds per call over one batch at ``tokens``."""
-        return self._batch_ms(*self.runs[tokens])
+        return self.batch_ms(*self.runs[tokens])

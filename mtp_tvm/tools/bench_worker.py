@@ -52,6 +52,7 @@ OPENBLAS_SLOW_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 STDERR_TAIL_LINES = 20
 SETTLE_WINDOW_S, SETTLE_LIMIT_S = 0.02, 0.5  # quiet: under a quarter of a core over a window; wait at most this
 SAMPLE_MS, SIZING_MS, MAX_CALLS = 50.0, 10.0, 10_000  # a timed batch lasts about SAMPLE_MS (``calls_per_batch``)
+EXAMPLE = 0  # the sweep key of a race at one size: a module file's example inputs (not a token count)
 
 
 class WorkerFailed(MtpError):

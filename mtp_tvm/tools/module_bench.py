@@ -27,7 +27,6 @@ import json
 import os
 import statistics
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -40,12 +39,11 @@ from ..support.atomic_file import write_user_file
 from ..support.errors import UsageError
 from ..support.text_table import text_table
 from ..support.timing import phase
-from ..verify.comparators import as_float32
+from ..verify.comparators import flat_outputs
 from .bench import PEER_CHECK, Race, cold_cache, load_warning, require_count
 from .bench_tvm import TVM
-from .bench_worker import InputFiles, Ready, calls_per_batch
+from .bench_worker import EXAMPLE, InputFiles, Ready, calls_per_batch
 
-EXAMPLE = 0  # the one "T" of a module's race: its example inputs
 TORCH_EAGER, TORCH_COMPILE, TORCH_COMPILE_MAX = "torch_eager", "torch_compile", "torch_compile_max_autotune"
 MODULE_PEERS = {TORCH_EAGER: None, TORCH_COMPILE: "default", TORCH_COMPILE_MAX: "max-autotune"}  # -> compile mode
 STATE_DICT = "state_dict.pt"
@@ -75,11 +73,6 @@ class ModuleBenchOptions:
             raise UsageError(f"threads must be at most the {usable_cores()} cores this process may use, got "
                              f"{self.threads}")
         object.__setattr__(self, "contenders", tuple(c for c in MODULE_PEERS if c in contenders))
-
-
-def flat_outputs(outputs) -> np.ndarray:
-    """Every output of a call, FP32, end to end in one vector: what the check against the reference compares."""
-    return np.concatenate([as_float32(o).ravel() for o in outputs]) if outputs else np.zeros(0, np.float32)
 
 
 # ---- the workers ------------------------------------------------------------------------------------------
@@ -122,81 +115,6 @@ class ModuleTvmWorker:
 
     def bandwidth_gbs(self) -> float:
         return self.stream.gbs()
-
-
-@dataclasses.dataclass(frozen=True)
-class ModulePeerJob:
-    """The module file's torch model as ``peer`` runs it: its parameters from ``state_dict``, its example
-    activations from ``inputs``, on ``device``, on ``threads`` torch threads."""
-
-    peer: str
-    path: str
-    state_dict: str
-    inputs: InputFiles
-    device: str
-    threads: int
-    number: int | None
-
-    def open(self) -> ModulePeerWorker:
-        return ModulePeerWorker(self)
-
-
-class ModulePeerWorker:
-    def __init__(self, job: ModulePeerJob):
-        import torch
-
-        torch.set_num_threads(job.threads)
-        self.job, self.torch = job, torch
-        self.sync = torch.cuda.synchronize if job.device == "cuda" else (lambda: None)
-
-    def _model(self):
-        from ..support.user_code import load_user_file, run_user_code
-
-        job, torch = self.job, self.torch
-        file = load_user_file(Path(job.path), "module file")
-        model = run_user_code(f"module file {job.path}: model()", file.model)
-        model.load_state_dict(torch.load(job.state_dict, weights_only=True))
-        return model.eval().to(job.device)
-
-    def setup(self) -> Ready:
-        from .bench_peers import as_torch, failure_reason
-
-        job, torch, ready = self.job, self.torch, Ready()
-        args = [as_torch(a).to(job.device) for a in job.inputs.activations_of(EXAMPLE).values()]
-        t0 = time.perf_counter()
-        try:
-            model = self._model()
-            mode = MODULE_PEERS[job.peer]
-            if mode is not None:
-                model = torch.compile(model, mode=None if mode == "default" else mode, dynamic=False)
-
-            def run():
-                with torch.no_grad():
-                    return model(*args)
-
-            with torch._inductor.config.patch(freezing=True):
-                out = run()  # a compiled peer compiles here: its compile time
-            self.sync()
-        except Exception as e:  # noqa: BLE001  (the user's model or a compile that fails: say why, time the rest)
-            ready.unavailable[job.peer] = {EXAMPLE: f"setup failed: {failure_reason(e)}"}
-            return ready
-        if mode is not None:
-            ready.compile_seconds[job.peer] = time.perf_counter() - t0
-        leaves, _ = torch.utils._pytree.tree_flatten(out)
-        ready.outputs[job.peer] = {EXAMPLE: flat_outputs(leaves)}
-        self.run = run
-        self.calls = calls_per_batch(self._batch_ms, job.number)
-        return ready
-
-    def _batch_ms(self, calls: int) -> float:
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            self.run()
-        self.sync()
-        return (time.perf_counter() - t0) / calls * 1e3
-
-    def time_ms(self, _contender: str, _tokens: int) -> float:
-        return self._batch_ms(self.calls)
 
 
 # ---- the result -------------------------------------------------------------------------------------------
@@ -326,6 +244,7 @@ def _start_peers(race: Race, user, options: ModuleBenchOptions, folder: Path, de
     import torch
 
     from .bench_peers import peer_unavailable
+    from .module_peers import ModulePeerJob
 
     torch.save(user.model.state_dict(), folder / STATE_DICT)
     files = InputFiles.write(folder, {n: s.dtype for n, s in user.input_specs.items()}, user.activation_names,
@@ -335,8 +254,8 @@ def _start_peers(race: Race, user, options: ModuleBenchOptions, folder: Path, de
         if why:
             race.unavailable[EXAMPLE][p] = why
         else:
-            race.start(p, ModulePeerJob(p, str(user.path), str(folder / STATE_DICT), files, device, threads,
-                                        options.number), cold_cache(folder, p) if MODULE_PEERS[p] else None)
+            race.start(p, ModulePeerJob(p, MODULE_PEERS[p], str(user.path), str(folder / STATE_DICT), files, device,
+                                        threads, options.number), cold_cache(folder, p) if MODULE_PEERS[p] else None)
 
 
 def _result(spec: ModuleSpec, user, tgt, options: ModuleBenchOptions, race: Race, load: tuple[float, float],

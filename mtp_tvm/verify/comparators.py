@@ -40,6 +40,11 @@ def as_float32(x) -> np.ndarray:
     return np.asarray(x).astype(np.float32, copy=False)
 
 
+def flat_outputs(outputs) -> np.ndarray:
+    """Every output of a call, FP32, end to end in one vector: one comparison covers a call's many outputs."""
+    return np.concatenate([as_float32(o).ravel() for o in outputs]) if outputs else np.zeros(0, np.float32)
+
+
 def _nonfinite_counts(x: np.ndarray) -> tuple[int, int]:
     return int(np.isnan(x).sum()), int(np.isinf(x).sum())
 
