@@ -8,8 +8,8 @@ compile times apart, the load average around the rounds. What differs:
 
 - **One size.** A module file is timed at its example inputs (its symbolic sizes have no sweep).
 - **The TVM contender is an artifact.** The build happens here, once (its time is the compile time), into an
-  artifact folder (``artifact.module_artifact``); the TVM worker loads it with the runtime, so it never imports
-  torch, and times ``main`` with the parameters packed once.
+  artifact folder (``artifact.module_artifact``); the TVM worker loads it with the runtime, so it runs no torch
+  op and no export, and times ``main`` with the parameters packed once.
 - **The peers run the file's own model**, ``model()`` with the parameters of the model the build exported
   (``state_dict``: a model that initialises randomly is still the same model), on the same example inputs.
 - **The reference** is the golden of ``check --module`` (torch eagerly, or a TVMScript module's unscheduled CPU
