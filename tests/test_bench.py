@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 import mtp_tvm
-from helpers import REPO
+from helpers import REPO, slow_except
 from mtp_tvm.compiler.options import BuildSpec
 from mtp_tvm.compiler.tensors import to_numpy
 from mtp_tvm.passes.target import resolve_target, usable_cores
@@ -83,6 +83,7 @@ def test_bench_times_every_contender_at_every_t(tiny_logits, tmp_path):
     assert len(d["bandwidth_samples_gbs"]) == 2 and d["bandwidth_gbs"] == statistics.median(d["bandwidth_samples_gbs"])
 
 
+@pytest.mark.slow  # tiny_logits: a bench with worker processes
 def test_every_contender_ran_in_a_process_of_its_own_now_gone(tiny_logits):
     pids = tiny_logits.workers
     assert set(pids) == {"tvm", *RACED}
@@ -90,6 +91,7 @@ def test_every_contender_ran_in_a_process_of_its_own_now_gone(tiny_logits):
     assert not any(_alive(pid) for pid in pids.values())  # no orphan outlives the bench
 
 
+@pytest.mark.slow  # tiny_logits: a bench with worker processes
 def test_bench_table_json_and_plot(tiny_logits, tmp_path):
     text = tiny_logits.table()
     for word in ("T=1", "T=2", "torch_compile", "roofline", "tvm / roofline", "best peer / tvm", "compile s",
@@ -101,6 +103,7 @@ def test_bench_table_json_and_plot(tiny_logits, tmp_path):
     assert (tmp_path / "b.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow  # tiny_logits: a bench with worker processes
 def test_bench_json_says_why(tiny_logits):
     """The ISA, the instruction mix of the kernels and the peak used are recorded next to the figures."""
     d = json.loads(json.dumps(tiny_logits.as_dict()))
@@ -155,8 +158,9 @@ def test_dot_peak_probes_exist_where_the_target_has_the_instruction(mcpu, kinds,
     assert ProbePlan.for_target(resolve_target("cuda"), multiprocessors=4).dot_kinds(resolve_target("cuda")) == ()
 
 
-@pytest.mark.parametrize("case, peer", [(c, p) for c in BENCH_CASES for p in RACED]
-                         + [("projection", "torch_compile_max_autotune")])
+@pytest.mark.parametrize("case, peer", slow_except(  # torch.compile compiles for seconds
+    [(c, p) for c in BENCH_CASES for p in RACED] + [("projection", "torch_compile_max_autotune")],
+    {(c, p) for c in BENCH_CASES for p in EAGER}))
 def test_every_peer_computes_the_case(case, peer):
     """The contenders compute the same math as the golden (to BF16-level tolerance), so the race is fair; the
     compiled peers too (max-autotune on the projection: its quantisation and two GEMMs)."""

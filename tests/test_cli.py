@@ -50,6 +50,7 @@ def test_check_with_debugging_options(tmp_path, capsys):
     assert f"IR dumps: {tmp_path}/logits-llvm-" in out
 
 
+@pytest.mark.slow  # a bisection: many builds
 def test_bisect_names_the_broken_pass_and_dumps_its_failing_build(tmp_path, capsys):
     rc = main(["bisect", "--case", "tail", "--preset", "tiny", "--pass-plugin",
                "examples/int32_logits_accumulator.py", "--dump-passes", str(tmp_path)])
@@ -185,6 +186,7 @@ _TIME_LINE = re.compile(r"time: (?P<wall>[\d.]+) s = import (?P<import>[\d.]+) \
                         r"\+ other (?P<other>-?[\d.]+)")
 
 
+@pytest.mark.slow  # a subprocess that imports TVM and builds
 @pytest.mark.parametrize("command", ["check", "build"])
 def test_the_time_line_accounts_for_the_wall_time(command, tmp_path):
     """check and build end with the split of their wall time; the parts add up to it, what no part covers stays

@@ -58,6 +58,7 @@ def test_every_kernel_of_main_is_timed_and_the_rows_add_up_to_main(compiled, fro
     assert d["coverage"] == pytest.approx(p.coverage) and len(d["kernels"]) == len(p.kernels)
 
 
+@pytest.mark.slow  # over 1 s
 def test_check_profile_cli_prints_every_kernel_and_writes_profile_json(tmp_path, capsys):
     report = tmp_path / "r.json"
     rc = main(["check", "--case", "tail", "--preset", "tiny", "--profile", "--dump-passes", str(tmp_path),
@@ -93,6 +94,7 @@ def test_bench_profile_goes_into_its_json(tmp_path):
     assert bench(case="norm", preset="tiny", rounds=1, contenders=("tvm",)).as_dict()["profile"] is None
 
 
+@pytest.mark.slow  # over 1 s
 def test_a_dumping_bench_profile_completes_its_run_after_writing_profile_json(tmp_path):
     """Issue 25: a run is complete only when its process writes no more to it (profile.json comes last)."""
     bench(case="norm", preset="tiny", rounds=1, contenders=("tvm",), profile=FAST, dump_passes=tmp_path)

@@ -50,6 +50,7 @@ def test_repro_py_runs_standalone_and_reproduces(failing, tmp_path):
     assert "candidate_logits   ratio_allclose" in out.stdout
 
 
+@pytest.mark.slow  # over 1 s
 def test_the_reproducer_tells_when_the_module_is_fixed(failing, compiled, tmp_path):
     fixed = compiled("tail", "tir")  # the same case without the broken pass
     folder = tmp_path / "repro"

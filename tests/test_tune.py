@@ -13,6 +13,7 @@ import tvm
 import tvm_ffi
 
 import mtp_tvm
+from helpers import slow_except
 from mtp_tvm.compiler.options import BuildSpec
 from mtp_tvm.tools.bench import bench
 from mtp_tvm.tools.tune import tune
@@ -108,6 +109,7 @@ def test_an_unreachable_tracker_fails_fast_with_one_line(tmp_path, tracker):
     assert not (tmp_path / "db").exists()  # no database written for a tuning that never measured
 
 
+@pytest.mark.slow  # an RPC tracker in a subprocess
 def test_a_tracker_without_servers_for_the_key_is_refused(tmp_path):
     port = _free_port()
     proc = subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", "127.0.0.1", "--port", str(port),
@@ -201,7 +203,7 @@ def test_progress_says_trials_space_and_time_left():
     assert lines and "2/4 trials" in lines[-1] and "left" in lines[-1] and "hand 1 (best 2 ms)" in lines[-1]
 
 
-@pytest.mark.parametrize("kernel", ["quantize_rows", "w8a8_dual_gemm"])
+@pytest.mark.parametrize("kernel", slow_except(["quantize_rows", "w8a8_dual_gemm"], {"w8a8_dual_gemm"}))
 def test_candidates_replayed_one_after_another_leave_the_workload_intact(kernel):
     """MetaSchedule replays every candidate on one module per thread: a trace that edited it in place (TVM 0.27
     does, once a trace's first step rewrites the root block of a kernel with root-level buffers) made the next
