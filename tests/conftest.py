@@ -1,6 +1,6 @@
 """Shared fixtures, and the fast loop's guard.
 
-``slow`` marks a test that builds for CUDA, builds a FLASH-size case, starts a subprocess that imports TVM or
+``slow`` marks a test that compiles with nvcc, builds a FLASH-size case, starts a subprocess that imports TVM or
 torch, tunes, or takes over ~1 s on its own on two cores. ``make check-fast`` (``-m "not slow"``) runs the rest in
 under two minutes and still reaches every layer: tiny LLVM builds checked against the goldens, the CLI, the
 comparators, the schedule rules and files, the dumps tools, artifacts. ``make test`` (CI) runs everything. A test

@@ -13,7 +13,6 @@ import tvm
 import tvm_ffi
 
 import mtp_tvm
-from helpers import slow_except
 from mtp_tvm.compiler.options import BuildSpec
 from mtp_tvm.tools.bench import bench
 from mtp_tvm.tools.tune import tune
@@ -126,6 +125,7 @@ def test_a_tracker_without_servers_for_the_key_is_refused(tmp_path):
         proc.wait(timeout=30)
 
 
+@pytest.mark.slow  # tune starts its runner's worker process, which imports TVM
 def test_a_work_dir_that_is_a_file_is_one_line(tmp_path):
     (tmp_path / "f").write_text("")
     with pytest.raises(mtp_tvm.UsageError, match="cannot use .*f as the tuning work dir"):
@@ -203,7 +203,10 @@ def test_progress_says_trials_space_and_time_left():
     assert lines and "2/4 trials" in lines[-1] and "left" in lines[-1] and "hand 1 (best 2 ms)" in lines[-1]
 
 
-@pytest.mark.parametrize("kernel", slow_except(["quantize_rows", "w8a8_dual_gemm"], {"w8a8_dual_gemm"}))
+# the first TuneContext imports TVM's tensor intrinsics, each parsed from TVMScript under inspect.stack(): over a
+# minute in a process that has torch loaded
+@pytest.mark.slow
+@pytest.mark.parametrize("kernel", ["quantize_rows", "w8a8_dual_gemm"])
 def test_candidates_replayed_one_after_another_leave_the_workload_intact(kernel):
     """MetaSchedule replays every candidate on one module per thread: a trace that edited it in place (TVM 0.27
     does, once a trace's first step rewrites the root block of a kernel with root-level buffers) made the next
@@ -278,6 +281,7 @@ def test_the_hand_space_tries_dot_product_tiles_only_where_the_target_has_dot_pr
     assert len(tensorized["znver4"]) >= 4 and not tensorized["haswell"]
 
 
+@pytest.mark.slow  # tune starts its runner's worker process, which imports TVM
 def test_the_local_runner_measures_with_every_usable_core(monkeypatch):
     """Candidates are timed as the build runs them: TVM's own pool default (half the cores, one thread on 2
     vCPUs) made a serial row loop look faster than the parallel one that is faster in the build."""

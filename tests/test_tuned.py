@@ -115,6 +115,7 @@ def test_a_damaged_database_is_one_line_naming_file_and_line(root, tmp_path, cap
     assert _digest(root) == before and not (tmp_path / "art").exists()
 
 
+@pytest.mark.slow  # tune starts its runner's worker process, which imports TVM
 def test_a_second_tune_into_a_folder_being_tuned_is_refused_and_the_first_database_is_intact(root, capsys):
     before = _digest(root)
     with folder_lock(root, True, "held by the test"):  # what a running tune holds
@@ -129,6 +130,7 @@ def test_a_second_tune_into_a_folder_being_tuned_is_refused_and_the_first_databa
     assert _digest(root) == before
 
 
+@pytest.mark.slow  # tune starts its runner's worker process, which imports TVM
 def test_tune_refuses_to_mix_targets_in_one_database(root, capsys):
     rc = main(["tune", "--case", "norm", "--preset", "tiny", "--trials", "1", "--work-dir", str(root), "--target",
                json.dumps({**OTHER, "num-cores": 2})])
