@@ -58,7 +58,8 @@ def test_every_llvm_schedule_meets_the_goldens(compiled, case, schedule, fronten
 
 
 # column tiles shrink to a divisor: 8, then 1
-@pytest.mark.parametrize("vocab_shard", slow_except([1000, 1001], {1001}))
+@pytest.mark.slow  # an LLVM and a CUDA build each
+@pytest.mark.parametrize("vocab_shard", [1000, 1001])
 def test_a_vocab_shard_off_the_column_tile_still_schedules(vocab_shard):
     m = mtp_tvm.compile(case="logits", preset="tiny", vocab_shard=vocab_shard)
     s = make_shapes("tiny", tokens=5, vocab_shard=vocab_shard)
