@@ -132,7 +132,7 @@ def test_a_work_dir_that_is_a_file_is_one_line(tmp_path):
         tune(BuildSpec("logits", preset="tiny"), trials=1, work_dir=tmp_path / "f", log=lambda _: None)
 
 
-@pytest.mark.slow  # over 10 s on 2 cores
+@pytest.mark.slow  # about 1 s: design spaces and replays
 def test_hand_space_samples_the_knobs_and_its_traces_replay_on_any_token_count():
     """The hand space of a GEMM: several design spaces with sampled register rows and K chunk; a trace with other
     decisions replays on the symbolic-T kernel; the shipped point (fixed sampler) is the default build's trace."""
@@ -144,9 +144,10 @@ def test_hand_space_samples_the_knobs_and_its_traces_replay_on_any_token_count()
     from mtp_tvm.schedule.space import default_schedule, hand_space, is_hand
     from mtp_tvm.schedule.steps import fresh_copy
     from mtp_tvm.schedule.tuned import _replay, workload
-    from mtp_tvm.tools.tune import case_kernels
+    from mtp_tvm.tools.tune import case_kernels, load_tensor_intrinsics
 
     target = resolve_target('{"kind": "llvm", "mcpu": "haswell", "num-cores": 2}')
+    load_tensor_intrinsics(target)  # as tune does: TuneContext would import every intrinsic TVM ships
     isa = cpu_isa(target)
     kernels = case_kernels(BuildSpec("logits", preset="tiny"), target)
     key = workload(kernels["lm_head_logits"])
@@ -203,9 +204,6 @@ def test_progress_says_trials_space_and_time_left():
     assert lines and "2/4 trials" in lines[-1] and "left" in lines[-1] and "hand 1 (best 2 ms)" in lines[-1]
 
 
-# the first TuneContext imports TVM's tensor intrinsics, each parsed from TVMScript under inspect.stack(): over a
-# minute in a process that has torch loaded
-@pytest.mark.slow
 @pytest.mark.parametrize("kernel", ["quantize_rows", "w8a8_dual_gemm"])
 def test_candidates_replayed_one_after_another_leave_the_workload_intact(kernel):
     """MetaSchedule replays every candidate on one module per thread: a trace that edited it in place (TVM 0.27
@@ -219,9 +217,10 @@ def test_candidates_replayed_one_after_another_leave_the_workload_intact(kernel)
     from mtp_tvm.schedule.space import hand_space
     from mtp_tvm.schedule.steps import fresh_copy
     from mtp_tvm.schedule.tuned import workload
-    from mtp_tvm.tools.tune import case_kernels
+    from mtp_tvm.tools.tune import case_kernels, load_tensor_intrinsics
 
     target = resolve_target('{"kind": "llvm", "mcpu": "znver4", "num-cores": 2}')
+    load_tensor_intrinsics(target)  # as tune does: TuneContext would import every intrinsic TVM ships (a minute)
     key = workload(case_kernels(BuildSpec("projection", preset="tiny"), target)[kernel])
     space = ms.space_generator.ScheduleFn(hand_space(ApplySchedules(target).hand_schedule(kernel), cpu_isa(target)))
     ctx = ms.TuneContext(fresh_copy(key), target=target, space_generator=space)
@@ -262,11 +261,12 @@ def test_the_hand_space_tries_dot_product_tiles_only_where_the_target_has_dot_pr
     from mtp_tvm.schedule.space import hand_space
     from mtp_tvm.schedule.steps import fresh_copy
     from mtp_tvm.schedule.tuned import workload
-    from mtp_tvm.tools.tune import case_kernels
+    from mtp_tvm.tools.tune import case_kernels, load_tensor_intrinsics
 
     tensorized = {}
     for mcpu in ("znver4", "haswell"):
         target = resolve_target(f'{{"kind": "llvm", "mcpu": "{mcpu}", "num-cores": 2}}')
+        load_tensor_intrinsics(target)  # as tune does: TuneContext would import every intrinsic TVM ships
         key = workload(case_kernels(BuildSpec("logits", preset="tiny"), target)["lm_head_logits"])
         ks = ApplySchedules(target).hand_schedule("lm_head_logits")
         space = ms.space_generator.ScheduleFn(hand_space(ks, cpu_isa(target)))
