@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from helpers import slow_except
 from mtp_tvm.cli import main
 
 
@@ -88,13 +89,13 @@ print(json.dumps({"rc": rc, "heavy": sorted(m for m in ("tvm", "torch") if m in 
 """
 
 
-@pytest.mark.parametrize("argv", [
+@pytest.mark.parametrize("argv", slow_except([  # two interpreters each: the fast loop keeps one of each kind
     ["--help"], ["list"], ["list", "--preset", "tiny"], ["dumps", "--root", "{tmp}", "list"],
     ["dumps", "--root", "{tmp}", "show", "latest"], ["dumps", "--root", "{tmp}", "prune", "--keep", "3"],
     ["check", "--case", "nope"], ["build", "--preset", "huge", "--out", "{tmp}/a"], ["check", "--tokens", "0"],
     ["tune", "--frontend", "onnx"], ["bench", "--vocab-shard", "0"], ["check", "--no-such-flag"],
     ["run", "{tmp}/a", "--out", "{tmp}/o.npz"], ["inputs", "--case", "tial", "--out", "{tmp}/in.npz"],
-])
+], [["--help"], ["list"], ["dumps", "--root", "{tmp}", "list"], ["check", "--case", "nope"]]))
 def test_commands_that_build_nothing_import_neither_tvm_nor_torch_and_answer_within_a_second(argv, tmp_path):
     """--help, list, dumps and every usage error: the handlers import TVM and torch only to build or run, so
     these answer at once (a newcomer waited 6-9 s for each, mostly on ``import tvm``)."""

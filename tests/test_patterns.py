@@ -92,6 +92,7 @@ def test_no_relax_kernel_is_left_unscheduled(compiled, case):
     assert m.unscheduled == [] and m.schedule_traces
 
 
+@pytest.mark.slow  # the tail's Relax build takes seconds
 def test_weight_transposes_and_packing_run_once_per_weight_set_not_per_call(compiled):
     mod = compiled("tail", "relax").optimized_module
     per_call = [str(c.args[0]) for c in _calls(mod["main"])]
@@ -107,6 +108,7 @@ def _calls(func) -> list:
     return out
 
 
+@pytest.mark.slow  # the tail's Relax build, twice
 def test_relax_gemms_run_only_the_real_rows_and_the_outputs_stay_bitwise(compiled, monkeypatch):
     real = compiled("tail", "relax")
     monkeypatch.setattr("mtp_tvm.schedule.patterns.row_quantum", lambda knobs, isa, columns: 16)  # the full tile
