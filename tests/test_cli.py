@@ -67,6 +67,7 @@ def test_bisect_says_when_there_is_nothing_to_find(capsys):
     assert "NOT FOUND: the golden check passes with every pass applied" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # over 1 s: a build with dumps and pass timing
 def test_build_takes_the_debugging_options_and_artifact_checks_refuse_them(tmp_path, capsys):
     rc = main(["build", "--case", "logits", "--preset", "tiny", "--out", str(tmp_path / "art"), "--time-passes",
                "--dump-passes", str(tmp_path / "dumps"), "--disable-pass", "FoldConstant"])

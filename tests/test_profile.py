@@ -9,6 +9,7 @@ import pytest
 import tvm
 from tvm import relax
 
+from helpers import slow_except
 from mtp_tvm.cli import OPENBLAS_SLOW_VARS, main
 from mtp_tvm.tools.bench import bench, flops
 from mtp_tvm.tools.profile import OTHER, ProfileOptions, profile
@@ -30,7 +31,7 @@ def _main_kernel_calls(compiled) -> Counter:
     return calls
 
 
-@pytest.mark.parametrize("frontend", ["tir", "relax"])
+@pytest.mark.parametrize("frontend", slow_except(["tir", "relax"], {"tir"}))
 def test_every_kernel_of_main_is_timed_and_the_rows_add_up_to_main(compiled, frontend):
     m = compiled("tail", frontend)
     p = profile(m, options=FAST)
