@@ -8,7 +8,7 @@ import tvm
 from tvm import s_tir
 
 import mtp_tvm
-from helpers import INT32_ACCUMULATOR_PLUGIN, slow_except
+from helpers import INT32_ACCUMULATOR_PLUGIN
 from mtp_tvm.ir import tir_kernels as kernels
 from mtp_tvm.schedule.steps import fresh_copy
 from mtp_tvm.tools.bisection import Probe, Verdict, _search, bisect_passes, bisect_schedule
@@ -92,7 +92,8 @@ def _schedule_with_one_wrong_step():
     return sch
 
 
-@pytest.mark.parametrize("as_text", slow_except([False, True], {True}))
+@pytest.mark.slow  # a build per probe
+@pytest.mark.parametrize("as_text", [False, True])
 def test_schedule_bisect_names_exactly_the_wrong_step(as_text):
     sch = _schedule_with_one_wrong_step()
     trace = str(sch.trace) if as_text else sch.trace  # str(sch.trace) is how schedules are recorded

@@ -73,6 +73,7 @@ def test_the_reproducer_keeps_the_gate_of_the_lowering_phases(tmp_path):
     assert "--bisect-limit 10" in (Path(r.repro_dir) / "command.txt").read_text()
 
 
+@pytest.mark.slow  # over 1 s: an export and a run
 def test_mtp_tvm_run_accepts_the_reproducers_inputs(failing, compiled, tmp_path, capsys):
     from mtp_tvm.artifact.export import export
     from mtp_tvm.cli import main
@@ -92,6 +93,7 @@ def test_a_broken_reproducer_exits_2_not_reproduced_1(failing, tmp_path, damage)
     assert rerun(folder, log=lines.append) == 2 and lines[-1].startswith("repro: error:")
 
 
+@pytest.mark.slow  # over 1 s: a build of the tail
 def test_a_failing_check_that_cannot_write_its_reproducer_still_reports_the_failure(monkeypatch, capsys):
     from mtp_tvm.cli import main
 
