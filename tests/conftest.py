@@ -1,19 +1,34 @@
+"""Shared fixtures, and the fast loop's guard.
+
+``slow`` marks a test that compiles with nvcc, builds a FLASH-size case, starts a subprocess that imports TVM or
+torch, tunes, or takes over ~1 s on its own on two cores. ``make check-fast`` (``-m "not slow"``) runs the rest in
+under two minutes and still reaches every layer: tiny LLVM builds checked against the goldens, the CLI, the
+comparators, the schedule rules and files, the dumps tools, artifacts. ``make test`` (CI) runs everything. A test
+that only reads a tiny build takes ``compiled`` instead of calling ``mtp_tvm.compile``; a parametrized matrix keeps
+one representative fast (``helpers.slow_except``)."""
+
 import functools
 
 import pytest
 
 import mtp_tvm
 
+FAST_TEST_LIMIT_S = 3.0  # a not-slow test over this (setup + call) is named at the end of the run
+
 
 @functools.cache
-def _compiled(case: str, frontend: str, preset: str = "tiny"):
-    return mtp_tvm.compile(case=case, target="llvm", preset=preset, frontend=frontend)
+def _build(case: str, frontend: str, preset: str, options: tuple):
+    return mtp_tvm.compile(case=case, preset=preset, frontend=frontend, **{"target": "llvm", **dict(options)})
+
+
+def _compiled(case: str, frontend: str, preset: str = "tiny", **options):
+    return _build(case, frontend, preset, tuple(sorted(options.items())))
 
 
 @pytest.fixture(scope="session")
 def compiled():
-    """``compiled(case, frontend[, preset])``: one build per combination for the whole session (T is symbolic,
-    so one binary serves every token count)."""
+    """``compiled(case, frontend[, preset], **BuildSpec fields)``: one build per combination for the whole session
+    (T is symbolic, so one binary serves every token count). Read it, never change it: other tests share it."""
     return _compiled
 
 
@@ -24,3 +39,21 @@ def _dumps_outside_the_repo(tmp_path_factory):
     mp.setenv("MTP_TVM_DUMPS", str(tmp_path_factory.mktemp("dumps")))
     yield
     mp.undo()
+
+
+_seconds: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    if report.when in ("setup", "call") and "slow" not in report.keywords:
+        _seconds[report.nodeid] = _seconds.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Names the not-slow tests over the limit, so the fast loop stays fast as tests are added (a warning, not a
+    failure: a loaded machine can push any test over)."""
+    over = sorted(((s, n) for n, s in _seconds.items() if s > FAST_TEST_LIMIT_S), reverse=True)
+    if over:
+        terminalreporter.section(f"not-slow tests over {FAST_TEST_LIMIT_S:.0f} s: make them cheaper or mark them slow")
+        for s, nodeid in over:
+            terminalreporter.write_line(f"{s:6.1f} s  {nodeid}")

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tarfile
 import textwrap
+from collections.abc import Mapping
 
 import ml_dtypes
 import numpy as np
@@ -39,11 +40,29 @@ needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is no
 HAS_GPU = tvm.cuda(0).exist
 
 
+class _Exported(Mapping):
+    """Case -> its LLVM artifact (TIR frontend, tiny preset), exported on first use from the session's shared
+    build: a test that reads one case builds that one only."""
+
+    def __init__(self, compiled, root):
+        self._compiled, self._root, self._paths = compiled, root, {}
+
+    def __getitem__(self, case):
+        if case not in self._paths:
+            self._paths[case] = export.export(self._compiled(case, "tir"), self._root / case).path
+        return self._paths[case]
+
+    def __iter__(self):
+        return iter(CASES)
+
+    def __len__(self):
+        return len(CASES)
+
+
 @pytest.fixture(scope="module")
 def llvm_artifacts(compiled, tmp_path_factory):
-    """Every case (TIR frontend, tiny preset) exported for LLVM; the builds are the session's shared ones."""
-    root = tmp_path_factory.mktemp("llvm")
-    return {case: export.export(compiled(case, "tir"), root / case).path for case in CASES}
+    """Every case exported for LLVM (each when a test first reads it)."""
+    return _Exported(compiled, tmp_path_factory.mktemp("llvm"))
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +96,7 @@ def _embedded_cuda(lib) -> embedded.CudaPayload:
 
 # ---- LLVM: every case, reloaded in a fresh process ----------------------------------------------------------
 
+@pytest.mark.slow  # a subprocess, every case built
 def test_every_case_reloads_with_tvms_runtime_alone_and_meets_its_golden(llvm_artifacts):
     """A deployment machine has TVM's runtime, not its compiler: TVM_USE_RUNTIME_LIB=1 loads libtvm_runtime
     alone, so any compiling (or an import of relax or TVMScript) fails there."""
@@ -211,6 +231,7 @@ def test_build_check_records_the_golden(tmp_path):
 
 # ---- cross-target -------------------------------------------------------------------------------------------
 
+@pytest.mark.slow  # over 1 s
 def test_cross_target_writes_an_object_archive_with_its_manifest(tmp_path):
     out = tmp_path / "arm"
     built = mtp_tvm.build(out, case="tail", preset="tiny",
@@ -227,6 +248,7 @@ def test_cross_target_writes_an_object_archive_with_its_manifest(tmp_path):
 
 # ---- CUDA ---------------------------------------------------------------------------------------------------
 
+@pytest.mark.slow  # nvcc
 @needs_nvcc
 @pytest.mark.parametrize("case, frontend", CUDA_CASES)
 def test_cuda_artifact_embeds_sass_for_every_arch(cuda_artifacts, case, frontend):
@@ -246,6 +268,7 @@ def test_cuda_artifact_embeds_sass_for_every_arch(cuda_artifacts, case, frontend
     assert ".target sm_90" in (path / "source/kernels.sm_90.ptx").read_text()
 
 
+@pytest.mark.slow  # nvcc
 @needs_nvcc
 @pytest.mark.parametrize("arch", CUDA_ARCHS)
 def test_cuda_single_arch_build(tmp_path, arch):
@@ -255,6 +278,7 @@ def test_cuda_single_arch_build(tmp_path, arch):
     assert _sass_archs(_embedded_cuda(tmp_path / arch / "library.so").code) == [arch]
 
 
+@pytest.mark.slow  # nvcc
 @needs_nvcc
 @pytest.mark.parametrize("case, frontend", CUDA_CASES)
 def test_cuda_artifact_runs_where_a_gpu_is_and_is_refused_elsewhere(cuda_artifacts, case, frontend):
@@ -433,6 +457,7 @@ def test_a_full_disk_during_build_is_one_line_and_leaves_nothing(compiled, tmp_p
 BUILD = [sys.executable, "-m", "mtp_tvm", "build", "--case", "norm", "--preset", "tiny", "--out"]
 
 
+@pytest.mark.slow  # subprocesses that import TVM and build
 @pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGKILL"])
 def test_a_killed_build_leaves_no_litter_after_the_next_build(tmp_path, signal_name):
     import signal
@@ -475,6 +500,7 @@ def test_run_writes_into_a_fifo_and_refuses_out_equal_to_inputs(llvm_artifacts, 
     assert "is the --inputs file" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # a subprocess that imports TVM and builds
 def test_artifacts_and_dump_folders_are_readable_by_others_under_umask_022(tmp_path):
     """What ``build`` writes (the artifact, its run folder) is readable by another user or a service account
     when the umask lets it be: no 0700 folder from mkdtemp, no 0600 file from mkstemp."""

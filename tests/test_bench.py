@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 import mtp_tvm
-from helpers import REPO
+from helpers import REPO, slow_except
 from mtp_tvm.compiler.options import BuildSpec
 from mtp_tvm.compiler.tensors import to_numpy
 from mtp_tvm.passes.target import resolve_target, usable_cores
@@ -85,6 +85,7 @@ def test_bench_times_every_contender_at_every_t(tiny_logits, tmp_path):
     assert len(d["bandwidth_samples_gbs"]) == 2 and d["bandwidth_gbs"] == statistics.median(d["bandwidth_samples_gbs"])
 
 
+@pytest.mark.slow  # tiny_logits: a bench with worker processes
 def test_every_contender_ran_in_a_process_of_its_own_now_gone(tiny_logits):
     pids = tiny_logits.workers
     assert set(pids) == {"tvm", *RACED}
@@ -92,6 +93,7 @@ def test_every_contender_ran_in_a_process_of_its_own_now_gone(tiny_logits):
     assert not any(_alive(pid) for pid in pids.values())  # no orphan outlives the bench
 
 
+@pytest.mark.slow  # tiny_logits: a bench with worker processes
 def test_bench_table_json_and_plot(tiny_logits, tmp_path):
     text = tiny_logits.table()
     for word in ("T=1", "T=2", "torch_compile", "roofline", "tvm / roofline", "best peer / tvm", "compile s",
@@ -114,6 +116,7 @@ def test_bench_times_another_frontend_in_the_same_rounds():
     assert r.compile_seconds["tvm:frontend=torch"] > 0 and "tvm:frontend=torch" in r.table()
 
 
+@pytest.mark.slow  # tiny_logits: a bench with worker processes
 def test_bench_json_says_why(tiny_logits):
     """The ISA, the instruction mix of the kernels and the peak used are recorded next to the figures."""
     d = json.loads(json.dumps(tiny_logits.as_dict()))
@@ -125,8 +128,9 @@ def test_bench_json_says_why(tiny_logits):
     assert f"({d['peak_kind']}; measured peaks:" in tiny_logits.table()
 
 
-@pytest.mark.parametrize("frontend", ["tir", "relax"])
-@pytest.mark.parametrize("mcpu, family", [("znver4", "vdpbf16ps"), ("haswell", "fma")])
+@pytest.mark.parametrize("frontend", slow_except(["tir", "relax"], {"tir"}))  # a cross-ISA build each, 1-2 s
+@pytest.mark.parametrize("mcpu, family", slow_except([("znver4", "vdpbf16ps"), ("haswell", "fma")],
+                                                     {("znver4", "vdpbf16ps")}))
 def test_instruction_mix_names_the_logits_kernels_instructions(mcpu, family, frontend):
     """A compile-only build for the CPU (it need not be this one): the GEMM kernel's assembly shows its path."""
     m = mtp_tvm.compile(case="logits", preset="tiny", frontend=frontend,
@@ -168,8 +172,9 @@ def test_dot_peak_probes_exist_where_the_target_has_the_instruction(mcpu, kinds,
     assert ProbePlan.for_target(resolve_target("cuda"), multiprocessors=4).dot_kinds(resolve_target("cuda")) == ()
 
 
-@pytest.mark.parametrize("case, peer", [(c, p) for c in BENCH_CASES for p in RACED]
-                         + [("projection", "torch_compile_max_autotune")])
+@pytest.mark.parametrize("case, peer", slow_except(  # torch.compile compiles for seconds
+    [(c, p) for c in BENCH_CASES for p in RACED] + [("projection", "torch_compile_max_autotune")],
+    {(c, p) for c in BENCH_CASES for p in EAGER}))
 def test_every_peer_computes_the_case(case, peer):
     """The contenders compute the same math as the golden (to BF16-level tolerance), so the race is fair; the
     compiled peers too (max-autotune on the projection: its quantisation and two GEMMs)."""

@@ -87,6 +87,7 @@ def test_bitwise_the_instruction_order():
     assert not np.array_equal(_run(ex, a, w), in_order)
 
 
+@pytest.mark.slow  # a 4096^2 GEMM
 @needs_bf16
 def test_within_the_fp32_outlier_budget_at_4096():
     rng = np.random.default_rng(1)

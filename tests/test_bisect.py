@@ -92,6 +92,7 @@ def _schedule_with_one_wrong_step():
     return sch
 
 
+@pytest.mark.slow  # a build per probe
 @pytest.mark.parametrize("as_text", [False, True])
 def test_schedule_bisect_names_exactly_the_wrong_step(as_text):
     sch = _schedule_with_one_wrong_step()

@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from helpers import slow_except
 from mtp_tvm.cli import main
 
 
@@ -50,6 +51,7 @@ def test_check_with_debugging_options(tmp_path, capsys):
     assert f"IR dumps: {tmp_path}/logits-llvm-" in out
 
 
+@pytest.mark.slow  # a bisection: many builds
 def test_bisect_names_the_broken_pass_and_dumps_its_failing_build(tmp_path, capsys):
     rc = main(["bisect", "--case", "tail", "--preset", "tiny", "--pass-plugin",
                "examples/int32_logits_accumulator.py", "--dump-passes", str(tmp_path)])
@@ -65,6 +67,7 @@ def test_bisect_says_when_there_is_nothing_to_find(capsys):
     assert "NOT FOUND: the golden check passes with every pass applied" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # over 1 s: a build with dumps and pass timing
 def test_build_takes_the_debugging_options_and_artifact_checks_refuse_them(tmp_path, capsys):
     rc = main(["build", "--case", "logits", "--preset", "tiny", "--out", str(tmp_path / "art"), "--time-passes",
                "--dump-passes", str(tmp_path / "dumps"), "--disable-pass", "FoldConstant"])
@@ -87,13 +90,13 @@ print(json.dumps({"rc": rc, "heavy": sorted(m for m in ("tvm", "torch") if m in 
 """
 
 
-@pytest.mark.parametrize("argv", [
+@pytest.mark.parametrize("argv", slow_except([  # two interpreters each: the fast loop keeps one of each kind
     ["--help"], ["list"], ["list", "--preset", "tiny"], ["dumps", "--root", "{tmp}", "list"],
     ["dumps", "--root", "{tmp}", "show", "latest"], ["dumps", "--root", "{tmp}", "prune", "--keep", "3"],
     ["check", "--case", "nope"], ["build", "--preset", "huge", "--out", "{tmp}/a"], ["check", "--tokens", "0"],
     ["tune", "--frontend", "onnx"], ["bench", "--vocab-shard", "0"], ["check", "--no-such-flag"],
     ["run", "{tmp}/a", "--out", "{tmp}/o.npz"], ["inputs", "--case", "tial", "--out", "{tmp}/in.npz"],
-])
+], [["--help"], ["list"], ["dumps", "--root", "{tmp}", "list"], ["check", "--case", "nope"]]))
 def test_commands_that_build_nothing_import_neither_tvm_nor_torch_and_answer_within_a_second(argv, tmp_path):
     """--help, list, dumps and every usage error: the handlers import TVM and torch only to build or run, so
     these answer at once (a newcomer waited 6-9 s for each, mostly on ``import tvm``)."""
@@ -185,6 +188,7 @@ _TIME_LINE = re.compile(r"time: (?P<wall>[\d.]+) s = import (?P<import>[\d.]+) \
                         r"\+ other (?P<other>-?[\d.]+)")
 
 
+@pytest.mark.slow  # a subprocess that imports TVM and builds
 @pytest.mark.parametrize("command", ["check", "build"])
 def test_the_time_line_accounts_for_the_wall_time(command, tmp_path):
     """check and build end with the split of their wall time; the parts add up to it, what no part covers stays

@@ -245,6 +245,7 @@ def test_the_end_to_end_guard_must_be_finite_and_positive(guard):
         LogitsTolerance(max_e2e_abs_diff=guard)
 
 
+@pytest.mark.slow  # over 1 s
 def test_the_logits_contract_stays_linear_in_memory():
     import tracemalloc
 

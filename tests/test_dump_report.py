@@ -12,6 +12,9 @@ import mtp_tvm
 from helpers import INT32_ACCUMULATOR_PLUGIN
 from mtp_tvm.instrument.report import pass_table
 
+# every test reads a build with dumps (seconds each); test_html_page keeps the page in the fast loop
+pytestmark = pytest.mark.slow
+
 ROW = re.compile(r'<tr class="pass[^"]*" data-index="(\d+)">')
 
 

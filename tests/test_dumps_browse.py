@@ -123,6 +123,7 @@ def test_prune_usage_errors_are_one_line(argv, message, tmp_path, capsys):
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.slow  # over 1 s: builds with dumps
 def test_a_dumping_build_keeps_the_newest_runs_of_its_root(tmp_path, monkeypatch, capsys):
     _fake_runs(tmp_path, ["logits-llvm-1", "logits-llvm-2", "logits-llvm-3"])
     monkeypatch.setenv("MTP_TVM_DUMPS_KEEP", "2")
@@ -157,6 +158,7 @@ def test_retention_never_follows_a_symlinked_run_out_of_the_root(tmp_path, capsy
     assert "link-run" not in capsys.readouterr().out  # not a run of this root
 
 
+@pytest.mark.slow  # over 1 s
 def test_a_fifo_where_a_marker_or_the_index_goes_is_refused_not_waited_on(tmp_path):
     import os
 

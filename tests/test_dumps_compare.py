@@ -26,6 +26,9 @@ from mtp_tvm.tools.dumps_compare import compare_command, compare_runs
 LOGITS = dict(case="logits", preset="tiny")
 
 
+READS_RUNS = pytest.mark.slow  # the five builds with dumps of `runs` take seconds
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """One dump root with the runs the tests compare (each a tiny logits build)."""
@@ -48,6 +51,7 @@ def _cli(argv, capsys):
     return rc, out.out, out.err
 
 
+@READS_RUNS
 def test_a_run_compared_with_itself_is_identical(runs, capsys):
     root, r = runs
     rc, out, _ = _cli(["dumps", "--root", str(root), "compare", r["tir"].name, str(r["tir"])], capsys)
@@ -56,6 +60,7 @@ def test_a_run_compared_with_itself_is_identical(runs, capsys):
     assert c.identical and c.divergence is None and all(p.verdict == IDENTICAL for p in c.pairs)
 
 
+@READS_RUNS
 def test_tir_and_relax_frontends_diverge_at_the_input(runs, capsys):
     root, r = runs
     rc, out, _ = _cli(["dumps", "--root", str(root), "compare", r["tir"].name, r["relax"].name], capsys)
@@ -66,6 +71,7 @@ def test_tir_and_relax_frontends_diverge_at_the_input(runs, capsys):
     assert "kernel (host.s)" in out and "matmul" in out and "only in B" in out  # the generated code, per kernel
 
 
+@READS_RUNS
 def test_two_schedules_align_pass_by_pass(runs):
     _, r = runs
     c = compare_runs(r["tir"], r["none"])
@@ -81,6 +87,7 @@ def test_two_schedules_align_pass_by_pass(runs):
     assert kernels["pad_rows_bfloat16"][0].size > 0 and kernels["pad_rows_bfloat16"][1].size > 0
 
 
+@READS_RUNS
 def test_a_plugin_pass_is_named_as_the_divergence(runs, capsys):
     root, r = runs
     c = compare_runs(r["tir"], r["plugin"])
@@ -93,6 +100,7 @@ def test_a_plugin_pass_is_named_as_the_divergence(runs, capsys):
     assert rc == 0 and "first divergence: B 004 fuse/Int32LogitsAccumulator (only in B)" in out
 
 
+@READS_RUNS
 def test_a_disabled_pass_is_where_the_runs_diverge(runs):
     _, r = runs
     c = compare_runs(r["tir"], r["no-unroll"])
@@ -101,6 +109,7 @@ def test_a_disabled_pass_is_where_the_runs_diverge(runs):
     assert ("disabled passes", "-", "tirx.UnrollLoop") in c.settings()
 
 
+@READS_RUNS
 def test_passes_missing_from_one_run_are_shown_as_such(runs, tmp_path):
     _, r = runs
     copy = tmp_path / "edited"
@@ -118,6 +127,7 @@ def test_passes_missing_from_one_run_are_shown_as_such(runs, tmp_path):
     assert f"passes only in A: {len(gone)}" in c.verdict()
 
 
+@READS_RUNS
 def test_compare_writes_a_self_contained_html_page(runs, tmp_path, capsys):
     root, r = runs
     out = tmp_path / "cmp.html"
@@ -130,6 +140,7 @@ def test_compare_writes_a_self_contained_html_page(runs, tmp_path, capsys):
     assert "<script src" not in page and "http" not in page
 
 
+@READS_RUNS
 @pytest.mark.parametrize("argv, message", [
     (["compare", "nope", "latest"], "no run matches 'nope'"),
     (["show", "latest", "--func", "lm_head_logit", "--history"], "did you mean lm_head_logits"),
@@ -142,6 +153,7 @@ def test_user_errors_are_one_line_and_exit_2(runs, capsys, argv, message):
     assert rc == 2 and message in err and len(err.strip().splitlines()) == 1
 
 
+@READS_RUNS
 def test_a_folder_that_is_no_run_and_an_unwritable_html_are_usage_errors(runs, tmp_path, capsys):
     root, r = runs
     (tmp_path / "empty").mkdir()
@@ -152,6 +164,7 @@ def test_a_folder_that_is_no_run_and_an_unwritable_html_are_usage_errors(runs, t
     assert rc == 2 and "cannot write --html" in err and not target.exists() and not target.parent.exists()
 
 
+@READS_RUNS
 def test_a_kernel_history_follows_one_function(runs, capsys):
     root, r = runs
     rc, out, _ = _cli(["dumps", "--root", str(root), "show", r["tir"].name, "--func", "lm_head_logits",
@@ -254,6 +267,7 @@ def test_cuda_lines_per_kernel():
     assert {n: c.size for n, c in cuda_kernels(cu).items()} == {"g_kernel": 2, "k_kernel": 3}
 
 
+@READS_RUNS
 def test_rows_that_repeat_the_row_above_fold_into_one_line(runs):
     """Schedule none vs default differ from the input on: the 14 legalize/fuse passes that change neither run
     repeat the input's verdict, so they are one line, and the rows where a pass did change something stay."""
@@ -268,6 +282,7 @@ def test_rows_that_repeat_the_row_above_fold_into_one_line(runs):
     assert all(any(f"{p.name}" in ln for ln in table) for p in changed)  # no row where a pass did something folds
 
 
+@READS_RUNS
 def test_every_html_row_links_its_files_and_the_a_vs_b_diff_there(runs, tmp_path):
     """Each row of the page opens both runs' dump files and, where the modules differ, the diff at that pass."""
     import html as html_module

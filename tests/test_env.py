@@ -64,6 +64,7 @@ def test_a_bad_environment_is_one_line_exit_2_before_the_build(monkeypatch, caps
     assert not list(tmp_path.iterdir())  # nothing written (no dumps/ in the current folder)
 
 
+@pytest.mark.slow  # subprocesses that import TVM
 def test_tvm_num_threads_1000_exits_at_once_and_a_valid_count_warns_nothing(tmp_path):
     """The issue's instance: TVM_NUM_THREADS=1000 printed PASSED and never exited."""
     cmd = [sys.executable, "-m", "mtp_tvm", "check", "--case", "norm", "--preset", "tiny"]

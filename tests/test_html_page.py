@@ -132,6 +132,7 @@ def test_the_compare_page_keeps_hostile_run_names_and_passes_as_text(hostile_run
     assert not parsed.json and page.count("<script") == 0
 
 
+@pytest.mark.slow  # a headless browser in a subprocess
 def test_a_browser_renders_the_hostile_page_with_no_element_or_link_from_its_data(hostile_run, tmp_path):
     """The page's own script puts the data into the DOM: escaped there too, and no ``javascript:`` link."""
     from tests.test_dump_report import _dom

@@ -70,6 +70,7 @@ def test_bit_exact_with_int8_extremes(mcpu):
         _check_exact(ex, a, w, blocks)
 
 
+@pytest.mark.slow  # a 4096^2 GEMM
 def test_bit_exact_at_4096():
     isa = cpu_isa(HOST)
     if isa.int8_dot is None:

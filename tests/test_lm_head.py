@@ -10,7 +10,7 @@ import torch
 import tvm
 
 import mtp_tvm
-from helpers import QUIET
+from helpers import QUIET, slow_except
 from mtp_tvm.cli import main
 from mtp_tvm.compiler.tensors import to_numpy
 from mtp_tvm.ir import tir_kernels as kernels
@@ -74,7 +74,7 @@ def test_reference_reads_the_owner_count_at_run_time(owners):
 # ---- the kernels, both frontends ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("frontend", FRONTENDS)
-@pytest.mark.parametrize("owners", [2, 4, 8])
+@pytest.mark.parametrize("owners", slow_except([2, 4, 8], {2}))
 def test_kernel_serves_every_owner_count(owners, frontend):
     r = mtp_tvm.check(case="lm-head", preset="tiny", frontend=frontend, owners=owners, **QUIET)
     assert r.passed, r.as_dict()
@@ -142,6 +142,7 @@ def test_one_binary_serves_any_rows_per_owner(compiled, frontend):
         assert (inputs["logit_row_indices"][:, :min(rows, 8)] >= 0).all() and logits.shape == (2, 8, 1024)
 
 
+@pytest.mark.slow  # over 1 s
 def test_cpu_schedule_keeps_the_logits_bitwise():
     """The LM head's CPU schedule goes through the schedule system (``--schedule none`` and traces see it)."""
     args = (256, 384, 2, 2, 2)  # D, shard, tp, ranks, owners
@@ -198,8 +199,9 @@ def test_lm_head_shapes_are_checked(compiled):
 
 # ---- end to end: projection -> norm -> LM head ----------------------------------------------------------------
 
+@pytest.mark.slow  # a build per check; test_model checks the tiny build against the goldens
 @pytest.mark.parametrize("frontend", FRONTENDS)
-@pytest.mark.parametrize("preset", ["tiny", pytest.param("flash", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("preset", ["tiny", "flash"])
 def test_tail_lm_head_meets_its_goldens(preset, frontend):
     r = mtp_tvm.check(case="tail-lm-head", preset=preset, frontend=frontend, owners=2, tp=2, **QUIET)
     assert r.passed, r.as_dict()
@@ -220,6 +222,7 @@ def test_tail_lm_head_odd_token_counts(compiled):
         m.run({k: to_numpy(v) for k, v in inputs.items()})
 
 
+@pytest.mark.slow  # over 1 s
 def test_cli_perturbed_logit_fails_a_zero_budget_and_is_named(tmp_path, capsys):
     report = tmp_path / "r.json"
     rc = main(["check", "--case", "tail-lm-head", "--preset", "tiny", "--max-error-ratio", "0",

@@ -47,6 +47,7 @@ def test_the_broken_kernel_is_the_first_differing_call_and_its_inputs_matched(br
     assert d["first"]["test"] == "#9 lm_head_logits_prepacked" and d["first_inputs_matched"] is True
 
 
+@pytest.mark.slow  # a subprocess and builds
 def test_the_kernel_reproducer_reproduces_alone_and_agrees_once_the_kernel_is_fixed(broken, compiled, tmp_path):
     folder = Path(broken.kernel_repro_dir)
     assert folder.parent == Path(broken.dump_dir)
@@ -74,6 +75,7 @@ def test_the_kernel_reproducer_reproduces_alone_and_agrees_once_the_kernel_is_fi
     assert rerun(fixed, log=lines.append) == 2 and "test_inputs.npz" in lines[-1]
 
 
+@pytest.mark.slow  # two builds, over 1 s
 def test_against_the_relax_frontend_a_passing_case_agrees_and_lists_the_calls_without_partner(capsys):
     assert main(["localize", "--case", "tail", "--preset", "tiny", "--against", "frontend=relax"]) == 0
     out = capsys.readouterr().out
@@ -110,6 +112,7 @@ def test_a_passing_check_with_nan_check_says_no_call_made_one(capsys):
     assert "NaN/Inf: none in any kernel call's output" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # over 1 s
 def test_the_memory_bound_compares_in_windows_with_the_same_verdicts(broken):
     r = localize(case="tail", preset="tiny", extra_passes=load_pass_plugin(INT32), against="schedule=none",
                  max_mb=0.1, kernel_repro=False, **QUIET)

@@ -11,6 +11,7 @@ from tvm import relax, tirx
 from tvm.script import tirx as T
 
 import mtp_tvm
+from helpers import slow_except
 from mtp_tvm.compiler.tensors import to_numpy
 from mtp_tvm.ir import tir_kernels
 from mtp_tvm.ir.model import build_relax_module
@@ -45,7 +46,8 @@ def _kernels(mod: tvm.IRModule) -> dict[str, tirx.PrimFunc]:
 
 
 @pytest.mark.parametrize("mcpu", sorted(TARGETS))
-@pytest.mark.parametrize("case, twin", [("logits", "lm_head_logits"), ("projection", "w8a8_dual_gemm")])
+@pytest.mark.parametrize("case, twin", slow_except([("logits", "lm_head_logits"), ("projection", "w8a8_dual_gemm")],
+                                                  {("logits", "lm_head_logits")}))  # the Relax projection: seconds
 def test_a_relax_gemm_gets_its_tir_twins_schedule_by_pattern(case, twin, mcpu):
     target = resolve_target(TARGETS[mcpu])
     isa = cpu_isa(target)
@@ -84,12 +86,14 @@ def test_row_kernels_and_copies_get_the_generic_rule():
     assert transpose.vectorize == transpose.parallel == ("T_transpose",)
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
+# the tail and projection Relax builds take seconds each
+@pytest.mark.parametrize("case", slow_except(sorted(CASES), {"norm", "logits", "shared-head-logits", "lm-head"}))
 def test_no_relax_kernel_is_left_unscheduled(compiled, case):
     m = compiled(case, "relax")
     assert m.unscheduled == [] and m.schedule_traces
 
 
+@pytest.mark.slow  # the tail's Relax build takes seconds
 def test_weight_transposes_and_packing_run_once_per_weight_set_not_per_call(compiled):
     mod = compiled("tail", "relax").optimized_module
     per_call = [str(c.args[0]) for c in _calls(mod["main"])]
@@ -105,6 +109,7 @@ def _calls(func) -> list:
     return out
 
 
+@pytest.mark.slow  # the tail's Relax build, twice
 def test_relax_gemms_run_only_the_real_rows_and_the_outputs_stay_bitwise(compiled, monkeypatch):
     real = compiled("tail", "relax")
     monkeypatch.setattr("mtp_tvm.schedule.patterns.row_quantum", lambda knobs, isa, columns: 16)  # the full tile

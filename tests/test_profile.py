@@ -9,6 +9,7 @@ import pytest
 import tvm
 from tvm import relax
 
+from helpers import slow_except
 from mtp_tvm.cli import main
 from mtp_tvm.tools.bench import bench, flops
 from mtp_tvm.tools.profile import OTHER, ProfileOptions, profile
@@ -31,7 +32,7 @@ def _main_kernel_calls(compiled) -> Counter:
     return calls
 
 
-@pytest.mark.parametrize("frontend", ["tir", "relax"])
+@pytest.mark.parametrize("frontend", slow_except(["tir", "relax"], {"tir"}))
 def test_every_kernel_of_main_is_timed_and_the_rows_add_up_to_main(compiled, frontend):
     m = compiled("tail", frontend)
     p = profile(m, options=FAST)
@@ -60,6 +61,7 @@ def test_every_kernel_of_main_is_timed_and_the_rows_add_up_to_main(compiled, fro
     assert isinstance(p, ProfileReport)  # what CheckResult.profile is typed as (verify cannot name tools.profile)
 
 
+@pytest.mark.slow  # over 1 s
 def test_check_profile_cli_prints_every_kernel_and_writes_profile_json(tmp_path, capsys):
     report = tmp_path / "r.json"
     rc = main(["check", "--case", "tail", "--preset", "tiny", "--profile", "--dump-passes", str(tmp_path),
@@ -95,6 +97,7 @@ def test_bench_profile_goes_into_its_json(tmp_path):
     assert bench(case="norm", preset="tiny", rounds=1, contenders=("tvm",)).as_dict()["profile"] is None
 
 
+@pytest.mark.slow  # over 1 s
 def test_a_dumping_bench_profile_completes_its_run_after_writing_profile_json(tmp_path):
     """Issue 25: a run is complete only when its process writes no more to it (profile.json comes last)."""
     bench(case="norm", preset="tiny", rounds=1, contenders=("tvm",), profile=FAST, dump_passes=tmp_path)

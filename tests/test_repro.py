@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import mtp_tvm
-from helpers import INT32_ACCUMULATOR_PLUGIN
+from helpers import INT32_ACCUMULATOR_PLUGIN, slow_except
 from mtp_tvm.tools.repro import rerun
 
 
@@ -50,6 +50,7 @@ def test_repro_py_runs_standalone_and_reproduces(failing, tmp_path):
     assert "candidate_logits   ratio_allclose" in out.stdout
 
 
+@pytest.mark.slow  # over 1 s
 def test_the_reproducer_tells_when_the_module_is_fixed(failing, compiled, tmp_path):
     fixed = compiled("tail", "tir")  # the same case without the broken pass
     folder = tmp_path / "repro"
@@ -72,6 +73,7 @@ def test_the_reproducer_keeps_the_gate_of_the_lowering_phases(tmp_path):
     assert "--bisect-limit 10" in (Path(r.repro_dir) / "command.txt").read_text()
 
 
+@pytest.mark.slow  # over 1 s: an export and a run
 def test_mtp_tvm_run_accepts_the_reproducers_inputs(failing, compiled, tmp_path, capsys):
     from mtp_tvm.artifact.export import export
     from mtp_tvm.cli import main
@@ -82,7 +84,7 @@ def test_mtp_tvm_run_accepts_the_reproducers_inputs(failing, compiled, tmp_path,
     assert out.is_file() and "candidate_logits" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("damage", ["repro.json", "module.py", "inputs.npz"])
+@pytest.mark.parametrize("damage", slow_except(["repro.json", "module.py", "inputs.npz"], {"repro.json", "module.py"}))
 def test_a_broken_reproducer_exits_2_not_reproduced_1(failing, tmp_path, damage):
     folder = tmp_path / "repro"
     shutil.copytree(failing.repro_dir, folder)
@@ -91,6 +93,7 @@ def test_a_broken_reproducer_exits_2_not_reproduced_1(failing, tmp_path, damage)
     assert rerun(folder, log=lines.append) == 2 and lines[-1].startswith("repro: error:")
 
 
+@pytest.mark.slow  # over 1 s: a build of the tail
 def test_a_failing_check_that_cannot_write_its_reproducer_still_reports_the_failure(monkeypatch, capsys):
     from mtp_tvm.cli import main
 

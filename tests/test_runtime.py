@@ -36,15 +36,18 @@ def _threads(cores: str, **env) -> int:
     return int(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # a subprocess that imports TVM
 def test_every_usable_core_by_default():
     assert _threads("all") == len(os.sched_getaffinity(0))
 
 
+@pytest.mark.slow  # a subprocess that imports TVM
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to narrow the affinity to one")
 def test_a_narrowed_affinity_narrows_the_pool():
     assert _threads(str(min(os.sched_getaffinity(0)))) == 1
 
 
+@pytest.mark.slow  # a subprocess that imports TVM
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="with one core the default is already 1")
 def test_tvm_num_threads_overrides():
     assert _threads("all", TVM_NUM_THREADS="1") == 1  # (TVM caps it at the cores there are)

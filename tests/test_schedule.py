@@ -13,6 +13,7 @@ from tvm import s_tir
 from tvm.script import tirx as T
 
 import mtp_tvm
+from helpers import slow_except
 from mtp_tvm import UsageError
 from mtp_tvm.compiler.runtime import TRANSFORM_PARAMS
 from mtp_tvm.compiler.tensors import to_numpy
@@ -51,12 +52,14 @@ def _meets_goldens(compiled, tokens=17):
 @pytest.mark.parametrize("frontend", FRONTENDS)
 # default: test_model; tuned needs a tuning database: test_tune
 @pytest.mark.parametrize("schedule", [n for n in schedule_names(LLVM) if n not in ("default", "tuned")])
-@pytest.mark.parametrize("case", list(CASES))
-def test_every_llvm_schedule_meets_the_goldens(case, schedule, frontend):
-    _meets_goldens(mtp_tvm.compile(case=case, preset="tiny", frontend=frontend, schedule=schedule))
+@pytest.mark.parametrize("case", slow_except(list(CASES), {"logits"}))
+def test_every_llvm_schedule_meets_the_goldens(compiled, case, schedule, frontend):
+    _meets_goldens(compiled(case, frontend, schedule=schedule))
 
 
-@pytest.mark.parametrize("vocab_shard", [1000, 1001])  # column tiles shrink to a divisor: 8, then 1
+# column tiles shrink to a divisor: 8, then 1
+@pytest.mark.slow  # an LLVM and a CUDA build each
+@pytest.mark.parametrize("vocab_shard", [1000, 1001])
 def test_a_vocab_shard_off_the_column_tile_still_schedules(vocab_shard):
     m = mtp_tvm.compile(case="logits", preset="tiny", vocab_shard=vocab_shard)
     s = make_shapes("tiny", tokens=5, vocab_shard=vocab_shard)
@@ -95,6 +98,7 @@ def test_the_trace_is_recorded_and_replays(compiled):
     assert tvm_ffi.structural_equal(replayed.mod, direct.mod)
 
 
+@pytest.mark.slow  # over 1 s: a build with dumps
 def test_dumps_hold_the_schedule_trace(tmp_path):
     m = mtp_tvm.compile(case="logits", preset="tiny", dump_passes=tmp_path)
     text = (m.dump_dir / "schedule_trace.py").read_text()
@@ -123,8 +127,8 @@ def test_weight_packing_is_lifted_and_done_once(compiled):
     assert m.device_args(arrays)[1] is not first[1]  # a changed weight is packed anew
 
 
-def test_unpacked_schedule_keeps_the_weight_layout():
-    m = mtp_tvm.compile(case="logits", preset="tiny", schedule="unpacked")
+def test_unpacked_schedule_keeps_the_weight_layout(compiled):
+    m = compiled("logits", "tir", schedule="unpacked")
     assert not m.vm.module.implements_function(TRANSFORM_PARAMS)
 
 
@@ -151,7 +155,8 @@ CUDA_BUILDS = ([(case, "tir", arch, "default") for case in GPU_TIR_CASES for arc
                   for s in ("default", "dlight")])
 
 
-@pytest.mark.parametrize("case, frontend, arch, schedule", CUDA_BUILDS)
+@pytest.mark.parametrize("case, frontend, arch, schedule",
+                         slow_except(CUDA_BUILDS, {("logits", "tir", "sm_90", "default")}))
 def test_cuda_builds_and_saves_its_source(case, frontend, arch, schedule, tmp_path):
     m = mtp_tvm.compile(case=case, target={"kind": "cuda", "arch": arch}, preset="tiny", frontend=frontend,
                         schedule=schedule, dump_passes=tmp_path)
@@ -171,6 +176,7 @@ def test_a_k_the_lanes_cannot_split_is_refused():
         fitting_k_vector(100, 32, 16)
 
 
+@pytest.mark.slow  # nvcc
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_cuda_source_compiles_with_nvcc(arch):
@@ -244,16 +250,17 @@ def test_register_tiles_fit_the_register_file_of_the_target(mcpu, lanes):
         assert columns % width == 0 and 16 % rows == 0 and rows * vectors + vectors + 1 <= isa.vector_registers
 
 
-def test_kernels_no_schedule_covers_are_named(tmp_path, monkeypatch):
+def test_kernels_no_schedule_covers_are_named(compiled, tmp_path, monkeypatch):
     monkeypatch.setattr("mtp_tvm.schedule.apply.match_kernel", lambda *a, **k: None)  # no pattern matches either
     m = mtp_tvm.compile(case="logits", preset="tiny", frontend="relax", dump_passes=tmp_path)
     assert m.unscheduled and all(name not in m.schedule_traces for name in m.unscheduled)
     assert f"# lowered as written (no schedule covers them): {', '.join(sorted(m.unscheduled))}" in (
         m.dump_dir / "schedule_trace.py").read_text()
-    assert mtp_tvm.compile(case="logits", preset="tiny").unscheduled == []
-    assert mtp_tvm.compile(case="logits", preset="tiny", schedule="none").unscheduled == []  # asked for: not news
+    assert compiled("logits", "tir").unscheduled == []
+    assert compiled("logits", "tir", schedule="none").unscheduled == []  # asked for: not news
 
 
+@pytest.mark.slow  # over 1 s: builds the tail twice
 def test_only_the_real_rows_run_and_the_outputs_stay_bitwise(compiled, monkeypatch):
     """The GEMMs run ceil(T / r) * r rows (r = the register rows), not the padded 16, with unchanged outputs."""
     real = compiled("tail", "tir")
@@ -268,6 +275,7 @@ def test_only_the_real_rows_run_and_the_outputs_stay_bitwise(compiled, monkeypat
         assert all(np.array_equal(a[k].view(np.uint8), b[k].view(np.uint8)) for k in a), tokens
 
 
+@pytest.mark.slow  # over 1 s: two cross-ISA builds each
 @pytest.mark.parametrize("mcpu, logits_op, projection_op", [
     ("znver3", "vfmadd", "vpmaddwd"),         # AVX2: FMAs for BF16, vpmaddwd for int8
     ("znver4", "vdpbf16ps", "vpdpwssd"),      # AVX512-BF16 and AVX512-VNNI

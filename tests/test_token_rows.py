@@ -39,6 +39,7 @@ def test_kernels_without_token_rows_or_at_the_full_tile_are_left_alone():
     ("tail", "tir", "llvm"), ("tail", "relax", "llvm"), ("tail", "tir", HASWELL), ("tail", "relax", HASWELL),
     ("logits", "tir", ZNVER4),
 ])
+@pytest.mark.slow  # two builds per case, over 1 s
 def test_small_t_outputs_are_bitwise_those_of_the_general_kernel(case, frontend, target, monkeypatch):
     if target == ZNVER4 and not _runs_here("avx512_bf16"):
         pytest.skip("this CPU has no AVX512-BF16 (the znver4 build is checked by its assembly elsewhere)")

@@ -11,6 +11,7 @@ import tvm
 from tvm import relax, tirx
 
 import mtp_tvm
+from helpers import slow_except
 from mtp_tvm.compiler.tensors import to_numpy
 from mtp_tvm.ir.torch_frontend import TorchFrontend, import_golden
 from mtp_tvm.spec.cases import CASES
@@ -23,7 +24,7 @@ def _token_counts(case: str) -> tuple[int, ...]:
     return (2, 8, 18) if "lm_head" in CASES[case].stages else (1, 8, 17)
 
 
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", slow_except(list(CASES), {"norm"}))
 def test_every_case_meets_its_golden(compiled, case):
     m = compiled(case, "torch")
     assert m.unscheduled == []
@@ -37,6 +38,7 @@ def test_every_case_meets_its_golden(compiled, case):
             assert check.passed, f"{case} T={tokens} {name}: " + "; ".join(c.detail for c in check.checks)
 
 
+@pytest.mark.slow  # the torch projection builds for seconds
 def test_the_projection_is_bitwise_the_other_frontends(compiled):
     """Every rounding point of spec §1 where the spec has it (the golden's ``127 / amax`` is torch's
     ``reciprocal(amax) * 127``: the frontend divides, as the spec and the other frontends do)."""
@@ -54,6 +56,7 @@ def test_the_norms_chunk_loop_is_one_reshaped_sum(compiled):
     assert kernels and not any("strided_slice" in k for k in kernels) and len(kernels) < 8
 
 
+@pytest.mark.slow  # builds with dumps, over 1 s
 @pytest.mark.parametrize("case, twins", [("tail", {"w8a8_dual_gemm": 2, "lm_head_logits": 1}),
                                          ("lm-head", {"lm_head_logits": 1})])
 def test_the_importers_gemms_get_their_twins_schedules(case, twins, tmp_path):
@@ -102,6 +105,7 @@ def test_integer_gemms_accumulate_in_int32():
         [("int8", "int8", "int32")]
 
 
+@pytest.mark.slow  # two CUDA builds, over 1 s
 def test_cuda_builds_without_a_gpu():
     for case in ("logits", "lm-head"):
         m = mtp_tvm.compile(case=case, target={"kind": "cuda", "arch": "sm_90"}, preset="tiny", frontend="torch")

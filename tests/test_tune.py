@@ -108,6 +108,7 @@ def test_an_unreachable_tracker_fails_fast_with_one_line(tmp_path, tracker):
     assert not (tmp_path / "db").exists()  # no database written for a tuning that never measured
 
 
+@pytest.mark.slow  # an RPC tracker in a subprocess
 def test_a_tracker_without_servers_for_the_key_is_refused(tmp_path):
     port = _free_port()
     proc = subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", "127.0.0.1", "--port", str(port),
@@ -124,13 +125,14 @@ def test_a_tracker_without_servers_for_the_key_is_refused(tmp_path):
         proc.wait(timeout=30)
 
 
+@pytest.mark.slow  # tune starts its runner's worker process, which imports TVM
 def test_a_work_dir_that_is_a_file_is_one_line(tmp_path):
     (tmp_path / "f").write_text("")
     with pytest.raises(mtp_tvm.UsageError, match="cannot use .*f as the tuning work dir"):
         tune(BuildSpec("logits", preset="tiny"), trials=1, work_dir=tmp_path / "f", log=lambda _: None)
 
 
-@pytest.mark.slow  # over 10 s on 2 cores
+@pytest.mark.slow  # about 1 s: design spaces and replays
 def test_hand_space_samples_the_knobs_and_its_traces_replay_on_any_token_count():
     """The hand space of a GEMM: several design spaces with sampled register rows and K chunk; a trace with other
     decisions replays on the symbolic-T kernel; the shipped point (fixed sampler) is the default build's trace."""
@@ -142,9 +144,10 @@ def test_hand_space_samples_the_knobs_and_its_traces_replay_on_any_token_count()
     from mtp_tvm.schedule.space import default_schedule, hand_space, is_hand
     from mtp_tvm.schedule.steps import fresh_copy
     from mtp_tvm.schedule.tuned import _replay, workload
-    from mtp_tvm.tools.tune import case_kernels
+    from mtp_tvm.tools.tune import case_kernels, load_tensor_intrinsics
 
     target = resolve_target('{"kind": "llvm", "mcpu": "haswell", "num-cores": 2}')
+    load_tensor_intrinsics(target)  # as tune does: TuneContext would import every intrinsic TVM ships
     isa = cpu_isa(target)
     kernels = case_kernels(BuildSpec("logits", preset="tiny"), target)
     key = workload(kernels["lm_head_logits"])
@@ -214,9 +217,10 @@ def test_candidates_replayed_one_after_another_leave_the_workload_intact(kernel)
     from mtp_tvm.schedule.space import hand_space
     from mtp_tvm.schedule.steps import fresh_copy
     from mtp_tvm.schedule.tuned import workload
-    from mtp_tvm.tools.tune import case_kernels
+    from mtp_tvm.tools.tune import case_kernels, load_tensor_intrinsics
 
     target = resolve_target('{"kind": "llvm", "mcpu": "znver4", "num-cores": 2}')
+    load_tensor_intrinsics(target)  # as tune does: TuneContext would import every intrinsic TVM ships (a minute)
     key = workload(case_kernels(BuildSpec("projection", preset="tiny"), target)[kernel])
     space = ms.space_generator.ScheduleFn(hand_space(ApplySchedules(target).hand_schedule(kernel), cpu_isa(target)))
     ctx = ms.TuneContext(fresh_copy(key), target=target, space_generator=space)
@@ -257,11 +261,12 @@ def test_the_hand_space_tries_dot_product_tiles_only_where_the_target_has_dot_pr
     from mtp_tvm.schedule.space import hand_space
     from mtp_tvm.schedule.steps import fresh_copy
     from mtp_tvm.schedule.tuned import workload
-    from mtp_tvm.tools.tune import case_kernels
+    from mtp_tvm.tools.tune import case_kernels, load_tensor_intrinsics
 
     tensorized = {}
     for mcpu in ("znver4", "haswell"):
         target = resolve_target(f'{{"kind": "llvm", "mcpu": "{mcpu}", "num-cores": 2}}')
+        load_tensor_intrinsics(target)  # as tune does: TuneContext would import every intrinsic TVM ships
         key = workload(case_kernels(BuildSpec("logits", preset="tiny"), target)["lm_head_logits"])
         ks = ApplySchedules(target).hand_schedule("lm_head_logits")
         space = ms.space_generator.ScheduleFn(hand_space(ks, cpu_isa(target)))
@@ -276,6 +281,7 @@ def test_the_hand_space_tries_dot_product_tiles_only_where_the_target_has_dot_pr
     assert len(tensorized["znver4"]) >= 4 and not tensorized["haswell"]
 
 
+@pytest.mark.slow  # tune starts its runner's worker process, which imports TVM
 def test_the_local_runner_measures_with_every_usable_core(monkeypatch):
     """Candidates are timed as the build runs them: TVM's own pool default (half the cores, one thread on 2
     vCPUs) made a serial row loop look faster than the parallel one that is faster in the build."""

@@ -9,6 +9,7 @@ import pytest
 from tvm import s_tir
 
 import mtp_tvm
+from helpers import slow_except
 from mtp_tvm.cli import main
 from mtp_tvm.compiler.options import BuildSpec
 from mtp_tvm.passes.target import resolve_target
@@ -98,7 +99,7 @@ def _missing_workload(path) -> None:
     (_truncate, WORKLOADS_FILE, "line 3 is damaged (Unterminated string"),
     (_missing_workload, RECORDS_FILE, "line 3 is damaged (names workload 7; the database has 3)"),
 ])
-@pytest.mark.parametrize("command", ["check", "build", "tune"])
+@pytest.mark.parametrize("command", slow_except(["check", "build", "tune"], {"check"}))
 def test_a_damaged_database_is_one_line_naming_file_and_line(root, tmp_path, capsys, damage, file, message,
                                                               command):
     damage(root / file)
@@ -114,6 +115,7 @@ def test_a_damaged_database_is_one_line_naming_file_and_line(root, tmp_path, cap
     assert _digest(root) == before and not (tmp_path / "art").exists()
 
 
+@pytest.mark.slow  # tune starts its runner's worker process, which imports TVM
 def test_a_second_tune_into_a_folder_being_tuned_is_refused_and_the_first_database_is_intact(root, capsys):
     before = _digest(root)
     with folder_lock(root, True, "held by the test"):  # what a running tune holds
@@ -128,6 +130,7 @@ def test_a_second_tune_into_a_folder_being_tuned_is_refused_and_the_first_databa
     assert _digest(root) == before
 
 
+@pytest.mark.slow  # tune starts its runner's worker process, which imports TVM
 def test_tune_refuses_to_mix_targets_in_one_database(root, capsys):
     rc = main(["tune", "--case", "norm", "--preset", "tiny", "--trials", "1", "--work-dir", str(root), "--target",
                json.dumps({**OTHER, "num-cores": 2})])

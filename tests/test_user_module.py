@@ -135,6 +135,7 @@ def test_assert_close_tolerances_follow_the_dtype_and_the_users():
 
 # ---- building and checking ----------------------------------------------------------------------------------
 
+@pytest.mark.slow  # over 1 s
 def test_the_torch_example_passes_with_dumps_that_the_dumps_tools_read(tmp_path, capsys, monkeypatch):
     dumps = tmp_path / "dumps"
     report = tmp_path / "report.json"
@@ -155,6 +156,7 @@ def test_the_torch_example_passes_with_dumps_that_the_dumps_tools_read(tmp_path,
     assert "LegalizeOps" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # over 1 s
 def test_a_generic_kernel_no_rule_covers_is_reported_as_unscheduled():
     from mtp_tvm.tools.module_check import check_module
 
@@ -164,6 +166,7 @@ def test_a_generic_kernel_no_rule_covers_is_reported_as_unscheduled():
     assert "[schedule] no 'default' schedule covers layer_norm: lowered as written" in lines
 
 
+@pytest.mark.slow  # over 1 s
 def test_the_tvmscript_example_passes_its_differential_check():
     import mtp_tvm
 
@@ -176,6 +179,7 @@ def test_the_tvmscript_example_passes_its_differential_check():
     assert compiled.run(x)["output0"].shape == (3, 128)
 
 
+@pytest.mark.slow  # over 1 s
 def test_a_model_with_ops_the_examples_do_not_use_works_unchanged(tmp_path):
     from mtp_tvm.tools.module_check import check_module
 
@@ -208,6 +212,7 @@ def test_a_model_with_ops_the_examples_do_not_use_works_unchanged(tmp_path):
     assert result.shapes == {"x": [5, 4, 16], "ids": [5]}
 
 
+@pytest.mark.slow  # over 1 s
 def test_debug_options_apply_to_a_module(tmp_path):
     from mtp_tvm.tools.module_check import check_module
 
