@@ -342,13 +342,15 @@ def tune(spec: BuildSpec | None = None, options: TuneOptions | None = None, *,
     if tgt.kind.name == "llvm" and "num-cores" not in tgt.export():
         raise UsageError("MetaSchedule needs the llvm target's num-cores; use --target llvm or set it in the JSON")
     name, kernels_of = _kernels_of(spec, options)
-    runner = _runner(options.rpc)  # an unreachable tracker fails here, in seconds, before anything is built
+    # an unreachable tracker fails here, in seconds, before a folder is made or anything is built
+    remote = _runner(options.rpc) if options.rpc is not None else None
     out = _work_dir(options.work_dir, tgt, name)
     # MetaSchedule numbers workloads in memory and appends: two writers of one folder corrupt it
     with folder_lock(out, True, f"another `mtp-tvm tune` is writing {out}; wait for it to finish or pass "
                                 "another --work-dir"):
         check_database(out)
         _require_one_target(out, tgt)
+        runner = remote or _runner(None)  # the local runner's process takes seconds: once the work dir is good
         return _Search(kernels_of, tgt, options, out, runner, log).run()
 
 
