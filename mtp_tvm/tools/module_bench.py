@@ -194,22 +194,31 @@ def bench_module(module: str | os.PathLike, spec: ModuleSpec | None = None,
     threads = options.threads or usable_cores()
     with tempfile.TemporaryDirectory(prefix="mtp-bench-module-") as tmp, contextlib.ExitStack() as running:
         folder = Path(tmp)
-        built, user, golden, moved = _build(spec, folder)
+        build = _build(spec, folder)
         race = Race(folder, threads, (EXAMPLE,), running, log)
-        race.start(TVM, ModuleTvmJob(str(built.path), options.number))
-        _start_peers(race, user, options, folder, "cuda" if is_gpu(tgt) else "cpu", threads)
+        race.start(TVM, ModuleTvmJob(str(build.artifact), options.number))
+        _start_peers(race, build.user, options, folder, "cuda" if is_gpu(tgt) else "cpu", threads)
         with phase("build"):
             race.set_up()
         with phase("run"):
-            _check(race, golden)
+            _check(race, build.golden)
             before, after, bandwidths = race.time(options.rounds, bandwidth=True)
-    return _result(spec, user, tgt, options, race, (before, after), bandwidths, moved,
-                   built.compiled.build_seconds)
+    return _result(spec, tgt, options, race, build, (before, after), bandwidths)
 
 
-def _build(spec: ModuleSpec, folder: Path):
-    """The artifact, the loaded file, the golden (the artifact's reference outputs) as one vector, and the bytes
-    ``main`` must move (every input, parameter and output once)."""
+@dataclasses.dataclass(frozen=True)
+class _Build:
+    """The module's artifact and what the race needs of it: the loaded file, the reference outputs as one vector
+    (the golden), the bytes ``main`` must move (every input, parameter and output once), the build's seconds."""
+
+    artifact: Path
+    user: object  # ir.user_module.UserModule
+    golden: np.ndarray
+    moved: float
+    seconds: float
+
+
+def _build(spec: ModuleSpec, folder: Path) -> _Build:
     from ..artifact.module_artifact import build_module
     from ..artifact.module_reference import REFERENCE_OUTPUTS
     from ..compiler.tensors import read_npz
@@ -220,7 +229,8 @@ def _build(spec: ModuleSpec, folder: Path):
     outputs = built.manifest["outputs"]
     reference = read_npz(built.path / REFERENCE_OUTPUTS, {n: s["dtype"] for n, s in outputs.items()})
     moved = float(sum(a.nbytes for a in (*user.examples.values(), *reference.values())))
-    return built, user, flat_outputs([reference[n] for n in user.output_names]), moved
+    return _Build(built.path, user, flat_outputs([reference[n] for n in user.output_names]), moved,
+                  built.compiled.build_seconds)
 
 
 def _check(race: Race, golden: np.ndarray) -> None:
@@ -258,9 +268,9 @@ def _start_peers(race: Race, user, options: ModuleBenchOptions, folder: Path, de
                                         threads, options.number), cold_cache(folder, p) if MODULE_PEERS[p] else None)
 
 
-def _result(spec: ModuleSpec, user, tgt, options: ModuleBenchOptions, race: Race, load: tuple[float, float],
-            bandwidths: list[float], moved: float, build_seconds: float) -> ModuleBenchResult:
-    samples, unavailable = race.samples[EXAMPLE], race.unavailable[EXAMPLE]
+def _result(spec: ModuleSpec, tgt, options: ModuleBenchOptions, race: Race, build: _Build,
+            load: tuple[float, float], bandwidths: list[float]) -> ModuleBenchResult:
+    samples, unavailable, user = race.samples[EXAMPLE], race.unavailable[EXAMPLE], build.user
     names = [TVM, *(p for p in options.contenders if p != TVM)]
     median = {n: statistics.median(samples[n]) if samples.get(n) else None for n in names}
     peers = {n: ms for n, ms in median.items() if n != TVM and ms is not None}
@@ -272,8 +282,7 @@ def _result(spec: ModuleSpec, user, tgt, options: ModuleBenchOptions, race: Race
         inputs=user.example_shapes, threads=race.threads,
         load_average={"before": before, "after": after, "warning": load_warning(before, after)},
         workers=race.pids, median_ms=median, samples_ms=dict(samples), unavailable=dict(unavailable),
-        compile_seconds={TVM: build_seconds, **{n: v for r in race.ready.values()
+        compile_seconds={TVM: build.seconds, **{n: v for r in race.ready.values()
                                                 for n, v in r.compile_seconds.items()}},
-        bytes=moved, bandwidth_gbs=bandwidth, floor_ms=moved / bandwidth / 1e6, best_peer=best,
+        bytes=build.moved, bandwidth_gbs=bandwidth, floor_ms=build.moved / bandwidth / 1e6, best_peer=best,
         tvm_vs_best_peer=None if best is None or median[TVM] is None else peers[best] / median[TVM])
-
