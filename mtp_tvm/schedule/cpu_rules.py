@@ -106,8 +106,8 @@ def side_by_side(isa: CpuIsa, columns: int, rows: int, strip: int, lanes: int) -
     return max(fits, default=1)
 
 
-def _fma_schedule(sch: s_tir.Schedule, b, io, knobs: CpuGemm, isa: CpuIsa, rows: int, tile: int, strips: int,
-                  pack: bool, sample: Sampler) -> None:
+def _fma_schedule(sch: s_tir.Schedule, b, io, knobs: CpuGemm, isa: CpuIsa, *, rows: int, tile: int,
+                  strips: int = 1, pack: bool = False, sample: Sampler = fixed) -> None:
     """The FMA path of one GEMM block: ``rows`` register rows x ``strips`` packed strips of ``tile`` columns."""
     t, n, k = sch.get_loops(b)
     depth = int(sch.get(k).extent)
@@ -179,10 +179,10 @@ def cpu_gemm(sch: s_tir.Schedule, knobs: CpuGemm, isa: CpuIsa, sample: Sampler =
                 strips = side_by_side(isa, columns, r, vectors * lanes, lanes)
                 apply_dot(sch, variant, isa, register_rows=r, column_vectors=strips * vectors, pack_vectors=vectors)
             continue
-        _fma_schedule(sch, b, io, knobs, isa, rows, tile, 1, knobs.pack_weight, sample)
+        _fma_schedule(sch, b, io, knobs, isa, rows=rows, tile=tile, pack=knobs.pack_weight, sample=sample)
         for variant, r in small:
             strips = side_by_side(isa, columns, r, tile, isa.fp32_lanes)
-            _fma_schedule(sch, variant, io, knobs, isa, r, tile, strips, False, fixed)
+            _fma_schedule(sch, variant, io, knobs, isa, rows=r, tile=tile, strips=strips)
     for name in knobs.epilogue:
         for b, _ in row_variant_blocks(sch, name):
             vectorized_rows(sch, b, isa.fp32_lanes)
