@@ -14,7 +14,7 @@ import numpy as np
 from .tolerances import LogitsTolerance, RatioTolerance
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Comparison:
     """The verdict of one comparator on one output."""
 

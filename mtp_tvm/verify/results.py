@@ -16,12 +16,15 @@ from ..support.text_table import text_table
 from ..verify.comparators import Comparison
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class OutputCheck:
     """All comparator verdicts for one output; the first is the numeric comparison."""
 
     name: str
-    checks: list[Comparison]
+    checks: tuple[Comparison, ...]
+
+    def __post_init__(self):
+        object.__setattr__(self, "checks", tuple(self.checks))
 
     @property
     def passed(self) -> bool:
