@@ -454,6 +454,20 @@ def test_a_full_disk_during_build_is_one_line_and_leaves_nothing(compiled, tmp_p
     assert list(tmp_path.iterdir()) == []
 
 
+def test_an_interrupt_as_the_partial_folder_is_made_leaves_nothing(compiled, tmp_path, monkeypatch):
+    """SIGTERM (an interrupt here) can land after ``mkdtemp`` made the folder and before its path came back."""
+    real = export.make_temp_dir
+
+    def interrupted(prefix, parent):
+        real(prefix, parent)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(export, "make_temp_dir", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        export.export(compiled("norm", "tir"), tmp_path / "a")
+    assert list(tmp_path.iterdir()) == []
+
+
 BUILD = [sys.executable, "-m", "mtp_tvm", "build", "--case", "norm", "--preset", "tiny", "--out"]
 
 

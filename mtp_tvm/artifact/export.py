@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import glob
 import hashlib
 import json
 import os
@@ -179,13 +180,14 @@ def _staged(out: Path | None, force: bool):
         return
     refuse_existing(out, force)
     created = [p for p in (out.parent, *out.parent.parents) if not p.exists()]
+    prefix = temp_prefix(out, PARTIAL)
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        remove_stale(out, PARTIAL)
-        stage = _Stage(make_temp_dir(temp_prefix(out, PARTIAL), out.parent))
-    except OSError as e:
-        raise UsageError(f"cannot create {out}: {e.strerror}") from None
-    try:
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            remove_stale(out, PARTIAL)
+            stage = _Stage(make_temp_dir(prefix, out.parent))
+        except OSError as e:
+            raise UsageError(f"cannot create {out}: {e.strerror}") from None
         yield stage
         if stage.keep:
             refuse_existing(out, force)  # it may have appeared while building
@@ -195,7 +197,10 @@ def _staged(out: Path | None, force: bool):
         raise UsageError(f"cannot write artifact {out} ({e.strerror}): {e.filename or out}; {out} is as it was"
                          ) from None
     finally:
-        shutil.rmtree(stage.path, ignore_errors=True)
+        # this process's partial folder, found by name: an interrupt may land after mkdtemp made it and before
+        # its path was returned (SIGTERM at that instant left one behind)
+        for partial in out.parent.glob(glob.escape(prefix) + "*"):
+            shutil.rmtree(partial, ignore_errors=True)
         for p in created:
             with contextlib.suppress(OSError):
                 p.rmdir()
