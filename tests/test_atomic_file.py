@@ -171,3 +171,16 @@ def test_a_temp_folder_gets_the_mode_mkdir_would_give(tmp_path):
         os.umask(umask)
     assert stat.S_IMODE(made.stat().st_mode) == 0o755 == stat.S_IMODE((tmp_path / "plain").stat().st_mode)
     assert made.parent == tmp_path and made.name.startswith(".x-")
+
+
+def test_remove_own_temps_removes_this_process_s_temps_only(tmp_path):
+    from mtp_tvm.support.atomic_file import make_temp_dir, remove_own_temps, temp_prefix
+
+    mine = temp_prefix(tmp_path / "out", "partial")
+    make_temp_dir(mine, tmp_path)
+    (tmp_path / f"{mine}file").write_text("x")
+    other = tmp_path / ".out.partial-1-abc"  # another (dead) writer's: remove_stale's job, not this one's
+    other.mkdir()
+    (tmp_path / "out").mkdir()
+    remove_own_temps(mine, tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".out.partial-1-abc", "out"]

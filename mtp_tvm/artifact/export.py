@@ -21,11 +21,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
-import glob
 import hashlib
 import json
 import os
-import shutil
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -61,7 +59,7 @@ from ..passes.target import (
     target_triple,
 )
 from ..spec.cases import validate_seed
-from ..support.atomic_file import make_temp_dir, remove_stale, replace_dir, temp_prefix
+from ..support.atomic_file import make_temp_dir, remove_own_temps, remove_stale, replace_dir, temp_prefix
 from ..support.errors import BuildError, UsageError, last_line
 from ..support.text_table import text_table
 from ..support.timing import phase
@@ -197,10 +195,7 @@ def _staged(out: Path | None, force: bool):
         raise UsageError(f"cannot write artifact {out} ({e.strerror}): {e.filename or out}; {out} is as it was"
                          ) from None
     finally:
-        # this process's partial folder, found by name: an interrupt may land after mkdtemp made it and before
-        # its path was returned (SIGTERM at that instant left one behind)
-        for partial in out.parent.glob(glob.escape(prefix) + "*"):
-            shutil.rmtree(partial, ignore_errors=True)
+        remove_own_temps(prefix, out.parent)  # by name: an interrupt may land inside make_temp_dir
         for p in created:
             with contextlib.suppress(OSError):
                 p.rmdir()

@@ -12,8 +12,10 @@ then the old file or the new one, whole, and ``remove_stale`` removes the litter
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
+import glob
 import os
 import shutil
 import stat
@@ -73,6 +75,18 @@ def make_temp_dir(prefix: str, parent: str | os.PathLike) -> Path:
     path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
     os.chmod(path, 0o777 & ~_umask())
     return path
+
+
+def remove_own_temps(prefix: str, parent: str | os.PathLike) -> None:
+    """Remove what this process made in ``parent`` under ``prefix`` (a ``temp_prefix``: it names the pid). A
+    ``finally`` cleans up by name, not by the path ``make_temp_dir`` returns: an interrupt (SIGTERM) can land
+    after ``mkdtemp`` made the folder and before its path came back."""
+    for path in Path(parent).glob(glob.escape(prefix) + "*"):
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                path.unlink()
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import shlex
-import shutil
 import time
 from pathlib import Path
 
@@ -31,7 +30,7 @@ from ..instrument.run_folder import mark_complete, new_run_dir
 from ..passes.pipeline import FIRST_LOWERING_PHASE, OPTIMIZING_PHASES
 from ..passes.plugins import extra_pass_names, resolve_extra_passes
 from ..passes.target import resolve_target, target_json
-from ..support.atomic_file import make_temp_dir
+from ..support.atomic_file import make_temp_dir, remove_own_temps, temp_prefix
 from ..support.errors import MtpError, last_line
 from ..verify.golden_check import GoldenOptions, Provenance, golden_check
 from ..verify.tolerances import LogitsTolerance, RatioTolerance
@@ -65,12 +64,13 @@ def write_folder(run: Path, name: str, fill) -> Path:
     """``fill(folder)`` a temporary folder in ``run``, then rename it to ``run/name``: the folder appears whole
     or not at all (a name of its own per writer), readable as any folder ``mkdir`` makes."""
     final = run / name
-    tmp = make_temp_dir(f".{name}.tmp-", run)  # mkdir's mode, not mkdtemp's 0700
+    prefix = temp_prefix(final)
     try:
+        tmp = make_temp_dir(prefix, run)  # mkdir's mode, not mkdtemp's 0700
         fill(tmp)
         tmp.replace(final)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_own_temps(prefix, run)  # by name: an interrupt may land inside make_temp_dir
     return final
 
 
