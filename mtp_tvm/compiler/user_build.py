@@ -57,7 +57,7 @@ class CompiledModule(Runnable):
     target: Target
     executable: tvm.runtime.Executable
     build_seconds: float
-    schedule: str = "default"
+    spec: ModuleSpec
     schedule_traces: dict[str, str] = dataclasses.field(default_factory=dict)
     device_source: str | None = None
     unscheduled: list[str] = dataclasses.field(default_factory=list)
@@ -65,7 +65,6 @@ class CompiledModule(Runnable):
     pass_records: list[PassRecord] = dataclasses.field(default_factory=list, repr=False)
     gate: dict | None = None
     optimized_module: tvm.IRModule | None = dataclasses.field(default=None, repr=False)
-    spec: ModuleSpec | None = None
     debug: DebugOptions = dataclasses.field(default_factory=DebugOptions, repr=False)
     dump_dir: Path | None = None
     dump_seconds: float = 0.0
@@ -75,6 +74,10 @@ class CompiledModule(Runnable):
     _weights: WeightCache = dataclasses.field(default_factory=WeightCache, repr=False)
 
     frontend = FRONTEND
+
+    @property
+    def schedule(self) -> str:
+        return self.spec.schedule
 
     @property
     def name(self) -> str:
@@ -149,9 +152,9 @@ def compile_module_open(module=None, debug: DebugOptions | None = None, *, spec:
     debug = debug.from_environment()
 
     def wrap(built) -> CompiledModule:
-        return CompiledModule(user, tgt, built.executable, built.seconds, spec.schedule, dict(applier.traces),
+        return CompiledModule(user, tgt, built.executable, built.seconds, spec, dict(applier.traces),
                               built.source, list(applier.unscheduled), dict(applier.untuned), built.records,
-                              built.gate, built.optimized, spec, debug)
+                              built.gate, built.optimized, debug)
 
     with phase("build"), native_stderr():
         return build_ir(lambda: user.mod, user.name, tgt, applier, debug, meta, wrap)
