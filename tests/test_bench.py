@@ -187,8 +187,8 @@ def test_every_peer_computes_the_case(case, peer):
 
 def test_a_peer_that_computes_garbage_is_not_timed():
     expected = np.linspace(-3, 3, 64, dtype=np.float32).reshape(2, 32)
-    assert golden_mismatch(expected + 1e-3, expected, 2) is None
-    why = golden_mismatch(np.zeros_like(expected), expected, 2)
+    assert golden_mismatch(expected + 1e-3, expected, "at T=2") is None
+    why = golden_mismatch(np.zeros_like(expected), expected, "at T=2")
     assert why.startswith("wrong result at T=2") and "off the golden" in why
 
 

@@ -165,6 +165,16 @@ def require_count(name: str, value, optional: bool = False) -> None:
         raise UsageError(f"{name} must be an integer >= 1, got {value!r}")
 
 
+def check_race_counts(rounds, number, threads) -> None:
+    """A race's ``rounds``, calls per batch (``number``, None: sized) and threads per worker (None: every core),
+    checked: the threads become every worker's TVM_NUM_THREADS, so no more than this process may use."""
+    require_count("rounds", rounds)
+    require_count("number", number, optional=True)
+    require_count("threads", threads, optional=True)
+    if threads is not None and threads > usable_cores():
+        raise UsageError(f"threads must be at most the {usable_cores()} cores this process may use, got {threads}")
+
+
 @dataclasses.dataclass(frozen=True)
 class BenchOptions:
     """How ``bench`` races (what it builds is a ``BuildSpec``): ``tokens`` the T sweep (an int or a sequence;
@@ -197,12 +207,7 @@ class BenchOptions:
         unknown = [c for c in contenders if c not in CONTENDERS]
         if unknown:
             raise UsageError(f"unknown contender {unknown[0]!r}; choose from {', '.join(CONTENDERS)}")
-        require_count("rounds", self.rounds)
-        require_count("number", self.number, optional=True)
-        require_count("threads", self.threads, optional=True)
-        if self.threads is not None and self.threads > usable_cores():  # TVM_NUM_THREADS of every worker
-            raise UsageError(f"threads must be at most the {usable_cores()} cores this process may use, got "
-                             f"{self.threads}")
+        check_race_counts(self.rounds, self.number, self.threads)
         if self.artifact is not None:
             clash = [flag for flag, given in (("compare_schedules", self.compare_schedules),
                                               ("compare_frontends", self.compare_frontends),
@@ -406,12 +411,12 @@ def load_warning(before: float, after: float) -> str | None:
     return None
 
 
-def golden_mismatch(actual, expected, tokens: int) -> str | None:
-    """Why an output is not the golden's (``PEER_CHECK``), or None."""
+def golden_mismatch(actual, expected, where: str) -> str | None:
+    """Why an output is not the golden's (``PEER_CHECK``), or None; ``where``: the size it ran at ("at T=2")."""
     c = PEER_CHECK(actual, expected)
     if c.passed:
         return None
-    return (f"wrong result at T={tokens}: {c.detail or f'{c.mismatches} of {c.numel} values'} off the golden "
+    return (f"wrong result {where}: {c.detail or f'{c.mismatches} of {c.numel} values'} off the golden "
             f"beyond {c.comparator}, max abs diff {c.max_abs_diff:.3g}")
 
 
@@ -451,8 +456,9 @@ class Race:
     T from then on (its samples with it); the TVM worker's failure ends the bench."""
 
     def __init__(self, folder: Path, threads: int, sweep: tuple[int, ...], running: contextlib.ExitStack,
-                 log: Callable[[str], None]):
+                 log: Callable[[str], None], where: Callable[[int], str] = "at T={}".format):
         self.folder, self.threads, self.sweep, self.running, self.log = folder, threads, sweep, running, log
+        self.where = where  # a size of the sweep as a message names it
         self.workers: dict[str, Worker] = {}
         self.pids: dict[str, int] = {}
         self.ready: dict[str, Ready] = {}
@@ -496,7 +502,7 @@ class Race:
         for r in self.ready.values():
             for name, per_t in r.outputs.items():
                 for t, out in per_t.items():
-                    why = golden_mismatch(out, golden[t], t)
+                    why = golden_mismatch(out, golden[t], self.where(t))
                     if why:
                         self.unavailable[t][name] = why
 

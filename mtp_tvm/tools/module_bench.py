@@ -40,7 +40,7 @@ from ..support.errors import UsageError
 from ..support.text_table import text_table
 from ..support.timing import phase
 from ..verify.comparators import flat_outputs
-from .bench import PEER_CHECK, Race, cold_cache, load_warning, require_count
+from .bench import Race, check_race_counts, cold_cache, load_warning
 from .bench_tvm import TVM
 from .bench_worker import EXAMPLE, InputFiles, Ready, calls_per_batch
 
@@ -66,12 +66,7 @@ class ModuleBenchOptions:
         if unknown:
             raise UsageError(f"unknown contender {unknown[0]!r} for a module file; choose from "
                              f"{', '.join(MODULE_PEERS)}")
-        require_count("rounds", self.rounds)
-        require_count("number", self.number, optional=True)
-        require_count("threads", self.threads, optional=True)
-        if self.threads is not None and self.threads > usable_cores():
-            raise UsageError(f"threads must be at most the {usable_cores()} cores this process may use, got "
-                             f"{self.threads}")
+        check_race_counts(self.rounds, self.number, self.threads)
         object.__setattr__(self, "contenders", tuple(c for c in MODULE_PEERS if c in contenders))
 
 
@@ -195,13 +190,13 @@ def bench_module(module: str | os.PathLike, spec: ModuleSpec | None = None,
     with tempfile.TemporaryDirectory(prefix="mtp-bench-module-") as tmp, contextlib.ExitStack() as running:
         folder = Path(tmp)
         build = _build(spec, folder)
-        race = Race(folder, threads, (EXAMPLE,), running, log)
+        race = Race(folder, threads, (EXAMPLE,), running, log, where=lambda _size: "on the example inputs")
         race.start(TVM, ModuleTvmJob(str(build.artifact), options.number))
         _start_peers(race, build.user, options, folder, "cuda" if is_gpu(tgt) else "cpu", threads)
         with phase("build"):
             race.set_up()
         with phase("run"):
-            _check(race, build.golden)
+            race.check({EXAMPLE: build.golden})
             before, after, bandwidths = race.time(options.rounds, bandwidth=True)
     return _result(spec, tgt, options, race, build, (before, after), bandwidths)
 
@@ -231,17 +226,6 @@ def _build(spec: ModuleSpec, folder: Path) -> _Build:
     moved = float(sum(a.nbytes for a in (*user.examples.values(), *reference.values())))
     return _Build(built.path, user, flat_outputs([reference[n] for n in user.output_names]), moved,
                   built.compiled.build_seconds)
-
-
-def _check(race: Race, golden: np.ndarray) -> None:
-    """A contender whose outputs are not the reference's is not timed."""
-    for r in race.ready.values():
-        for name, per_size in r.outputs.items():
-            c = PEER_CHECK(per_size[EXAMPLE], golden)
-            if not c.passed:
-                race.unavailable[EXAMPLE][name] = (f"wrong result: {c.detail or f'{c.mismatches} of {c.numel} values'}"
-                                                   f" off the reference beyond {c.comparator}, max abs diff "
-                                                   f"{c.max_abs_diff:.3g}")
 
 
 def _start_peers(race: Race, user, options: ModuleBenchOptions, folder: Path, device: str, threads: int) -> None:
