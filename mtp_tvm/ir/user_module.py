@@ -21,6 +21,7 @@ import numpy as np
 import tvm
 from tvm import relax, tirx
 
+from ..ir.graph_nodes import ExportedGraph, import_named
 from ..ir.torch_frontend import CUSTOM_CONVERTERS
 from ..spec.cases import TensorSpec
 from ..support.errors import UsageError
@@ -47,6 +48,7 @@ class UserModule:
     num_input: int                      # the leading inputs that are activations (the rest: parameters)
     examples: dict[str, np.ndarray]     # every input of ``main``: example inputs, then parameters
     model: object | None = dataclasses.field(default=None, repr=False, compare=False)  # torch.nn.Module
+    graph: ExportedGraph | None = dataclasses.field(default=None, repr=False, compare=False)  # a torch model's
 
     @property
     def name(self) -> str:
@@ -128,8 +130,6 @@ def _outputs(func: relax.Function, path: Path) -> tuple[dict[str, TensorSpec], b
 
 
 def _from_torch(path: Path, file) -> UserModule:
-    from tvm.relax.frontend.torch import from_exported_program  # imports torch
-
     model = _call(path, file, "model")
     if not isinstance(model, torch.nn.Module):
         raise UsageError(f"module file {path}: model() must return a torch.nn.Module, got {type(model).__name__}")
@@ -147,7 +147,7 @@ def _from_torch(path: Path, file) -> UserModule:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=FutureWarning)
         try:
-            mod = from_exported_program(program, keep_params_as_input=True, custom_convert_map=CUSTOM_CONVERTERS)
+            mod, graph = import_named(program, path, CUSTOM_CONVERTERS)
         except Exception as e:  # an operator TVM's importer lacks: the user's model, not our bug
             raise UsageError(f"module file {path}: TVM's from_exported_program cannot import model(): "
                              f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}") \
@@ -159,7 +159,8 @@ def _from_torch(path: Path, file) -> UserModule:
     values = [t.detach().cpu().numpy() if t.dtype != torch.bfloat16 else _bf16(t) for t in examples]
     values += [p.numpy() for p in params.get("main", [])]
     mod["main"] = func.with_attr("num_input", num_input)
-    return UserModule(path, TORCH, mod, specs, *_outputs(func, path), num_input, dict(zip(specs, values)), model)
+    return UserModule(path, TORCH, mod, specs, *_outputs(func, path), num_input, dict(zip(specs, values)), model,
+                      graph)
 
 
 def _bf16(t) -> np.ndarray:

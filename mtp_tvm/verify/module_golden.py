@@ -52,7 +52,7 @@ def module_golden(compiled: CompiledModule, inputs: dict) -> dict[str, np.ndarra
     user = compiled.user
     if user.kind != TORCH:
         return reference_build(compiled).run(inputs)
-    args = [_to_torch(inputs[name]) for name in user.activation_names]
+    args = [to_torch(inputs[name]) for name in user.activation_names]
     with torch.no_grad():
         out = user.model(*args)
     leaves, _ = torch.utils._pytree.tree_flatten(out)
@@ -62,7 +62,7 @@ def module_golden(compiled: CompiledModule, inputs: dict) -> dict[str, np.ndarra
     return {name: to_numpy(t) for name, t in zip(user.output_names, leaves)}
 
 
-def _to_torch(a: np.ndarray):
+def to_torch(a: np.ndarray):
     if dtype_name(a) == "bfloat16":
         return torch.from_numpy(np.asarray(a, dtype=np.float32)).to(torch.bfloat16)
     return torch.from_numpy(np.ascontiguousarray(a))
