@@ -247,14 +247,38 @@ def _cmd_check_module(args) -> int:
 
 def _cmd_localize(args) -> int:
     if args.module:
-        raise UsageError("localize compares two builds of a case; with --module, use bisect --module or "
-                         "check --module --dump-passes and dumps compare")
+        return _cmd_localize_module(args)
+    if args.against is None:
+        raise UsageError("localize of a case needs --against KEY=VALUE (the reference build, e.g. schedule=none)")
+    if args.atol is not None or args.rtol is not None:
+        raise UsageError("--atol/--rtol apply to localize --module against torch; a case uses its own tolerance")
     spec, debug = _build_spec(args), _debug_options(args)
     with phase("import"):
         from .tools.localize import localize
 
     result = localize(spec, debug, against=args.against, seed=args.seed,
                       max_mb=args.localize_max_mb, log=lambda line: print(line, file=sys.stderr))
+    print(result.table())
+    if args.report:
+        result.write_json(args.report)
+        print(f"report: {args.report}")
+    return 0 if result.passed else 1
+
+
+def _cmd_localize_module(args) -> int:
+    """``localize --module FILE.py``: the first op that differs from eager torch (or, ``--against``, the first
+    kernel call that differs from another build's)."""
+    _refuse_case_options(args, "localize")
+    debug = _debug_options(args)
+    if args.localize_max_mb is not None:
+        raise UsageError("--localize-max-mb applies to a case; a module file's calls are compared at its example "
+                         "size in one run")
+    with phase("import"):
+        from .tools.module_localize import localize_module
+
+    tolerance = None if args.atol is None and args.rtol is None else ModuleTolerance(args.atol, args.rtol)
+    result = localize_module(debug=debug, against=args.against, tolerance=tolerance,
+                             log=lambda line: print(line, file=sys.stderr), **_module_options(args))
     print(result.table())
     if args.report:
         result.write_json(args.report)
@@ -594,9 +618,14 @@ def _add_localize_command(sub, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("localize", parents=[common],
                        help="name the first kernel call whose numbers differ from a reference build's")
     _add_build_args(p)
-    p.add_argument("--against", required=True, metavar="KEY=VALUE[,...]",
+    p.add_argument("--against", default=None, metavar="KEY=VALUE[,...]",
                    help="the reference build: target, frontend, schedule, disable-pass, bisect-limit, pass-plugin "
-                        "(e.g. schedule=none); it drops this build's debugging changes unless named")
+                        "(e.g. schedule=none); it drops this build's debugging changes unless named. A case needs "
+                        "it; --module without it compares every op with eager torch")
+    p.add_argument("--atol", type=float, default=None,
+                   help="--module against torch: every op's absolute tolerance (default assert_close's per dtype)")
+    p.add_argument("--rtol", type=float, default=None,
+                   help="--module against torch: every op's relative tolerance (default assert_close's per dtype)")
     p.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
     p.add_argument("--localize-max-mb", type=float, default=None, metavar="MB",
                    help="keep at most MB of recorded tensors at once (oldest calls compared and dropped first)")

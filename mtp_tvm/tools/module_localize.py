@@ -15,6 +15,8 @@ inputs". The first NaN/Inf is named too (``kernel_calls.nan_origin``).
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 from collections.abc import Mapping
 
 import numpy as np
@@ -25,14 +27,17 @@ from ..compiler.options import DebugOptions
 from ..compiler.tensors import dtype_name, to_numpy
 from ..compiler.user_build import CompiledModule, ModuleSpec, compile_module, split_module_options
 from ..ir.graph_nodes import GraphNode, node_values
-from ..ir.user_module import TORCH
+from ..ir.user_module import TORCH, load_user_module
 from ..passes.target import require_runs_here, resolve_target
+from ..support.atomic_file import write_user_file
 from ..support.errors import UsageError
 from ..support.text_table import text_table
 from ..verify.comparators import Comparison
 from ..verify.module_golden import assert_close, to_torch
 from ..verify.tolerances import ModuleTolerance
 from .kernel_calls import PARAM, KernelCall, NanOrigin, nan_origin, record
+from .kernel_repro import write_kernel_repro
+from .localize import Against, LocalizeOptions, LocalizeResult, compare_builds
 
 BY_NAME, BY_VALUE = "name", "value"  # how a call was partnered with its node
 
@@ -75,7 +80,8 @@ class ModuleLocalizeResult:
 
     @property
     def passed(self) -> bool:
-        return self.first is None and self.nan is None
+        """No op differs from torch (a NaN/Inf is named, not judged: a causal mask's -inf is one)."""
+        return self.first is None
 
     def describe_first(self) -> str:
         d = self.first
@@ -107,6 +113,9 @@ class ModuleLocalizeResult:
                  *text_table(rows, {4, 5}), self.describe_first(),
                  self.nan.describe() if self.nan else "NaN/Inf: none in any kernel call's output"]
         return "\n".join(lines)
+
+    def write_json(self, path: str | os.PathLike) -> None:
+        write_user_file(path, lambda p: p.write_text(json.dumps(self.as_dict(), indent=1)), what="localize report ")
 
     def as_dict(self) -> dict:
         first = self.first
@@ -200,14 +209,38 @@ def compare_with_torch(compiled: CompiledModule, tolerance: ModuleTolerance) -> 
 
 
 def localize_module(module=None, debug: DebugOptions | None = None, *, spec: ModuleSpec | None = None,
-                    tolerance: ModuleTolerance | Mapping | None = None, log=print,
-                    **options) -> ModuleLocalizeResult:
+                    against: str | Against | None = None, tolerance: ModuleTolerance | Mapping | None = None,
+                    kernel_repro: bool = True, log=print, **options) -> ModuleLocalizeResult | LocalizeResult:
     """Build the module file ``module`` (keywords as for ``compile_module``) and name the first op whose value
-    differs from eager torch's beyond ``tolerance`` (as ``check_module``'s)."""
+    differs from eager torch's beyond ``tolerance`` (as ``check_module``'s). With ``against`` (as ``localize``'s:
+    another target, schedule or pass set) compare two TVM builds kernel by kernel instead, as ``localize`` does
+    for a case (``tools/localize.py``, ``kernel_repro/`` for the first differing call)."""
     spec, debug = split_module_options(module, spec, debug, options, "localize_module")
     tolerance = ModuleTolerance.of(tolerance)
+    if against is not None:
+        return _against_build(spec, debug, against if isinstance(against, Against) else Against.parse(against),
+                              tolerance, kernel_repro, log)
     require_runs_here(resolve_target(spec.target))
     log(f"[BUILD] module={spec.module} schedule={spec.schedule}")
     compiled = compile_module(spec=spec, debug=debug)
     log("[RUN] example inputs: every kernel call, and torch node by node")
     return compare_with_torch(compiled, tolerance)
+
+
+def _against_build(spec: ModuleSpec, debug: DebugOptions, against: Against, tolerance: ModuleTolerance,
+                   kernel_repro: bool, log) -> LocalizeResult:
+    ref_spec, ref_debug = against.reference(spec)
+    require_runs_here(resolve_target(spec.target))
+    require_runs_here(resolve_target(ref_spec.target))
+    user = load_user_module(spec.module)
+    log(f"[BUILD] reference ({against}): schedule={ref_spec.schedule}")
+    reference = compile_module(spec=ref_spec, debug=ref_debug, user=user)
+    log(f"[BUILD] test: module={spec.module} schedule={spec.schedule}")
+    test = compile_module(spec=spec, debug=debug, user=user)
+    log("[RUN] example inputs: every kernel call of both builds")
+    options = LocalizeOptions(against)
+    result = compare_builds(test, reference, options, lambda a, e: assert_close(a, e, tolerance))
+    if kernel_repro and result.first is not None:
+        result = dataclasses.replace(result, kernel_repro_dir=str(
+            write_kernel_repro(result, test, reference, options, debug.dump_root)))
+    return result
