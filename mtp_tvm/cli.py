@@ -64,6 +64,12 @@ def _add_schedule_arg(p: argparse.ArgumentParser) -> None:
                         "tuned, or another name a schedule file defines (default: default)")
 
 
+def _add_shape_arg(p: argparse.ArgumentParser, where: str) -> None:
+    p.add_argument("--shape", action="append", default=None, metavar="NAME=DIM,...",
+                   help=f"{where}run input NAME at this shape instead of the example's (repeat per input; symbolic "
+                        "sizes within dynamic_shapes()'s bounds), on inputs drawn from --seed")
+
+
 def _add_module_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--module", default=None, metavar="FILE.py",
                    help="your own model instead of a case: FILE.py defines model() (a torch.nn.Module) and "
@@ -193,6 +199,8 @@ def _cmd_check(args) -> int:
         raise UsageError("--artifact checks the module file's artifact on what it stores; drop --module")
     if args.module:
         return _cmd_check_module(args)
+    if args.shape:
+        raise UsageError("--shape sizes a module file's inputs (check --module FILE.py); a case takes --tokens")
     if args.artifact or args.compile_only:
         return _cmd_check_prebuilt(args)
     spec, debug = _build_spec(args), _debug_options(args)
@@ -228,15 +236,19 @@ def _cmd_check(args) -> int:
 
 def _cmd_check_module(args) -> int:
     """``check --module FILE.py``: the user's own model against its reference (``tools.module_check``)."""
-    _refuse_case_options(args, "check")
+    _refuse_case_options(args, "check", keep=("seed", "nan_check"))
     debug = _debug_options(args)
     with phase("import"):
+        from .ir.module_sizes import parse_shapes
         from .tools.module_check import check_module
         from .verify.results import summary_table
 
     result = check_module(debug=debug, tolerance=ModuleTolerance(args.atol, args.rtol), report=args.report,
-                          profile=args.profile, **_module_options(args))
+                          profile=args.profile, shapes=parse_shapes(args.shape), seed=args.seed,
+                          nan_check=args.nan_check, **_module_options(args))
     print(summary_table(result))
+    if result.nan_checked:
+        print(result.nan_origin.describe() if result.nan_origin else "NaN/Inf: none in any kernel call's output")
     if result.profile is not None:
         print(result.profile.table())
     _print_debug_footer(args, result.pass_records, result.gate, result.dump_dir)
@@ -376,8 +388,9 @@ def _cmd_run(args) -> int:
         raise UsageError(f"--out {args.out} is the --inputs file; write the outputs elsewhere")
     if args.inputs is None and args.random_inputs is None:
         raise UsageError("give --inputs IN.npz (make one with `mtp-tvm inputs`) or --random-inputs")
-    if args.random_inputs is None and (args.seed is not None or args.tokens is not None):
-        raise UsageError("--seed and --tokens size the seeded inputs of --random-inputs; drop them with --inputs")
+    if args.random_inputs is None and (args.seed is not None or args.tokens is not None or args.shape):
+        raise UsageError("--seed, --tokens and --shape size the seeded inputs of --random-inputs; drop them with "
+                         "--inputs")
     from .artifact.load import load
     from .compiler.tensors import read_npz, write_npz
 
@@ -385,7 +398,12 @@ def _cmd_run(args) -> int:
     if args.inputs is not None:
         inputs = read_npz(args.inputs, {n: t.dtype for n, t in artifact.input_specs.items()})
     else:
-        inputs = artifact.make_inputs(tokens=args.tokens, seed=args.seed or 0)
+        from .ir.module_sizes import parse_shapes
+
+        inputs = artifact.make_inputs(tokens=args.tokens, seed=args.seed or 0, shapes=parse_shapes(args.shape))
+        if args.shape:
+            print("at --shape: no stored reference fits this size, so nothing is checked (check --module "
+                  "FILE.py --shape recomputes the golden there)")
     outputs = artifact.run(inputs)
     if args.out:
         write_npz(args.out, outputs)
@@ -611,6 +629,7 @@ def _add_check_command(sub, common: argparse.ArgumentParser) -> None:
     _add_profile_arg(p)
     p.add_argument("--nan-check", action="store_true",
                    help="name the first kernel call whose output holds NaN/Inf while its inputs held none")
+    _add_shape_arg(p, "with --module: ")
     p.set_defaults(handler=_cmd_check)
 
 
@@ -673,6 +692,7 @@ def _add_run_command(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=None, help="with --random-inputs: input seed (default 0)")
     p.add_argument("--tokens", type=int, default=None,
                    help="with --random-inputs: token count T (default: the artifact's)")
+    _add_shape_arg(p, "with --random-inputs, a module file's artifact: ")
     p.add_argument("--out", metavar="OUT.npz", help="where to write the outputs (without it: shapes and dtypes only)")
     p.add_argument("--allow-failed", action="store_true",
                    help="run an artifact even though its recorded golden check failed")

@@ -22,6 +22,7 @@ import tvm
 from tvm import relax, tirx
 
 from ..ir.graph_nodes import ExportedGraph, import_named
+from ..ir.module_sizes import sized_inputs
 from ..ir.torch_frontend import CUSTOM_CONVERTERS
 from ..spec.cases import TensorSpec
 from ..support.errors import UsageError
@@ -68,6 +69,18 @@ class UserModule:
     @property
     def activation_names(self) -> tuple[str, ...]:
         return tuple(self.input_specs)[: self.num_input]
+
+    @property
+    def dim_bounds(self) -> dict[str, tuple[int, int | None]]:
+        """Each symbolic size's bounds as the import recorded them (``dynamic_shapes()``'s ``Dim`` min/max)."""
+        attrs = self.mod["main"].attrs
+        low = attrs.get("tir_var_lower_bound", {}) if attrs is not None else {}
+        high = attrs.get("tir_var_upper_bound", {}) if attrs is not None else {}
+        return {d: (int(low[d]) if d in low else 1, int(high[d]) if d in high else None) for d in self.symbolic_dims}
+
+    def inputs_at(self, shapes: dict[str, tuple[int, ...]], seed: int = 0) -> dict[str, np.ndarray]:
+        """Every input of ``main`` with the activations at ``shapes`` (``ir/module_sizes.py``)."""
+        return sized_inputs(self.input_specs, self.activation_names, self.examples, shapes, self.dim_bounds, seed)
 
     @property
     def example_shapes(self) -> dict[str, list[int]]:

@@ -73,20 +73,23 @@ def to_torch(a: np.ndarray):
 
 
 def check_outputs(name: str, shapes: dict, built: Provenance, actual: dict, expected: dict,
-                  tolerance: ModuleTolerance, run_seconds: float) -> CheckResult:
+                  tolerance: ModuleTolerance, run_seconds: float, seed: int = 0) -> CheckResult:
     """The verdict of every output (``expected``'s names), as the ``CheckResult`` cases report (the table, the
     JSON report); ``shapes``: the example activations' shapes."""
     outputs = {out: OutputCheck(out, [assert_close(actual[out], expected[out], tolerance)]) for out in expected}
-    return CheckResult(name, built.target, NO_PRESET, built.frontend, 0, shapes, outputs, built.build_seconds,
+    return CheckResult(name, built.target, NO_PRESET, built.frontend, seed, shapes, outputs, built.build_seconds,
                        run_seconds, str(built.dump_dir) if built.dump_dir else None, schedule=built.schedule)
 
 
 def golden_check_module(compiled: CompiledModule, tolerance: ModuleTolerance, log=print,
-                        expected: dict | None = None) -> CheckResult:
-    """Run ``compiled`` on the file's example inputs and compare with the reference (``expected``: already
-    computed)."""
-    inputs = compiled.user.examples
-    log(f"[RUN] example inputs: {', '.join(f'{n}{list(np.shape(inputs[n]))}' for n in compiled.user.activation_names)}")
+                        expected: dict | None = None, inputs: dict | None = None, seed: int = 0) -> CheckResult:
+    """Run ``compiled`` on ``inputs`` (default the file's example inputs) and compare with the reference computed
+    on them (``expected``: already computed)."""
+    given = inputs is not None
+    inputs = inputs if given else compiled.user.examples
+    shapes = {n: list(np.shape(inputs[n])) for n in compiled.user.activation_names}
+    log(f"[RUN] {'inputs at --shape' if given else 'example inputs'}: "
+        f"{', '.join(f'{n}{s}' for n, s in shapes.items())}")
     t0 = time.perf_counter()
     with phase("run"):
         actual = compiled.run(inputs)
@@ -95,4 +98,4 @@ def golden_check_module(compiled: CompiledModule, tolerance: ModuleTolerance, lo
         expected = expected if expected is not None else module_golden(compiled, inputs)
     built = Provenance(target_json(compiled.target), compiled.frontend, compiled.schedule, compiled.build_seconds,
                        compiled.dump_dir)
-    return check_outputs(compiled.name, compiled.user.example_shapes, built, actual, expected, tolerance, seconds)
+    return check_outputs(compiled.name, shapes, built, actual, expected, tolerance, seconds, seed)
