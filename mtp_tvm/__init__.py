@@ -7,7 +7,9 @@ API: ``check(...)`` -> ``CheckResult``; ``compile(...)`` -> ``CompiledCase`` wit
 ``load(dir)`` -> ``Artifact`` with the same ``make_inputs``, ``run`` and ``bind``; ``check_artifact(dir)``
 golden-checks one; ``localize(..., against=...)`` -> ``LocalizeResult``: the first kernel call that differs from
 a reference build; ``compile_module(path)`` -> ``CompiledModule`` and ``check_module(path)`` -> ``CheckResult``:
-the same for the user's own model file (a torch module or a TVMScript IRModule, ``ir/user_module.py``).
+the same for the user's own model file (a torch module or a TVMScript IRModule, ``ir/user_module.py``);
+``localize_module(path)``: its first op that differs from eager torch; ``minimize_module(path)``: the smallest
+piece of its graph that still fails, as a module file.
 
 The names are imported on first use (PEP 562), so ``import mtp_tvm`` and the commands that only read files do
 not import TVM or torch.
@@ -23,12 +25,13 @@ _LAZY = {  # public name -> the module that defines it
     "BoundCase": "compiler.runtime", "check": "tools.check", "CheckResult": "verify.results",
     "localize": "tools.localize", "LocalizeResult": "tools.localize",
     "compile_module": "compiler.user_build", "CompiledModule": "compiler.user_build",
-    "check_module": "tools.module_check",
+    "check_module": "tools.module_check", "localize_module": "tools.module_localize",
+    "minimize_module": "tools.minimize",
 }
 
 __all__ = ["check", "CheckResult", "compile", "CompiledCase", "MtpError", "UsageError", "BuildError",
            "build", "load", "Artifact", "check_artifact", "BoundCase", "localize", "LocalizeResult",
-           "compile_module", "CompiledModule", "check_module"]
+           "compile_module", "CompiledModule", "check_module", "localize_module", "minimize_module"]
 
 
 def __getattr__(name: str):

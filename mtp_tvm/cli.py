@@ -298,6 +298,23 @@ def _cmd_localize_module(args) -> int:
     return 0 if result.passed else 1
 
 
+def _cmd_minimize(args) -> int:
+    """``minimize --module FILE.py``: the smallest failing piece of the file's graph (``tools.minimize``)."""
+    if not args.module:
+        raise UsageError("minimize cuts your own model: give --module FILE.py")
+    _refuse_case_options(args, "minimize")
+    debug = _debug_options(args)
+    with phase("import"):
+        from .tools.minimize import minimize_module
+
+    tolerance = None if args.atol is None and args.rtol is None else ModuleTolerance(args.atol, args.rtol)
+    result = minimize_module(debug=debug, tolerance=tolerance, out=args.out,
+                             log=lambda line: print(line, file=sys.stderr), **_module_options(args))
+    print(result.summary())
+    print(time_line())
+    return 0
+
+
 def _check_exit(args, result) -> int:
     """Where the report went, and the exit code of a check: 0 passed, 1 failed."""
     if args.report:
@@ -796,6 +813,17 @@ def _add_bisect_command(sub, common: argparse.ArgumentParser) -> None:
     p.set_defaults(handler=_cmd_bisect)
 
 
+def _add_minimize_command(sub, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("minimize", parents=[common], help="cut a failing --module FILE.py's exported graph down to the "
+                       "smallest piece that still fails check --module, written as a module file")
+    _add_build_args(p)
+    p.add_argument("--out", default=None, metavar="FILE.py",
+                   help="where to write the piece (default: <module>_min.py in the current folder)")
+    p.add_argument("--atol", type=float, default=None, help="every output's absolute tolerance, as check --module's")
+    p.add_argument("--rtol", type=float, default=None, help="every output's relative tolerance, as check --module's")
+    p.set_defaults(handler=_cmd_minimize)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mtp-tvm", description="DeepSeek-V4 MTP decode tail on Apache TVM")
     common = argparse.ArgumentParser(add_help=False)  # also after the subcommand (there not set: the above's)
@@ -806,7 +834,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "(otherwise kept in the run folder's tvm.log)", **({"default": argparse.SUPPRESS} if p is common else {}))
     sub = parser.add_subparsers(dest="command", required=True)
     for add in (_add_check_command, _add_localize_command, _add_tune_command, _add_build_command, _add_run_command,
-                _add_bench_command, _add_inputs_command, _add_list_command, _add_dumps_command, _add_bisect_command):
+                _add_bench_command, _add_inputs_command, _add_list_command, _add_dumps_command, _add_bisect_command,
+                _add_minimize_command):
         add(sub, common)
     return parser
 

@@ -114,8 +114,8 @@ def import_named(program, user_file: Path, custom_convert_map: dict) -> tuple[tv
 
 
 def node_values(graph: ExportedGraph, inputs: tuple) -> dict:
-    """Every call node's value when torch runs the decomposed graph on ``inputs`` (the user inputs, torch
-    tensors): name -> tensor (a node with several results: the tuple)."""
+    """Every node's value when torch runs the decomposed graph on ``inputs`` (the user inputs, torch tensors):
+    name -> tensor (a parameter's, an input's; a node with several results: the tuple; a size: the int)."""
     import torch
 
     program = graph.program
@@ -134,7 +134,7 @@ def node_values(graph: ExportedGraph, inputs: tuple) -> dict:
     class Recorder(torch.fx.Interpreter):
         def run_node(self, n):
             out = super().run_node(n)
-            if n.op == "call_function":
+            if n.op in ("placeholder", "call_function"):
                 values[n.name] = out
             return out
 
