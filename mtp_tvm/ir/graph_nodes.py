@@ -34,7 +34,7 @@ class GraphNode:
         return f"{self.name} ({self.op}){where}{line}"
 
 
-def _source_line(stack_trace: str | None, user_file: Path) -> str | None:
+def source_line(stack_trace: str | None, user_file: Path) -> str | None:
     """The innermost frame of ``stack_trace`` in the user's file (else the innermost frame): ``file:line: code``."""
     if not stack_trace:
         return None
@@ -57,7 +57,7 @@ def graph_node(node, user_file: Path) -> GraphNode:
     if stack:
         path, cls = list(stack.values())[-1]
         module = f"{path or 'model'} ({getattr(cls, '__name__', str(cls).rsplit('.', 1)[-1])})"
-    return GraphNode(node.name, str(node.target), _source_line(node.meta.get("stack_trace"), user_file), module)
+    return GraphNode(node.name, str(node.target), source_line(node.meta.get("stack_trace"), user_file), module)
 
 
 @relax.expr_functor.mutator
