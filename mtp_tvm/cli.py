@@ -209,29 +209,39 @@ def _cmd_check(args) -> int:
     with phase("import"):
         from .artifact.export import build_target, parse_archs
         from .tools.check import check
-        from .verify.results import summary_table
 
     result = check(dataclasses.replace(spec, target=build_target(args.target, parse_archs(args.arch))), debug,
                    seed=args.seed, report=args.report, logits_tol=LogitsTolerance(**given) if given else None,
                    perturb_logit=parse_logit_perturbation(args.perturb_logit) if args.perturb_logit else None,
                    profile=args.profile, nan_check=args.nan_check)
+    _print_check(args, result)
+    if result.profile is not None and result.dump_dir:
+        print(f"profile: {result.dump_dir}/profile.json")
+    _print_reproducers(result)
+    code = _check_exit(args, result)
+    print(time_line())
+    return code
+
+
+def _print_check(args, result) -> None:
+    """A check's verdict table, its NaN origin and profile when asked, the debugging footer."""
+    from .verify.results import summary_table
+
     print(summary_table(result))
     if result.nan_checked:
         print(result.nan_origin.describe() if result.nan_origin else "NaN/Inf: none in any kernel call's output")
     if result.profile is not None:
         print(result.profile.table())
     _print_debug_footer(args, result.pass_records, result.gate, result.dump_dir)
-    if result.profile is not None and result.dump_dir:
-        print(f"profile: {result.dump_dir}/profile.json")
+
+
+def _print_reproducers(result) -> None:
     if result.repro_dir:
         print(f"reproducer: {result.repro_dir} (python {result.repro_dir}/repro.py)")
     elif result.repro_error:
         print(f"reproducer: not written: {result.repro_error}")
     if result.kernel_repro_dir:
         print(f"kernel reproducer: {result.kernel_repro_dir} (python {result.kernel_repro_dir}/repro.py)")
-    code = _check_exit(args, result)
-    print(time_line())
-    return code
 
 
 def _cmd_check_module(args) -> int:
@@ -241,17 +251,12 @@ def _cmd_check_module(args) -> int:
     with phase("import"):
         from .ir.module_sizes import parse_shapes
         from .tools.module_check import check_module
-        from .verify.results import summary_table
 
     result = check_module(debug=debug, tolerance=ModuleTolerance(args.atol, args.rtol), report=args.report,
                           profile=args.profile, shapes=parse_shapes(args.shape), seed=args.seed,
                           nan_check=args.nan_check, **_module_options(args))
-    print(summary_table(result))
-    if result.nan_checked:
-        print(result.nan_origin.describe() if result.nan_origin else "NaN/Inf: none in any kernel call's output")
-    if result.profile is not None:
-        print(result.profile.table())
-    _print_debug_footer(args, result.pass_records, result.gate, result.dump_dir)
+    _print_check(args, result)
+    _print_reproducers(result)
     code = _check_exit(args, result)
     print(time_line())
     return code

@@ -5,6 +5,7 @@ option of a case's build applies (they are ``DebugOptions``); ``--profile`` time
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping
 
 from ..compiler.options import DebugOptions
@@ -21,6 +22,8 @@ from ..verify.results import CheckResult
 from ..verify.tolerances import ModuleTolerance
 from .check import checking, close_check, log_schedule_gaps, profile_into_run
 from .kernel_calls import nan_origin, record
+from .kernel_repro import KERNEL_REPRO_DIR
+from .module_repro import module_reproducers
 from .profile import ProfileOptions, profile_options
 
 
@@ -55,8 +58,13 @@ def check_module(module=None, debug: DebugOptions | None = None, *, spec: Module
         result = dataclasses.replace(
             verdict, gate=compiled.gate, pass_records=compiled.pass_records,
             profile=None if profiling is None else profile_into_run(compiled, inputs, profiling, log), **nan)
-        if compiled.dump_dir is not None:
-            with phase("dumps"):
-                update_index(compiled.dump_dir, check={"passed": result.passed, "seed": seed,
-                                                       "failed_outputs": result.failed_outputs, "repro": None})
+        with phase("dumps"):
+            if not result.passed:
+                result = dataclasses.replace(result, **module_reproducers(compiled, result, inputs, tolerance, shapes,
+                                                                          seed, debug.dump_root, log))
+            if compiled.dump_dir is not None:
+                repro = os.path.relpath(result.repro_dir, compiled.dump_dir) if result.repro_dir else None
+                kernel = {"kernel_repro": KERNEL_REPRO_DIR} if result.kernel_repro_dir else {}
+                update_index(compiled.dump_dir, check={"passed": result.passed, "seed": seed, "repro": repro,
+                                                       "failed_outputs": result.failed_outputs, **kernel})
     return close_check(compiled, result, report, log)

@@ -244,3 +244,17 @@ def _against_build(spec: ModuleSpec, debug: DebugOptions, against: Against, tole
         result = dataclasses.replace(result, kernel_repro_dir=str(
             write_kernel_repro(result, test, reference, options, debug.dump_root)))
     return result
+
+
+def localize_module_failure(test: CompiledModule, tolerance: ModuleTolerance) -> LocalizeResult:
+    """What a failing ``check --module --dump-passes`` adds beside ``repro/``, as a case's
+    (``localize.localize_failure``): the build against a clean ``schedule=none`` build of the same file, and
+    ``kernel_repro/`` for the first differing call."""
+    options = LocalizeOptions(Against(schedule="none"))
+    ref_spec, ref_debug = options.against.reference(test.spec)
+    reference = compile_module(spec=ref_spec, debug=ref_debug, user=test.user)
+    result = compare_builds(test, reference, options, lambda a, e: assert_close(a, e, tolerance))
+    if result.first is not None:
+        result = dataclasses.replace(result, kernel_repro_dir=str(write_kernel_repro(result, test, reference,
+                                                                                     options)))
+    return result

@@ -103,7 +103,7 @@ def cli_command(compiled, options: GoldenOptions) -> str:
     return "\n".join([shlex.join(argv), *notes]) + "\n"
 
 
-def _lowering_gate(compiled) -> dict:
+def lowering_gate(compiled) -> dict:
     """The gate of the failing build, restated for a build that starts at the lowering phases: the passes there
     are numbered from 1, so the limit moves down by the number of passes of the optimizing phases."""
     gate = compiled.gate or {"disabled": [], "limit": None}
@@ -131,7 +131,7 @@ def _write_bundle(tmp: Path, compiled, inputs: dict, expected: dict, options: Go
             "tokens": s.tokens, "vocab_shard": s.vocab_shard, "owners": s.owners, "tp": s.tp, "seed": options.seed,
             "schedule": compiled.schedule,
             "tolerance": dataclasses.asdict(options.tolerance), "logits_tol": dataclasses.asdict(options.logits_tol),
-            "target": target_json(compiled.target), "gate": _lowering_gate(compiled),
+            "target": target_json(compiled.target), "gate": lowering_gate(compiled),
             "inputs": save_arrays(tmp / "inputs.npz", inputs),
             "outputs": save_arrays(tmp / "expected.npz", expected),
             "failed_outputs": result.failed_outputs, "written": time.strftime("%Y-%m-%d %H:%M:%S")}
