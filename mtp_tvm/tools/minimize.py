@@ -8,8 +8,9 @@ size or a scalar is written in as a constant). The piece's outputs are its nodes
 search starts from the first op ``localize --module`` names and everything it depends on (the whole graph when
 no op differs, or when that piece passes), then delta debugging (Zeller's ddmin) over its nodes: a chunk or
 its complement that still fails replaces the set, until no single node can go. Each try writes the piece as a
-module file and checks it (one export, import and build). A piece that cannot be made (a tuple cut in two) or
-built counts as passing: only a failure of the check itself is kept.
+module file and checks it as ``check --module`` does (one export, import and build; no run folder, no
+reproducer). A piece that cannot be made (a tuple cut in two) or built counts as passing: only a failure of the
+check itself is kept.
 """
 
 from __future__ import annotations
@@ -33,9 +34,8 @@ from ..passes.target import require_runs_here, resolve_target
 from ..support.atomic_file import write_user_file
 from ..support.errors import MtpError, UsageError
 from ..support.lazy import lazy_module
-from ..verify.module_golden import to_torch
+from ..verify.module_golden import golden_check_module, to_torch
 from ..verify.tolerances import ModuleTolerance
-from .module_check import check_module
 from .module_localize import compare_with_torch
 
 torch = lazy_module("torch")
@@ -183,6 +183,7 @@ def minimize_module(module=None, debug: DebugOptions | None = None, *, spec: Mod
     values = node_values(graph, tuple(to_torch(user.examples[n]) for n in user.activation_names))
     argv = " ".join(debug.replace(dump_passes=None).as_argv()) or "its default build"
     described = f"--schedule {spec.schedule} {argv}".strip()
+    trying = debug.replace(dump_passes=None)  # no run folder per try
     tries = 0
     seen: dict[tuple[str, ...], bool] = {}
 
@@ -198,8 +199,9 @@ def minimize_module(module=None, debug: DebugOptions | None = None, *, spec: Mod
             path = Path(tmp) / f"piece{tries}.py"
             try:
                 path.write_text(piece_source(graph, keep, values, user.path.name, described))
-                result = check_module(spec=dataclasses.replace(spec, module=path), debug=debug,
-                                      tolerance=tolerance, log=quiet)
+                piece = load_user_module(path)  # checked as check --module does, without its reproducers
+                built = compile_module(spec=dataclasses.replace(spec, module=path), debug=trying, user=piece)
+                result = golden_check_module(built, tolerance, quiet)
             except (NotAPiece, MtpError) as e:
                 log(f"[MINIMIZE] try {tries}: {len(keep)} ops: not a failing piece ({e})")
                 return False
