@@ -122,7 +122,7 @@ def test_localize_module_against_another_build_writes_a_kernel_reproducer(tmp_pa
 def test_check_module_at_another_size_with_the_nan_check(capsys):
     assert main(["check", "--module", str(BLOCK), "--shape", "x=37,32", "--seed", "2", "--nan-check"]) == 0
     out = capsys.readouterr().out
-    assert "inputs=x[37,32] seed=2" in out and "0/1184" in out
+    assert "[RUN] inputs at --shape: x[37, 32]" in out and "inputs=x[37,32] seed=2" in out and "0/1184" in out
     assert "first non-finite value in the build" in out and "its inputs already held some" in out  # the mask
     assert main(["check", "--module", str(BLOCK), "--shape", "x=65,32"]) == 2
     assert "outside dynamic_shapes()'s bounds [2, 64]" in capsys.readouterr().err
