@@ -3,12 +3,18 @@ A GPU kernel cannot lower unbound, so every kernel gets one or the other."""
 
 from __future__ import annotations
 
+import math
+
 from tvm import s_tir, tirx
 from tvm.target import Target
 
 from ..spec.presets import TOKEN_TILE
-from .knobs import GpuFlat, GpuGemm, GpuRows
+from .gpu_dot import DP4A_LOCAL, register_dp4a
+from .knobs import GpuFlat, GpuGemm, GpuGemv, GpuRows
 from .steps import buffer_read_index, fitting_column_tile, fitting_k_vector
+from .token_rows import row_variant_blocks
+
+WARP = 32  # lanes of a warp: the K split of the GEMV, reduced by shuffles
 
 
 def _bind_flat(sch: s_tir.Schedule, block, threads: int) -> None:
@@ -83,6 +89,73 @@ def gpu_gemm(sch: s_tir.Schedule, knobs: GpuGemm, _isa=None) -> None:
         sch.decompose_reduction(rf, ko)
     for name in knobs.epilogue:
         _bind_flat(sch, sch.get_sblock(name), knobs.epilogue_threads)
+
+
+def gpu_gemv(sch: s_tir.Schedule, knobs: GpuGemv, _isa=None) -> None:
+    """Decode GEMMs ``Y[t, n] = sum_k A[t, k] W[n, k]`` that stream the weight once at the memory's pace.
+
+    A warp owns ``warp_columns`` output columns (``warps`` warps a block, blocks over the columns); its 32 lanes
+    split K, each loading ``vector_width`` elements (16 bytes) of every owned weight row and of every token row
+    per step: a warp's loads of a weight row are 512 contiguous bytes. Each lane keeps rows x columns partial
+    sums in registers and the warp reduces them with shuffles at the end: no shared memory, no barrier, so
+    every warp streams independently. Each small-T variant (``token_rows.row_variants``: a kernel of its own,
+    picked on the bound T) runs its real rows only; the general kernel runs tiles of 16 rows, one per
+    ``blockIdx.y``. ``dot = dp4a``: int8 blocks multiply 4 pairs a lane per instruction into int32.
+
+    Knobs: ``blocks``, ``warp_columns``, ``warps``, ``vector_width``, ``row_variants``, ``k_unroll``, ``dot``,
+    ``epilogue`` (elementwise blocks after the GEMMs, flat), ``epilogue_threads``.
+    """
+    for name, io in knobs.blocks.items():
+        for block, rows in row_variant_blocks(sch, name):
+            _gemv_block(sch, block, io, knobs, rows)
+    for name in knobs.epilogue:
+        for block, _ in row_variant_blocks(sch, name):
+            _bind_flat(sch, block, knobs.epilogue_threads)
+
+
+def _gemv_block(sch: s_tir.Schedule, b, io, knobs: GpuGemv, rows: int | None) -> None:
+    """``gpu_gemv`` on one GEMM block: ``rows`` its static token rows (a small-T variant), None for the general
+    block (16-row tiles over ``blockIdx.y``)."""
+    t, n, k = sch.get_loops(b)
+    depth = int(sch.get(k).extent)
+    vec = fitting_k_vector(depth, WARP, knobs.vector_width)
+    block_columns = fitting_column_tile(sch, n, knobs.warp_columns * knobs.warps)
+    columns = math.gcd(block_columns, knobs.warp_columns)
+    ko, kt, kv = sch.split(k, [None, WARP, vec])
+    bx, ty, nc = sch.split(n, [None, block_columns // columns, columns])
+    tiles, ti = ([], t) if rows is not None else ([(s := sch.split(t, [None, TOKEN_TILE]))[0]], s[1])
+    sch.reorder(bx, *tiles, ty, kt, ko, ti, nc, kv)
+    rf = sch.rfactor(kt, factor_axis=0)  # rf: a copy of the loops, kt now spatial; b: the sum over the lanes
+    bx, *tiles, ty, kt, ko, ti, nc, kv = sch.get_loops(rf)
+    sch.bind(bx, "blockIdx.x")
+    if tiles:
+        sch.bind(tiles[0], "blockIdx.y")
+    sch.bind(ty, "threadIdx.y")
+    sch.bind(kt, "threadIdx.x")
+    sch.set_scope(rf, 0, "local")  # rows x columns partial sums per lane: registers (the loops are unrolled)
+    k_steps = depth // (WARP * vec)
+    unroll = math.gcd(k_steps, knobs.k_unroll)
+    k_outer, step = sch.split(ko, [None, unroll]) if unroll > 1 else (ko, ko)
+    if unroll > 1:
+        sch.unroll(step)  # several K steps' loads in flight
+    # every load of a K step issued before its products: the owned weight rows, then the token rows
+    for buffer in (io.weight, io.activation):
+        cached = sch.cache_read(rf, buffer_read_index(sch, rf, buffer), "local")
+        sch.compute_at(cached, step, preserve_unit_loops=True)
+        sch.vectorize(sch.get_loops(cached)[-1])
+    init = sch.decompose_reduction(rf, k_outer)
+    for loop in [*sch.get_loops(init)[-2:], ti, nc]:
+        sch.unroll(loop)
+    # the sum over the lanes under the warp: a shuffle reduction per (row, column), written by lane 0
+    sch.reverse_compute_at(b, ty, preserve_unit_loops=True)
+    kt, ri, ci = sch.get_loops(b)[-3:]
+    sch.reorder(ri, ci, kt)
+    sch.bind(kt, "threadIdx.x")
+    if knobs.dot == "dp4a":  # last: tensorize replaces the block it covers
+        register_dp4a()
+        sch.tensorize(sch.split(kv, [None, 4])[1], DP4A_LOCAL)
+    else:
+        sch.unroll(kv)
 
 
 def _cross_thread_reduce(sch: s_tir.Schedule, block, threads: int) -> None:
