@@ -126,13 +126,17 @@ class ApplySchedules:
             if found is not None:
                 ks, func = found.schedule, found.func  # (a GEMM's rows cut and its small-T variants made there)
         if is_gpu(self.target) and (self.schedule == DLIGHT or ks is None):
-            sch = apply_dlight(func, self.target)
-            if sch is not None:
-                return sch, "main", "dlight"
+            # a hand GEMM as dlight's GEMV rules expect it: the real rows (T, not ceil(T / 16) * 16)
+            trimmed = trim_token_rows(func, 1)
+            hand_gemm = trimmed is not func and self._kernel_schedule(name, DEFAULT) is not None
+            found = apply_dlight(trimmed, self.target, decode_gemm=hand_gemm)
+            if found is not None:
+                return found[0], "main", f"dlight {found[1]}"
             ks = self._kernel_schedule(name, DEFAULT)
             if ks is None:
                 raise ValueError(f"no GPU schedule for {name}: dlight declined it and the package has no "
                                  "hand/cuda schedule for it")
+            func = self.hand_rows(ks, func)
         if ks is None:
             self.unscheduled.append(name)
             return None

@@ -4,8 +4,9 @@ and schedule name, a rule and its typed knobs (``knobs.py``). They ship inside t
 all is an error, never a silent unscheduled build.
 
 A file's ``default`` entry names the rule and every knob it sets; any other entry states only what differs
-from ``default``, or, naming another rule, all of its own knobs. An entry may hold ``per_isa``: knobs that replace the entry's own on targets of that ISA
-(``avx2``, ``avx512``, ``neon``, ``sse``: ``passes.target.CpuIsa.name``), where a formula is not enough.
+from ``default``, or, naming another rule, all of its own knobs. An entry may hold ``per_isa``: knobs that
+replace the entry's own on targets of that ISA (``avx2``, ``avx512``, ``neon``, ``sse``:
+``passes.target.CpuIsa.name``), where a formula is not enough.
 """
 
 from __future__ import annotations

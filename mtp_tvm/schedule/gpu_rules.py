@@ -201,20 +201,25 @@ def gpu_flat(sch: s_tir.Schedule, knobs: GpuFlat, _isa=None) -> None:
         _bind_flat(sch, sch.get_sblock(name), knobs.threads)
 
 
-def dlight_rules() -> list:
+def dlight_rules(decode_gemm: bool = False) -> list:
+    """dlight's GPU rules in MLC-LLM's order. ``decode_gemm``: one of the hand GEMM kernels, its rows cut to the
+    token count T, which ``LowBatchGEMV`` (a symbolic row count of up to a few rows) takes first. Elsewhere it is
+    left out: on the Relax frontend's legalised BF16 matmul it schedules IR that TVM 0.27 then fails to lower (a
+    uint16 buffer stored a bfloat16 value)."""
     from tvm.s_tir import dlight as dl
 
-    return [dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()]
+    return [*([dl.gpu.LowBatchGEMV()] if decode_gemm else []), dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(),
+            dl.gpu.GeneralReduction(), dl.gpu.Fallback()]
 
 
-def apply_dlight(func: tirx.PrimFunc, target: Target) -> s_tir.Schedule | None:
-    """The first dlight rule that schedules ``func`` (as ``ApplyDefaultSchedule`` does), or None."""
-    for rule in dlight_rules():
+def apply_dlight(func: tirx.PrimFunc, target: Target, decode_gemm: bool = False) -> tuple[s_tir.Schedule, str] | None:
+    """The first dlight rule that schedules ``func`` (as ``ApplyDefaultSchedule`` does) and its name, or None."""
+    for rule in dlight_rules(decode_gemm):
         try:
             space = rule.apply(func, target, False)
         except Exception:  # a rule that crashes on a kernel is one that does not apply to it
             continue
         if space is None:
             continue
-        return space[0] if isinstance(space, list) else space
+        return (space[0] if isinstance(space, list) else space), type(rule).__name__
     return None
