@@ -59,11 +59,12 @@ class KernelResources:
 
 @dataclasses.dataclass(frozen=True)
 class PtxMix:
-    """The instructions of one kernel's PTX that say how it streams memory: global loads (all, and 128-bit
-    ones), barriers, warp shuffles, ``dp4a``."""
+    """The instructions of one kernel's PTX that say how it streams memory: global loads (all, 128-bit ones,
+    and scalar FP32 ones: an epilogue's scales), barriers, warp shuffles, ``dp4a``."""
 
     global_loads: int
     global_loads_128: int
+    global_loads_f32: int
     barriers: int
     shuffles: int
     dp4a: int
@@ -79,6 +80,7 @@ def ptx_mix(ptx: str) -> dict[str, PtxMix]:
 
     return {m.group(1): PtxMix(count(r"\bld\.global\b", m.group(0)),
                                count(r"\bld\.global(?:\.\w+)*\.v4\.(?:u32|b32|f32|s32)\b", m.group(0)),
+                               count(r"\bld\.global(?:\.nc)?\.f32\b", m.group(0)),
                                count(r"\b(?:bar|barrier)\.(?:sync|cta)", m.group(0)),
                                count(r"\bshfl\.", m.group(0)), count(r"\bdp4a\.", m.group(0)))
             for m in _PTX_ENTRY.finditer(ptx)}

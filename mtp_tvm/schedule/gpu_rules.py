@@ -105,6 +105,9 @@ def gpu_gemv(sch: s_tir.Schedule, knobs: GpuGemv, _isa=None) -> None:
     Knobs: ``blocks``, ``warp_columns``, ``warps``, ``vector_width``, ``row_variants``, ``k_unroll``, ``dot``,
     ``epilogue`` (elementwise blocks after the GEMMs, flat), ``epilogue_threads``.
     """
+    if knobs.fuse:
+        _fused_gemvs(sch, knobs)
+        return
     for name, io in knobs.blocks.items():
         for block, rows in row_variant_blocks(sch, name):
             _gemv_block(sch, block, io, knobs, rows)
@@ -113,27 +116,74 @@ def gpu_gemv(sch: s_tir.Schedule, knobs: GpuGemv, _isa=None) -> None:
             _bind_flat(sch, block, knobs.epilogue_threads)
 
 
-def _gemv_block(sch: s_tir.Schedule, b, io, knobs: GpuGemv, rows: int | None) -> None:
-    """``gpu_gemv`` on one GEMM block: ``rows`` its static token rows (a small-T variant), None for the general
-    block (16-row tiles over ``blockIdx.y``)."""
-    t, n, k = sch.get_loops(b)
-    depth = int(sch.get(k).extent)
-    vec = fitting_k_vector(depth, WARP, knobs.vector_width)
+def _fused_gemvs(sch: s_tir.Schedule, knobs: GpuGemv) -> None:
+    """``fuse``: the GEMMs and their one epilogue block in one kernel per row count. The epilogue's loops give
+    the kernel its blocks and warps (a warp per ``warp_columns`` output columns); each GEMM's lane sums and
+    their shuffle reduction are computed under the warp first, the sums kept in the warp's registers (every
+    lane holds them after the shuffles), and every lane then runs the epilogue's rows x columns from them.""" 
+    if len(knobs.epilogue) != 1:
+        raise ValueError(f"fuse takes exactly one epilogue block, got {list(knobs.epilogue)}")
+    for i, (epilogue, rows) in enumerate(row_variant_blocks(sch, knobs.epilogue[0])):
+        t, n = sch.get_loops(epilogue)
+        warp, ti, nc = _warp_tiles(sch, t, n, rows, knobs)
+        for name, io in knobs.blocks.items():
+            gemm = row_variant_blocks(sch, name)[i][0]
+            # at the root: rfactor takes a block alone in its loop nest; the lanes' partial sums and their sum
+            # then move under the warp
+            rf = sch.rfactor(_split_k(sch, gemm, knobs)[1], factor_axis=0)
+            sch.set_scope(gemm, 0, "local")
+            sch.compute_at(gemm, warp, preserve_unit_loops=True)
+            sch.compute_at(rf, warp, preserve_unit_loops=True)
+            kt, ti_rf, nc_rf, ko, kv = sch.get_loops(rf)[-5:]
+            sch.reorder(kt, ko, ti_rf, nc_rf, kv)
+            _gemv_lanes(sch, rf, gemm, io, knobs, kt, ko, ti_rf, nc_rf, kv)
+        sch.unroll(ti)  # every lane runs the epilogue on the warp's sums in its registers (same value, one
+        sch.unroll(nc)  # store transaction a warp); lanes split over rows x columns index them dynamically
+
+
+def _warp_tiles(sch: s_tir.Schedule, t, n, rows: int | None, knobs: GpuGemv):
+    """The loops ``t`` (token rows) and ``n`` (output columns) as blocks x warps of ``warp_columns`` columns
+    (``blockIdx.x``, ``threadIdx.y``), and 16-row tiles over ``blockIdx.y`` for the general kernel (``rows``
+    None). Returns ``(warp, rows loop, columns loop)``, the last two the warp's own, reordered under it."""
     block_columns = fitting_column_tile(sch, n, knobs.warp_columns * knobs.warps)
     columns = math.gcd(block_columns, knobs.warp_columns)
-    ko, kt, kv = sch.split(k, [None, WARP, vec])
     bx, ty, nc = sch.split(n, [None, block_columns // columns, columns])
     tiles, ti = ([], t) if rows is not None else ([(s := sch.split(t, [None, TOKEN_TILE]))[0]], s[1])
-    sch.reorder(bx, *tiles, ty, kt, ko, ti, nc, kv)
-    rf = sch.rfactor(kt, factor_axis=0)  # rf: a copy of the loops, kt now spatial; b: the sum over the lanes
-    bx, *tiles, ty, kt, ko, ti, nc, kv = sch.get_loops(rf)
+    sch.reorder(bx, *tiles, ty, ti, nc)
     sch.bind(bx, "blockIdx.x")
     if tiles:
         sch.bind(tiles[0], "blockIdx.y")
     sch.bind(ty, "threadIdx.y")
+    return ty, ti, nc
+
+
+def _split_k(sch: s_tir.Schedule, b, knobs: GpuGemv):
+    """The K loop of GEMM block ``b`` as ``(ko, kt, kv)``: steps x the 32 lanes x ``vector_width`` elements a
+    load (a width that divides K exactly)."""
+    *_, k = sch.get_loops(b)
+    depth = int(sch.get(k).extent)
+    return sch.split(k, [None, WARP, fitting_k_vector(depth, WARP, knobs.vector_width)])
+
+
+def _gemv_block(sch: s_tir.Schedule, b, io, knobs: GpuGemv, rows: int | None) -> None:
+    """``gpu_gemv`` on one GEMM block, a kernel of its own: ``rows`` its static token rows (a small-T variant),
+    None for the general block (16-row tiles over ``blockIdx.y``)."""
+    ko, kt, kv = _split_k(sch, b, knobs)
+    t, n = sch.get_loops(b)[:2]
+    _, ti, nc = _warp_tiles(sch, t, n, rows, knobs)
+    sch.reorder(kt, ko, ti, nc, kv)
+    rf = sch.rfactor(kt, factor_axis=0)  # rf: the lanes' partial sums (a copy of the loops); b: their sum
+    *_, ty, kt, ko, ti, nc, kv = sch.get_loops(rf)
+    sch.reverse_compute_at(b, ty, preserve_unit_loops=True)
+    _gemv_lanes(sch, rf, b, io, knobs, kt, ko, ti, nc, kv)
+
+
+def _gemv_lanes(sch: s_tir.Schedule, rf, b, io, knobs: GpuGemv, kt, ko, ti, nc, kv) -> None:
+    """The lanes of a warp streaming K (``rf`` under ``kt, ko, ti, nc, kv``), then the shuffle sum ``b`` (under
+    the warp, loops ``kt, rows, columns``)."""
     sch.bind(kt, "threadIdx.x")
     sch.set_scope(rf, 0, "local")  # rows x columns partial sums per lane: registers (the loops are unrolled)
-    k_steps = depth // (WARP * vec)
+    k_steps = int(sch.get(ko).extent)
     unroll = math.gcd(k_steps, knobs.k_unroll)
     k_outer, step = sch.split(ko, [None, unroll]) if unroll > 1 else (ko, ko)
     if unroll > 1:
@@ -146,8 +196,7 @@ def _gemv_block(sch: s_tir.Schedule, b, io, knobs: GpuGemv, rows: int | None) ->
     init = sch.decompose_reduction(rf, k_outer)
     for loop in [*sch.get_loops(init)[-2:], ti, nc]:
         sch.unroll(loop)
-    # the sum over the lanes under the warp: a shuffle reduction per (row, column), written by lane 0
-    sch.reverse_compute_at(b, ty, preserve_unit_loops=True)
+    # the sum over the lanes under the warp: a shuffle reduction per (row, column)
     kt, ri, ci = sch.get_loops(b)[-3:]
     sch.reorder(ri, ci, kt)
     sch.bind(kt, "threadIdx.x")

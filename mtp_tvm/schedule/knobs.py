@@ -114,7 +114,8 @@ class GpuGemv:
     ``warps`` warps a block, 32 lanes splitting K in ``vector_width``-element (16-byte) loads; each lane keeps
     rows x columns partial sums in registers, the warp finishes with shuffles; no shared memory, no barrier.
     ``row_variants``: the token counts with a kernel of their own (only the real rows run); above them, tiles
-    of 16 rows. ``dot``: ``dp4a`` for int8 x int8 -> int32 blocks (4 products a lane per instruction)."""
+    of 16 rows. ``dot``: ``dp4a`` for int8 x int8 -> int32 blocks (4 products a lane per instruction).
+    ``fuse``: the GEMMs and their one ``epilogue`` block in one kernel (else the epilogue is flat, its own)."""
 
     blocks: dict[str, GemmOperands] = dataclasses.field(metadata=BLOCKS)
     warp_columns: int
@@ -123,6 +124,7 @@ class GpuGemv:
     row_variants: tuple[int, ...] = (1, 2, 4, 8)
     k_unroll: int = 1
     dot: Literal["dp4a"] | None = None
+    fuse: bool = False
     epilogue: tuple[str, ...] = _blocks()
     epilogue_threads: int = 256
 

@@ -118,7 +118,7 @@ def trim_token_rows(func: tirx.PrimFunc, quantum: int) -> tirx.PrimFunc:
 
 def rows_from_tokens(func: tirx.PrimFunc) -> tirx.PrimFunc:
     """``func`` with its buffers' symbolic row count (``m``, bound by the caller's padded tensors) stated as
-    ``ceil(T / 16) * 16`` of its token count T, which the caller's padding makes it. A schedule that tiles the
+    ``ceil(T / 16) * 16`` of its token count T (T >= 1), which the caller's padding makes it. A schedule that tiles the
     token rows (``gpu_gemv``'s 16-row tiles) then covers its buffers exactly: with an unrelated ``m``, TVM
     guards every tile with ``row < m`` predicates that break its cross-thread reduction. The host code checks
     the stated shape on every call. Unchanged without a token count or a symbolic row count."""
@@ -127,7 +127,9 @@ def rows_from_tokens(func: tirx.PrimFunc) -> tirx.PrimFunc:
                   and isinstance(p.shape[0], tirx.Var)), None)
     if tokens is None or first is None:
         return func
-    rows = tirx.decl_buffer([_rounded(tokens, TOKEN_TILE), *first.shape[1:]], first.dtype, first.name)
+    # T >= 1 (spec presets refuse 0): stated so that TVM can bound a tile's rows by the buffer's statically
+    one = tirx.IntImm(str(tokens.ty.dtype), 1)
+    rows = tirx.decl_buffer([_rounded(tirx.max(tokens, one), TOKEN_TILE), *first.shape[1:]], first.dtype, first.name)
     return func.specialize({first: rows})
 
 
