@@ -73,7 +73,7 @@ def _add_module_arg(p: argparse.ArgumentParser) -> None:
 
 # what a case is made of, meaningless for --module (its file says it all)
 _CASE_OPTIONS = ("case", "preset", "frontend", "tokens", "vocab_shard", "owners", "tp", "seed", "max_error_ratio",
-                 "max_e2e_abs_diff", "perturb_logit", "nan_check", "compile_only", "arch")
+                 "max_e2e_abs_diff", "perturb_logit", "nan_check", "compile_only", "arch", "cuda_graph")
 
 
 def _given_flags(args, command: str, names, required: tuple[str, ...] = ()) -> list[str]:
@@ -102,6 +102,9 @@ def _add_build_args(p: argparse.ArgumentParser) -> None:
     _add_target_args(p)
     p.add_argument("--tokens", type=int, default=None, help="token count T (default: the preset's B*S = 8)")
     _add_schedule_arg(p)
+    p.add_argument("--cuda-graph", action="store_true",
+                   help="CUDA: replay main's kernels as CUDA graphs captured once per token count (at most "
+                        "16 token rows)")
     p.add_argument("--dump-passes", nargs="?", const=True, default=None, metavar="DIR",
                    help="dump the IR after every pass into a new run folder under DIR (default dumps/)")
     p.add_argument("--dump-only-changed", action="store_true", help="dump files only for passes that changed the IR")
@@ -121,7 +124,7 @@ def _build_spec(args, target=None) -> BuildSpec:
     ``target`` replaces ``--target`` (e.g. resolved with --arch)."""
     spec = BuildSpec(case=args.case, target=args.target if target is None else target, preset=args.preset,
                      frontend=args.frontend, tokens=args.tokens, vocab_shard=args.vocab_shard,
-                     schedule=args.schedule, owners=args.owners, tp=args.tp)
+                     schedule=args.schedule, owners=args.owners, tp=args.tp, cuda_graph=args.cuda_graph)
     spec.resolve()
     return spec
 

@@ -16,6 +16,7 @@ import warnings
 import tvm
 from tvm.runtime.vm import VirtualMachine
 
+from ..compiler.options import check_graph_rows
 from ..compiler.tensors import (
     Outputs,
     as_argument,
@@ -88,6 +89,11 @@ class Runnable:
     def _check_sizes(self, bound: dict[str, int]) -> None:
         """Refuse symbolic sizes (``T``, ``R``) this binary cannot run; nothing to check by default."""
 
+    @property
+    def cuda_graph(self) -> bool:
+        """Whether ``main`` replays CUDA graphs (``BuildSpec.cuda_graph``): sizes up to ``CUDA_GRAPH_ROWS``."""
+        return False
+
     def sized(self, tokens: int | None = None) -> tuple[Case, Shapes]:
         """This binary's case and its sizes at ``tokens`` (default: the build's), refused (``UsageError``) where
         the binary cannot run them."""
@@ -155,6 +161,8 @@ class Runnable:
         arrays, bound = validate_inputs(plan.activation_specs, activations, plan.owner, "activations", plan.device)
         if bound:
             self._check_sizes(bound)
+            if self.cuda_graph:
+                check_graph_rows(bound, plan.owner)
         return [shared_with_device(activations[name], a, plan.device)
                 for name, a in zip(plan.activation_specs, arrays)]
 
