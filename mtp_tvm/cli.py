@@ -511,7 +511,7 @@ def _cmd_bench_module(args) -> int:
     """``bench --module FILE.py``: the user's own model against torch eager and torch.compile."""
     _refuse_case_options(args, "bench")
     given = _given_flags(args, "bench", ("artifact", "compare_schedules", "compare_frontends", "rpc_tracker",
-                                         "profile", "plot"), ("--module", "x.py"))
+                                         "profile", "plot", "api"), ("--module", "x.py"))
     if given:
         raise UsageError(f"bench --module times your file at its example inputs; {', '.join(given)} cannot apply")
     with phase("import"):
@@ -541,7 +541,7 @@ def _cmd_bench(args) -> int:
                            threads=args.threads, compare_schedules=compare,
                            compare_frontends=_names(args.compare_frontends), profile=args.profile,
                            rpc=(args.rpc_tracker, args.rpc_key) if args.rpc_tracker else None,
-                           artifact=args.artifact,
+                           artifact=args.artifact, api=args.api,
                            **({"contenders": parse_contenders(args.contenders)} if args.contenders else {}))
     result = bench(spec, options, log=lambda line: print(line, file=sys.stderr, flush=True))
     print(result.table())
@@ -683,6 +683,9 @@ def _add_bench_command(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--rpc-tracker", default=None, metavar="HOST:PORT",
                    help="time TVM on a server of this TVM RPC tracker (as tune measures); peers are not timed then")
     p.add_argument("--rpc-key", default="mtp", help="device key registered with the tracker (default mtp)")
+    p.add_argument("--api", action="store_true",
+                   help="also time the public API path beside the kernel (tvm:api): bound.run on activations "
+                        "already on the binary's device (torch tensors), outputs left there")
     _add_profile_arg(p)
     p.add_argument("--plot", default=None, metavar="PNG", help="write a bar chart (matplotlib)")
     p.set_defaults(handler=_cmd_bench)
