@@ -274,3 +274,20 @@ def test_cuda_tensors_run_in_place_and_outputs_stay_on_the_gpu():
     out = bound.run({n: on_gpu[n] for n in m.activation_specs}, outputs="torch")
     assert all(v.device == on_gpu[WEIGHT].device for v in out.values())
     assert _same({k: to_numpy(v) for k, v in out.items()}, expected)
+
+
+def test_a_cuda_graph_binary_replays_only_the_weights_it_captured(logits):
+    """A CUDA graph holds its weights' device pointers: new weights get a fresh VM (graphs captured anew); the
+    same ones keep it. (The VM logic, on the CPU build, with the spec saying ``cuda_graph``.)"""
+    m = dataclasses.replace(logits, spec=dataclasses.replace(logits.spec, cuda_graph=True))
+    inputs = m.case.make_inputs(m.shapes, 0)
+    acts, weights = _split(m, inputs)
+    bound = m.bind(weights)
+    bound.run(acts)
+    first = m.vm
+    assert _same(bound.run(acts), m.run(inputs)) and m.vm is first
+    bound.rebind({WEIGHT: inputs[WEIGHT].clone()})
+    bound.run(acts)
+    assert m.vm is not first
+    with pytest.raises(UsageError, match="built with cuda_graph for at most 16 token rows"):
+        bound.run({"hidden_states": torch.cat([inputs["hidden_states"]] * 3)})

@@ -171,8 +171,20 @@ class Runnable:
         """Whether ``main`` returns a tuple of outputs (every case's does) or one tensor (a module file's may)."""
         return True
 
+    def _graph_weights(self, weights: list) -> None:
+        """A CUDA graph replays the device pointers it captured, the weights' among them: other weights than
+        those of the last call (a rebind, another set passed to ``run``) get a fresh VM, whose graphs are
+        captured anew, never a replay reading the old (maybe freed) weights."""
+        held = getattr(self, "_graph_held", None)
+        if held is not None and (len(held) != len(weights) or any(a is not b for a, b in zip(held, weights))):
+            module, device, _ = self._runtime()
+            self._vm = VirtualMachine(module, device)
+        self._graph_held = list(weights)
+
     def _call_main(self, args: list, outputs: str = Outputs.NUMPY) -> dict:
         form = Outputs.parse(outputs, "outputs")
+        if self.cuda_graph:
+            self._graph_weights(args[self.num_input:])
         outs = self.vm["main"](*args)
         outs = outs if self.returns_tuple else [outs]
         return {name: output_as(outs[i], form) for i, name in enumerate(self._plan.output_names)}
