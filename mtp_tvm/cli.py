@@ -73,7 +73,7 @@ def _add_module_arg(p: argparse.ArgumentParser) -> None:
 
 # what a case is made of, meaningless for --module (its file says it all)
 _CASE_OPTIONS = ("case", "preset", "frontend", "tokens", "vocab_shard", "owners", "tp", "seed", "max_error_ratio",
-                 "max_e2e_abs_diff", "perturb_logit", "nan_check", "compile_only", "arch")
+                 "max_e2e_abs_diff", "perturb_logit", "nan_check", "compile_only", "arch", "cuda_graph")
 
 
 def _given_flags(args, command: str, names, required: tuple[str, ...] = ()) -> list[str]:
@@ -102,6 +102,9 @@ def _add_build_args(p: argparse.ArgumentParser) -> None:
     _add_target_args(p)
     p.add_argument("--tokens", type=int, default=None, help="token count T (default: the preset's B*S = 8)")
     _add_schedule_arg(p)
+    p.add_argument("--cuda-graph", action="store_true",
+                   help="CUDA: replay main's kernels as CUDA graphs captured once per token count (at most "
+                        "16 token rows)")
     p.add_argument("--dump-passes", nargs="?", const=True, default=None, metavar="DIR",
                    help="dump the IR after every pass into a new run folder under DIR (default dumps/)")
     p.add_argument("--dump-only-changed", action="store_true", help="dump files only for passes that changed the IR")
@@ -121,7 +124,7 @@ def _build_spec(args, target=None) -> BuildSpec:
     ``target`` replaces ``--target`` (e.g. resolved with --arch)."""
     spec = BuildSpec(case=args.case, target=args.target if target is None else target, preset=args.preset,
                      frontend=args.frontend, tokens=args.tokens, vocab_shard=args.vocab_shard,
-                     schedule=args.schedule, owners=args.owners, tp=args.tp)
+                     schedule=args.schedule, owners=args.owners, tp=args.tp, cuda_graph=args.cuda_graph)
     spec.resolve()
     return spec
 
@@ -508,7 +511,7 @@ def _cmd_bench_module(args) -> int:
     """``bench --module FILE.py``: the user's own model against torch eager and torch.compile."""
     _refuse_case_options(args, "bench")
     given = _given_flags(args, "bench", ("artifact", "compare_schedules", "compare_frontends", "rpc_tracker",
-                                         "profile", "plot"), ("--module", "x.py"))
+                                         "profile", "plot", "api"), ("--module", "x.py"))
     if given:
         raise UsageError(f"bench --module times your file at its example inputs; {', '.join(given)} cannot apply")
     with phase("import"):
@@ -538,7 +541,7 @@ def _cmd_bench(args) -> int:
                            threads=args.threads, compare_schedules=compare,
                            compare_frontends=_names(args.compare_frontends), profile=args.profile,
                            rpc=(args.rpc_tracker, args.rpc_key) if args.rpc_tracker else None,
-                           artifact=args.artifact,
+                           artifact=args.artifact, api=args.api,
                            **({"contenders": parse_contenders(args.contenders)} if args.contenders else {}))
     result = bench(spec, options, log=lambda line: print(line, file=sys.stderr, flush=True))
     print(result.table())
@@ -680,6 +683,9 @@ def _add_bench_command(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--rpc-tracker", default=None, metavar="HOST:PORT",
                    help="time TVM on a server of this TVM RPC tracker (as tune measures); peers are not timed then")
     p.add_argument("--rpc-key", default="mtp", help="device key registered with the tracker (default mtp)")
+    p.add_argument("--api", action="store_true",
+                   help="also time the public API path beside the kernel (tvm:api): bound.run on activations "
+                        "already on the binary's device (torch tensors), outputs left there")
     _add_profile_arg(p)
     p.add_argument("--plot", default=None, metavar="PNG", help="write a bar chart (matplotlib)")
     p.set_defaults(handler=_cmd_bench)
