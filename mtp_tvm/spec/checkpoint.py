@@ -28,7 +28,7 @@ safetensors = lazy_module("safetensors")
 
 INDEX_FILE = "model.safetensors.index.json"
 FP8_BLOCK = 128  # DeepSeek's FP8 weights carry one scale per 128 x 128 block
-ROW_CHUNK_BYTES = 32 << 20  # a row range is read this much at a time, each chunk's mapping dropped after it
+ROW_CHUNK_BYTES = 8 << 20  # a row range is read this much at a time, each chunk's mapping dropped after it
 DTYPE_BYTES = {"F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "I8": 1, "U8": 1, "BOOL": 1, "BF16": 2, "F16": 2,
                "I16": 2, "F32": 4, "I32": 4, "F64": 8, "I64": 8}
 _HEADER_MAX = 100 << 20  # a header longer than this is not a safetensors header
