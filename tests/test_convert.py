@@ -153,3 +153,7 @@ def test_weights_options_need_weights_and_fit_the_build(checkpoints, tmp_path, c
     assert "the weights' LM-head shard has 512 rows (tp 8)" in capsys.readouterr().err
     assert main(["check", "--case", "tail", "--preset", "tiny", "--weights", str(out), "--calibration", "x"]) == 2
     assert "is already converted" in capsys.readouterr().err
+    assert main(["convert", str(out), "--out", str(tmp_path / "again.safetensors")]) == 2
+    assert "is already converted; convert reads a checkpoint" in capsys.readouterr().err
+    assert main(["convert", str(out.parent), "--out", str(tmp_path / "x.safetensors")]) == 2  # its one file
+    assert "is not one of the known layouts (mtp.0.e_proj.weight" in capsys.readouterr().err

@@ -183,7 +183,7 @@ class Checkpoint:
         """The whole tensor, or its ``columns`` range (a 2-D tensor's ``[:, a:b]``)."""
         info = self.info(name)
         with safetensors.safe_open(str(info.file), framework="pt") as f:
-            t = f.get_tensor(name) if columns is None else f.get_slice(name)[:, columns[0]:columns[1]].clone()
+            t = f.get_tensor(name) if columns is None else f.get_slice(name)[:, columns[0]:columns[1]]
         self._count(name, t.numel() * t.element_size())
         return t
 

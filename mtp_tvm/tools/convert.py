@@ -114,7 +114,8 @@ def _checkpoint_shapes(ckpt: Checkpoint, layout, source: WeightSource) -> Shapes
 
 @dataclasses.dataclass(frozen=True)
 class Loaded:
-    """A case's weights with where they came from: the sizes, and for a checkpoint its conversion."""
+    """A case's weights with where they came from: the sizes, and for a checkpoint its conversion (the
+    calibration activations it smoothed with, None: ones)."""
 
     weights: dict
     shapes: Shapes
@@ -124,6 +125,7 @@ class Loaded:
     reference: dict = dataclasses.field(default_factory=dict)
     bytes_read: int = 0
     rank: int = 0
+    calibration: dict | None = None
 
 
 def load(source: WeightSource, log: Callable[[str], None] | None = None) -> Loaded:
@@ -139,7 +141,7 @@ def load(source: WeightSource, log: Callable[[str], None] | None = None) -> Load
     smoothing = Smoothing(_calibration(source.calibration), source.alpha)
     converted = convert_case(ckpt, layout, case, shapes, rank, smoothing)
     return Loaded(converted.weights, shapes, layout.name.value, smoothing.name, converted.errors,
-                  converted.reference, ckpt.bytes_read, rank)
+                  converted.reference, ckpt.bytes_read, rank, smoothing.activations)
 
 
 def _load_converted(source: WeightSource, meta: dict, log) -> Loaded:
@@ -227,13 +229,12 @@ def _projection_verdict(loaded: Loaded, activations: dict, tolerance: RatioToler
     return ratio_allclose(tolerance)(out.numpy(), ref.numpy()), rms_rel
 
 
-def _activations(source: WeightSource, shapes: Shapes, seed: int, tokens: int | None) -> dict:
+def _activations(loaded: Loaded, seed: int, tokens: int | None) -> dict:
     """The projection's activations: the calibration file's, or the seeded ones ``check`` draws."""
-    calibration = _calibration(source.calibration)
-    if calibration is not None:
-        return {n: calibration[n].to(torch.bfloat16) for n in CALIBRATION_INPUTS}
+    if loaded.calibration is not None:
+        return {n: loaded.calibration[n].to(torch.bfloat16) for n in CALIBRATION_INPUTS}
     projection = get_case("projection")
-    inputs = projection.make_inputs(make_shapes(shapes.preset, tokens=tokens), seed)
+    inputs = projection.make_inputs(make_shapes(loaded.shapes.preset, tokens=tokens), seed)
     return {n: inputs[n] for n in CALIBRATION_INPUTS}
 
 
@@ -257,12 +258,14 @@ def convert(source: WeightSource, out: str | os.PathLike | None = None, *, seed:
     and as rtol, the spec's 2 % budget). ``out``: written only when the projection passes (atomically)."""
     if converted_metadata(source.path) is not None:
         raise UsageError(f"{source.path} is already converted; convert reads a checkpoint")
+    if tokens is not None and source.calibration is not None:
+        raise UsageError("--tokens sizes the seeded activations; with --calibration the file's rows are used")
     if out is not None and Path(os.path.realpath(out)) == Path(os.path.realpath(source.path)):
         raise UsageError(f"--out {out} is the checkpoint itself")
     loaded = load(source, log)
     projection, rms_rel, tokens_used = None, None, 0
     if loaded.reference:
-        activations = _activations(source, loaded.shapes, seed, tokens)
+        activations = _activations(loaded, seed, tokens)
         tokens_used = int(activations["hidden_states"].shape[0])
         projection, rms_rel = _projection_verdict(loaded, activations, tolerance)
     passed = projection is None or projection.passed
