@@ -94,7 +94,7 @@ def test_a_folder_without_an_index_is_one_file_or_an_error(tmp_path):
     assert Checkpoint(one).names() == {"head.weight"} == set(read_header(one))
     with pytest.raises(UsageError, match="no tensor 'mtp.0.enorm.weight'"):
         Checkpoint(one).info("mtp.0.enorm.weight")
-    with pytest.raises(UsageError, match="is not one of the known layouts"):
+    with pytest.raises(UsageError, match="holds the marker tensors of none of the known layouts"):
         find_layout(Checkpoint(one))
 
 

@@ -264,6 +264,6 @@ def find_layout(ckpt: Checkpoint, name: str | None = None) -> Layout:
     found = [layout for layout in LAYOUTS.values() if layout.marker in ckpt.names()]
     if len(found) != 1:
         markers = ", ".join(f"{layout.marker} ({layout.name})" for layout in LAYOUTS.values())
-        raise UsageError(f"{ckpt.path}: {'holds the marker tensors of several' if found else 'is not one of the'} "
-                         f"known layouts ({markers}); pass --layout")
+        raise UsageError(f"{ckpt.path}: holds the marker tensors of {'several' if found else 'none'} of the known "
+                         f"layouts ({markers}); pass --layout")
     return found[0]
