@@ -153,6 +153,15 @@ def test_weights_options_need_weights_and_fit_the_build(checkpoints, tmp_path, c
     assert "the weights' LM-head shard has 512 rows (tp 8)" in capsys.readouterr().err
     assert main(["check", "--case", "tail", "--preset", "tiny", "--weights", str(out), "--calibration", "x"]) == 2
     assert "is already converted" in capsys.readouterr().err
+    from safetensors.torch import load_file, save_file
+
+    tampered = load_file(out)
+    tampered["e_proj_w"] = tampered["e_proj_w"].float()
+    (tmp_path / "t").mkdir()
+    bad = tmp_path / "t" / "t.safetensors"
+    save_file(tampered, str(bad), metadata=converted_metadata(out))
+    assert main(["check", "--case", "tail", "--preset", "tiny", "--weights", str(bad)]) == 2
+    assert "t.safetensors: tensor 'e_proj_w' has dtype F32, expected I8 (case 'tail')" in capsys.readouterr().err
     assert main(["convert", str(out), "--out", str(tmp_path / "again.safetensors")]) == 2
     assert "is already converted; convert reads a checkpoint" in capsys.readouterr().err
     assert main(["convert", str(out.parent), "--out", str(tmp_path / "x.safetensors")]) == 2  # its one file

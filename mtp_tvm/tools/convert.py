@@ -38,6 +38,7 @@ safetensors = lazy_module("safetensors")
 CONVERTED_FORMAT = "mtp_tvm.w8a8"  # the converted file's ``__metadata__["format"]``
 OUTPUT_RMS_TOLERANCE = 0.03  # the projection's default atol (times the reference's RMS) and rtol: W8A8 vs FP8
 OUTPUT_MAX_ERROR_RATIO = 0.02  # the spec's outlier budget (§1.8)
+SAFETENSORS_DTYPES = {"int8": "I8", "int32": "I32", "float32": "F32", "bfloat16": "BF16"}  # a case's dtypes, stored
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,12 +157,15 @@ def _load_converted(source: WeightSource, meta: dict, log) -> Loaded:
                          "--layout apply to a checkpoint")
     shapes = make_shapes(meta["preset"], vocab_shard=int(meta["vocab_shard"]), owners=int(meta["owners"]),
                          tp=int(meta["tp"]))
-    names = weight_names(get_case(source.case), shapes)
+    case = get_case(source.case)
+    names, specs = weight_names(case, shapes), case.input_specs(shapes)
     ckpt = Checkpoint(path, _progress(log))
     missing = [n for n in names if n not in ckpt.names()]
     if missing:
         raise UsageError(f"{path}: no tensor {missing[0]!r}: converted for case {meta.get('case')!r}, which does not "
                          f"take every weight of case {source.case!r}")
+    for n in names:
+        ckpt.expect(n, SAFETENSORS_DTYPES[specs[n].dtype], specs[n].shape, f" (case {source.case!r})")
     return Loaded({n: ckpt.read(n) for n in names}, shapes, meta["layout"], meta["smoothing"],
                   bytes_read=ckpt.bytes_read, rank=int(meta["rank"]))
 
