@@ -38,10 +38,12 @@ def test_a_row_range_larger_than_a_chunk_is_read_in_chunks_and_equals_the_rows(l
     layout, folder = layout_ckpt
     monkeypatch.setattr("mtp_tvm.spec.checkpoint.ROW_CHUNK_BYTES", 3 * 256 * 2)  # three rows a chunk
     seen = []
-    ckpt = Checkpoint(folder, on_read=lambda name, done: seen.append(done))
+    ckpt = Checkpoint(folder, on_read=lambda *progress: seen.append(progress))
     head = LAYOUTS[layout].head
+    ckpt.read(LAYOUTS[layout].enorm)
     assert torch.equal(ckpt.read_rows(head, 5, 16), checkpoint_tensors(layout)[head][5:16])
-    assert seen == [3 * 512, 6 * 512, 9 * 512, 11 * 512]  # progress after every chunk, in bytes read
+    assert seen == [(LAYOUTS[layout].enorm, 512, 512, 512)] + [  # progress after every read and chunk, in bytes
+        (head, rows * 512, 11 * 512, 512 + rows * 512) for rows in (3, 6, 9, 11)]
 
 
 def test_a_column_half_of_v3s_eh_proj_is_its_columns(tmp_path):

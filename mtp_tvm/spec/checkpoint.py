@@ -106,9 +106,10 @@ def _tensor_info(path: Path, name: str, entry, data_start: int, size: int) -> Te
 class Checkpoint:
     """A checkpoint folder (one ``.safetensors`` file, or shards and ``model.safetensors.index.json``) or one
     file. Headers are read when a tensor of their shard is first asked for; ``bytes_read`` counts the tensor
-    bytes read, and ``on_read(name, bytes_read)`` is called after each read (a progress line)."""
+    bytes read, and ``on_read(name, done, total, bytes_read)`` is called after each read or chunk (a progress
+    line: ``done`` of the tensor's ``total`` bytes asked for, ``bytes_read`` in all)."""
 
-    def __init__(self, path: str | os.PathLike, on_read: Callable[[str, int], None] | None = None):
+    def __init__(self, path: str | os.PathLike, on_read: Callable[[str, int, int, int], None] | None = None):
         self.path = Path(path)
         self.on_read = on_read
         self.bytes_read = 0
@@ -174,17 +175,18 @@ class Checkpoint:
             raise UsageError(f"{info.where()} has shape {list(info.shape)}, expected {list(shape)}{why}")
         return info
 
-    def _count(self, name: str, nbytes: int) -> None:
+    def _count(self, name: str, nbytes: int, done: int, total: int) -> None:
         self.bytes_read += nbytes
         if self.on_read is not None:
-            self.on_read(name, self.bytes_read)
+            self.on_read(name, done, total, self.bytes_read)
 
     def read(self, name: str, columns: tuple[int, int] | None = None) -> torch.Tensor:
         """The whole tensor, or its ``columns`` range (a 2-D tensor's ``[:, a:b]``)."""
         info = self.info(name)
         with safetensors.safe_open(str(info.file), framework="pt") as f:
             t = f.get_tensor(name) if columns is None else f.get_slice(name)[:, columns[0]:columns[1]]
-        self._count(name, t.numel() * t.element_size())
+        nbytes = t.numel() * t.element_size()
+        self._count(name, nbytes, nbytes, nbytes)
         return t
 
     def read_rows(self, name: str, start: int, stop: int) -> torch.Tensor:
@@ -204,7 +206,7 @@ class Checkpoint:
                     out = torch.empty((stop - start, *info.shape[1:]), dtype=part.dtype)
                 out[a - start:b - start] = part
                 del part
-            self._count(name, (b - a) * row_bytes)
+            self._count(name, (b - a) * row_bytes, (b - start) * row_bytes, (stop - start) * row_bytes)
         return out
 
 

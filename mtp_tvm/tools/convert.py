@@ -78,10 +78,16 @@ def converted_metadata(path: str | os.PathLike) -> dict | None:
     return meta if meta.get("format") == CONVERTED_FORMAT else None
 
 
-def _progress(log: Callable[[str], None] | None) -> Callable[[str, int], None] | None:
+def _progress(log: Callable[[str], None] | None) -> Callable[[str, int, int, int], None] | None:
+    """A progress line per read (per chunk of a row range): the tensor's share done, and the bytes read in all."""
     if log is None:
         return None
-    return lambda name, done: log(f"[read] {done / 1e6:8.1f} MB  {name}")
+
+    def line(name: str, done: int, total: int, read: int) -> None:
+        bar = "#" * (20 * done // max(total, 1))
+        log(f"[read] [{bar:20s}] {done / 1e6:7.1f}/{total / 1e6:.1f} MB {name}; {read / 1e6:.1f} MB read in all")
+
+    return line
 
 
 def _calibration(path) -> dict | None:
