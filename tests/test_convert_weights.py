@@ -61,6 +61,14 @@ def test_smoothquant_moves_activation_outliers_into_the_weights_and_keeps_the_bo
         Smoothing(alpha=1.5)
 
 
+def test_calibration_rows_of_another_width_are_refused(tmp_path):
+    ckpt = Checkpoint(write_checkpoint(tmp_path, LayoutName.V4_FLASH))
+    acts = {"hidden_states": torch.randn(4, 128), "prev_hidden_states": torch.randn(4, 256)}
+    with pytest.raises(UsageError, match=r"calibration 'hidden_states' has shape \[4, 128\]: SmoothQuant needs "
+                                         r"finite \[N, 256\] rows"):
+        convert_case(ckpt, LAYOUTS[LayoutName.V4_FLASH], get_case("projection"), TINY_TP8, 0, Smoothing(acts))
+
+
 @pytest.mark.parametrize("layout", list(LayoutName))
 def test_a_case_gets_every_weight_named_as_listed_within_the_grids_bound(tmp_path, layout):
     tensors = checkpoint_tensors(layout)

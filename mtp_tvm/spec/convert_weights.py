@@ -155,7 +155,11 @@ class _Reader:
         if acts is None:
             smooth = torch.ones(self.s.hidden, dtype=torch.float32)
         else:
-            x = golden.rms_norm(torch.as_tensor(acts[stream]), self.gain(norm), self.s.eps)
+            x = torch.as_tensor(acts[stream])
+            if x.ndim != 2 or x.shape[1] != self.s.hidden or not x.shape[0] or not bool(torch.isfinite(x).all()):
+                raise UsageError(f"calibration {stream!r} has shape {list(x.shape)}: SmoothQuant needs finite "
+                                 f"[N, {self.s.hidden}] rows (N >= 1) for preset {self.s.preset.name!r}")
+            x = golden.rms_norm(x, self.gain(norm), self.s.eps)
             smooth = smoothquant(x.abs().amax(dim=0), w, self.smoothing.alpha)
         wq, w_scale, error = quantize_smoothed(w, smooth, prefix)
         self.errors.append(error)
