@@ -207,13 +207,17 @@ def _add_weights_arg(p: argparse.ArgumentParser) -> None:
     _add_checkpoint_args(p)
 
 
+def _refuse_checkpoint_options(args) -> None:
+    """The checkpoint options without ``--weights``: a one-line error, not a silent no-op."""
+    given = [f"--{o}" for o in _CHECKPOINT_OPTIONS if getattr(args, o) is not None]
+    if given and args.weights is None:
+        raise UsageError(f"{', '.join(given)} read a checkpoint: give --weights CKPT")
+
+
 def _load_weights(args, case: str, preset: str | None, tp: int | None = None, owners: int | None = None):
-    """``--weights``: the case's weights with their sizes (``tools.convert.Loaded``), progress on stderr; the
-    checkpoint options refused without it."""
+    """``--weights``: the case's weights with their sizes (``tools.convert.Loaded``), progress on stderr; None
+    without it."""
     if args.weights is None:
-        given = [f"--{o}" for o in _CHECKPOINT_OPTIONS if getattr(args, o) is not None]
-        if given:
-            raise UsageError(f"{', '.join(given)} read a checkpoint: give --weights CKPT")
         return None
     from .tools.convert import WeightSource, load
 
@@ -239,6 +243,7 @@ def _sized_for_weights(spec: BuildSpec, loaded) -> BuildSpec:
 
 
 def _cmd_check(args) -> int:
+    _refuse_checkpoint_options(args)
     if (args.module or args.artifact or args.compile_only) and args.weights:
         raise UsageError("--weights golden-checks a fresh build of a case on those weights; drop --module, --artifact "
                          "and --compile-only (run ARTIFACT --weights runs an artifact on them)")
@@ -405,6 +410,7 @@ def _cmd_build(args) -> int:
 
 
 def _cmd_run(args) -> int:
+    _refuse_checkpoint_options(args)
     if args.inputs is not None and args.out and os.path.realpath(args.out) == os.path.realpath(args.inputs):
         raise UsageError(f"--out {args.out} is the --inputs file; write the outputs elsewhere")
     if args.inputs is None and args.random_inputs is None:
@@ -593,6 +599,9 @@ def _cmd_bench_module(args) -> int:
 
 
 def _cmd_bench(args) -> int:
+    _refuse_checkpoint_options(args)
+    if args.module and args.weights:
+        raise UsageError("--weights replaces a case's weights; bench --module times your file's own")
     if args.module:
         return _cmd_bench_module(args)
     spec, compare = _bench_spec(args)

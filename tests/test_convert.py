@@ -142,8 +142,10 @@ def test_bench_races_every_contender_on_the_given_weights(checkpoints, tmp_path)
 
 
 def test_weights_options_need_weights_and_fit_the_build(checkpoints, tmp_path, capsys):
-    assert main(["check", "--case", "tail", "--preset", "tiny", "--rank", "3"]) == 2
-    assert "--rank read a checkpoint: give --weights CKPT" in capsys.readouterr().err
+    for argv in (["check", "--case", "tail", "--rank", "3"], ["check", "--artifact", "x", "--rank", "3"],
+                 ["run", "x", "--random-inputs", "--rank", "3"], ["bench", "--module", "x.py", "--rank", "3"]):
+        assert main(argv) == 2
+        assert "--rank read a checkpoint: give --weights CKPT" in capsys.readouterr().err
     out = tmp_path / "w.safetensors"
     assert main(["convert", str(checkpoints[LayoutName.V4_FLASH]), "--tp", "8", "--out", str(out)]) == 0
     capsys.readouterr()
