@@ -67,17 +67,33 @@ def smoothquant(act_amax: torch.Tensor, w: torch.Tensor, alpha: float) -> torch.
 def quantize_smoothed(w: torch.Tensor, smooth: torch.Tensor, name: str) -> tuple[torch.Tensor, torch.Tensor,
                                                                                   MatrixError]:
     """``(Wq int8, w_scale FP32 [N], error)`` of ``W / smooth`` by the spec's per-output-channel quantiser."""
-    v = w / smooth[None, :]
-    wq, w_scale = golden.quantize_weight_per_out(v)
-    applied = wq.double() * w_scale.double()[:, None] * smooth.double()[None, :]
-    err = (applied - w.double()).abs()
-    row_amax = w.abs().amax(dim=1).double().clamp_min(torch.finfo(torch.float32).tiny)
-    step = w_scale.double()[:, None] * smooth.double()[None, :] / 2  # half the INT8 step, in W's units
-    w_norm = max(float(torch.linalg.vector_norm(w.double())), torch.finfo(torch.float32).tiny)
-    error = MatrixError(name, float((err / row_amax[:, None]).max()), float(torch.linalg.vector_norm(err)) / w_norm,
-                        float((step.amax(dim=1) / row_amax).max()) * BOUND_SLACK,
-                        float(torch.linalg.vector_norm(step)) / w_norm * BOUND_SLACK)
-    return wq, w_scale, error
+    wq, w_scale = golden.quantize_weight_per_out(w / smooth[None, :])
+    return wq, w_scale, matrix_error(name, w, wq, w_scale, smooth)
+
+
+ERROR_ROWS = 256  # rows measured at a time in FP64: temporaries of a few MB, not several copies of the matrix
+
+
+def matrix_error(name: str, w: torch.Tensor, wq: torch.Tensor, w_scale: torch.Tensor,
+                 smooth: torch.Tensor) -> MatrixError:
+    """The INT8 weights as the projection applies them (``Wq * w_scale * smooth``) against ``w``, in FP64, with
+    the bound half an INT8 step per weight gives (the module docstring)."""
+    tiny, s = torch.finfo(torch.float32).tiny, smooth.double()[None, :]
+    max_rel = max_bound = err_sq = step_sq = w_sq = 0.0
+    for a in range(0, w.shape[0], ERROR_ROWS):
+        rows = slice(a, a + ERROR_ROWS)
+        wb, scale = w[rows].double(), w_scale[rows].double()[:, None]
+        err = (wq[rows].double() * scale * s - wb).abs()
+        step = scale * s / 2  # half the INT8 step, in W's units
+        row_amax = wb.abs().amax(dim=1, keepdim=True).clamp_min(tiny)
+        max_rel = max(max_rel, float((err / row_amax).max()))
+        max_bound = max(max_bound, float((step.amax(dim=1, keepdim=True) / row_amax).max()))
+        err_sq += float(err.square().sum())
+        step_sq += float(step.square().sum())
+        w_sq += float(wb.square().sum())
+    w_norm = max(math.sqrt(w_sq), tiny)
+    return MatrixError(name, max_rel, math.sqrt(err_sq) / w_norm, max_bound * BOUND_SLACK,
+                       math.sqrt(step_sq) / w_norm * BOUND_SLACK)
 
 
 @dataclasses.dataclass(frozen=True)
