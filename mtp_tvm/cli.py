@@ -21,12 +21,13 @@ from .compiler.options import BuildSpec, DebugOptions
 from .ir.frontend_names import FRONTEND_NAMES
 from .schedule.tune_space import TuneSpace
 from .spec.cases import CASES
+from .spec.checkpoint import LayoutName
 from .spec.presets import PRESETS
 from .support.errors import MtpError, UsageError
 from .support.native_log import VERBOSE_ENV
 from .support.timing import phase, start, time_line
 from .tools.bisect_search import BisectSearch
-from .verify.tolerances import LogitsTolerance, ModuleTolerance
+from .verify.tolerances import LogitsTolerance, ModuleTolerance, RatioTolerance
 
 # Only the modules above load with the parser: each handler imports what it needs, so ``--help``, ``list``,
 # ``dumps ...`` and usage errors never import TVM or torch (tests/test_cli.py measures it).
@@ -191,7 +192,64 @@ def _add_lm_head_check_args(p: argparse.ArgumentParser) -> None:
                    help="debugging: add DELTA (default 1.0) to one device logit before the comparison")
 
 
+def _add_checkpoint_args(p: argparse.ArgumentParser) -> None:
+    """How a DeepSeek checkpoint is read and converted (convert, and --weights of check, run, bench)."""
+    p.add_argument("--rank", type=int, default=None, help="the TP rank whose LM-head rows are read (default 0)")
+    p.add_argument("--layout", choices=LayoutName.names(), default=None,
+                   help="the checkpoint's layout (default: found from its tensor names)")
+    p.add_argument("--calibration", metavar="FILE.npz", default=None,
+                   help="SmoothQuant from these activations (hidden_states, prev_hidden_states [N, D]; mtp-tvm inputs "
+                        "writes such a file); default: smoothing ones")
+    p.add_argument("--alpha", type=float, default=None, help="SmoothQuant's migration strength (default 0.5)")
+
+
+def _add_weights_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--weights", metavar="CKPT_OR_CONVERTED", default=None,
+                   help="the weights of a DeepSeek checkpoint (folder or file, converted to W8A8 here) or of a file "
+                        "mtp-tvm convert wrote, in place of the seeded ones")
+    _add_checkpoint_args(p)
+
+
+def _refuse_checkpoint_options(args) -> None:
+    """The checkpoint options without ``--weights``: a one-line error, not a silent no-op."""
+    given = [f"--{o}" for o in _CHECKPOINT_OPTIONS if getattr(args, o) is not None]
+    if given and args.weights is None:
+        raise UsageError(f"{', '.join(given)} read a checkpoint: give --weights CKPT")
+
+
+def _load_weights(args, case: str, preset: str | None, tp: int | None = None, owners: int | None = None):
+    """``--weights``: the case's weights with their sizes (``tools.convert.Loaded``), progress on stderr; None
+    without it."""
+    if args.weights is None:
+        return None
+    from .tools.convert import WeightSource, load
+
+    source = WeightSource(args.weights, case, preset, tp, owners=owners, **_checkpoint_options(args))
+    return load(source, log=lambda line: print(line, file=sys.stderr, flush=True))
+
+
+_CHECKPOINT_OPTIONS = ("rank", "layout", "calibration", "alpha")
+
+
+def _checkpoint_options(args) -> dict:
+    """``_add_checkpoint_args``'s flags as ``WeightSource`` fields (those given)."""
+    return {o: getattr(args, o) for o in _CHECKPOINT_OPTIONS if getattr(args, o) is not None}
+
+
+def _sized_for_weights(spec: BuildSpec, loaded) -> BuildSpec:
+    """``spec`` with the LM-head sizes of the weights (a TP shard's rows are the vocab shard)."""
+    s = loaded.shapes
+    if spec.vocab_shard not in (None, s.vocab_shard):
+        raise UsageError(f"--vocab-shard {spec.vocab_shard}: the weights' LM-head shard has {s.vocab_shard} rows "
+                         f"(tp {s.tp}); drop --vocab-shard")
+    return dataclasses.replace(spec, vocab_shard=s.vocab_shard, tp=s.tp, owners=s.owners)
+
+
 def _cmd_check(args) -> int:
+    _refuse_checkpoint_options(args)
+    if (args.module or args.artifact or args.compile_only) and args.weights:
+        raise UsageError("--weights golden-checks a fresh build of a case on those weights; drop --module, --artifact "
+                         "and --compile-only (run ARTIFACT --weights runs an artifact on them)")
     if args.module and args.artifact:
         raise UsageError("--artifact checks the module file's artifact on what it stores; drop --module")
     if args.module:
@@ -199,6 +257,9 @@ def _cmd_check(args) -> int:
     if args.artifact or args.compile_only:
         return _cmd_check_prebuilt(args)
     spec, debug = _build_spec(args), _debug_options(args)
+    loaded = _load_weights(args, spec.case, spec.preset, spec.tp, spec.owners)
+    if loaded is not None:
+        spec = _sized_for_weights(spec, loaded)
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(LogitsTolerance)
              if getattr(args, f.name) is not None}
     with phase("import"):
@@ -209,7 +270,8 @@ def _cmd_check(args) -> int:
     result = check(dataclasses.replace(spec, target=build_target(args.target, parse_archs(args.arch))), debug,
                    seed=args.seed, report=args.report, logits_tol=LogitsTolerance(**given) if given else None,
                    perturb_logit=parse_logit_perturbation(args.perturb_logit) if args.perturb_logit else None,
-                   profile=args.profile, nan_check=args.nan_check)
+                   profile=args.profile, nan_check=args.nan_check,
+                   weights=None if loaded is None else loaded.weights)
     print(summary_table(result))
     if result.nan_checked:
         print(result.nan_origin.describe() if result.nan_origin else "NaN/Inf: none in any kernel call's output")
@@ -351,6 +413,7 @@ def _cmd_build(args) -> int:
 
 
 def _cmd_run(args) -> int:
+    _refuse_checkpoint_options(args)
     if args.inputs is not None and args.out and os.path.realpath(args.out) == os.path.realpath(args.inputs):
         raise UsageError(f"--out {args.out} is the --inputs file; write the outputs elsewhere")
     if args.inputs is None and args.random_inputs is None:
@@ -365,6 +428,14 @@ def _cmd_run(args) -> int:
         inputs = read_npz(args.inputs, {n: t.dtype for n, t in artifact.input_specs.items()})
     else:
         inputs = artifact.make_inputs(tokens=args.tokens, seed=args.seed or 0)
+    case, shapes = artifact.sized()
+    loaded = _load_weights(args, case.name, shapes.preset.name, shapes.tp, shapes.owners)
+    if loaded is not None:
+        if loaded.shapes.vocab_shard != shapes.vocab_shard:
+            raise UsageError(f"{args.artifact} was built for vocab shard {shapes.vocab_shard}; the weights' LM-head "
+                             f"shard has {loaded.shapes.vocab_shard} rows (build with --vocab-shard "
+                             f"{loaded.shapes.vocab_shard})")
+        inputs = {**inputs, **loaded.weights}
     outputs = artifact.run(inputs)
     if args.out:
         write_npz(args.out, outputs)
@@ -531,9 +602,18 @@ def _cmd_bench_module(args) -> int:
 
 
 def _cmd_bench(args) -> int:
+    _refuse_checkpoint_options(args)
+    if args.module and args.weights:
+        raise UsageError("--weights replaces a case's weights; bench --module times your file's own")
     if args.module:
         return _cmd_bench_module(args)
     spec, compare = _bench_spec(args)
+    if args.artifact and args.weights:
+        raise UsageError("--weights replaces the weights of a build; bench an artifact on its seeded weights, or "
+                         "drop --artifact")
+    loaded = _load_weights(args, spec.case, spec.preset) if spec is not None else None
+    if loaded is not None:
+        spec = _sized_for_weights(spec, loaded)
     with phase("import"):
         from .tools.bench import BenchOptions, bench, parse_contenders, parse_tokens
 
@@ -543,7 +623,8 @@ def _cmd_bench(args) -> int:
                            rpc=(args.rpc_tracker, args.rpc_key) if args.rpc_tracker else None,
                            artifact=args.artifact, api=args.api,
                            **({"contenders": parse_contenders(args.contenders)} if args.contenders else {}))
-    result = bench(spec, options, log=lambda line: print(line, file=sys.stderr, flush=True))
+    result = bench(spec, options, log=lambda line: print(line, file=sys.stderr, flush=True),
+                   weights=None if loaded is None else loaded.weights)
     print(result.table())
     if result.profile is not None:
         print(result.profile.table())
@@ -555,6 +636,23 @@ def _cmd_bench(args) -> int:
         print(f"plot: {args.plot}")
     print(time_line())
     return 0
+
+
+def _cmd_convert(args) -> int:
+    """A DeepSeek checkpoint's MTP weights as a case's W8A8 inputs, with the conversion's cost."""
+    from .tools.convert import WeightSource, convert
+
+    given = {f: getattr(args, f) for f in ("atol", "rtol", "max_error_ratio") if getattr(args, f) is not None}
+    source = WeightSource(args.checkpoint, args.case, args.preset, args.tp, owners=args.owners,
+                          **_checkpoint_options(args))
+    result = convert(source, args.out, seed=args.seed, tokens=args.tokens,
+                     tolerance=RatioTolerance(**given) if given else None,
+                     log=lambda line: print(line, file=sys.stderr, flush=True))
+    print(result.table())
+    if not result.passed:
+        print(f"the converted projection FAILED against the checkpoint's own: nothing was written ({args.out} is as "
+              "it was)")
+    return 0 if result.passed else 1
 
 
 def _cmd_list(args) -> int:
@@ -590,6 +688,7 @@ def _add_check_command(sub, common: argparse.ArgumentParser) -> None:
     _add_profile_arg(p)
     p.add_argument("--nan-check", action="store_true",
                    help="name the first kernel call whose output holds NaN/Inf while its inputs held none")
+    _add_weights_arg(p)
     p.set_defaults(handler=_cmd_check)
 
 
@@ -650,6 +749,7 @@ def _add_run_command(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--out", metavar="OUT.npz", help="where to write the outputs (without it: shapes and dtypes only)")
     p.add_argument("--allow-failed", action="store_true",
                    help="run an artifact even though its recorded golden check failed")
+    _add_weights_arg(p)
     p.set_defaults(handler=_cmd_run)
 
 
@@ -688,6 +788,7 @@ def _add_bench_command(sub, common: argparse.ArgumentParser) -> None:
                         "already on the binary's device (torch tensors), outputs left there")
     _add_profile_arg(p)
     p.add_argument("--plot", default=None, metavar="PNG", help="write a bar chart (matplotlib)")
+    _add_weights_arg(p)
     p.set_defaults(handler=_cmd_bench)
 
 
@@ -700,6 +801,25 @@ def _add_inputs_command(sub, common: argparse.ArgumentParser) -> None:
                    help="the inputs of this artifact (its case and sizes; --tokens and --seed still apply)")
     p.add_argument("--out", required=True, metavar="IN.npz", help="the .npz to write")
     p.set_defaults(handler=_cmd_inputs)
+
+
+def _add_convert_command(sub, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("convert", parents=[common], help="a DeepSeek checkpoint's MTP weights as a case's W8A8 weight inputs (one "
+                       "safetensors file), with the conversion's error against the checkpoint's own FP8 math")
+    p.add_argument("checkpoint", metavar="CKPT", help="a checkpoint folder (shards and model.safetensors.index.json) or file")
+    p.add_argument("--case", default=_DEFAULTS.case, help=f"whose weight inputs to write: one of {', '.join(CASES)} "
+                   f"(default {_DEFAULTS.case})")
+    p.add_argument("--preset", default=None, help="tiny, flash or pro (default: the checkpoint's hidden size decides)")
+    p.add_argument("--tp", type=int, default=None, help="TP degree of the LM head: the rank's rows are vocab / TP (default 2)")
+    p.add_argument("--owners", type=int, default=None, help="LM head: token owners 2, 4 or 8 (default 2)")
+    _add_checkpoint_args(p)
+    p.add_argument("--seed", type=int, default=0, help="seed of the projection's activations without --calibration (default 0)")
+    p.add_argument("--tokens", type=int, default=None, help="token count of those activations (default the preset's B*S = 8)")
+    p.add_argument("--atol", type=float, default=None, help="the projection's absolute tolerance (default 0.03 x the reference's RMS)")
+    p.add_argument("--rtol", type=float, default=None, help="the projection's relative tolerance (default 0.03)")
+    p.add_argument("--max-error-ratio", type=float, default=None, help="the projection's outlier budget (default 0.02)")
+    p.add_argument("--out", required=True, metavar="FILE.safetensors", help="the converted weights to write")
+    p.set_defaults(handler=_cmd_convert)
 
 
 def _add_list_command(sub, common: argparse.ArgumentParser) -> None:
@@ -763,7 +883,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "(otherwise kept in the run folder's tvm.log)", **({"default": argparse.SUPPRESS} if p is common else {}))
     sub = parser.add_subparsers(dest="command", required=True)
     for add in (_add_check_command, _add_localize_command, _add_tune_command, _add_build_command, _add_run_command,
-                _add_bench_command, _add_inputs_command, _add_list_command, _add_dumps_command, _add_bisect_command):
+                _add_bench_command, _add_inputs_command, _add_convert_command, _add_list_command, _add_dumps_command, _add_bisect_command):
         add(sub, common)
     return parser
 

@@ -616,9 +616,9 @@ class _Inputs:
     golden: dict[int, object]
 
 
-def _write_inputs(plan: _Plan, folder: Path) -> _Inputs:
+def _write_inputs(plan: _Plan, folder: Path, given: dict | None = None) -> _Inputs:
     case, sweep = plan.case, plan.sweep
-    inputs = {t: case.make_inputs(s, plan.options.seed) for t, s in plan.shapes.items()}
+    inputs = {t: {**case.make_inputs(s, plan.options.seed), **(given or {})} for t, s in plan.shapes.items()}
     specs = case.input_specs(plan.shapes[sweep[0]])
     activations = tuple(n for n, sp in specs.items() if TOKENS in sp.shape)
     weights = {n: v for n, v in inputs[sweep[0]].items() if n not in activations}  # one weight set for every T
@@ -704,11 +704,13 @@ def _result(plan: _Plan, timed: _Timed) -> BenchResult:
 
 
 def bench(spec: BuildSpec | None = None, options: BenchOptions | None = None, *,
-          log: Callable[[str], None] | None = None, **keywords) -> BenchResult:
+          log: Callable[[str], None] | None = None, weights: dict | None = None, **keywords) -> BenchResult:
     """Build ``spec`` (default: the ``logits`` case) and race it against its peers as ``options`` say; see the
     module docstring. Keywords are the fields of ``BuildSpec``, ``DebugOptions`` and ``BenchOptions`` (``tokens``
     is the sweep: an int or a sequence) and override ``spec``/``options``. ``log`` hears the progress (the
     compiles may take minutes).
+    ``weights``: some or all of the case's weight inputs by name (``load_weights``) in place of the seeded ones,
+    for every contender.
 
     ``compare_schedules`` / ``compare_frontends``: one that cannot be built here is listed as unavailable, with
     why. ``profile``: also
@@ -720,6 +722,6 @@ def bench(spec: BuildSpec | None = None, options: BenchOptions | None = None, *,
                                   **{k: keywords.pop(k) for k in list(keywords) if k in _OPTION_FIELDS})
     plan = _plan(spec, options, keywords)  # plan -> inputs -> time -> result
     with tempfile.TemporaryDirectory(prefix="mtp-bench-") as tmp, contextlib.ExitStack() as running:
-        inputs = _write_inputs(plan, Path(tmp))
+        inputs = _write_inputs(plan, Path(tmp), weights)
         timed = _time(plan, inputs, running, Path(tmp), log or (lambda _message: None))
     return _result(plan, timed)
