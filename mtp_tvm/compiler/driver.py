@@ -22,7 +22,7 @@ from ..instrument.pass_clock import PassClock
 from ..instrument.recorder import DumpOptions, PassRecord, PassRecorder
 from ..instrument.run_folder import mark_complete, prune, retention
 from ..ir.model import build_relax_module
-from ..passes.codegen import device_source, generated_code
+from ..passes.codegen import Launches, device_source, generated_code, kernel_launches
 from ..passes.gate import PassGate, gate_summary
 from ..passes.pipeline import FIRST_LOWERING_PHASE, compile_module, graph_config, plan_graph_capture
 from ..passes.plugins import PassPlugin, extra_pass_names, resolve_extra_passes
@@ -36,6 +36,7 @@ from ..passes.target import (
 )
 from ..schedule.apply import ApplySchedules
 from ..schedule.files import TUNED
+from ..schedule.token_rows import token_branches
 from ..schedule.tuned import tuned_dir
 from ..spec.cases import ROWS, TOKENS, Case, TensorSpec
 from ..spec.presets import Shapes, make_shapes
@@ -95,6 +96,10 @@ class CompiledCase(Runnable):
     @property
     def cuda_graph(self) -> bool:
         return self.spec.cuda_graph
+
+    def launches(self) -> Launches:
+        """The kernels one call of a GPU build launches (``passes.codegen.kernel_launches``)."""
+        return kernel_launches(self.executable, self.device_source or "", token_branches(self.optimized_module))
 
     def _check_sizes(self, bound: dict[str, int]) -> None:
         tokens = bound.get(TOKENS, bound.get(ROWS, 0) * self.shapes.owners)  # T directly, or R rows per owner

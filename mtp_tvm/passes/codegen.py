@@ -64,11 +64,13 @@ _CALL = re.compile(r"call\s+(\S+)\s+in:")
 _GRAPH_FUNCTION = re.compile(r"^@(main_cuda_graph_capture\d*):", re.M)
 
 
-def kernel_launches(ex: tvm.runtime.Executable, source: str) -> Launches:
+def kernel_launches(ex: tvm.runtime.Executable, source: str, branches: dict[str, int] | None = None) -> Launches:
     """What ``main`` launches per call, read from the VM's code (``as_text``) and the device source: each call of
-    a PrimFunc launches its kernels (``<func>_kernel``, ``<func>_kernel_1``, ...), inside a captured graph or not.
-    No control flow in ``main``, so every call runs once."""
-    per_function = collections.Counter(re.sub(r"_kernel(_\d+)?$", "", k) for k in set(_KERNEL.findall(source)))
+    a PrimFunc launches its kernels (``<func>_kernel``, ``<func>_kernel_1``, ...), inside a captured graph or not;
+    a PrimFunc of ``branches[func]`` alternative kernel sets (one per token-count branch: a GPU GEMV's decode
+    sizes) launches one set. No control flow in ``main``, so every call runs once."""
+    found = collections.Counter(re.sub(r"_kernel(_\d+)?$", "", k) for k in set(_KERNEL.findall(source)))
+    per_function = {f: n // (branches or {}).get(f, 1) for f, n in found.items()}
     text = ex.as_text()
 
     def launched(function: str) -> int:

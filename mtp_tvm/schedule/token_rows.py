@@ -180,6 +180,12 @@ def row_variants(func: tirx.PrimFunc, quantum: int, small_rows: tuple[int, ...] 
     return tvm.script.from_source(out.script())
 
 
+def token_branches(mod: tvm.IRModule) -> dict[str, int]:
+    """PrimFunc -> its branches on T, for those with small-T variants (a call runs one branch)."""
+    return {gv.name_hint: len(func.attrs[VARIANTS_ATTR]) + 1 for gv, func in mod.functions_items()
+            if isinstance(func, tirx.PrimFunc) and func.attrs is not None and VARIANTS_ATTR in func.attrs}
+
+
 def scope_name(rows: int | None) -> str:
     """The scope block of a branch of ``row_variants``: ``rows<r>`` for a small T, ``rows`` for the rest."""
     return "rows" if rows is None else f"rows{rows}"
