@@ -9,7 +9,8 @@ golden-checks one; ``localize(..., against=...)`` -> ``LocalizeResult``: the fir
 a reference build; ``compile_module(path)`` -> ``CompiledModule`` and ``check_module(path)`` -> ``CheckResult``:
 the same for the user's own model file (a torch module or a TVMScript IRModule, ``ir/user_module.py``);
 ``localize_module(path)``: its first op that differs from eager torch; ``minimize_module(path)``: the smallest
-piece of its graph that still fails, as a module file.
+piece of its graph that still fails, as a module file. ``load_weights(path, case=..., tp=..., rank=...)``: a
+DeepSeek checkpoint's weights for ``bind`` (``tools/convert.py``).
 
 The names are imported on first use (PEP 562), so ``import mtp_tvm`` and the commands that only read files do
 not import TVM or torch.
@@ -26,12 +27,12 @@ _LAZY = {  # public name -> the module that defines it
     "localize": "tools.localize", "LocalizeResult": "tools.localize",
     "compile_module": "compiler.user_build", "CompiledModule": "compiler.user_build",
     "check_module": "tools.module_check", "localize_module": "tools.module_localize",
-    "minimize_module": "tools.minimize",
+    "minimize_module": "tools.minimize", "load_weights": "tools.convert",
 }
 
 __all__ = ["check", "CheckResult", "compile", "CompiledCase", "MtpError", "UsageError", "BuildError",
            "build", "load", "Artifact", "check_artifact", "BoundCase", "localize", "LocalizeResult",
-           "compile_module", "CompiledModule", "check_module", "localize_module", "minimize_module"]
+           "compile_module", "CompiledModule", "check_module", "localize_module", "minimize_module", "load_weights"]
 
 
 def __getattr__(name: str):
