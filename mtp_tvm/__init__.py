@@ -20,10 +20,10 @@ from .support.errors import BuildError, MtpError, UsageError
 _LAZY = {  # public name -> the module that defines it
     "build": "artifact.export", "load": "artifact.load", "Artifact": "artifact.load",
     "check_artifact": "artifact.load", "compile": "compiler.driver", "CompiledCase": "compiler.driver",
-    "BoundCase": "compiler.runtime", "check": "tools.check", "CheckResult": "verify.results",
-    "localize": "tools.localize", "LocalizeResult": "tools.localize",
+    "BoundCase": "compiler.runtime", "check": "tools.check.check", "CheckResult": "verify.results",
+    "localize": "tools.check.localize", "LocalizeResult": "tools.check.localize",
     "compile_module": "compiler.user_build", "CompiledModule": "compiler.user_build",
-    "check_module": "tools.module_check",
+    "check_module": "tools.check.module_check",
 }
 
 __all__ = ["check", "CheckResult", "compile", "CompiledCase", "MtpError", "UsageError", "BuildError",

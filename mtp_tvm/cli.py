@@ -25,7 +25,7 @@ from .spec.presets import PRESETS
 from .support.errors import MtpError, UsageError
 from .support.native_log import VERBOSE_ENV
 from .support.timing import phase, start, time_line
-from .tools.bisect_search import BisectSearch
+from .tools.bisect.search import BisectSearch
 from .verify.tolerances import LogitsTolerance, ModuleTolerance
 
 # Only the modules above load with the parser: each handler imports what it needs, so ``--help``, ``list``,
@@ -200,7 +200,7 @@ def _cmd_check(args) -> int:
              if getattr(args, f.name) is not None}
     with phase("import"):
         from .artifact.export import build_target, parse_archs
-        from .tools.check import check
+        from .tools.check.check import check
         from .verify.results import summary_table
 
     result = check(dataclasses.replace(spec, target=build_target(args.target, parse_archs(args.arch))), debug,
@@ -227,11 +227,11 @@ def _cmd_check(args) -> int:
 
 
 def _cmd_check_module(args) -> int:
-    """``check --module FILE.py``: the user's own model against its reference (``tools.module_check``)."""
+    """``check --module FILE.py``: the user's own model against its reference (``tools.check.module_check``)."""
     _refuse_case_options(args, "check")
     debug = _debug_options(args)
     with phase("import"):
-        from .tools.module_check import check_module
+        from .tools.check.module_check import check_module
         from .verify.results import summary_table
 
     result = check_module(debug=debug, tolerance=ModuleTolerance(args.atol, args.rtol), report=args.report,
@@ -251,7 +251,7 @@ def _cmd_localize(args) -> int:
                          "check --module --dump-passes and dumps compare")
     spec, debug = _build_spec(args), _debug_options(args)
     with phase("import"):
-        from .tools.localize import localize
+        from .tools.check.localize import localize
 
     result = localize(spec, debug, against=args.against, seed=args.seed,
                       max_mb=args.localize_max_mb, log=lambda line: print(line, file=sys.stderr))
@@ -276,7 +276,7 @@ def _cmd_tune(args) -> int:
         _refuse_case_options(args, "tune", keep=("seed",))  # the search's seed
     else:
         spec.resolve()
-    from .tools.tune import TuneOptions, tune
+    from .tools.tune.tune import TuneOptions, tune
 
     rpc = (args.rpc_tracker, args.rpc_key) if args.rpc_tracker else None
     options = TuneOptions(trials=args.trials, work_dir=args.work_dir, seed=args.seed, rpc=rpc, space=args.space,
@@ -403,7 +403,7 @@ def _cmd_inputs(args) -> int:
 
 
 def _cmd_dumps(args) -> int:
-    from .tools import dumps_browse as dump_browse
+    from .tools.dumps import browse as dump_browse
 
     if args.dumps_command == "list":
         print(dump_browse.list_runs(args.root))
@@ -411,7 +411,7 @@ def _cmd_dumps(args) -> int:
         print(dump_browse.show(dump_browse.find_run(args.run, args.root), args.pass_, args.changed, args.phase,
                                func=args.func, history=args.history), end="")
     elif args.dumps_command == "compare":
-        from .tools.dumps_compare import compare_command
+        from .tools.dumps.compare import compare_command
 
         print(compare_command(dump_browse.find_run(args.a, args.root), dump_browse.find_run(args.b, args.root),
                               args.html), end="")
@@ -428,7 +428,7 @@ def _cmd_bisect(args) -> int:
     if args.module:
         return _cmd_bisect_module(args)
     spec, debug = _build_spec(args), _debug_options(args)
-    from .tools.bisection import bisect_passes, bisect_schedule
+    from .tools.bisect.bisection import bisect_passes, bisect_schedule
 
     if debug.bisect_limit is not None:
         raise UsageError("bisect chooses the --bisect-limit itself; drop it")
@@ -444,7 +444,7 @@ def _cmd_bisect(args) -> int:
         result = bisect_passes(spec, debug.replace(dump_passes=None), seed=args.seed, search=args.search)
     _print_bisect(result)
     if result.found and result.limits and args.dump_passes:
-        from .tools.check import check
+        from .tools.check.check import check
 
         r = check(spec, debug.replace(bisect_limit=result.limits[1]), seed=args.seed, log=lambda *_: None)
         stem = next(p.diff for p in r.pass_records if p.index == result.culprit["index"])
@@ -464,12 +464,12 @@ def _cmd_bisect_module(args) -> int:
     if args.schedule_trace or args.func:
         raise UsageError("bisect --module bisects passes; --schedule-trace/--func apply to a case")
     debug = _debug_options(args)
-    from .tools.bisection import bisect_module_passes
+    from .tools.bisect.bisection import bisect_module_passes
 
     result = bisect_module_passes(debug=debug.replace(dump_passes=None), search=args.search, **_module_options(args))
     _print_bisect(result)
     if result.found and result.limits and args.dump_passes:
-        from .tools.module_check import check_module
+        from .tools.check.module_check import check_module
 
         r = check_module(debug=debug.replace(bisect_limit=result.limits[1]), log=lambda *_: None,
                          **_module_options(args))
@@ -512,8 +512,8 @@ def _cmd_bench_module(args) -> int:
     if given:
         raise UsageError(f"bench --module times your file at its example inputs; {', '.join(given)} cannot apply")
     with phase("import"):
-        from .tools.bench import parse_contenders
-        from .tools.module_bench import ModuleBenchOptions, bench_module
+        from .tools.bench.bench import parse_contenders
+        from .tools.bench.module_bench import ModuleBenchOptions, bench_module
 
     options = ModuleBenchOptions(rounds=args.rounds, threads=args.threads,
                                  **({"contenders": parse_contenders(args.contenders)} if args.contenders else {}))
@@ -532,7 +532,7 @@ def _cmd_bench(args) -> int:
         return _cmd_bench_module(args)
     spec, compare = _bench_spec(args)
     with phase("import"):
-        from .tools.bench import BenchOptions, bench, parse_contenders, parse_tokens
+        from .tools.bench.bench import BenchOptions, bench, parse_contenders, parse_tokens
 
     options = BenchOptions(tokens=parse_tokens(args.tokens) if args.tokens else (), rounds=args.rounds,
                            threads=args.threads, compare_schedules=compare,

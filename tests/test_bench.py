@@ -24,26 +24,21 @@ from mtp_tvm.passes.target import resolve_target, usable_cores
 from mtp_tvm.spec.cases import CASES, STAGES
 from mtp_tvm.spec.presets import make_shapes
 from mtp_tvm.support.errors import UsageError
-from mtp_tvm.tools.bench import (
-    BENCH_CASES,
-    CONTENDERS,
-    BenchOptions,
-    bench,
+from mtp_tvm.tools.bench.bench import BENCH_CASES, CONTENDERS, BenchOptions, bench, golden_mismatch, parse_tokens
+from mtp_tvm.tools.bench.peer_worker import peer_runner
+from mtp_tvm.tools.bench.stage_peers import STAGE_PEERS
+from mtp_tvm.tools.bench.tvm_worker import instruction_mix, kinds_used
+from mtp_tvm.tools.bench.worker import OPENBLAS_SLOW_VARS, Worker, WorkerFailed
+from mtp_tvm.tools.measure.peaks import BF16_DOT, FMA, INT8_DOT, ProbePlan
+from mtp_tvm.tools.measure.roofline import (
     bytes_moved,
     flops,
     gemm_dtype,
     gemm_kind,
     gemm_work,
-    golden_mismatch,
-    parse_tokens,
     roofline_ms,
     roofline_peak,
 )
-from mtp_tvm.tools.bench_peers import peer_runner
-from mtp_tvm.tools.bench_tvm import instruction_mix, kinds_used
-from mtp_tvm.tools.bench_worker import OPENBLAS_SLOW_VARS, Worker, WorkerFailed
-from mtp_tvm.tools.roofline import BF16_DOT, FMA, INT8_DOT, ProbePlan
-from mtp_tvm.tools.stage_peers import STAGE_PEERS
 from mtp_tvm.verify.comparators import ratio_allclose
 from mtp_tvm.verify.tolerances import RatioTolerance
 
@@ -376,7 +371,7 @@ def test_a_worker_dies_with_its_parent_even_a_killed_one(job_module, tmp_path):
     parent = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         from pathlib import Path
         from bench_test_job import Job
-        from mtp_tvm.tools.bench_worker import Worker
+        from mtp_tvm.tools.bench.worker import Worker
         w = Worker("orphan", Job(), 1, Path({str(tmp_path)!r}))
         print(w.opened(), flush=True)
         w.call("hang")

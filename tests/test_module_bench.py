@@ -11,7 +11,7 @@ import pytest
 
 from mtp_tvm.cli import main
 from mtp_tvm.support.errors import UsageError
-from mtp_tvm.tools.module_bench import ModuleBenchOptions, bench_module
+from mtp_tvm.tools.bench.module_bench import ModuleBenchOptions, bench_module
 
 REPO = Path(__file__).resolve().parent.parent
 TORCH_EXAMPLE = REPO / "examples" / "torch_mlp_block.py"

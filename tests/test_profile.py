@@ -1,4 +1,4 @@
-"""--profile (tools/profile.py): every kernel of main with its time and share of the measured main, the rest as
+"""--profile (tools/measure/profile.py): every kernel of main with its time and share of the measured main, the rest as
 "VM/other", work and roofline where the stage declares GEMMs; profile.json in the run folder; check, bench, CLI."""
 
 import json
@@ -11,8 +11,9 @@ from tvm import relax
 
 from helpers import slow_except
 from mtp_tvm.cli import main
-from mtp_tvm.tools.bench import bench, flops
-from mtp_tvm.tools.profile import OTHER, ProfileOptions, profile
+from mtp_tvm.tools.bench.bench import bench
+from mtp_tvm.tools.measure.profile import OTHER, ProfileOptions, profile
+from mtp_tvm.tools.measure.roofline import flops
 from mtp_tvm.verify.results import ProfileReport
 
 FAST = ProfileOptions(rounds=3, sample_ms=2.0)
@@ -58,7 +59,7 @@ def test_every_kernel_of_main_is_timed_and_the_rows_add_up_to_main(compiled, fro
     assert f"{100 * p.coverage:.1f}% of the measured main" in table
     d = json.loads(json.dumps(p.as_dict()))
     assert d["coverage"] == pytest.approx(p.coverage) and len(d["kernels"]) == len(p.kernels)
-    assert isinstance(p, ProfileReport)  # what CheckResult.profile is typed as (verify cannot name tools.profile)
+    assert isinstance(p, ProfileReport)  # what CheckResult.profile is typed as (verify cannot name tools.measure)
 
 
 @pytest.mark.slow  # over 1 s

@@ -124,7 +124,7 @@ def test_disk_full_during_a_dump_is_one_line_and_leaves_an_incomplete_run(tmp_pa
     import errno
     import pathlib
 
-    from mtp_tvm.tools.dumps_browse import list_runs
+    from mtp_tvm.tools.dumps.browse import list_runs
 
     real_write, calls = pathlib.Path.write_text, []
 
@@ -325,7 +325,7 @@ def test_retention_running_between_the_build_and_the_verdict_leaves_the_run_alon
     """The race of the test above, made certain: another process prunes the root (keep 0) while this check
     runs its golden check; its run is not complete yet, so it is not removed, and the verdict lands."""
     from mtp_tvm.instrument.run_folder import prune
-    from mtp_tvm.tools import check as check_module
+    from mtp_tvm.tools.check import check as check_module
 
     real = check_module.golden_check
 

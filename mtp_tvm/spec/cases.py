@@ -1,7 +1,7 @@
 """The cases: each is a chain of named stages, and everything else (inputs, outputs, golden, Relax module,
 comparators, bench FLOPs) is derived from that chain, so a new case is one line and a new stage is one ``Stage``
 entry: no code elsewhere switches on stage or output names. (What bench races a stage against is not part of
-the contract: ``tools/stage_peers.py``.)
+the contract: ``tools/bench/stage_peers.py``.)
 
 Stages, in the order the MTP decode tail runs them:
 

@@ -8,14 +8,14 @@ import dataclasses
 import os
 from collections.abc import Mapping
 
-from ..compiler.driver import compile_open, finish_run
-from ..compiler.options import BuildSpec, DebugOptions, split_options
-from ..compiler.runtime import threads_wanted
-from ..instrument.run_folder import retention, update_index
-from ..passes.target import require_runs_here, resolve_target, target_json
-from ..support.errors import MtpError, UsageError
-from ..support.timing import phase
-from ..verify.golden_check import (
+from ...compiler.driver import compile_open, finish_run
+from ...compiler.options import BuildSpec, DebugOptions, split_options
+from ...compiler.runtime import threads_wanted
+from ...instrument.run_folder import retention, update_index
+from ...passes.target import require_runs_here, resolve_target, target_json
+from ...support.errors import MtpError, UsageError
+from ...support.timing import phase
+from ...verify.golden_check import (
     LM_HEAD_LOGITS,
     GoldenOptions,
     Provenance,
@@ -24,13 +24,13 @@ from ..verify.golden_check import (
     seeded_golden,
     validate_check_args,
 )
-from ..verify.results import CheckResult, ProfileReport
-from ..verify.tolerances import LogitsTolerance, RatioTolerance
+from ...verify.results import CheckResult, ProfileReport
+from ...verify.tolerances import LogitsTolerance, RatioTolerance
+from ..measure.profile import ProfileOptions, profile_options, write_to_run_folder
+from ..measure.profile import profile as profile_main
 from .kernel_calls import nan_origin, record
 from .kernel_repro import KERNEL_REPRO_DIR
 from .localize import localize_failure
-from .profile import ProfileOptions, profile_options, write_to_run_folder
-from .profile import profile as profile_main
 from .repro import write_repro
 
 
@@ -46,11 +46,11 @@ def check(spec: BuildSpec | None = None, debug: DebugOptions | None = None, *, s
     max_error_ratio, max_e2e_abs_diff), ``perturb_logit=(owner, row, col[, delta])`` adds delta (default 1.0) to
     one device logit before the comparison. When the check fails (and no perturbation caused it), a reproducer
     is written to ``repro/`` in the run folder (a new one under ``dumps/`` when not dumping). ``profile`` (True
-    or ``ProfileOptions``): time every kernel of ``main`` afterwards (``tools/profile.py``) into
+    or ``ProfileOptions``): time every kernel of ``main`` afterwards (``tools/measure/profile.py``) into
     ``result.profile``, and ``profile.json`` into the run folder when dumping. ``nan_check``: name the first
     kernel call whose output holds NaN/Inf (``result.nan_origin``). A failing check that dumps also compares
     every kernel call with a ``schedule=none`` build and writes ``kernel_repro/`` beside ``repro/``
-    (``tools/localize.py``).
+    (``tools/check/localize.py``).
     """
     spec, debug = split_options(spec, debug, options, "check")
     validate_check_args(seed, report, log)

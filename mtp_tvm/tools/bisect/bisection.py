@@ -31,19 +31,19 @@ import tvm_ffi
 from tvm import s_tir
 from tvm.s_tir.schedule import Trace
 
-from ..compiler import driver
-from ..compiler.options import BuildSpec, DebugOptions, split_options
-from ..compiler.user_build import compile_module, split_module_options
-from ..ir.user_module import load_user_module
-from ..passes.target import target_json
-from ..schedule.bf16_dot import register_dot_intrinsics
-from ..schedule.steps import fresh_copy
-from ..spec.cases import get_case
-from ..support.errors import MtpError, UsageError, last_line
-from ..verify.golden_check import GoldenOptions, Provenance, golden_check, seeded_golden
-from ..verify.module_golden import golden_check_module, module_golden
-from ..verify.tolerances import ModuleTolerance, RatioTolerance
-from .bisect_search import BisectSearch
+from ...compiler import driver
+from ...compiler.options import BuildSpec, DebugOptions, split_options
+from ...compiler.user_build import compile_module, split_module_options
+from ...ir.user_module import load_user_module
+from ...passes.target import target_json
+from ...schedule.bf16_dot import register_dot_intrinsics
+from ...schedule.steps import fresh_copy
+from ...spec.cases import get_case
+from ...support.errors import MtpError, UsageError, last_line
+from ...verify.golden_check import GoldenOptions, Provenance, golden_check, seeded_golden
+from ...verify.module_golden import golden_check_module, module_golden
+from ...verify.tolerances import ModuleTolerance, RatioTolerance
+from .search import BisectSearch
 
 SCHEDULE_PHASE = "schedule"
 TRACE_PASS = "ApplyScheduleTrace"
@@ -193,7 +193,7 @@ def bisect_passes(spec: BuildSpec | None = None, debug: DebugOptions | None = No
 def bisect_module_passes(module=None, debug: DebugOptions | None = None, *,
                          search: BisectSearch | str = BisectSearch.BINARY, progress=None,
                          tolerance: ModuleTolerance | Mapping | None = None, **options) -> BisectResult:
-    """``bisect_passes`` for a user's module file (``--module``): its check is ``tools.module_check``'s, the
+    """``bisect_passes`` for a user's module file (``--module``): its check is ``tools.check.module_check``'s, the
     reference computed once."""
     spec, debug = split_module_options(module, None, debug, options, "bisect_module_passes")
     if debug.bisect_limit is not None:

@@ -1,7 +1,7 @@
 """``bench``'s peers: the case computed the way a user would without TVM, each one timed in its own worker
-process (``tools/bench_worker.py``).
+process (``tools/bench/worker.py``).
 
-- ``torch_bf16`` / ``torch_fp32``: each stage's torch peer (``tools/stage_peers.py``: ``F.linear``,
+- ``torch_bf16`` / ``torch_fp32``: each stage's torch peer (``tools/bench/stage_peers.py``: ``F.linear``,
   ``F.rms_norm``) in BF16 or FP32, weights converted once;
 - ``numpy_fp32``: each stage's numpy peer in FP32;
 - ``torch_golden``: the golden implementation (``spec/golden.py``), what the checks compare against;
@@ -24,12 +24,12 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from ..compiler.tensors import dtype_name
-from ..spec.cases import TOKENS, Case, get_case
-from ..spec.presets import Shapes
-from ..verify.comparators import as_float32
-from .bench_worker import InputFiles, Ready, calls_per_batch
+from ...compiler.tensors import dtype_name
+from ...spec.cases import TOKENS, Case, get_case
+from ...spec.presets import Shapes
+from ...verify.comparators import as_float32
 from .stage_peers import STAGE_PEERS
+from .worker import InputFiles, Ready, calls_per_batch
 
 Run = Callable[[], object]
 # Dynamo keeps one compiled graph per T (the guards fail on a new shape or module) up to its recompile limit (8),

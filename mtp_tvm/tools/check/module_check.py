@@ -7,18 +7,18 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from ..compiler.options import DebugOptions
-from ..compiler.runtime import threads_wanted
-from ..compiler.user_build import ModuleSpec, compile_module_open, split_module_options
-from ..instrument.run_folder import update_index
-from ..passes.target import require_runs_here, resolve_target
-from ..support.timing import phase
-from ..verify.golden_check import validate_check_args
-from ..verify.module_golden import golden_check_module
-from ..verify.results import CheckResult
-from ..verify.tolerances import ModuleTolerance
+from ...compiler.options import DebugOptions
+from ...compiler.runtime import threads_wanted
+from ...compiler.user_build import ModuleSpec, compile_module_open, split_module_options
+from ...instrument.run_folder import update_index
+from ...passes.target import require_runs_here, resolve_target
+from ...support.timing import phase
+from ...verify.golden_check import validate_check_args
+from ...verify.module_golden import golden_check_module
+from ...verify.results import CheckResult
+from ...verify.tolerances import ModuleTolerance
+from ..measure.profile import ProfileOptions, profile_options
 from .check import checking, close_check, log_schedule_gaps, profile_into_run
-from .profile import ProfileOptions, profile_options
 
 
 def check_module(module=None, debug: DebugOptions | None = None, *, spec: ModuleSpec | None = None,

@@ -2,8 +2,8 @@
 the model eagerly in torch (``torch_eager``) and through ``torch.compile`` (inductor, ``freezing``, default and
 ``max-autotune``), on the file's example inputs.
 
-The rules are ``bench``'s (``tools/bench.py``): every contender in a worker process of its own with the same thread
-count, set up one after the other, checked before it is timed, timed side by side in rounds, medians reported,
+The rules are ``bench``'s (``tools/bench/bench.py``): every contender in a worker process of its own with the same
+thread count, set up one after the other, checked before it is timed, timed side by side in rounds, medians reported,
 compile times apart, the load average around the rounds. What differs:
 
 - **One size.** A module file is timed at its example inputs (its symbolic sizes have no sweep).
@@ -32,17 +32,17 @@ from pathlib import Path
 
 import numpy as np
 
-from ..compiler.tensors import to_host
-from ..compiler.user_build import ModuleSpec
-from ..passes.target import is_gpu, require_runs_here, resolve_target, target_json, usable_cores
-from ..support.atomic_file import write_user_file
-from ..support.errors import UsageError
-from ..support.text_table import text_table
-from ..support.timing import phase
-from ..verify.comparators import flat_outputs
+from ...compiler.tensors import to_host
+from ...compiler.user_build import ModuleSpec
+from ...passes.target import is_gpu, require_runs_here, resolve_target, target_json, usable_cores
+from ...support.atomic_file import write_user_file
+from ...support.errors import UsageError
+from ...support.text_table import text_table
+from ...support.timing import phase
+from ...verify.comparators import flat_outputs
 from .bench import Race, check_race_counts, cold_cache, load_warning
-from .bench_tvm import TVM
-from .bench_worker import EXAMPLE, InputFiles, Ready, calls_per_batch
+from .tvm_worker import TVM
+from .worker import EXAMPLE, InputFiles, Ready, calls_per_batch
 
 TORCH_EAGER, TORCH_COMPILE, TORCH_COMPILE_MAX = "torch_eager", "torch_compile", "torch_compile_max_autotune"
 MODULE_PEERS = {TORCH_EAGER: None, TORCH_COMPILE: "default", TORCH_COMPILE_MAX: "max-autotune"}  # -> compile mode
@@ -88,8 +88,8 @@ class ModuleTvmWorker:
         self.job = job
 
     def setup(self) -> Ready:
-        from ..artifact.load import load
-        from .roofline import CopyProbe
+        from ...artifact.load import load
+        from ..measure.peaks import CopyProbe
 
         artifact = load(self.job.artifact)
         self.args = artifact.device_args([artifact.make_inputs()[n] for n in artifact.input_specs])
@@ -214,9 +214,9 @@ class _Build:
 
 
 def _build(spec: ModuleSpec, folder: Path) -> _Build:
-    from ..artifact.module_artifact import build_module
-    from ..artifact.module_reference import REFERENCE_OUTPUTS
-    from ..compiler.tensors import read_npz
+    from ...artifact.module_artifact import build_module
+    from ...artifact.module_reference import REFERENCE_OUTPUTS
+    from ...compiler.tensors import read_npz
 
     built = build_module(folder / "artifact", module=spec.module, target=spec.target, schedule=spec.schedule,
                          log=lambda *_: None)
@@ -237,8 +237,8 @@ def _start_peers(race: Race, user, options: ModuleBenchOptions, folder: Path, de
         return
     import torch
 
-    from .bench_peers import peer_unavailable
     from .module_peers import ModulePeerJob
+    from .peer_worker import peer_unavailable
 
     torch.save(user.model.state_dict(), folder / STATE_DICT)
     files = InputFiles.write(folder, {n: s.dtype for n, s in user.input_specs.items()}, user.activation_names,

@@ -25,13 +25,13 @@ from pathlib import Path
 import numpy as np
 import tvm
 
-from ..compiler.tensors import NUMPY_DTYPES, read_npz, to_device
-from ..instrument.run_folder import new_run_dir
-from ..passes.pipeline import TIR_PIPELINE, register_with_tvm
-from ..passes.target import device_for, resolve_target, target_json
-from ..support.errors import MtpError, last_line
-from ..verify.comparators import ratio_allclose
-from ..verify.tolerances import RatioTolerance
+from ...compiler.tensors import NUMPY_DTYPES, read_npz, to_device
+from ...instrument.run_folder import new_run_dir
+from ...passes.pipeline import TIR_PIPELINE, register_with_tvm
+from ...passes.target import device_for, resolve_target, target_json
+from ...support.errors import MtpError, last_line
+from ...verify.comparators import ratio_allclose
+from ...verify.tolerances import RatioTolerance
 from .repro import BROKEN, NOT_REPRODUCED, REPRODUCED, launcher, save_arrays, write_folder
 
 KERNEL_REPRO_DIR = "kernel_repro"
@@ -65,7 +65,7 @@ def write_kernel_repro(result, test, reference, options, root=None) -> Path:
                           "outputs": [[list(s), d] for s, d in call.outputs]}
         (tmp / "kernel.json").write_text(json.dumps(spec, indent=1) + "\n")
         (tmp / "repro.py").write_text(launcher(
-            "mtp_tvm.tools.kernel_repro", "One-kernel reproducer written by mtp_tvm localize: builds "
+            "mtp_tvm.tools.check.kernel_repro", "One-kernel reproducer written by mtp_tvm localize: builds "
             "test_kernel.py and reference_kernel.py,\ncalls each on its recorded inputs and compares the outputs. "
             "Exit 1: they differ; 0: they agree; 2: this folder cannot be rerun."))
 

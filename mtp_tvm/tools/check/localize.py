@@ -1,6 +1,6 @@
 """``localize``: which kernel call first computed something different. The case is built twice, the build under
 test and a reference (``--against KEY=VALUE,...``), both run on the same seeded inputs, and every kernel call's
-outputs are compared (``tools/kernel_calls.py`` records them).
+outputs are compared (``tools/check/kernel_calls.py`` records them).
 
 The reference is a clean baseline: it drops the test build's debugging changes (``--pass-plugin``,
 ``--disable-pass``, ``--bisect-limit``) unless ``--against`` names them. Calls are aligned by kernel name and
@@ -26,19 +26,19 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ..compiler.driver import CompiledCase, compile, compile_open, finish_run
-from ..compiler.options import BuildSpec, DebugOptions, split_options
-from ..instrument.run_folder import update_index
-from ..ir.model import FRONTENDS
-from ..passes.plugins import load_pass_plugin
-from ..passes.target import require_runs_here, resolve_target
-from ..schedule.files import kernel_of, validate_schedule
-from ..spec.cases import validate_seed
-from ..support.atomic_file import write_user_file
-from ..support.errors import UsageError
-from ..support.text_table import text_table
-from ..verify.comparators import Comparison, ratio_allclose
-from ..verify.tolerances import RatioTolerance
+from ...compiler.driver import CompiledCase, compile, compile_open, finish_run
+from ...compiler.options import BuildSpec, DebugOptions, split_options
+from ...instrument.run_folder import update_index
+from ...ir.model import FRONTENDS
+from ...passes.plugins import load_pass_plugin
+from ...passes.target import require_runs_here, resolve_target
+from ...schedule.files import kernel_of, validate_schedule
+from ...spec.cases import validate_seed
+from ...support.atomic_file import write_user_file
+from ...support.errors import UsageError
+from ...support.text_table import text_table
+from ...verify.comparators import Comparison, ratio_allclose
+from ...verify.tolerances import RatioTolerance
 from .kernel_calls import PARAM, KernelCall, NanOrigin, nan_origin, record
 from .kernel_repro import KERNEL_REPRO_DIR, write_kernel_repro
 
@@ -348,7 +348,7 @@ def localize(spec: BuildSpec | None = None, debug: DebugOptions | None = None, *
              kernel_repro: bool = True, log=print, **options) -> LocalizeResult:
     """Build ``spec`` with ``debug`` (keywords as for ``compile``) and the reference ``against`` names, compare
     every kernel call on the inputs of ``seed``, and for the first differing call write ``kernel_repro/``
-    (``tools/kernel_repro.py``) into the test build's run folder (a new one under ``dumps/`` when not
+    (``tools/check/kernel_repro.py``) into the test build's run folder (a new one under ``dumps/`` when not
     dumping)."""
     spec, debug = split_options(spec, debug, options, "localize")
     against = against if isinstance(against, Against) else Against.parse(against)

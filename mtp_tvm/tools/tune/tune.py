@@ -27,8 +27,6 @@ import importlib.util
 import json
 import logging
 import os
-import socket
-import struct
 import sys
 import time
 import types
@@ -39,14 +37,14 @@ import tvm
 from tvm import relax, tirx
 from tvm.target import Target
 
-from ..compiler.options import BuildSpec, DebugOptions, split_options
-from ..compiler.runtime import threads_wanted
-from ..passes.target import cpu_isa, is_gpu
-from ..schedule.bf16_dot import register_dot_intrinsics
-from ..schedule.space import default_schedule, hand_points, hand_space, is_hand
-from ..schedule.steps import fresh_copy
-from ..schedule.tune_space import TuneSpace
-from ..schedule.tuned import (
+from ...compiler.options import BuildSpec, DebugOptions, split_options
+from ...compiler.runtime import threads_wanted
+from ...passes.target import cpu_isa, is_gpu
+from ...schedule.bf16_dot import register_dot_intrinsics
+from ...schedule.space import default_schedule, hand_points, hand_space, is_hand
+from ...schedule.steps import fresh_copy
+from ...schedule.tune_space import TuneSpace
+from ...schedule.tuned import (
     RECORDS_FILE,
     called_kernels,
     check_database,
@@ -56,8 +54,9 @@ from ..schedule.tuned import (
     tuned_dir,
     workload,
 )
-from ..support.errors import BuildError, UsageError, last_line
-from ..support.folder_lock import folder_lock
+from ...support.errors import BuildError, UsageError, last_line
+from ...support.folder_lock import folder_lock
+from ..remote import parse_tracker, require_tracker
 
 _INTRINSICS = "tvm.s_tir.tensor_intrin"
 
@@ -86,8 +85,8 @@ def fast_build(mod: tvm.IRModule, target: Target, _params):
 
 def case_kernels(spec: BuildSpec, target: Target) -> dict[str, tirx.PrimFunc]:
     """The kernels ``main`` calls per call (parameter-only work lifted out), as tile workloads, by name."""
-    from ..ir.model import build_relax_module
-    from ..spec.cases import get_case
+    from ...ir.model import build_relax_module
+    from ...spec.cases import get_case
 
     return relax_kernels(build_relax_module(get_case(spec.case), spec.shapes(), spec.frontend), target)
 
@@ -95,8 +94,8 @@ def case_kernels(spec: BuildSpec, target: Target) -> dict[str, tirx.PrimFunc]:
 def relax_kernels(mod: tvm.IRModule, target: Target) -> dict[str, tirx.PrimFunc]:
     """The kernels of a Relax module's ``main`` per call (parameter-only work lifted out), as tile workloads, by
     name: a case's (``case_kernels``) or a user's module file's."""
-    from ..passes.pipeline import fuse_passes, legalize_passes
-    from ..schedule.apply import ApplySchedules
+    from ...passes.pipeline import fuse_passes, legalize_passes
+    from ...schedule.apply import ApplySchedules
 
     with target:
         mod = tvm.transform.Sequential(legalize_passes(target) + fuse_passes(target)
@@ -174,42 +173,6 @@ class TuneResult:
     @property
     def seconds_per_trial(self) -> float:
         return self.seconds / self.trials if self.trials else float("nan")
-
-
-TRACKER_TIMEOUT_S = 10  # connecting to the tracker and hearing its summary; MetaSchedule would retry forever
-
-
-def parse_tracker(address: str) -> tuple[str, int]:
-    """``HOST:PORT`` -> (host, port); anything else is a one-line ``UsageError``."""
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        raise UsageError(f"--rpc-tracker must be HOST:PORT, got {address!r}")
-    return host, int(port)
-
-
-def require_tracker(host: str, port: int, key: str, timeout: float = TRACKER_TIMEOUT_S) -> None:
-    """Before tuning: the tracker answers within ``timeout`` seconds and has a server for ``key``. Otherwise
-    MetaSchedule retries every 5 s forever (nothing listening) or records every trial as failed (``best inf``)."""
-    from tvm.rpc import base
-
-    where = f"RPC tracker {host}:{port}"
-    try:
-        with socket.create_connection((host, port), timeout=timeout) as sock:
-            sock.settimeout(timeout)
-            sock.sendall(struct.pack("<i", base.RPC_TRACKER_MAGIC))
-            if struct.unpack("<i", base.recvall(sock, 4))[0] != base.RPC_TRACKER_MAGIC:
-                raise UsageError(f"{host}:{port} is not a TVM RPC tracker (it answered, but not the tracker magic)")
-            base.sendjson(sock, [base.TrackerCode.SUMMARY])
-            reply = base.recvjson(sock)
-    except UsageError:
-        raise
-    except (OSError, ValueError, struct.error) as e:  # refused, unreachable, unknown host, timed out, garbage
-        raise UsageError(f"cannot reach the {where} within {timeout:g} s: {getattr(e, 'strerror', None) or e}"
-                         ) from None
-    summary = reply[1] if isinstance(reply, list) and len(reply) == 2 and isinstance(reply[1], dict) else {}
-    if key not in summary.get("queue_info", {}):
-        raise UsageError(f"the {where} has no server registered with key {key!r} (registered: "
-                         f"{', '.join(sorted(summary.get('queue_info', {}))) or 'none'})")
 
 
 def _runner(rpc: tuple[str, str] | None):
@@ -331,7 +294,7 @@ def tune(spec: BuildSpec | None = None, options: TuneOptions | None = None, *,
     that module file's on the spec's target) as ``options`` say; warm-starts from the database in the work dir.
     The hand schedule of a kernel without records is measured and committed first. Keywords are the fields of
     ``BuildSpec`` and ``TuneOptions`` and override ``spec``/``options``."""
-    from ..passes.target import resolve_target
+    from ...passes.target import resolve_target
 
     options = dataclasses.replace(options or TuneOptions(),
                                   **{k: keywords.pop(k) for k in list(keywords) if k in _OPTION_FIELDS})
@@ -358,7 +321,7 @@ def _kernels_of(spec: BuildSpec, options: TuneOptions) -> tuple[str, Callable[[T
     """(what is tuned, by name; its kernels for a target): the spec's case, or the module file's."""
     if options.module is None:
         return spec.case, lambda tgt: case_kernels(spec, tgt)
-    from ..ir.user_module import load_user_module
+    from ...ir.user_module import load_user_module
 
     user = load_user_module(options.module)
     return user.name, lambda tgt: relax_kernels(user.mod, tgt)
@@ -397,7 +360,7 @@ class _Search:
                  log):
         from tvm.s_tir import meta_schedule as ms
 
-        from ..passes.pipeline import register_with_tvm
+        from ...passes.pipeline import register_with_tvm
 
         register_with_tvm()  # Ctrl-C inside MetaSchedule's C++ loop comes back as KeyboardInterrupt
         self.target, self.options, self.out, self.runner, self.log = target, options, out, runner, log
@@ -419,7 +382,7 @@ class _Search:
         return self.collect(interrupted)
 
     def build_tasks(self) -> None:
-        from ..schedule.apply import ApplySchedules
+        from ...schedule.apply import ApplySchedules
 
         hand_schedules = ApplySchedules(self.target)
         for name, func in self.kernels.items():

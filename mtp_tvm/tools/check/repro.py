@@ -25,15 +25,15 @@ from pathlib import Path
 
 import tvm
 
-from ..compiler.tensors import dtype_name, read_npz, to_numpy, write_npz
-from ..instrument.run_folder import mark_complete, new_run_dir
-from ..passes.pipeline import FIRST_LOWERING_PHASE, OPTIMIZING_PHASES
-from ..passes.plugins import extra_pass_names, resolve_extra_passes
-from ..passes.target import resolve_target, target_json
-from ..support.atomic_file import make_temp_dir, remove_own_temps, temp_prefix
-from ..support.errors import MtpError, last_line
-from ..verify.golden_check import GoldenOptions, Provenance, golden_check
-from ..verify.tolerances import LogitsTolerance, RatioTolerance
+from ...compiler.tensors import dtype_name, read_npz, to_numpy, write_npz
+from ...instrument.run_folder import mark_complete, new_run_dir
+from ...passes.pipeline import FIRST_LOWERING_PHASE, OPTIMIZING_PHASES
+from ...passes.plugins import extra_pass_names, resolve_extra_passes
+from ...passes.target import resolve_target, target_json
+from ...support.atomic_file import make_temp_dir, remove_own_temps, temp_prefix
+from ...support.errors import MtpError, last_line
+from ...verify.golden_check import GoldenOptions, Provenance, golden_check
+from ...verify.tolerances import LogitsTolerance, RatioTolerance
 
 REPRO_DIR = "repro"
 PROJECT_ROOT = Path(__file__).resolve().parents[2]  # the folder holding the mtp_tvm package
@@ -138,7 +138,7 @@ def _write_bundle(tmp: Path, compiled, inputs: dict, expected: dict, options: Go
     (tmp / "target.json").write_text(json.dumps(spec["target"], indent=1) + "\n")
     (tmp / "repro.json").write_text(json.dumps(spec, indent=1) + "\n")
     (tmp / "command.txt").write_text(cli_command(compiled, options))
-    (tmp / "repro.py").write_text(launcher("mtp_tvm.tools.repro", "Reproducer written by mtp_tvm: rebuilds "
+    (tmp / "repro.py").write_text(launcher("mtp_tvm.tools.check.repro", "Reproducer written by mtp_tvm: rebuilds "
                                            "module.py for target.json, runs it on inputs.npz and\ncompares with "
                                            "expected.npz. Exit 1: the failure reproduces; 0: it does not; 2: this "
                                            "folder cannot be rerun."))
@@ -161,14 +161,14 @@ def rerun(folder: Path, log=print) -> int:
 
 
 def _rerun(folder: Path, log) -> int:
-    from ..compiler.driver import CompiledCase
-    from ..compiler.options import BuildSpec
-    from ..instrument.recorder import PassRecorder
-    from ..passes.gate import PassGate
-    from ..passes.pipeline import compile_module
-    from ..spec.cases import get_case
-    from ..spec.presets import make_shapes
-    from ..verify.results import summary_table
+    from ...compiler.driver import CompiledCase
+    from ...compiler.options import BuildSpec
+    from ...instrument.recorder import PassRecorder
+    from ...passes.gate import PassGate
+    from ...passes.pipeline import compile_module
+    from ...spec.cases import get_case
+    from ...spec.presets import make_shapes
+    from ...verify.results import summary_table
 
     spec = json.loads((folder / "repro.json").read_text())
     case = get_case(spec["case"])

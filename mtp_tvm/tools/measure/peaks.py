@@ -21,8 +21,8 @@ import time
 import numpy as np
 import tvm
 
-from ..passes.target import cpu_isa, device_for
-from ..support.lazy import lazy_module
+from ...passes.target import cpu_isa, device_for
+from ...support.lazy import lazy_module
 
 T = lazy_module("tvm.script.tirx")  # the probes are built on first use: a prebuilt artifact's bench needs TVM's
 # runtime alone (``CopyProbe``), where TVMScript cannot load
@@ -102,7 +102,7 @@ def _schedule_stream(func, gpu: bool):
 def bf16_dot_probe(cores: int, iters: int, chains: int):
     """``cores`` workers (parallel), each ``chains`` independent 16-lane FP32 accumulators updated ``iters`` times
     by the ``vdpbf16ps`` micro-kernel of ``schedule/bf16_dot.py`` (its LLVM IR imported as the GEMMs import it)."""
-    from ..schedule.bf16_dot import BF16_DOT_FUNCTION, BF16_DOT_LLVM_IR
+    from ...schedule.bf16_dot import BF16_DOT_FUNCTION, BF16_DOT_LLVM_IR
 
     @T.prim_func(s_tir=True)
     def bf16_dot_peak(a: T.Buffer((cores, 2), "bfloat16"), w: T.Buffer((cores, chains, 32), "bfloat16"),

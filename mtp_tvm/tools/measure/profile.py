@@ -1,5 +1,5 @@
 """``--profile``: the time of every kernel ``main`` calls, its share of the measured ``main``, and what it
-achieves against this machine's roofline (``tools/roofline.py``).
+achieves against this machine's roofline (``tools/measure/peaks.py``).
 
 TVM 0.27's Relax VM has no profiler (``VirtualMachine(profile=True)`` is gone), so the profile is made in two
 steps:
@@ -39,19 +39,19 @@ from typing import TYPE_CHECKING
 
 import tvm
 
-from ..compiler.tensors import to_numpy
-from ..instrument.report import PROFILE_FILE
-from ..instrument.run_folder import update_index
-from ..passes.target import device_for, target_json
-from ..spec.cases import TOKENS
-from ..support import atomic_file
-from ..support.errors import UsageError
-from ..support.text_table import text_table
-from ..verify.results import sizes_text
-from .roofline import Probes, measure_probes
+from ...compiler.tensors import to_numpy
+from ...instrument.report import PROFILE_FILE
+from ...instrument.run_folder import update_index
+from ...passes.target import device_for, target_json
+from ...spec.cases import TOKENS
+from ...support import atomic_file
+from ...support.errors import UsageError
+from ...support.text_table import text_table
+from ...verify.results import sizes_text
+from .peaks import Probes, measure_probes
 
 if TYPE_CHECKING:  # a prebuilt artifact's bench imports this module with TVM's runtime alone
-    from ..compiler.driver import CompiledCase
+    from ...compiler.driver import CompiledCase
 
 OTHER = "VM/other"
 

@@ -20,10 +20,10 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from ..compiler.driver import CompiledCase
-from ..compiler.tensors import NUMPY_DTYPES, dtype_name, to_numpy
-from ..support.errors import MtpError
-from .profile import kernel_names, watch_calls
+from ...compiler.driver import CompiledCase
+from ...compiler.tensors import NUMPY_DTYPES, dtype_name, to_numpy
+from ...support.errors import MtpError
+from ..measure.profile import kernel_names, watch_calls
 
 PARAM = "param"  # the source of a tensor input that is an argument of main
 

@@ -1,7 +1,7 @@
 """How a bisect walks its candidates, named once. No TVM here: the CLI offers them as ``--search``'s choices
 without importing it."""
 
-from ..support.choice import Choice
+from ...support.choice import Choice
 
 
 class BisectSearch(Choice):

@@ -1,7 +1,7 @@
 """``bench``'s worker processes: every contender runs in a process of its own, so no two thread pools (TVM's,
 torch's OpenMP, OpenBLAS's) ever share the cores, and the bench process drives them over pipes.
 
-Protocol: the parent starts ``python -c 'from mtp_tvm.tools.bench_worker import serve; serve()'`` and writes
+Protocol: the parent starts ``python -c 'from mtp_tvm.tools.bench.worker import serve; serve()'`` and writes
 frames (an 8-byte length, then a pickle) to its stdin; the worker answers on a duplicate of its stdout (fd 1
 itself is pointed at stderr, so a library that prints cannot corrupt a frame). The first frame is a *job*, a
 picklable object whose ``open()`` returns the object served (unpickling it imports what the contender needs);
@@ -39,8 +39,8 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-from ..compiler.tensors import read_npz, write_npz
-from ..support.errors import MtpError
+from ...compiler.tensors import read_npz, write_npz
+from ...support.errors import MtpError
 
 _HEADER = struct.Struct("<Q")
 _PR_SET_PDEATHSIG = 1
@@ -167,7 +167,7 @@ class Worker:
                    "PYTHONPATH": os.pathsep.join(filter(None, (package_root, os.environ.get("PYTHONPATH"))))}
         with open(self.stderr_path, "wb") as err:
             self.process = subprocess.Popen(
-                [sys.executable, "-c", "from mtp_tvm.tools.bench_worker import serve; serve()"],
+                [sys.executable, "-c", "from mtp_tvm.tools.bench.worker import serve; serve()"],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=environ, start_new_session=True)
         self._in, self._out = self.process.stdin.fileno(), self.process.stdout.fileno()
         self.pid = self.process.pid

@@ -1,6 +1,6 @@
 """``bench --module``'s torch peers in their worker process: the module file's own model, loaded with the
 parameters the TVM build exported (``state_dict``), eagerly or through ``torch.compile`` (inductor, ``freezing``),
-on the example activations (``tools/module_bench.py``)."""
+on the example activations (``tools/bench/module_bench.py``)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import torch
 
-from ..support.user_code import load_user_file, run_user_code
-from ..verify.comparators import flat_outputs
-from .bench_peers import TorchWorker, as_torch, failure_reason
-from .bench_worker import EXAMPLE, InputFiles, Ready, calls_per_batch
+from ...support.user_code import load_user_file, run_user_code
+from ...verify.comparators import flat_outputs
+from .peer_worker import TorchWorker, as_torch, failure_reason
+from .worker import EXAMPLE, InputFiles, Ready, calls_per_batch
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,19 +1,19 @@
 """``bench``: time a case's TVM build against what a user would run instead, each contender in a process of its
-own but side by side, at every T of a sweep, against this machine's roofline (``tools/roofline.py``), and say
+own but side by side, at every T of a sweep, against this machine's roofline (``tools/measure/peaks.py``), and say
 why: the ISA the build targets, the FMA / dot-product instructions in each kernel's assembly, and the peak of
 the instruction the GEMMs run on.
 
 What is timed (every contender computes the whole case, its stage chain, from the same seeded inputs):
 
-- ``tvm``: the build's ``main`` (``tools/bench_tvm.py``), one binary for every T (its token dim is symbolic),
+- ``tvm``: the build's ``main`` (``tools/bench/tvm_worker.py``), one binary for every T (its token dim is symbolic),
   weights packed once, outside the timing; ``tvm:<schedule>`` for each of ``compare_schedules`` and
   ``tvm:frontend=<name>`` for each of ``compare_frontends`` (the same case written another way, e.g. imported
   from ``torch.export``), timed in the same rounds;
-- the peers (``tools/bench_peers.py``): torch eager BF16 and FP32, numpy FP32, the torch golden, and
+- the peers (``tools/bench/peer_worker.py``): torch eager BF16 and FP32, numpy FP32, the torch golden, and
   ``torch.compile`` (inductor, ``freezing``, static shapes: one compile per T) in its default mode and in
   ``max-autotune``.
 
-How (``tools/bench_worker.py``):
+How (``tools/bench/worker.py``):
 
 - **Isolated.** Each contender runs in a worker process of its own (the TVM builds share one), so TVM's,
   torch's and OpenBLAS's thread pools never share a process, and every worker gets the same thread count
@@ -62,7 +62,6 @@ import contextlib
 import dataclasses
 import itertools
 import json
-import math
 import os
 import statistics
 import tempfile
@@ -70,24 +69,25 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ..artifact.manifest import manifest_spec, read_manifest
-from ..compiler.options import BuildSpec, split_options
-from ..compiler.tensors import NUMPY_DTYPES, to_numpy
-from ..ir.frontend_names import FRONTEND_NAMES
-from ..passes.target import is_gpu, require_runs_here, resolve_target, target_json, usable_cores
-from ..spec.cases import TOKENS, Case, Stage, get_case
-from ..spec.presets import Shapes
-from ..support.atomic_file import write_user_file
-from ..support.errors import UsageError
-from ..support.text_table import text_table
-from ..support.timing import phase
-from ..verify.comparators import ratio_allclose
-from ..verify.tolerances import RatioTolerance
-from .bench_peers import PEERS, PeerJob, peer_unavailable
-from .bench_tvm import TVM, TvmJob
-from .bench_worker import InputFiles, Ready, Worker, WorkerFailed
-from .profile import Profile, ProfileOptions, profile_options
-from .roofline import BF16_DOT, FMA, INT8_DOT, Probes
+from ...artifact.manifest import manifest_spec, read_manifest
+from ...compiler.options import BuildSpec, split_options
+from ...compiler.tensors import to_numpy
+from ...ir.frontend_names import FRONTEND_NAMES
+from ...passes.target import is_gpu, require_runs_here, resolve_target, target_json, usable_cores
+from ...spec.cases import TOKENS, Case, get_case
+from ...spec.presets import Shapes
+from ...support.atomic_file import write_user_file
+from ...support.errors import UsageError
+from ...support.text_table import text_table
+from ...support.timing import phase
+from ...verify.comparators import ratio_allclose
+from ...verify.tolerances import RatioTolerance
+from ..measure.peaks import FMA, Probes
+from ..measure.profile import Profile, ProfileOptions, profile_options
+from ..measure.roofline import bytes_moved, flops, gemm_work, roofline_ms, roofline_peak
+from .peer_worker import PEERS, PeerJob, peer_unavailable
+from .tvm_worker import TVM, TvmJob
+from .worker import InputFiles, Ready, Worker, WorkerFailed
 
 BENCH_CASES = ("logits", "projection", "norm", "tail")  # every stage of each has peers (``STAGE_PEERS``)
 CONTENDERS = (TVM, *PEERS)
@@ -95,65 +95,6 @@ CONTENDERS = (TVM, *PEERS)
 PEER_CHECK = ratio_allclose(RatioTolerance(atol=5e-2, rtol=5e-2, max_error_ratio=0.05))
 LOAD_CHANGE = 1.0  # the 1-minute load average moved by more than this (and by more than half): say so
 TIME_LIMIT_S = 600.0  # one timed batch; a worker silent this long is hung
-
-
-# ---- FLOPs, bytes and the roofline ------------------------------------------------------------------------
-
-def flops(case: Case, s: Shapes, rows: int) -> float:
-    """``2*M*K*N`` over every GEMM of the case's stages (``Stage.gemms``), token rows counted as ``rows``."""
-    return float(sum(2 * (rows if m == TOKENS else m) * k * n for st in case.chain for m, k, n in st.gemms(s)))
-
-
-def bytes_moved(case: Case, s: Shapes) -> float:
-    """Every input read once and every output written once, at ``s.tokens``: the least traffic any
-    implementation needs."""
-    specs = (*case.input_specs(s).values(), *case.output_specs(s).values())
-    return float(sum(math.prod(sp.concrete(s.tokens)) * NUMPY_DTYPES[sp.dtype].itemsize for sp in specs))
-
-
-DOT_OF_DTYPE = {"bfloat16": BF16_DOT, "int8": INT8_DOT}  # GEMM operand dtype -> the dot product it can run on
-
-
-def gemm_kind(dtype: str, used: set[str]) -> str:
-    """The instruction a GEMM of ``dtype`` operands runs on: its dot product where the build's code has it
-    (``used``), else the FP32 FMA (an int8 GEMM without one widens and multiplies: the FMA peak bounds it)."""
-    dot = DOT_OF_DTYPE.get(dtype)
-    return dot if dot in used else FMA
-
-
-def gemm_dtype(stage: Stage, s: Shapes) -> str:
-    """A stage's GEMM operand dtype: that of its largest input that is not token-major (its weight)."""
-    weights = [p for p in stage.params if TOKENS not in p.shape(s)]
-    return max(weights, key=lambda p: math.prod(d for d in p.shape(s) if isinstance(d, int))).dtype if weights \
-        else "float32"
-
-
-def gemm_work(case: Case, s: Shapes, used: set[str]) -> dict[str, float]:
-    """Useful FLOPs (T real rows) per instruction kind the case's GEMMs run on."""
-    work: dict[str, float] = {}
-    for st in case.chain:
-        kind = gemm_kind(gemm_dtype(st, s), used)
-        for m, k, n in st.gemms(s):
-            work[kind] = work.get(kind, 0.0) + 2.0 * (s.tokens if m == TOKENS else m) * k * n
-    return work
-
-
-def roofline_peak(work: dict[str, float], peaks: dict[str, float]) -> tuple[float, str]:
-    """``(GFLOP/s, which)``: the peak the GEMMs' FLOPs can reach, each kind at its measured peak (a kind without
-    a probe on this target at the FMA's), combined by FLOPs (the time at each peak adds up). No GEMMs: FMA."""
-    used = {kind: peaks.get(kind, peaks[FMA]) for kind in work}
-    if not used:
-        return peaks[FMA], FMA
-    seconds = sum(f / used[kind] for kind, f in work.items())
-    label = " + ".join(kind if kind in peaks else f"{kind} (no probe: fma)" for kind in sorted(work))
-    return sum(work.values()) / seconds, label
-
-
-def roofline_ms(useful_flops: float, moved_bytes: float, peak_gflops: float | None, bandwidth_gbs: float) -> float:
-    """The least time the work can take here: moving its bytes at the measured bandwidth, or its FLOPs at the
-    peak, whichever is longer (the bytes alone where no peak was measured: a prebuilt artifact's bench)."""
-    compute = 0.0 if peak_gflops is None else useful_flops / peak_gflops
-    return max(moved_bytes / bandwidth_gbs, compute) / 1e6
 
 
 # ---- options ----------------------------------------------------------------------------------------------
@@ -295,7 +236,7 @@ class BenchResult:
     numpy_blas: list[dict]
     isa: dict | None  # the target ISA, its features and those the code uses (``bench_tvm.isa_record``)
     instruction_mix: dict[str, dict[str, int]]  # kernel -> family counts
-    profile: Profile | None = None  # --profile: every kernel of main at the first T (tools/profile.py)
+    profile: Profile | None = None  # --profile: every kernel of main at the first T (tools/measure/profile.py)
     measured_on: str = "here"  # where TVM ran: here, or KEY@HOST:PORT (--rpc-tracker; no peers, no roofline)
     isolation: str = "process"  # every contender in a worker process of its own
 
@@ -705,7 +646,7 @@ def bench(spec: BuildSpec | None = None, options: BenchOptions | None = None, *,
 
     ``compare_schedules`` / ``compare_frontends``: one that cannot be built here is listed as unavailable, with
     why. ``profile``: also
-    time every kernel of ``main`` (``tools/profile.py``) into ``result.profile`` (and ``profile.json`` into the
+    time every kernel of ``main`` (``tools/measure/profile.py``) into ``result.profile`` (and ``profile.json`` into the
     run folder when dumping). ``rpc``: the weights are packed here, so the target must run here too; the peers
     and the roofline probes run only here, so they are not measured then.
     """

@@ -8,7 +8,7 @@ different. A pass only one run has is compared with the other run's module at th
 of its next pass): where a plugin pass changes the IR, that pass is where the runs diverge. The first
 divergence is the first row, in the order the passes finished (a pass that runs others after them), whose
 modules differ beyond names and line order; the report shows the diff there, per function, and what the final
-generated code looks like on each side (``tools.code_stats``). Everything is read from the files a dump already
+generated code looks like on each side (``tools.measure.kernel_code``). Everything is read from the files a dump already
 wrote, so dumping pays nothing for it.
 """
 
@@ -20,7 +20,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from ..instrument.ir_text import (
+from ...instrument.ir_text import (
     DIFFERENT,
     IDENTICAL,
     MODULE_REST,
@@ -32,14 +32,14 @@ from ..instrument.ir_text import (
     functions,
     normalized,
 )
-from ..instrument.run_states import finish_order, state_files
-from ..instrument.side_by_side import side_by_side_html, side_by_side_style
-from ..support import atomic_file, plain_files
-from ..support.errors import UsageError
-from ..support.html_page import Markup, escape, render, template
-from ..support.text_table import text_table
-from ..tools.code_stats import KernelCode, kernels
-from ..tools.dumps_browse import load_index
+from ...instrument.run_states import finish_order, state_files
+from ...instrument.side_by_side import side_by_side_html, side_by_side_style
+from ...support import atomic_file, plain_files
+from ...support.errors import UsageError
+from ...support.html_page import Markup, escape, render, template
+from ...support.text_table import text_table
+from ..measure.kernel_code import KernelCode, kernels
+from .browse import load_index
 
 UNKNOWN = "not dumped"
 DIFF_LINES_SHOWN = 120  # the terminal report's diff at the divergence; --html shows it all

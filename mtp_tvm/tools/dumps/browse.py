@@ -1,5 +1,5 @@
 """Reading run folders from the terminal: ``mtp-tvm dumps list``, ``dumps show RUN [PASS] [--func NAME
-[--history]]``, ``dumps diff RUN A B`` (``dumps compare``: ``tools/dumps_compare.py``).
+[--history]]``, ``dumps diff RUN A B`` (``dumps compare``: ``tools/dumps/compare.py``).
 
 RUN is a run folder's path, its name under the dumps root, a unique prefix of that name, or ``latest``.
 PASS is a pass number (``12`` or ``012``), ``0``/``input`` for the module given to the compiler, a pass name
@@ -12,10 +12,10 @@ import datetime
 import json
 from pathlib import Path
 
-from ..instrument.ir_text import MODULE_REST, functions, unified_diff
-from ..instrument.kernel_history import kernel_history
-from ..instrument.report import pass_table
-from ..instrument.run_folder import (
+from ...instrument.ir_text import MODULE_REST, functions, unified_diff
+from ...instrument.kernel_history import kernel_history
+from ...instrument.report import pass_table
+from ...instrument.run_folder import (
     COMPLETE_MARKER,
     INDEX_FILE,
     dumps_root,
@@ -23,9 +23,9 @@ from ..instrument.run_folder import (
     prune,
     run_folders,
 )
-from ..support import plain_files
-from ..support.errors import UsageError, did_you_mean
-from ..support.text_table import text_table
+from ...support import plain_files
+from ...support.errors import UsageError, did_you_mean
+from ...support.text_table import text_table
 
 
 def _runs(root=None) -> list[Path]:

@@ -1,4 +1,4 @@
-"""``bench``'s TVM contenders in their worker process (``tools/bench_worker.py``): the build (one binary for every
+"""``bench``'s TVM contenders in their worker process (``tools/bench/worker.py``): the build (one binary for every
 T: its token dim is symbolic) and every ``--compare-schedules`` / ``--compare-frontends`` build, each ``main``
 timed by the library's ``time_evaluator`` with the weights packed once (``main_transform_params`` runs at setup,
 outside the timing), here or on a TVM RPC server (``tools/remote.py``). The same worker measures the roofline
@@ -14,20 +14,20 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from ..compiler.options import BuildSpec, DebugOptions
-from ..compiler.runtime import Runnable
-from ..passes.target import cpu_isa, device_for, is_gpu
-from ..spec.cases import get_case
-from ..support.errors import MtpError
-from ..verify.comparators import as_float32
-from .bench_worker import InputFiles, Ready, calls_per_batch
-from .code_stats import assembly_kernels
-from .profile import Profile, ProfileOptions, write_to_run_folder
-from .profile import profile as profile_main
-from .roofline import BF16_DOT, FMA, INT8_DOT, CopyProbe, Probes, StreamProbe, measure_probes
+from ...compiler.options import BuildSpec, DebugOptions
+from ...compiler.runtime import Runnable
+from ...passes.target import cpu_isa, device_for, is_gpu
+from ...spec.cases import get_case
+from ...support.errors import MtpError
+from ...verify.comparators import as_float32
+from ..measure.kernel_code import assembly_kernels
+from ..measure.peaks import BF16_DOT, FMA, INT8_DOT, CopyProbe, Probes, StreamProbe, measure_probes
+from ..measure.profile import Profile, ProfileOptions, write_to_run_folder
+from ..measure.profile import profile as profile_main
+from .worker import InputFiles, Ready, calls_per_batch
 
 if TYPE_CHECKING:  # the compiler is imported where a build is made: a prebuilt artifact needs TVM's runtime alone
-    from ..compiler.driver import CompiledCase
+    from ...compiler.driver import CompiledCase
 
 FAMILIES = {FMA: ("fma",), BF16_DOT: ("vdpbf16ps",), INT8_DOT: ("vpmaddwd", "vpdpwssd")}  # code_stats families
 TVM = "tvm"
@@ -119,8 +119,8 @@ class TvmWorker:
 
     def _build(self, ready: Ready) -> None:
         """The build of ``spec`` and of each of ``others``; the details only a build can tell."""
-        from ..compiler.driver import compile, compile_open
-        from ..passes.plugins import load_pass_plugin
+        from ...compiler.driver import compile, compile_open
+        from ...passes.plugins import load_pass_plugin
 
         job = self.job
         debug = job.debug if job.plugin is None else dataclasses.replace(job.debug,
@@ -146,7 +146,7 @@ class TvmWorker:
     def _load_artifact(self, ready: Ready) -> None:
         """The prebuilt artifact, loaded with TVM's runtime alone: neither its instructions nor the compute
         peaks are measured (both need the compiler), so its roofline is the memory term alone."""
-        from ..artifact.load import load
+        from ...artifact.load import load
 
         artifact = load(self.job.artifact)
         self.builds[TVM], self.device = artifact, artifact.device
@@ -159,7 +159,7 @@ class TvmWorker:
         return lambda number: vm.time_evaluator("main", dev, number=number, repeat=1)(*args).mean * 1e3
 
     def _remote(self, build: Runnable, args: dict[int, list]):
-        from .remote import RemoteMain
+        from ..remote import RemoteMain
 
         return RemoteMain(build.executable, build.target, args, *self.job.rpc)
 
@@ -182,7 +182,7 @@ class TvmWorker:
 
     def profile(self, options: ProfileOptions, probes: Probes) -> Profile:
         """Every kernel of ``main`` at the build's T (the first of the sweep), into the run folder when dumping."""
-        from ..compiler.driver import finish_run
+        from ...compiler.driver import finish_run
 
         compiled = self.builds[TVM]
         named = dict(zip(compiled.input_specs, self.arrays[compiled.shapes.tokens]))
