@@ -27,7 +27,6 @@ from mtp_tvm.support.errors import UsageError
 from mtp_tvm.tools.bench.bench import BENCH_CASES, CONTENDERS, BenchOptions, bench, golden_mismatch, parse_tokens
 from mtp_tvm.tools.bench.peer_worker import peer_runner
 from mtp_tvm.tools.bench.stage_peers import STAGE_PEERS
-from mtp_tvm.tools.bench.tvm_worker import instruction_mix, kinds_used
 from mtp_tvm.tools.bench.worker import OPENBLAS_SLOW_VARS, Worker, WorkerFailed
 from mtp_tvm.tools.measure.peaks import BF16_DOT, FMA, INT8_DOT, ProbePlan
 from mtp_tvm.tools.measure.roofline import (
@@ -36,6 +35,8 @@ from mtp_tvm.tools.measure.roofline import (
     gemm_dtype,
     gemm_kind,
     gemm_work,
+    instruction_mix,
+    kinds_used,
     roofline_ms,
     roofline_peak,
 )

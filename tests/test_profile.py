@@ -13,7 +13,7 @@ from helpers import slow_except
 from mtp_tvm.cli import main
 from mtp_tvm.tools.bench.bench import bench
 from mtp_tvm.tools.measure.profile import OTHER, ProfileOptions, profile
-from mtp_tvm.tools.measure.roofline import flops
+from mtp_tvm.tools.measure.roofline import flops, gemm_kind, instruction_mix, kinds_used, roofline_ms
 from mtp_tvm.verify.results import ProfileReport
 
 FAST = ProfileOptions(rounds=3, sample_ms=2.0)
@@ -54,6 +54,16 @@ def test_every_kernel_of_main_is_timed_and_the_rows_add_up_to_main(compiled, fro
     else:
         assert len(gemm_kernels) == 3 and not any(n.startswith("transpose") for n in gemm_kernels)
     assert all(k.roofline_fraction > 0 and k.gbs > 0 for k in p.kernels)
+    # bench's roofline model: each GEMM at the peak of the instruction it runs on in this build, not the FMA's
+    used = kinds_used(instruction_mix(m))
+    if frontend == "tir":
+        kinds = {k.kernel: k.peak_kind for k in p.kernels if k.flops}
+        assert kinds == {"w8a8_dual_gemm_prepacked": gemm_kind("int8", used),
+                         "lm_head_logits_prepacked": gemm_kind("bfloat16", used)}
+    for k in p.kernels:
+        peak = p.peaks[k.peak_kind] if k.peak_kind in p.peaks else None
+        assert (k.peak_kind is None) == (k.flops is None)
+        assert k.roofline_fraction == pytest.approx(roofline_ms(k.flops or 0.0, k.bytes, peak, p.bandwidth_gbs) / k.ms)
     table = p.table()
     assert all(k.name in table for k in p.kernels) and OTHER in table and "main (measured)" in table
     assert f"{100 * p.coverage:.1f}% of the measured main" in table

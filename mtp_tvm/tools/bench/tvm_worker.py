@@ -20,33 +20,16 @@ from ...passes.target import cpu_isa, device_for, is_gpu
 from ...spec.cases import get_case
 from ...support.errors import MtpError
 from ...verify.comparators import as_float32
-from ..measure.kernel_code import assembly_kernels
-from ..measure.peaks import BF16_DOT, FMA, INT8_DOT, CopyProbe, Probes, StreamProbe, measure_probes
+from ..measure.peaks import CopyProbe, Probes, StreamProbe, measure_probes
 from ..measure.profile import Profile, ProfileOptions, write_to_run_folder
 from ..measure.profile import profile as profile_main
+from ..measure.roofline import instruction_mix, kinds_used
 from .worker import InputFiles, Ready, calls_per_batch
 
 if TYPE_CHECKING:  # the compiler is imported where a build is made: a prebuilt artifact needs TVM's runtime alone
     from ...compiler.driver import CompiledCase
 
-FAMILIES = {FMA: ("fma",), BF16_DOT: ("vdpbf16ps",), INT8_DOT: ("vpmaddwd", "vpdpwssd")}  # code_stats families
 TVM = "tvm"
-
-
-def instruction_mix(compiled: CompiledCase) -> dict[str, dict[str, int]]:
-    """Kernel -> its FMA and dot-product instruction counts in the build's assembly (``code_stats``), for the
-    kernels that have any; empty for a GPU build."""
-    if is_gpu(compiled.target):
-        return {}
-    asm = "\n".join(m.inspect_source("asm") for m in compiled.executable.mod.imports if m.kind == "llvm")
-    families = [f for fams in FAMILIES.values() for f in fams]
-    return {name: {f: code.families.get(f, 0) for f in families} for name, code in sorted(assembly_kernels(asm).items())
-            if any(code.families.get(f) for f in families)}
-
-
-def kinds_used(mix: dict[str, dict[str, int]]) -> set[str]:
-    """The instruction kinds (``fma``, ``bf16_dot``, ``int8_dot``) whose instructions the code contains."""
-    return {kind for kind, fams in FAMILIES.items() if any(counts.get(f) for counts in mix.values() for f in fams)}
 
 
 def isa_record(compiled: CompiledCase, used: set[str]) -> dict | None:

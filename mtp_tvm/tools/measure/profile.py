@@ -22,8 +22,9 @@ Work of a kernel: bytes are its tensor arguments' sizes (each read or written on
 those of the GEMMs its stage declares (``Stage.gemms``, ``2*T*K*N`` on the T useful rows, as ``bench`` counts
 them). A GEMM belongs to the first kernel, in call order from the previous GEMM's on, that reads a tensor of
 ``K*N`` elements (the weight, packed or not) next to tensors of another size (a copy or transpose of the
-weight is not the GEMM); a kernel given no GEMM is judged on bandwidth alone. Roofline fraction: achieved
-GFLOP/s over ``min(peak, FLOPs/bytes x bandwidth)``, or GB/s over the bandwidth when no FLOPs.
+weight is not the GEMM); a kernel given no GEMM is judged on bandwidth alone. Roofline fraction: the roofline
+time of its work over its measured time, by ``bench``'s model (``roofline.py``: ``max(bytes / bandwidth, FLOPs /
+peak)``, the peak that of the instruction each of its GEMMs runs on in this build's code).
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ from ...support import atomic_file
 from ...support.errors import UsageError
 from ...support.text_table import text_table
 from ...verify.results import sizes_text
-from .peaks import Probes, measure_probes
+from .peaks import FMA, Probes, measure_probes
+from .roofline import gemm_dtype, gemm_kind, instruction_mix, kinds_used, roofline_ms, roofline_peak
 
 if TYPE_CHECKING:  # a prebuilt artifact's bench imports this module with TVM's runtime alone
     from ...compiler.driver import CompiledCase
@@ -84,8 +86,9 @@ class KernelTime:
     flops: float | None = None      # the GEMMs its stage declares that it runs; None: none
     gflops: float | None = None
     gemms: tuple[tuple[int, int, int], ...] = ()  # (M, K, N), M the useful rows
-    roofline_fraction: float | None = None  # of min(peak, intensity x bandwidth); of the bandwidth without FLOPs
+    roofline_fraction: float | None = None  # roofline ms / ms (``roofline.roofline_ms``)
     samples_ms: tuple[float, ...] = ()
+    peak_kind: str | None = None  # the instruction(s) its GEMMs' peak is that of; None: no GEMM (bandwidth alone)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,9 +104,10 @@ class Profile:
     main_ms: float                  # measured: the VM's time_evaluator of main, median over rounds
     main_samples_ms: tuple[float, ...]
     rounds: int
-    peak_gflops: float | None = None
+    peak_gflops: float | None = None  # the FP32 FMA's
     bandwidth_gbs: float | None = None
     probes: str | None = None
+    peaks: dict[str, float] = dataclasses.field(default_factory=dict)  # GFLOP/s per instruction kind
 
     @property
     def kernels_ms(self) -> float:
@@ -149,9 +153,10 @@ class Profile:
         tail = (f"kernels {self.kernels_ms:.4f} ms = {100 * self.coverage:.1f}% of the measured main "
                 f"{self.main_ms:.4f} ms (ratio {self.coverage:.3f}); {OTHER} is the rest")
         if self.peak_gflops is not None:
-            tail += (f"\nroofline: peak {self.peak_gflops:.1f} GFLOP/s, bandwidth {self.bandwidth_gbs:.1f} GB/s "
-                     "(measured); FLOPs are the stage's GEMMs on the useful rows, bytes the kernel's arguments; "
-                     "dot-product instructions can pass the FP32 FMA peak, and data in cache the bandwidth")
+            peaks = ", ".join(f"{kind} {gflops:.1f}" for kind, gflops in self.peaks.items())
+            tail += (f"\nroofline: max(bytes / {self.bandwidth_gbs:.1f} GB/s, FLOPs / the peak of the instruction "
+                     f"each GEMM runs on) (measured peaks, GFLOP/s: {peaks}); FLOPs are the stage's GEMMs on the "
+                     "useful rows, bytes the kernel's arguments; data in cache can pass the bandwidth")
         return "\n".join([head, *lines, tail])
 
 
@@ -202,9 +207,9 @@ def record_calls(vm, args: list, kernels: set[str] | None) -> list[_Call]:
     return calls
 
 
-def assign_gemms(compiled: CompiledCase, calls: list[_Call]) -> dict[int, list[tuple[int, int, int]]]:
-    """Call index -> the GEMMs (M, K, N) it runs, M the useful rows (see the module docstring). A user's module
-    file declares no GEMMs: its kernels are timed, without GFLOP/s or roofline."""
+def assign_gemms(compiled: CompiledCase, calls: list[_Call]) -> dict[int, list[tuple[str, tuple[int, int, int]]]]:
+    """Call index -> the GEMMs it runs, each as (its operand dtype, (M, K, N)), M the useful rows (see the module
+    docstring). A user's module file declares no GEMMs: its kernels are timed, without GFLOP/s or roofline."""
     if not hasattr(compiled, "case"):
         return {}
     s = compiled.shapes
@@ -219,7 +224,7 @@ def assign_gemms(compiled: CompiledCase, calls: list[_Call]) -> dict[int, list[t
                 weights = sizes.count(k * n)
                 if weights > used.get(i, 0) and len(sizes) > weights:
                     used[i] = used.get(i, 0) + 1
-                    found.setdefault(i, []).append((rows, k, n))
+                    found.setdefault(i, []).append((gemm_dtype(stage, s), (rows, k, n)))
                     start = i
                     break
     return found
@@ -286,26 +291,30 @@ def profile(compiled: CompiledCase, inputs: dict | None = None, options: Profile
     main_ms = medians[0]
     probes = probes if probes is not None else probes_for(tgt)
     gemms = assign_gemms(compiled, calls)
+    used = kinds_used(instruction_mix(compiled)) if gemms else set()  # what the GEMMs run on in this code
+    peaks = probes.peaks or {FMA: probes.peak_gflops}
     counts: dict[str, int] = {}
     kernels = []
     for i, (call, ms) in enumerate(zip(calls, medians[1:])):
         counts[call.kernel] = counts.get(call.kernel, 0) + 1
         n = counts[call.kernel]
         moved, seconds = call.bytes, ms / 1e3
-        flops = float(sum(2 * m * k * n_ for m, k, n_ in gemms.get(i, ()))) or None
+        work: dict[str, float] = {}  # useful FLOPs per instruction kind its GEMMs run on
+        for dtype, (m, k, n_) in gemms.get(i, ()):
+            kind = gemm_kind(dtype, used)
+            work[kind] = work.get(kind, 0.0) + 2.0 * m * k * n_
+        flops = sum(work.values()) or None
         gflops = flops / seconds / 1e9 if flops else None
-        if flops:
-            roofline = min(probes.peak_gflops, flops / moved * probes.bandwidth_gbs)
-            fraction = gflops / roofline
-        else:
-            fraction = moved / seconds / 1e9 / probes.bandwidth_gbs
+        peak, peak_kind = roofline_peak(work, peaks) if work else (None, None)
+        fraction = roofline_ms(flops or 0.0, moved, peak, probes.bandwidth_gbs) / ms
         kernels.append(KernelTime(call.kernel if n == 1 else f"{call.kernel}#{n}", call.kernel, ms, ms / main_ms,
-                                  moved, moved / seconds / 1e9, flops, gflops, tuple(gemms.get(i, ())), fraction,
-                                  tuple(samples[i + 1])))
+                                  moved, moved / seconds / 1e9, flops, gflops, tuple(g for _, g in gemms.get(i, ())),
+                                  fraction, tuple(samples[i + 1]), peak_kind))
     name, preset, shapes = ((compiled.case.name, compiled.shapes.preset.name, compiled.shapes.as_dict())
                             if hasattr(compiled, "case") else (compiled.name, "-", compiled.user.example_shapes))
     return Profile(name, target_json(tgt), preset, compiled.schedule, shapes, tuple(kernels),
-                   main_ms, tuple(samples[0]), options.rounds, probes.peak_gflops, probes.bandwidth_gbs, probes.how)
+                   main_ms, tuple(samples[0]), options.rounds, probes.peak_gflops, probes.bandwidth_gbs, probes.how,
+                   dict(peaks))
 
 
 def write_to_run_folder(p: Profile, run: Path) -> Path:

@@ -8,11 +8,20 @@ and the bandwidth are measured (``peaks.py``)."""
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from ...compiler.tensors import NUMPY_DTYPES
+from ...passes.target import is_gpu
 from ...spec.cases import TOKENS, Case, Stage
 from ...spec.presets import Shapes
+from .kernel_code import assembly_kernels
 from .peaks import BF16_DOT, FMA, INT8_DOT
+
+if TYPE_CHECKING:
+    from ...compiler.driver import CompiledCase
+
+
+FAMILIES = {FMA: ("fma",), BF16_DOT: ("vdpbf16ps",), INT8_DOT: ("vpmaddwd", "vpdpwssd")}  # kernel_code's families
 
 
 def flops(case: Case, s: Shapes, rows: int) -> float:
@@ -70,3 +79,19 @@ def roofline_ms(useful_flops: float, moved_bytes: float, peak_gflops: float | No
     peak, whichever is longer (the bytes alone where no peak was measured: a prebuilt artifact's bench)."""
     compute = 0.0 if peak_gflops is None else useful_flops / peak_gflops
     return max(moved_bytes / bandwidth_gbs, compute) / 1e6
+
+
+def instruction_mix(compiled: CompiledCase) -> dict[str, dict[str, int]]:
+    """Kernel -> its FMA and dot-product instruction counts in the build's assembly (``code_stats``), for the
+    kernels that have any; empty for a GPU build."""
+    if is_gpu(compiled.target):
+        return {}
+    asm = "\n".join(m.inspect_source("asm") for m in compiled.executable.mod.imports if m.kind == "llvm")
+    families = [f for fams in FAMILIES.values() for f in fams]
+    return {name: {f: code.families.get(f, 0) for f in families} for name, code in sorted(assembly_kernels(asm).items())
+            if any(code.families.get(f) for f in families)}
+
+
+def kinds_used(mix: dict[str, dict[str, int]]) -> set[str]:
+    """The instruction kinds (``fma``, ``bf16_dot``, ``int8_dot``) whose instructions the code contains."""
+    return {kind for kind, fams in FAMILIES.items() if any(counts.get(f) for counts in mix.values() for f in fams)}
