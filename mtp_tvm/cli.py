@@ -18,10 +18,10 @@ import threading
 import traceback
 
 from .compiler.options import BuildSpec, DebugOptions
+from .contract.cases import CASES
+from .contract.presets import PRESETS
 from .ir.frontend_names import FRONTEND_NAMES
 from .schedule.tune_space import TuneSpace
-from .spec.cases import CASES
-from .spec.presets import PRESETS
 from .support.errors import MtpError, UsageError
 from .support.native_log import VERBOSE_ENV
 from .support.timing import phase, start, time_line
@@ -555,7 +555,7 @@ def _cmd_bench(args) -> int:
 
 
 def _cmd_list(args) -> int:
-    from .spec.presets import make_shapes
+    from .contract.presets import make_shapes
     from .support.text_table import text_table
 
     s = make_shapes(args.preset, vocab_shard=args.vocab_shard)

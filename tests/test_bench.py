@@ -20,9 +20,9 @@ import mtp_tvm
 from helpers import REPO, slow_except
 from mtp_tvm.compiler.options import BuildSpec
 from mtp_tvm.compiler.tensors import to_numpy
+from mtp_tvm.contract.cases import CASES, STAGES
+from mtp_tvm.contract.presets import make_shapes
 from mtp_tvm.passes.target import resolve_target, usable_cores
-from mtp_tvm.spec.cases import CASES, STAGES
-from mtp_tvm.spec.presets import make_shapes
 from mtp_tvm.support.errors import UsageError
 from mtp_tvm.tools.bench.bench import BENCH_CASES, CONTENDERS, BenchOptions, bench, golden_mismatch, parse_tokens
 from mtp_tvm.tools.bench.peer_worker import peer_runner

@@ -7,7 +7,7 @@ from pathlib import Path
 import mtp_tvm
 
 PACKAGE = Path(mtp_tvm.__file__).parent
-LAYERS = ("support", "spec", "ir", "passes", "schedule", "instrument", "compiler", "verify", "artifact", "tools")
+LAYERS = ("support", "contract", "ir", "passes", "schedule", "instrument", "compiler", "verify", "artifact", "tools")
 TOP = len(LAYERS)  # cli.py, __init__.py, __main__.py: the public surface, above every layer
 # tools/ in wings, one per command, each importing only from itself and the wings before it (remote: TVM RPC,
 # shared by tune and bench)
@@ -117,13 +117,13 @@ def test_no_import_circles():
 
 def test_the_checker_sees_a_violation(tmp_path, monkeypatch):
     """The layer rule itself, on a planted upward import: the test above cannot pass vacuously."""
-    planted = PACKAGE / "spec" / "_planted_upward_import.py"
+    planted = PACKAGE / "contract" / "_planted_upward_import.py"
     monkeypatch.setattr(Path, "rglob", lambda self, pattern: [planted] if self == PACKAGE else [])
     original_read = Path.read_text
     monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: "from ..tools.check.check import check\n"
                         if self == planted else original_read(self, *a, **k))
-    assert _graph() == {"mtp_tvm.spec._planted_upward_import": {"mtp_tvm.tools.check.check"}}
-    assert _layer("mtp_tvm.tools.check.check") > _layer("mtp_tvm.spec._planted_upward_import")
+    assert _graph() == {"mtp_tvm.contract._planted_upward_import": {"mtp_tvm.tools.check.check"}}
+    assert _layer("mtp_tvm.tools.check.check") > _layer("mtp_tvm.contract._planted_upward_import")
 
 
 def test_the_wing_rule_sees_a_violation(monkeypatch):

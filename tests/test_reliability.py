@@ -12,7 +12,7 @@ import torch
 
 import mtp_tvm
 from mtp_tvm.compiler.tensors import to_numpy
-from mtp_tvm.spec.presets import make_shapes
+from mtp_tvm.contract.presets import make_shapes
 
 ENV = {**os.environ, "PYTHONPATH": os.getcwd()}
 RUN_ONCE = """

@@ -18,6 +18,8 @@ from tvm.target import Target
 
 from ..compiler.runtime import Runnable
 from ..compiler.weights import WeightCache
+from ..contract.cases import ROWS, TOKENS, Case, TensorSpec
+from ..contract.presets import Shapes, make_shapes
 from ..instrument.pass_clock import PassClock
 from ..instrument.recorder import DumpOptions, PassRecord, PassRecorder
 from ..instrument.run_folder import mark_complete, prune, retention
@@ -37,8 +39,6 @@ from ..passes.target import (
 from ..schedule.apply import ApplySchedules
 from ..schedule.files import TUNED
 from ..schedule.tuned import tuned_dir
-from ..spec.cases import ROWS, TOKENS, Case, TensorSpec
-from ..spec.presets import Shapes, make_shapes
 from ..support.errors import BuildError, UsageError, did_you_mean, last_line
 from ..support.native_log import native_stderr
 from ..support.timing import phase, transfer

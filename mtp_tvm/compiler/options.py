@@ -14,9 +14,9 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..contract.cases import Case, get_case
+from ..contract.presets import Shapes, make_shapes
 from ..ir.frontend_names import check_frontend
-from ..spec.cases import Case, get_case
-from ..spec.presets import Shapes, make_shapes
 from ..support.errors import UsageError
 
 if TYPE_CHECKING:  # the options are read before any command needs TVM (``mtp-tvm --help`` stays instant)
@@ -56,7 +56,7 @@ class BuildSpec:
     owners: int | None = None
     tp: int | None = None
 
-    def __post_init__(self):  # sizes are checked against the preset by ``spec.presets.make_shapes``
+    def __post_init__(self):  # sizes are checked against the preset by ``contract.presets.make_shapes``
         for name in ("case", "preset", "frontend", "schedule"):
             _require(isinstance(getattr(self, name), str), f"{name} must be a name, got {getattr(self, name)!r}")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from tvm import s_tir, tirx
 from tvm.target import Target
 
-from ..spec.presets import TOKEN_TILE
+from ..contract.presets import TOKEN_TILE
 from .knobs import GpuFlat, GpuGemm, GpuRows
 from .steps import buffer_read_index, fitting_column_tile, fitting_k_vector
 

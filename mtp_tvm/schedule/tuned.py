@@ -29,7 +29,7 @@ import tvm
 from tvm import relax, s_tir, tirx
 from tvm.target import Target
 
-from ..spec.presets import TOKEN_TILE
+from ..contract.presets import TOKEN_TILE
 from ..support.env import env_path
 from ..support.errors import UsageError
 from ..support.folder_lock import folder_lock

@@ -10,7 +10,7 @@ import json
 import os
 from typing import Protocol, runtime_checkable
 
-from ..spec.cases import LM_HEAD_LOGITS
+from ..contract.cases import LM_HEAD_LOGITS
 from ..support.atomic_file import write_user_file
 from ..support.text_table import text_table
 from ..verify.comparators import Comparison

@@ -72,10 +72,10 @@ from pathlib import Path
 from ...artifact.manifest import manifest_spec, read_manifest
 from ...compiler.options import BuildSpec, split_options
 from ...compiler.tensors import to_numpy
+from ...contract.cases import TOKENS, Case, get_case
+from ...contract.presets import Shapes
 from ...ir.frontend_names import FRONTEND_NAMES
 from ...passes.target import is_gpu, require_runs_here, resolve_target, target_json, usable_cores
-from ...spec.cases import TOKENS, Case, get_case
-from ...spec.presets import Shapes
 from ...support.atomic_file import write_user_file
 from ...support.errors import UsageError
 from ...support.text_table import text_table

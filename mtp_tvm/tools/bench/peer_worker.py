@@ -4,7 +4,7 @@ process (``tools/bench/worker.py``).
 - ``torch_bf16`` / ``torch_fp32``: each stage's torch peer (``tools/bench/stage_peers.py``: ``F.linear``,
   ``F.rms_norm``) in BF16 or FP32, weights converted once;
 - ``numpy_fp32``: each stage's numpy peer in FP32;
-- ``torch_golden``: the golden implementation (``spec/golden.py``), what the checks compare against;
+- ``torch_golden``: the golden implementation (``contract/golden.py``), what the checks compare against;
 - ``torch_compile`` / ``torch_compile_max_autotune``: the BF16 peer's chain as one ``nn.Module``
   (``ChainModule``: the weights frozen parameters, the activations its arguments) through ``torch.compile``
   (inductor, ``freezing``, static shapes: one compile per T, as a user with a fixed T gets), default mode and
@@ -25,8 +25,8 @@ import numpy as np
 import torch
 
 from ...compiler.tensors import dtype_name
-from ...spec.cases import TOKENS, Case, get_case
-from ...spec.presets import Shapes
+from ...contract.cases import TOKENS, Case, get_case
+from ...contract.presets import Shapes
 from ...verify.comparators import as_float32
 from .stage_peers import STAGE_PEERS
 from .worker import InputFiles, Ready, calls_per_batch

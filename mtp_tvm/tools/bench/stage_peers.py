@@ -1,5 +1,5 @@
 """Each stage in the ops a user would call instead of TVM: ``bench``'s peers, stage by stage, keyed by the
-stage's name (``spec.cases.STAGES``). ``tools/bench/peer_worker.py`` chains them along a case and times the chain; a
+stage's name (``contract.cases.STAGES``). ``tools/bench/peer_worker.py`` chains them along a case and times the chain; a
 stage without an entry here is not benched.
 
 ``torch(inputs, shapes, dtype)`` and ``numpy(inputs, shapes)`` return ``f(x) -> y``, the weights prepared once,
@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ...spec.presets import INT8_AMAX_EPS, INT8_SCALE_MAX, Shapes
+from ...contract.presets import INT8_AMAX_EPS, INT8_SCALE_MAX, Shapes
 
 
 @dataclasses.dataclass(frozen=True)

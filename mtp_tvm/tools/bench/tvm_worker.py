@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 
 from ...compiler.options import BuildSpec, DebugOptions
 from ...compiler.runtime import Runnable
+from ...contract.cases import get_case
 from ...passes.target import cpu_isa, device_for, is_gpu
-from ...spec.cases import get_case
 from ...support.errors import MtpError
 from ...verify.comparators import as_float32
 from ..measure.peaks import CopyProbe, Probes, StreamProbe, measure_probes

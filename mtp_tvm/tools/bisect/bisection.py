@@ -34,11 +34,11 @@ from tvm.s_tir.schedule import Trace
 from ...compiler import driver
 from ...compiler.options import BuildSpec, DebugOptions, split_options
 from ...compiler.user_build import compile_module, split_module_options
+from ...contract.cases import get_case
 from ...ir.user_module import load_user_module
 from ...passes.target import target_json
 from ...schedule.bf16_dot import register_dot_intrinsics
 from ...schedule.steps import fresh_copy
-from ...spec.cases import get_case
 from ...support.errors import MtpError, UsageError, last_line
 from ...verify.golden_check import GoldenOptions, Provenance, golden_check, seeded_golden
 from ...verify.module_golden import golden_check_module, module_golden

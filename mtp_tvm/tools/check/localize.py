@@ -28,12 +28,12 @@ import numpy as np
 
 from ...compiler.driver import CompiledCase, compile, compile_open, finish_run
 from ...compiler.options import BuildSpec, DebugOptions, split_options
+from ...contract.cases import validate_seed
 from ...instrument.run_folder import update_index
 from ...ir.model import FRONTENDS
 from ...passes.plugins import load_pass_plugin
 from ...passes.target import require_runs_here, resolve_target
 from ...schedule.files import kernel_of, validate_schedule
-from ...spec.cases import validate_seed
 from ...support.atomic_file import write_user_file
 from ...support.errors import UsageError
 from ...support.text_table import text_table

@@ -163,11 +163,11 @@ def rerun(folder: Path, log=print) -> int:
 def _rerun(folder: Path, log) -> int:
     from ...compiler.driver import CompiledCase
     from ...compiler.options import BuildSpec
+    from ...contract.cases import get_case
+    from ...contract.presets import make_shapes
     from ...instrument.recorder import PassRecorder
     from ...passes.gate import PassGate
     from ...passes.pipeline import compile_module
-    from ...spec.cases import get_case
-    from ...spec.presets import make_shapes
     from ...verify.results import summary_table
 
     spec = json.loads((folder / "repro.json").read_text())

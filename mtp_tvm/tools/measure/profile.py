@@ -41,10 +41,10 @@ from typing import TYPE_CHECKING
 import tvm
 
 from ...compiler.tensors import to_numpy
+from ...contract.cases import TOKENS
 from ...instrument.report import PROFILE_FILE
 from ...instrument.run_folder import update_index
 from ...passes.target import device_for, target_json
-from ...spec.cases import TOKENS
 from ...support import atomic_file
 from ...support.errors import UsageError
 from ...support.text_table import text_table

@@ -11,9 +11,9 @@ import math
 from typing import TYPE_CHECKING
 
 from ...compiler.tensors import NUMPY_DTYPES
+from ...contract.cases import TOKENS, Case, Stage
+from ...contract.presets import Shapes
 from ...passes.target import is_gpu
-from ...spec.cases import TOKENS, Case, Stage
-from ...spec.presets import Shapes
 from .kernel_code import assembly_kernels
 from .peaks import BF16_DOT, FMA, INT8_DOT
 

@@ -85,8 +85,8 @@ def fast_build(mod: tvm.IRModule, target: Target, _params):
 
 def case_kernels(spec: BuildSpec, target: Target) -> dict[str, tirx.PrimFunc]:
     """The kernels ``main`` calls per call (parameter-only work lifted out), as tile workloads, by name."""
+    from ...contract.cases import get_case
     from ...ir.model import build_relax_module
-    from ...spec.cases import get_case
 
     return relax_kernels(build_relax_module(get_case(spec.case), spec.shapes(), spec.frontend), target)
 

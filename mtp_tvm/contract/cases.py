@@ -22,8 +22,8 @@ import enum
 import math
 from collections.abc import Callable
 
-from ..spec import golden
-from ..spec.presets import MAX_LOGIT_ROWS, Shapes
+from ..contract import golden
+from ..contract.presets import MAX_LOGIT_ROWS, Shapes
 from ..support.errors import UsageError
 from ..support.lazy import lazy_module
 from ..support.timing import phase

@@ -6,7 +6,7 @@ tensors (row t = b*S + s), which is the reference's ``[B, S, D]`` flattened.
 
 from __future__ import annotations
 
-from ..spec.presets import INT8_AMAX_EPS, INT8_SCALE_MAX, K_CHUNK
+from ..contract.presets import INT8_AMAX_EPS, INT8_SCALE_MAX, K_CHUNK
 from ..support.errors import UsageError
 from ..support.lazy import lazy_module
 
