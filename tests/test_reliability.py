@@ -284,7 +284,7 @@ def test_api_bad_arguments_are_usage_errors_before_anything_is_built(call, messa
     def no_build(*_a, **_k):
         raise AssertionError("built before refusing the arguments")
 
-    monkeypatch.setattr(driver, "compile_module", no_build)
+    monkeypatch.setattr(driver, "compile_through_phases", no_build)
     with pytest.raises(mtp_tvm.UsageError, match=message):
         call()
 

@@ -26,7 +26,7 @@ from ..instrument.run_folder import mark_complete, prune, retention
 from ..ir.model import build_relax_module
 from ..passes.codegen import device_source, generated_code
 from ..passes.gate import PassGate, gate_summary
-from ..passes.pipeline import FIRST_LOWERING_PHASE, compile_module
+from ..passes.pipeline import FIRST_LOWERING_PHASE, compile_through_phases
 from ..passes.plugins import PassPlugin, extra_pass_names, resolve_extra_passes
 from ..passes.target import (
     device_for,
@@ -226,7 +226,7 @@ def _lower(b: _Build, mod: tvm.IRModule) -> BuiltIR:
     try:
         with phase("codegen"), tvm.transform.PassContext(opt_level=3,
                                                          instruments=[clock, *filter(None, [b.recorder])]):
-            ex = compile_module(mod, b.target, b.applier, b.extra, on_phase=on_phase)
+            ex = compile_through_phases(mod, b.target, b.applier, b.extra, on_phase=on_phase)
             transfer(clock.seconds, "passes")
     except UsageError:
         raise

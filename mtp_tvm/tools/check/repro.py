@@ -167,7 +167,7 @@ def _rerun(folder: Path, log) -> int:
     from ...contract.presets import make_shapes
     from ...instrument.recorder import PassRecorder
     from ...passes.gate import PassGate
-    from ...passes.pipeline import compile_module
+    from ...passes.pipeline import compile_through_phases
     from ...verify.results import summary_table
 
     spec = json.loads((folder / "repro.json").read_text())
@@ -178,7 +178,7 @@ def _rerun(folder: Path, log) -> int:
     gate = PassGate.for_target(target, spec["gate"]["disabled"], spec["gate"]["limit"])
     t0 = time.perf_counter()
     with tvm.transform.PassContext(opt_level=3, instruments=[PassRecorder(gate)] if gate.active else []):
-        ex = compile_module(mod, target, None, first_phase=FIRST_LOWERING_PHASE)
+        ex = compile_through_phases(mod, target, None, first_phase=FIRST_LOWERING_PHASE)
     asked = BuildSpec(case.name, target, shapes.preset.name, spec["frontend"], schedule=spec.get("schedule", "default"))
     compiled = CompiledCase(case, shapes, target, ex, time.perf_counter() - t0, spec=asked)
     inputs = read_npz(folder / "inputs.npz", spec["inputs"])
