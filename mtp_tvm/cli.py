@@ -512,11 +512,11 @@ def _cmd_bench_module(args) -> int:
     if given:
         raise UsageError(f"bench --module times your file at its example inputs; {', '.join(given)} cannot apply")
     with phase("import"):
-        from .tools.bench.bench import parse_contenders
+        from .tools.bench.bench import parse_peers
         from .tools.bench.module_bench import ModuleBenchOptions, bench_module
 
     options = ModuleBenchOptions(rounds=args.rounds, threads=args.threads,
-                                 **({"contenders": parse_contenders(args.contenders)} if args.contenders else {}))
+                                 **({"peers": parse_peers(args.peers)} if args.peers is not None else {}))
     result = bench_module(args.module, options=options, target=args.target, schedule=args.schedule,
                           log=lambda line: print(line, file=sys.stderr, flush=True))
     print(result.table())
@@ -532,14 +532,14 @@ def _cmd_bench(args) -> int:
         return _cmd_bench_module(args)
     spec, compare = _bench_spec(args)
     with phase("import"):
-        from .tools.bench.bench import BenchOptions, bench, parse_contenders, parse_tokens
+        from .tools.bench.bench import BenchOptions, bench, parse_peers, parse_tokens
 
     options = BenchOptions(tokens=parse_tokens(args.tokens) if args.tokens else (), rounds=args.rounds,
                            threads=args.threads, compare_schedules=compare,
                            compare_frontends=_names(args.compare_frontends), profile=args.profile,
                            rpc=(args.rpc_tracker, args.rpc_key) if args.rpc_tracker else None,
                            artifact=args.artifact,
-                           **({"contenders": parse_contenders(args.contenders)} if args.contenders else {}))
+                           **({"peers": parse_peers(args.peers)} if args.peers is not None else {}))
     result = bench(spec, options, log=lambda line: print(line, file=sys.stderr, flush=True))
     print(result.table())
     if result.profile is not None:
@@ -663,14 +663,14 @@ def _add_bench_command(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--tokens", default=None, metavar="T[,T...]",
                    help="token count T, or a comma list swept in one run, e.g. 1,2,4,8,16 (default: the preset's "
                         "B*S = 8)")
-    p.add_argument("--contenders", default=None, metavar="A,B,...",
-                   help="the contenders that race TVM (default all: torch_bf16, torch_fp32, numpy_fp32, "
+    p.add_argument("--peers", default=None, metavar="A,B,...",
+                   help="the peers that race TVM, '' for none (default all: torch_bf16, torch_fp32, numpy_fp32, "
                         "torch_golden, torch_compile, torch_compile_max_autotune; with --module: torch_eager, "
                         "torch_compile, torch_compile_max_autotune)")
     p.add_argument("--threads", type=int, default=None,
-                   help="threads of every contender's process (default: every usable core)")
+                   help="threads of every worker process, TVM's and each peer's (default: every usable core)")
     p.add_argument("--rounds", type=int, default=7,
-                   help="timing rounds, each timing every contender in turn; medians over them (default 7)")
+                   help="timing rounds, each timing TVM and every peer in turn; medians over them (default 7)")
     p.add_argument("--compare-schedules", default=None, metavar="A,B,...",
                    help="also time TVM with these schedules in the same rounds, e.g. none,default,tuned,dlight")
     p.add_argument("--compare-frontends", default=None, metavar="A,B,...",

@@ -99,19 +99,19 @@ def test_check_profile_cli_prints_every_kernel_and_writes_profile_json(tmp_path,
 
 @pytest.mark.slow  # over 10 s on 2 cores
 def test_bench_profile_goes_into_its_json(tmp_path):
-    r = bench(case="tail", preset="tiny", rounds=1, contenders=("tvm",), profile=FAST)
+    r = bench(case="tail", preset="tiny", rounds=1, peers=(), profile=FAST)
     assert r.profile is not None and r.profile.bandwidth_gbs == r.bandwidth_gbs  # the bench's own probes
     out = tmp_path / "bench.json"
     r.write_json(out)
     d = json.loads(out.read_text())
     assert d["per_tokens"]["8"]["median_ms"]["tvm"] > 0 and d["profile"]["kernels"] and d["profile"]["main_ms"] > 0
-    assert bench(case="norm", preset="tiny", rounds=1, contenders=("tvm",)).as_dict()["profile"] is None
+    assert bench(case="norm", preset="tiny", rounds=1, peers=()).as_dict()["profile"] is None
 
 
 @pytest.mark.slow  # over 1 s
 def test_a_dumping_bench_profile_completes_its_run_after_writing_profile_json(tmp_path):
     """Issue 25: a run is complete only when its process writes no more to it (profile.json comes last)."""
-    bench(case="norm", preset="tiny", rounds=1, contenders=("tvm",), profile=FAST, dump_passes=tmp_path)
+    bench(case="norm", preset="tiny", rounds=1, peers=(), profile=FAST, dump_passes=tmp_path)
     (run,) = [r for r in tmp_path.iterdir() if r.is_dir()]
     assert (run / "complete").exists() and (run / "profile.json").exists()
     assert json.loads((run / "index.json").read_text())["profile"] == "profile.json"

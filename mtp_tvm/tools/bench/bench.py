@@ -1,9 +1,9 @@
-"""``bench``: time a case's TVM build against what a user would run instead, each contender in a process of its
+"""``bench``: time a case's TVM build against what a user would run instead, TVM and each peer in a process of its
 own but side by side, at every T of a sweep, against this machine's roofline (``tools/measure/peaks.py``), and say
 why: the ISA the build targets, the FMA / dot-product instructions in each kernel's assembly, and the peak of
 the instruction the GEMMs run on.
 
-What is timed (every contender computes the whole case, its stage chain, from the same seeded inputs):
+What is timed (TVM and every peer compute the whole case, its stage chain, from the same seeded inputs):
 
 - ``tvm``: the build's ``main`` (``tools/bench/tvm_worker.py``), one binary for every T (its token dim is symbolic),
   weights packed once, outside the timing; ``tvm:<schedule>`` for each of ``compare_schedules`` and
@@ -15,7 +15,7 @@ What is timed (every contender computes the whole case, its stage chain, from th
 
 How (``tools/bench/worker.py``):
 
-- **Isolated.** Each contender runs in a worker process of its own (the TVM builds share one), so TVM's,
+- **Isolated.** TVM and each peer run in a worker process of their own (the TVM builds share one), so TVM's,
   torch's and OpenBLAS's thread pools never share a process, and every worker gets the same thread count
   (``threads``: ``TVM_NUM_THREADS``, ``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS`` and ``torch.set_num_threads``).
   The inputs are made once, here (``Case.make_inputs`` per T; the first T's weights serve every T), and reach
@@ -24,25 +24,25 @@ How (``tools/bench/worker.py``):
   another's load): built or compiled, warmed up, its batch sized. Compile times (the TVM build, once;
   ``torch.compile``, per T, from an empty inductor cache: a cold compile) are reported apart, never inside a
   per-call figure.
-- **Checked before timed.** Each contender's output at each T is compared with the golden (``PEER_CHECK``,
+- **Checked before timed.** Every output at each T is compared with the golden (``PEER_CHECK``,
   BF16-level tolerance): one that does not match is not timed, and is listed unavailable with why, as is one
   that cannot run here (a compile that raises, a torch without CUDA for a GPU build, numpy for a GPU build) or
   whose worker dies.
 - **Side by side.** Round r asks each worker in turn, at each T, to time a batch of calls (about 50 ms) and
-  answer ms per call, so drift in clock or load hits every contender alike; before the next batch the previous
+  answer ms per call, so drift in clock or load hits TVM and every peer alike; before the next batch the previous
   worker must have gone quiet (OpenBLAS's threads spin ~0.1 s after a call). Medians over rounds.
 - **Load.** The 1-minute load average (``os.getloadavg``) just before and after the rounds; a change by more
   than ``LOAD_CHANGE`` and by more than half is flagged in the table and the JSON (the bench's own timed
   worker counts in it too: up to ``threads``).
 
-Per T: every contender's median ms; the roofline time ``max(bytes / bandwidth, FLOPs / peak)``, bytes being
+Per T: every median ms (TVM's, each peer's); the roofline time ``max(bytes / bandwidth, FLOPs / peak)``, bytes being
 what the case must move (every input read once, every output written once), FLOPs the useful ``2*T*K*N`` of its
 GEMMs (``Stage.gemms``, T the real tokens, not the padded 16), the bandwidth the median of one read-stream probe
 per round, timed just before TVM's batches (a shared machine's bandwidth drifts by tens of percent within a
 minute: a probe once, before the rounds, made fractions above 100 %), the peak that of the instruction each GEMM runs on
 (``gemm_kind``: its operands' dot product, ``vdpbf16ps`` or ``vpdpwssd``/``vpmaddwd``, where the build's assembly
 has it, else the FP32 FMA), combined over the GEMMs by their FLOPs (``roofline_peak``); TVM's fraction of it
-(roofline ms / tvm ms); the best peer (the fastest non-TVM contender that ran) and ``tvm_vs_best_peer`` (its ms
+(roofline ms / tvm ms); the best peer (the fastest peer that ran) and ``tvm_vs_best_peer`` (its ms
 over TVM's: above 1, TVM is faster).
 
 The JSON (``BenchResult.as_dict``): ``isolation`` ("process"), ``threads``, ``load_average`` (``before``,
@@ -51,7 +51,7 @@ The JSON (``BenchResult.as_dict``): ``isolation`` ("process"), ``threads``, ``lo
 of ``fma``, ``vdpbf16ps``, ``vpmaddwd``, ``vpdpwssd`` in its assembly), ``peaks`` (GFLOP/s per instruction kind
 measured here), ``peak_kind`` and ``peak_gflops`` (the GEMMs' peak), ``bandwidth_gbs`` (the median of
 ``bandwidth_samples_gbs``, one a round); ``compile_seconds``
-(contender -> seconds, or T -> seconds for ``torch.compile``); and ``per_tokens`` (T -> ``median_ms``,
+(name -> seconds, or T -> seconds for ``torch.compile``); and ``per_tokens`` (T -> ``median_ms``,
 ``samples_ms``, ``unavailable``, ``gflops``, ``gbs``, ``roofline_ms``, ``roofline_fraction``, ``best_peer``,
 ``best_peer_ms``, ``tvm_vs_best_peer``).
 """
@@ -90,7 +90,6 @@ from .tvm_worker import TVM, TvmJob
 from .worker import InputFiles, Ready, Worker, WorkerFailed
 
 BENCH_CASES = ("logits", "projection", "norm", "tail")  # every stage of each has peers (``STAGE_PEERS``)
-CONTENDERS = (TVM, *PEERS)
 # BF16-level: peers round differently
 PEER_CHECK = ratio_allclose(RatioTolerance(atol=5e-2, rtol=5e-2, max_error_ratio=0.05))
 LOAD_CHANGE = 1.0  # the 1-minute load average moved by more than this (and by more than half): say so
@@ -119,8 +118,8 @@ def check_race_counts(rounds, number, threads) -> None:
 @dataclasses.dataclass(frozen=True)
 class BenchOptions:
     """How ``bench`` races (what it builds is a ``BuildSpec``): ``tokens`` the T sweep (an int or a sequence;
-    empty: the spec's T); ``contenders`` those from ``CONTENDERS`` that race TVM (TVM always runs); ``rounds``
-    timing rounds; ``number`` calls per timed batch (None: each contender's about 50 ms); ``threads`` every
+    empty: the spec's T); ``peers`` those of ``PEERS`` that race TVM (TVM always runs; empty: TVM alone);
+    ``rounds`` timing rounds; ``number`` calls per timed batch (None: about 50 ms of each); ``threads`` every
     worker's thread count (None: every usable core); ``seed`` of the inputs; ``compare_schedules`` and
     ``compare_frontends`` more TVM builds (other schedules, other frontends) timed in the same rounds;
     ``profile`` (True or ``ProfileOptions``) every kernel of ``main`` at the first T; ``rpc = (HOST:PORT, key)``
@@ -129,7 +128,7 @@ class BenchOptions:
     alone will do, as on a deployment machine)."""
 
     tokens: tuple[int, ...] = ()
-    contenders: tuple[str, ...] = CONTENDERS
+    peers: tuple[str, ...] = tuple(PEERS)
     rounds: int = 7
     number: int | None = None
     threads: int | None = None
@@ -144,10 +143,10 @@ class BenchOptions:
         tokens = (self.tokens,) if isinstance(self.tokens, int) else tuple(self.tokens)
         for t in tokens:
             require_count("tokens", t)
-        contenders = (self.contenders,) if isinstance(self.contenders, str) else tuple(self.contenders)
-        unknown = [c for c in contenders if c not in CONTENDERS]
+        peers = (self.peers,) if isinstance(self.peers, str) else tuple(self.peers)
+        unknown = [p for p in peers if p not in PEERS]
         if unknown:
-            raise UsageError(f"unknown contender {unknown[0]!r}; choose from {', '.join(CONTENDERS)}")
+            raise UsageError(f"unknown peer {unknown[0]!r}; choose from {', '.join(PEERS)} (TVM always runs)")
         check_race_counts(self.rounds, self.number, self.threads)
         if self.artifact is not None:
             clash = [flag for flag, given in (("compare_schedules", self.compare_schedules),
@@ -156,7 +155,7 @@ class BenchOptions:
             if clash:
                 raise UsageError(f"artifact: a prebuilt binary is timed as it is; {clash[0]} needs a build")
         object.__setattr__(self, "tokens", tuple(dict.fromkeys(tokens)))
-        object.__setattr__(self, "contenders", tuple(c for c in CONTENDERS if c == TVM or c in contenders))
+        object.__setattr__(self, "peers", tuple(p for p in PEERS if p in peers))
         object.__setattr__(self, "compare_schedules", tuple(self.compare_schedules))
         object.__setattr__(self, "compare_frontends", tuple(self.compare_frontends))
         unknown = [f for f in self.compare_frontends if f not in FRONTEND_NAMES]
@@ -177,8 +176,8 @@ def parse_tokens(text: str) -> tuple[int, ...]:
         raise UsageError(f"--tokens takes T or a comma list of T such as 1,2,4,8,16; got {text!r}") from None
 
 
-def parse_contenders(text: str) -> tuple[str, ...]:
-    """``"torch_bf16,torch_compile"`` -> a tuple (checked by ``BenchOptions``): ``bench --contenders``."""
+def parse_peers(text: str) -> tuple[str, ...]:
+    """``"torch_bf16,torch_compile"`` -> a tuple (checked by ``BenchOptions``): ``bench --peers``."""
     return tuple(filter(None, (part.strip() for part in text.split(","))))
 
 
@@ -186,7 +185,7 @@ def parse_contenders(text: str) -> tuple[str, ...]:
 
 @dataclasses.dataclass(frozen=True)
 class TokensFigures:
-    """The figures of one T: every contender's median and samples (None and ``unavailable[name]`` = why, where
+    """The figures of one T: every name's median and samples (None and ``unavailable[name]`` = why, where
     it could not run), GFLOP/s and GB/s of the useful work, the roofline time and TVM's fraction of it, the
     best peer and TVM's ratio to it (best peer ms / tvm ms: above 1, TVM is faster)."""
 
@@ -231,14 +230,14 @@ class BenchResult:
     peak_kind: str | None  # the instruction(s) ``peak_gflops`` is the peak of (the GEMMs' own)
     peaks: dict[str, float]  # measured GFLOP/s per instruction kind
     bandwidth_gbs: float | None  # the median of ``bandwidth_samples_gbs``
-    bandwidth_samples_gbs: list[float]  # one read-bandwidth probe a round, beside the contenders
+    bandwidth_samples_gbs: list[float]  # one read-bandwidth probe a round, beside TVM and the peers
     probes: str
     numpy_blas: list[dict]
     isa: dict | None  # the target ISA, its features and those the code uses (``bench_tvm.isa_record``)
     instruction_mix: dict[str, dict[str, int]]  # kernel -> family counts
     profile: Profile | None = None  # --profile: every kernel of main at the first T (tools/measure/profile.py)
     measured_on: str = "here"  # where TVM ran: here, or KEY@HOST:PORT (--rpc-tracker; no peers, no roofline)
-    isolation: str = "process"  # every contender in a worker process of its own
+    isolation: str = "process"  # TVM and each peer in a worker process of its own
 
     def as_dict(self) -> dict:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -255,20 +254,20 @@ class BenchResult:
         write_user_file(path, lambda p: p.write_text(json.dumps(self.as_dict(), indent=1)))
 
     @property
-    def contenders(self) -> list[str]:
-        """Every contender: tvm, its other schedules, then the peers."""
+    def names(self) -> list[str]:
+        """Every name timed: tvm, its other builds, then the peers."""
         return list(dict.fromkeys(n for f in self.per_tokens.values() for n in f.median_ms))
 
     def table(self) -> str:
         figures = list(self.per_tokens.values())
         s, la = self.shapes, self.load_average
         head = [f"case={self.case} target={self.target['kind']} preset={self.preset} frontend={self.frontend} "
-                f"schedule={self.schedule} D={s['hidden']} V={s['vocab_shard']}; every contender in its own "
+                f"schedule={self.schedule} D={s['hidden']} V={s['vocab_shard']}; TVM and every peer in its own "
                 f"process, {self.threads} thread{'s' if self.threads > 1 else ''} each",
                 f"load average (1 min) {la['before']:.2f} before the rounds, {la['after']:.2f} after"
                 + (f"; WARNING: {la['warning']}" if la["warning"] else "")]
         rows = [("median ms", *(f"T={f.tokens}" for f in figures))]
-        for name in self.contenders:
+        for name in self.names:
             label = f"tvm:{self.schedule}" if name == TVM else name
             rows.append((label, *("-" if f.median_ms.get(name) is None else f"{f.median_ms[name]:.3f}"
                                   for f in figures)))
@@ -309,13 +308,13 @@ class BenchResult:
         return "\n".join([*head, *body, *notes])
 
     def plot(self, path: str | os.PathLike) -> None:
-        """Median ms per contender, grouped by T (log scale: T sweeps span decades)."""
+        """Median ms per name (TVM's builds, the peers), grouped by T (log scale: T sweeps span decades)."""
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        names, figures = self.contenders, list(self.per_tokens.values())
+        names, figures = self.names, list(self.per_tokens.values())
         width = 0.8 / max(len(names), 1)
         tab10 = plt.get_cmap("tab10").colors
         others = itertools.cycle(tab10[:2] + tab10[3:])  # every colour but TVM's green
@@ -363,7 +362,7 @@ def golden_mismatch(actual, expected, where: str) -> str | None:
 
 def _figures(case: Case, s: Shapes, names: list[str], samples: dict[str, list[float]], unavailable: dict[str, str],
              peaks: dict[str, float] | None, bandwidth: float | None, used: set[str]) -> TokensFigures:
-    """One T's figures; ``names``: every contender, in the order the table shows them."""
+    """One T's figures; ``names``: TVM's builds and the peers, in the order the table shows them."""
     median = {n: statistics.median(samples[n]) for n in names if n in samples}
     useful, moved = flops(case, s, s.tokens), bytes_moved(case, s)
     tvm_ms = median.get(TVM)
@@ -439,7 +438,7 @@ class Race:
                     self.unavailable[t][name] = why
 
     def check(self, golden: dict[int, object]) -> None:
-        """A contender whose output at T is not the golden's is not timed at T."""
+        """A build or peer whose output at T is not the golden's is not timed at T."""
         for r in self.ready.values():
             for name, per_t in r.outputs.items():
                 for t, out in per_t.items():
@@ -448,7 +447,7 @@ class Race:
                         self.unavailable[t][name] = why
 
     def time(self, rounds: int, bandwidth: bool) -> tuple[float, float, list[float]]:
-        """``rounds`` rounds, each asking every contender in turn at every T for a batch (and, with
+        """``rounds`` rounds, each asking TVM and every peer in turn at every T for a batch (and, with
         ``bandwidth``, the TVM worker for a read-bandwidth sample first); the 1-minute load average before and
         after, and the bandwidth samples."""
         timed = [(name, worker) for worker, r in self.ready.items() for name in r.outputs]
@@ -475,7 +474,7 @@ def cold_cache(folder: Path, peer: str) -> dict[str, str]:
 
 
 def _tvm_target(spec: BuildSpec, options: BenchOptions) -> tuple[dict, bool]:
-    """(the target as JSON, whether it is a GPU) of the TVM contender, refused unless it runs here (under RPC
+    """(the target as JSON, whether it is a GPU) of the TVM build, refused unless it runs here (under RPC
     too: its weights are packed here). A prebuilt artifact's comes from its manifest: no compiler needed."""
     if options.artifact is not None:
         return spec.target, spec.target["kind"] == "cuda"
@@ -505,7 +504,7 @@ class _Plan:
 
     @property
     def others(self) -> tuple[tuple[str, BuildSpec], ...]:
-        """The other TVM builds timed beside ``spec``: contender name -> its spec."""
+        """The other TVM builds timed beside ``spec``: its name -> its spec."""
         o, spec = self.options, self.spec
         schedules = (s for s in dict.fromkeys(o.compare_schedules) if s != spec.schedule)
         frontends = (f for f in dict.fromkeys(o.compare_frontends) if f != spec.frontend)
@@ -569,7 +568,7 @@ def _start_workers(plan: _Plan, race: Race, files: InputFiles) -> None:
     o = plan.options
     race.start(TVM, TvmJob(plan.spec, plan.debug, plan.plugin, plan.others, plan.sweep, files, o.number,
                            o.rpc, profiles=plan.profiling is not None, artifact=o.artifact))
-    for p in (p for p in o.contenders if p != TVM):
+    for p in o.peers:
         why = f"runs here; TVM runs on {plan.remote}" if plan.remote else peer_unavailable(p, plan.gpu)
         if why:
             for t in plan.sweep:
@@ -594,7 +593,7 @@ class _Timed:
 def _time(plan: _Plan, inputs: _Inputs, running: contextlib.ExitStack, folder: Path, log) -> _Timed:
     race = Race(folder, plan.threads, plan.sweep, running, log)
     _start_workers(plan, race, inputs.files)
-    with phase("build"):  # each worker builds or compiles its contender, one after the other
+    with phase("build"):  # each worker builds or compiles what it times, one after the other
         race.set_up()
     with phase("run"):
         race.check(inputs.golden)
@@ -615,7 +614,7 @@ def _result(plan: _Plan, timed: _Timed) -> BenchResult:
     used = set(details["kinds_used"])
     peaks = None if probes is None or probes.peak_gflops is None else probes.peaks or {FMA: probes.peak_gflops}
     bandwidth = None if probes is None else probes.bandwidth_gbs
-    names = [TVM, *(name for name, _ in plan.others), *(p for p in o.contenders if p != TVM)]
+    names = [TVM, *(name for name, _ in plan.others), *o.peers]
     per_tokens = {t: _figures(plan.case, s, names, race.samples[t], race.unavailable[t], peaks, bandwidth, used)
                   for t, s in plan.shapes.items()}
     first = plan.shapes[plan.sweep[0]]

@@ -2,18 +2,18 @@
 the model eagerly in torch (``torch_eager``) and through ``torch.compile`` (inductor, ``freezing``, default and
 ``max-autotune``), on the file's example inputs.
 
-The rules are ``bench``'s (``tools/bench/bench.py``): every contender in a worker process of its own with the same
+The rules are ``bench``'s (``tools/bench/bench.py``): TVM and every peer in a worker process of its own with the same
 thread count, set up one after the other, checked before it is timed, timed side by side in rounds, medians reported,
 compile times apart, the load average around the rounds. What differs:
 
 - **One size.** A module file is timed at its example inputs (its symbolic sizes have no sweep).
-- **The TVM contender is an artifact.** The build happens here, once (its time is the compile time), into an
+- **TVM runs an artifact.** The build happens here, once (its time is the compile time), into an
   artifact folder (``artifact.module_artifact``); the TVM worker loads it with the runtime, so it runs no torch
   op and no export, and times ``main`` with the parameters packed once.
 - **The peers run the file's own model**, ``model()`` with the parameters of the model the build exported
   (``state_dict``: a model that initialises randomly is still the same model), on the same example inputs.
 - **The reference** is the golden of ``check --module`` (torch eagerly, or a TVMScript module's unscheduled CPU
-  build); every output of a contender must match it (``bench.PEER_CHECK``, BF16-level) before it is timed. A
+  build); every output of TVM and of each peer must match it (``bench.PEER_CHECK``, BF16-level) before it is timed. A
   TVMScript module has no torch model: its peers are unavailable.
 - **The floor** is the memory term of a roofline: every input, parameter and output moved once at the bandwidth of
   a device copy sampled each round (a module's FLOPs are not counted).
@@ -51,23 +51,23 @@ STATE_DICT = "state_dict.pt"
 
 @dataclasses.dataclass(frozen=True)
 class ModuleBenchOptions:
-    """How ``bench --module`` races: ``contenders`` those of ``MODULE_PEERS`` that race TVM (TVM always runs);
+    """How ``bench --module`` races: ``peers`` those of ``MODULE_PEERS`` that race TVM (TVM always runs);
     ``rounds``; ``number`` calls per timed batch (None: about 50 ms); ``threads`` every worker's (None: every
     usable core)."""
 
-    contenders: tuple[str, ...] = tuple(MODULE_PEERS)
+    peers: tuple[str, ...] = tuple(MODULE_PEERS)
     rounds: int = 7
     number: int | None = None
     threads: int | None = None
 
     def __post_init__(self):
-        contenders = (self.contenders,) if isinstance(self.contenders, str) else tuple(self.contenders)
-        unknown = [c for c in contenders if c != TVM and c not in MODULE_PEERS]
+        peers = (self.peers,) if isinstance(self.peers, str) else tuple(self.peers)
+        unknown = [p for p in peers if p not in MODULE_PEERS]
         if unknown:
-            raise UsageError(f"unknown contender {unknown[0]!r} for a module file; choose from "
-                             f"{', '.join(MODULE_PEERS)}")
+            raise UsageError(f"unknown peer {unknown[0]!r} for a module file; choose from "
+                             f"{', '.join(MODULE_PEERS)} (TVM always runs)")
         check_race_counts(self.rounds, self.number, self.threads)
-        object.__setattr__(self, "contenders", tuple(c for c in MODULE_PEERS if c in contenders))
+        object.__setattr__(self, "peers", tuple(p for p in MODULE_PEERS if p in peers))
 
 
 # ---- the workers ------------------------------------------------------------------------------------------
@@ -105,7 +105,7 @@ class ModuleTvmWorker:
     def _batch_ms(self, calls: int) -> float:
         return self.vm.time_evaluator("main", self.device, number=calls, repeat=1)(*self.args).mean * 1e3
 
-    def time_ms(self, _contender: str, _tokens: int) -> float:
+    def time_ms(self, _name: str, _tokens: int) -> float:
         return self._batch_ms(self.calls)
 
     def bandwidth_gbs(self) -> float:
@@ -116,7 +116,7 @@ class ModuleTvmWorker:
 
 @dataclasses.dataclass(frozen=True)
 class ModuleBenchResult:
-    """A ``bench --module`` run: every contender's median ms (None: ``unavailable`` says why) and samples, the
+    """A ``bench --module`` run: TVM's and every peer's median ms (None: ``unavailable`` says why) and samples, the
     memory floor (``bytes`` at the median copy bandwidth), the best peer and its ratio to TVM (above 1: TVM is
     faster), compile seconds apart, and how it was measured."""
 
@@ -149,11 +149,11 @@ class ModuleBenchResult:
         la = self.load_average
         shapes = ", ".join(f"{n}{s}" for n, s in self.inputs.items())
         head = [f"module {self.module} ({self.kind}) target={self.target['kind']} schedule={self.schedule} "
-                f"inputs {shapes}; every contender in its own process, {self.threads} thread"
+                f"inputs {shapes}; TVM and every peer in its own process, {self.threads} thread"
                 f"{'s' if self.threads > 1 else ''} each",
                 f"load average (1 min) {la['before']:.2f} before the rounds, {la['after']:.2f} after"
                 + (f"; WARNING: {la['warning']}" if la["warning"] else "")]
-        rows = [("contender", "median ms", "samples")]
+        rows = [("timed", "median ms", "samples")]
         for name, ms in self.median_ms.items():
             rows.append((f"tvm:{self.schedule}" if name == TVM else name, "-" if ms is None else f"{ms:.4f}",
                          str(len(self.samples_ms.get(name, [])))))
@@ -230,7 +230,7 @@ def _build(spec: ModuleSpec, folder: Path) -> _Build:
 
 def _start_peers(race: Race, user, options: ModuleBenchOptions, folder: Path, device: str, threads: int) -> None:
     """A worker per torch peer (a TVMScript module has none: unavailable, with why)."""
-    peers = [p for p in options.contenders if p != TVM]
+    peers = list(options.peers)
     if user.kind != "torch":
         for p in peers:
             race.unavailable[EXAMPLE][p] = "a TVMScript module file has no torch model to run"
@@ -255,7 +255,7 @@ def _start_peers(race: Race, user, options: ModuleBenchOptions, folder: Path, de
 def _result(spec: ModuleSpec, tgt, options: ModuleBenchOptions, race: Race, build: _Build,
             load: tuple[float, float], bandwidths: list[float]) -> ModuleBenchResult:
     samples, unavailable, user = race.samples[EXAMPLE], race.unavailable[EXAMPLE], build.user
-    names = [TVM, *(p for p in options.contenders if p != TVM)]
+    names = [TVM, *options.peers]
     median = {n: statistics.median(samples[n]) if samples.get(n) else None for n in names}
     peers = {n: ms for n, ms in median.items() if n != TVM and ms is not None}
     best = min(peers, key=peers.get) if peers else None

@@ -76,5 +76,5 @@ class ModulePeerWorker(TorchWorker):
         self.calls = calls_per_batch(lambda calls: self.batch_ms(run, calls), job.number)
         return ready
 
-    def time_ms(self, _contender: str, _tokens: int) -> float:
+    def time_ms(self, _name: str, _tokens: int) -> float:
         return self.batch_ms(self.run, self.calls)

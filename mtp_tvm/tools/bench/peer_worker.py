@@ -226,6 +226,6 @@ class PeerWorker(TorchWorker):
             ready.details["numpy_blas"] = numpy_blas_info()
         return ready
 
-    def time_ms(self, contender: str, tokens: int) -> float:
+    def time_ms(self, name: str, tokens: int) -> float:
         """Milliseconds per call over one batch at ``tokens``."""
         return self.batch_ms(*self.runs[tokens])

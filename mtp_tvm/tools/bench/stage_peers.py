@@ -23,7 +23,7 @@ from ...contract.presets import INT8_AMAX_EPS, INT8_SCALE_MAX, Shapes
 
 @dataclasses.dataclass(frozen=True)
 class StagePeers:
-    """One stage's bench contenders: its torch and its numpy implementation (see the module docstring)."""
+    """One stage's bench peers: its torch and its numpy implementation (see the module docstring)."""
 
     torch: Callable[[dict, Shapes, torch.dtype], Callable]
     numpy: Callable[[dict, Shapes], Callable]

@@ -1,8 +1,8 @@
-"""``bench``'s TVM contenders in their worker process (``tools/bench/worker.py``): the build (one binary for every
+"""``bench``'s TVM builds in their worker process (``tools/bench/worker.py``): the build (one binary for every
 T: its token dim is symbolic) and every ``--compare-schedules`` / ``--compare-frontends`` build, each ``main``
 timed by the library's ``time_evaluator`` with the weights packed once (``main_transform_params`` runs at setup,
 outside the timing), here or on a TVM RPC server (``tools/remote.py``). The same worker measures the roofline
-probes (the bandwidth once a round, beside the contenders) and, with ``--profile``, every kernel of ``main``. It
+probes (the bandwidth once a round, beside TVM and the peers) and, with ``--profile``, every kernel of ``main``. It
 reads its inputs as numpy arrays and runs no torch op.
 
 It also says why the figures are what they are: the FMA / dot-product instructions in each kernel's assembly
@@ -43,9 +43,9 @@ def isa_record(compiled: CompiledCase, used: set[str]) -> dict | None:
 
 @dataclasses.dataclass(frozen=True)
 class TvmJob:
-    """The TVM contenders of one bench: ``spec`` built (its ``tokens``: the profile's T) with ``debug`` (user
+    """The TVM builds of one bench: ``spec`` built (its ``tokens``: the profile's T) with ``debug`` (user
     passes only as a plugin file, ``plugin``: a loaded module does not travel between processes), and once per
-    other build of ``others`` (contender name -> its spec: another schedule or frontend); timed at every T of
+    other build of ``others`` (its name -> its spec: another schedule or frontend); timed at every T of
     ``tokens`` on ``inputs``, ``number`` calls per
     batch (None: about ``bench_worker.SAMPLE_MS``), here or on ``rpc = (HOST:PORT, key)``. ``profiles``: a
     ``profile`` call will follow, so a dumping build's run folder stays open for its ``profile.json``.
@@ -68,12 +68,12 @@ class TvmJob:
 
 
 class TvmWorker:
-    """The builds and their timers (contender -> T -> ``time_ms(number)``), made by ``setup``."""
+    """The builds and their timers (build name -> T -> ``time_ms(number)``), made by ``setup``."""
 
     def __init__(self, job: TvmJob):
         self.job = job
         self.builds: dict[str, Runnable] = {}
-        self.timers: dict[str, dict[int, tuple]] = {}  # contender -> T -> (ms per call of a batch, calls)
+        self.timers: dict[str, dict[int, tuple]] = {}  # build name -> T -> (ms per call of a batch, calls)
         self.arrays: dict[int, list] = {}
         self.stream: StreamProbe | CopyProbe | None = None  # the bandwidth probe (made at setup when TVM runs here)
         self.device = None
@@ -146,13 +146,13 @@ class TvmWorker:
 
         return RemoteMain(build.executable, build.target, args, *self.job.rpc)
 
-    def time_ms(self, contender: str, tokens: int) -> float:
-        """Milliseconds per call of ``contender``'s ``main`` over one batch at ``tokens``."""
-        time_ms, calls = self.timers[contender][tokens]
+    def time_ms(self, name: str, tokens: int) -> float:
+        """Milliseconds per call of build ``name``'s ``main`` over one batch at ``tokens``."""
+        time_ms, calls = self.timers[name][tokens]
         return time_ms(calls)
 
     def bandwidth_gbs(self) -> float:
-        """One read-bandwidth sample, timed in a round beside the contenders."""
+        """One read-bandwidth sample, timed in a round beside TVM and the peers."""
         return self.stream.gbs()
 
     def probes(self) -> Probes:

@@ -1,10 +1,10 @@
-"""``bench``'s worker processes: every contender runs in a process of its own, so no two thread pools (TVM's,
+"""``bench``'s worker processes: TVM and each peer run in a process of their own, so no two thread pools (TVM's,
 torch's OpenMP, OpenBLAS's) ever share the cores, and the bench process drives them over pipes.
 
 Protocol: the parent starts ``python -c 'from mtp_tvm.tools.bench.worker import serve; serve()'`` and writes
 frames (an 8-byte length, then a pickle) to its stdin; the worker answers on a duplicate of its stdout (fd 1
 itself is pointed at stderr, so a library that prints cannot corrupt a frame). The first frame is a *job*, a
-picklable object whose ``open()`` returns the object served (unpickling it imports what the contender needs);
+picklable object whose ``open()`` returns the object served (unpickling it imports what the timed code needs);
 the worker answers its pid. Every later frame is ``(method, args)``, answered ``("ok", value)``,
 ``("raise", MtpError)`` (re-raised in the parent as it is) or ``("fail", "Type: message")`` (a bug or a
 library error: ``WorkerFailed``, the traceback in the worker's stderr). End of input ends the worker.
@@ -15,7 +15,7 @@ bench ends, fails or is interrupted; and the kernel kills a worker whose parent 
 of its stderr (a file next to the inputs), never waited for: the parent polls the process while it reads.
 
 Between two timed batches the parent lets the previous worker go quiet (``Worker.settle``): OpenBLAS's threads
-spin about 0.1 s after a call and would steal the next contender's cores.
+spin about 0.1 s after a call and would steal the next worker's cores.
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ class InputFiles:
 
 @dataclasses.dataclass
 class Ready:
-    """A worker's answer to ``setup``, per contender it times (a peer: itself; TVM: each schedule) and T: its
+    """A worker's answer to ``setup``, per name it times (a peer: itself; TVM: each build) and T: its
     output (the case's last, as FP32, for the check against the golden) or why it cannot run; its compile
     seconds, apart from every timed figure (a float: once for every T; a dict: per T); and ``details`` that only
     this worker can tell (numpy's BLAS; the TVM build's instructions)."""
@@ -145,7 +145,7 @@ class Ready:
 def calls_per_batch(batch_ms: Callable[[int], float], number: int | None) -> int:
     """Calls per timed batch: ``number`` when given, else enough for about ``SAMPLE_MS``. ``batch_ms(calls)``
     times a batch (ms per call); batches of 1, 2, 4 ... calls run until one lasts ``SIZING_MS`` (one call alone
-    is too noisy on a loaded machine), which also warms the contender up."""
+    is too noisy on a loaded machine), which also warms the timed code up."""
     calls = 1
     while (ms := batch_ms(calls)) * calls < SIZING_MS and calls < MAX_CALLS:
         calls *= 2
@@ -286,7 +286,7 @@ def serve() -> None:
     """The worker's main loop (see the module docstring)."""
     _die_with_parent(int(os.environ[PARENT_ENV]))
     replies = os.dup(1)
-    os.dup2(2, 1)  # prints of the contender's libraries go to stderr, never into a frame
+    os.dup2(2, 1)  # prints of the timed code's libraries go to stderr, never into a frame
     job = _receive(0)
     if job is None:
         return

@@ -249,7 +249,7 @@ def _dot_peak(plan: ProbePlan, target, kind: str, dev, rounds: int) -> float:
 
 class StreamProbe:
     """The read-bandwidth probe, built once and timed as often as asked: ``bench`` times it in every round beside
-    the contenders, since a shared machine's bandwidth drifts by tens of percent between seconds."""
+    TVM and its peers, since a shared machine's bandwidth drifts by tens of percent between seconds."""
 
     def __init__(self, target, plan: ProbePlan | None = None):
         self.plan = plan or ProbePlan.for_target(target)
