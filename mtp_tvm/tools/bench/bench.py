@@ -1,5 +1,5 @@
 """``bench``: time a case's TVM build against what a user would run instead, TVM and each peer in a process of its
-own but side by side, at every T of a sweep, against this machine's roofline (``tools/measure/peaks.py``), and say
+own but side by side, at every T of a sweep, against this machine's roofline (``tools/measure/roofline.py``), and say
 why: the ISA the build targets, the FMA / dot-product instructions in each kernel's assembly, and the peak of
 the instruction the GEMMs run on.
 

@@ -1,5 +1,5 @@
 """``--profile``: the time of every kernel ``main`` calls, its share of the measured ``main``, and what it
-achieves against this machine's roofline (``tools/measure/peaks.py``).
+achieves against this machine's roofline (``tools/measure/roofline.py``).
 
 TVM 0.27's Relax VM has no profiler (``VirtualMachine(profile=True)`` is gone), so the profile is made in two
 steps:
