@@ -240,7 +240,7 @@ def _start_peers(race: Race, user, options: ModuleBenchOptions, folder: Path, de
     from .bench_peers import peer_unavailable
     from .module_peers import ModulePeerJob
 
-    torch.save(user.model.state_dict(), folder / STATE_DICT)
+    torch.save(dict(user.program.state_dict), folder / STATE_DICT)
     files = InputFiles.write(folder, {n: s.dtype for n, s in user.input_specs.items()}, user.activation_names,
                              {EXAMPLE: dict(user.examples)})
     for p in peers:
