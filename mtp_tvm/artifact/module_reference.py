@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 
+from ..artifact.manifest import artifact_file
 from ..compiler.tensors import read_npz
 from ..support.errors import UsageError
 from ..verify.golden_check import Provenance
@@ -17,10 +18,16 @@ EXAMPLE_INPUTS = "example_inputs.npz"
 REFERENCE_OUTPUTS = "reference_outputs.npz"
 
 
-def _stored(artifact, key: str) -> dict:
+def _stored(artifact, key: str, section: str) -> dict:
+    """The arrays of one stored file (``key`` in the module section), named as the manifest's ``section``."""
     m = artifact.manifest
-    specs = {**m["inputs"], **m["outputs"]}
-    return read_npz(artifact.path / m["module"][key], {n: s["dtype"] for n, s in specs.items()})
+    specs = m[section]
+    path = artifact_file(artifact.path, m["module"][key])
+    arrays = read_npz(path, {n: s["dtype"] for n, s in specs.items()})
+    if set(arrays) != set(specs):
+        raise UsageError(f"{path} holds {', '.join(sorted(arrays))}; the manifest's {section} are "
+                         f"{', '.join(specs)}")
+    return arrays
 
 
 def stored_inputs(artifact, tokens: int | None, seed: int) -> dict:
@@ -28,7 +35,7 @@ def stored_inputs(artifact, tokens: int | None, seed: int) -> dict:
     if tokens is not None or seed:
         raise UsageError(f"{artifact.path} is a module file's artifact: it runs on its stored example inputs; "
                          "--tokens and --seed do not apply")
-    return _stored(artifact, "example_inputs")
+    return _stored(artifact, "example_inputs", "inputs")
 
 
 def check_module_artifact(artifact, seed: int, tokens: int | None, tolerance, report,
@@ -45,7 +52,7 @@ def check_module_artifact(artifact, seed: int, tokens: int | None, tolerance, re
     seconds = time.perf_counter() - t0
     m = artifact.manifest
     built = Provenance(m["target"], m["frontend"], m["schedule"]["name"], m["build"]["compile_seconds"])
-    result = check_outputs(m["case"], m["shapes"], built, actual, _stored(artifact, "reference_outputs"),
+    result = check_outputs(m["case"], m["shapes"], built, actual, _stored(artifact, "reference_outputs", "outputs"),
                            ModuleTolerance(), seconds)
     if report is not None:
         result.write_report(report)
