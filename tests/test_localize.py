@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import mtp_tvm
-from helpers import EXAMPLES, QUIET
+from helpers import EXAMPLES, QUIET, slow_except
 from mtp_tvm.cli import main
 from mtp_tvm.passes.plugins import load_pass_plugin
 from mtp_tvm.support.errors import UsageError
@@ -145,3 +145,24 @@ def test_against_parses_several_keys_and_drops_the_test_builds_debugging_changes
     assert debug.extra_passes is None and debug.disable_passes == () and debug.bisect_limit is None
     with pytest.raises(UsageError, match="max-mb"):
         localize(case="tail", preset="tiny", against="schedule=none", max_mb=0, **QUIET)
+
+
+@pytest.mark.parametrize("bad", slow_except(["tolerance deleted", "atol -1", "atol a string", "no test side"],
+                                            {"tolerance deleted", "atol a string", "no test side"}))
+def test_a_kernel_reproducer_with_a_bad_tolerance_or_field_is_broken_2_not_reproduced_1(broken, tmp_path, bad):
+    folder = tmp_path / "kernel_repro"
+    shutil.copytree(broken.kernel_repro_dir, folder)
+    spec = json.loads((folder / "kernel.json").read_text())
+    if bad == "tolerance deleted":
+        del spec["tolerance"]
+    elif bad == "no test side":
+        del spec["test"]
+    else:
+        spec["tolerance"]["atol"] = -1.0 if bad == "atol -1" else "x"
+    (folder / "kernel.json").write_text(json.dumps(spec))
+    lines = []
+    assert rerun(folder, log=lines.append) == 2 and lines[-1].startswith("repro: error:"), lines
+    if bad == "atol -1":  # the launcher too: exit 2, one line (the launcher is a subprocess: slow only)
+        run = subprocess.run([sys.executable, str(folder / "repro.py")], capture_output=True, text=True,
+                             cwd=tmp_path)
+        assert run.returncode == 2 and "Traceback" not in run.stderr, run.stdout + run.stderr

@@ -14,8 +14,9 @@ import tvm
 from ..support.atomic_file import write_user_file
 from ..support.errors import UsageError
 
-NUMPY_DTYPES = {"bfloat16": np.dtype(ml_dtypes.bfloat16), "float32": np.dtype(np.float32),
-                "float16": np.dtype(np.float16), "int8": np.dtype(np.int8), "int32": np.dtype(np.int32)}
+NUMPY_DTYPES = {"bfloat16": np.dtype(ml_dtypes.bfloat16),  # every dtype a kernel can take or return, by TVM's name
+                **{name: np.dtype(name) for name in ("float64", "float32", "float16", "int64", "int32", "int16",
+                                                     "int8", "uint8", "bool")}}
 
 
 def to_numpy(x) -> np.ndarray:

@@ -21,6 +21,7 @@ import dataclasses
 import json
 import shlex
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import tvm
@@ -151,8 +152,14 @@ def rerun(folder: Path, log=print) -> int:
     """Rebuild and re-check a reproducer folder: ``REPRODUCED`` (1) when the failure reproduces,
     ``NOT_REPRODUCED`` (0) when it does not, ``BROKEN`` (2, with one line saying why) when the folder cannot be
     rerun (a missing or damaged file), which must never read as either."""
+    return guarded_rerun(_rerun, folder, log)
+
+
+def guarded_rerun(body: Callable[[Path, Callable], int], folder: Path, log) -> int:
+    """``body(folder, log)``, the verdict of a reproducer, with anything it raises (a missing or damaged file, a bad
+    tolerance, a kernel that no longer builds) as ``BROKEN`` and one line why."""
     try:
-        return _rerun(folder, log)
+        return body(folder, log)
     except MtpError as e:
         log(f"repro: error: {e}")
     except Exception as e:  # a missing file, bad JSON, a module.py that no longer parses or builds
