@@ -22,6 +22,7 @@ from .ir.frontend_names import FRONTEND_NAMES
 from .schedule.tune_space import TuneSpace
 from .spec.cases import CASES
 from .spec.presets import PRESETS
+from .support.atomic_file import require_writable
 from .support.errors import MtpError, UsageError
 from .support.native_log import VERBOSE_ENV
 from .support.timing import phase, start, time_line
@@ -64,8 +65,17 @@ def _add_schedule_arg(p: argparse.ArgumentParser) -> None:
                         "tuned, or another name a schedule file defines (default: default)")
 
 
+def _non_empty(flag: str):
+    """An argparse ``type`` refusing an empty value (``--module ''`` used to mean no module at all)."""
+    def parse(text: str) -> str:
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"{flag} needs a value, got an empty one")
+        return text
+    return parse
+
+
 def _add_module_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--module", default=None, metavar="FILE.py",
+    p.add_argument("--module", default=None, metavar="FILE.py", type=_non_empty("--module"),
                    help="your own model instead of a case: FILE.py defines model() (a torch.nn.Module) and "
                         "example_inputs(), optionally dynamic_shapes(); or module() (a tvm.IRModule with a Relax "
                         "main) and example_inputs() (numpy arrays). See examples/ and the README")
@@ -102,7 +112,7 @@ def _add_build_args(p: argparse.ArgumentParser) -> None:
     _add_target_args(p)
     p.add_argument("--tokens", type=int, default=None, help="token count T (default: the preset's B*S = 8)")
     _add_schedule_arg(p)
-    p.add_argument("--dump-passes", nargs="?", const=True, default=None, metavar="DIR",
+    p.add_argument("--dump-passes", nargs="?", const=True, default=None, metavar="DIR", type=_non_empty("--dump-passes"),
                    help="dump the IR after every pass into a new run folder under DIR (default dumps/)")
     p.add_argument("--dump-only-changed", action="store_true", help="dump files only for passes that changed the IR")
     p.add_argument("--dump-filter", metavar="REGEX", help="dump files only for passes whose name matches REGEX")
@@ -249,6 +259,7 @@ def _cmd_localize(args) -> int:
     if args.module:
         raise UsageError("localize compares two builds of a case; with --module, use bisect --module or "
                          "check --module --dump-passes and dumps compare")
+    require_writable(args.report, "--report")
     spec, debug = _build_spec(args), _debug_options(args)
     with phase("import"):
         from .tools.localize import localize
@@ -269,6 +280,15 @@ def _check_exit(args, result) -> int:
     return 0 if result.passed else 1
 
 
+def _rpc(args) -> tuple[str, str] | None:
+    """``(tracker, key)`` of ``--rpc-tracker``/``--rpc-key``; a key without a tracker is refused, not ignored."""
+    if args.rpc_tracker:
+        return args.rpc_tracker, args.rpc_key
+    if _given_flags(args, args.command, ("rpc_key",)):
+        raise UsageError("--rpc-key names a server of an --rpc-tracker; give the tracker, or drop --rpc-key")
+    return None
+
+
 def _cmd_tune(args) -> int:
     spec = BuildSpec(case=args.case, target=args.target, preset=args.preset, frontend=args.frontend,
                      vocab_shard=args.vocab_shard)
@@ -278,7 +298,7 @@ def _cmd_tune(args) -> int:
         spec.resolve()
     from .tools.tune import TuneOptions, tune
 
-    rpc = (args.rpc_tracker, args.rpc_key) if args.rpc_tracker else None
+    rpc = _rpc(args)
     options = TuneOptions(trials=args.trials, work_dir=args.work_dir, seed=args.seed, rpc=rpc, space=args.space,
                           module=args.module)
     r = tune(spec, options, log=lambda line: print(line, file=sys.stderr))
@@ -293,8 +313,14 @@ def _cmd_tune(args) -> int:
 
 def _cmd_check_prebuilt(args) -> int:
     """``check --compile-only`` (build the artifact, discard it) and ``check --artifact DIR`` (no compile)."""
-    if args.profile:
-        raise UsageError("--profile times a fresh build's kernels; drop --artifact/--compile-only")
+    for flag, given in (("--profile", args.profile), ("--nan-check", args.nan_check)):
+        if given:  # both run a fresh build's kernels one by one
+            raise UsageError(f"{flag} runs a fresh build's kernels; drop --artifact/--compile-only")
+    unused = _given_flags(args, "check", ("max_error_ratio", "atol", "rtol", "max_e2e_abs_diff", "perturb_logit",
+                                          *(("seed", "report") if not args.artifact else ())))
+    if unused:
+        raise UsageError(f"{'--artifact checks with the default tolerances' if args.artifact else '--compile-only runs no check'}"
+                         f", so {', '.join(unused)} cannot apply; drop them")
     if args.compile_only and not args.artifact:
         spec, debug = _build_spec(args), _debug_options(args)
         from .artifact.export import build, describe
@@ -382,6 +408,7 @@ def _refuse_build_flags(args, command: str) -> None:
 def _cmd_inputs(args) -> int:
     """The seeded inputs ``check`` draws, as an ``.npz`` for ``run --inputs``: of a case (no build) or of an
     artifact (its manifest's case and sizes)."""
+    require_writable(args.out, "--out", force=args.force)
     if args.artifact:
         _refuse_build_flags(args, "inputs")
         from .artifact.load import load
@@ -432,6 +459,8 @@ def _cmd_bisect(args) -> int:
 
     if debug.bisect_limit is not None:
         raise UsageError("bisect chooses the --bisect-limit itself; drop it")
+    if args.func and not args.schedule_trace:
+        raise UsageError("--func names the PrimFunc of a --schedule-trace; give the trace, or drop --func")
     if args.schedule_trace:
         if not args.func:
             raise UsageError("--schedule-trace needs --func NAME (the PrimFunc the trace schedules)")
@@ -505,20 +534,26 @@ def _bench_spec(args) -> tuple[BuildSpec | None, tuple[str, ...]]:
 
 
 def _cmd_bench_module(args) -> int:
-    """``bench --module FILE.py``: the user's own model against torch eager and torch.compile."""
+    """``bench --module FILE.py``: the user's own model against torch eager and torch.compile; ``bench --artifact``
+    of a module file's artifact: its binary on its stored example inputs."""
     _refuse_case_options(args, "bench")
-    given = _given_flags(args, "bench", ("artifact", "compare_schedules", "compare_frontends", "rpc_tracker",
-                                         "profile", "plot"), ("--module", "x.py"))
+    prebuilt = args.module is None
+    refused = ("compare_schedules", "compare_frontends", "rpc_tracker", "rpc_key", "profile", "plot",
+               *(("target", "schedule") if prebuilt else ("artifact",)))
+    given = _given_flags(args, "bench", refused, ("--module", "x.py"))
     if given:
-        raise UsageError(f"bench --module times your file at its example inputs; {', '.join(given)} cannot apply")
+        raise UsageError(f"bench {'--artifact' if prebuilt else '--module'} times a module file's binary at its "
+                         f"example inputs; {', '.join(given)} cannot apply")
+    require_writable(args.json, "--json")
     with phase("import"):
         from .tools.bench import parse_contenders
         from .tools.module_bench import ModuleBenchOptions, bench_module
 
     options = ModuleBenchOptions(rounds=args.rounds, threads=args.threads,
                                  **({"contenders": parse_contenders(args.contenders)} if args.contenders else {}))
-    result = bench_module(args.module, options=options, target=args.target, schedule=args.schedule,
-                          log=lambda line: print(line, file=sys.stderr, flush=True))
+    where = {"artifact": args.artifact} if prebuilt else {"target": args.target, "schedule": args.schedule}
+    result = bench_module(args.module, options=options, log=lambda line: print(line, file=sys.stderr, flush=True),
+                          **where)
     print(result.table())
     if args.json:
         result.write_json(args.json)
@@ -528,8 +563,14 @@ def _cmd_bench_module(args) -> int:
 
 
 def _cmd_bench(args) -> int:
-    if args.module:
+    if args.artifact:
+        from .artifact.manifest import read_manifest
+
+        module_artifact = "module" in read_manifest(args.artifact)
+    if args.module or (args.artifact and module_artifact):
         return _cmd_bench_module(args)
+    require_writable(args.json, "--json")
+    require_writable(args.plot, "--plot")
     spec, compare = _bench_spec(args)
     with phase("import"):
         from .tools.bench import BenchOptions, bench, parse_contenders, parse_tokens
@@ -537,7 +578,7 @@ def _cmd_bench(args) -> int:
     options = BenchOptions(tokens=parse_tokens(args.tokens) if args.tokens else (), rounds=args.rounds,
                            threads=args.threads, compare_schedules=compare,
                            compare_frontends=_names(args.compare_frontends), profile=args.profile,
-                           rpc=(args.rpc_tracker, args.rpc_key) if args.rpc_tracker else None,
+                           rpc=_rpc(args),
                            artifact=args.artifact,
                            **({"contenders": parse_contenders(args.contenders)} if args.contenders else {}))
     result = bench(spec, options, log=lambda line: print(line, file=sys.stderr, flush=True))
@@ -693,6 +734,7 @@ def _add_inputs_command(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--artifact", default=None, metavar="DIR",
                    help="the inputs of this artifact (its case and sizes; --tokens and --seed still apply)")
     p.add_argument("--out", required=True, metavar="IN.npz", help="the .npz to write")
+    p.add_argument("--force", action="store_true", help="replace --out if it exists")
     p.set_defaults(handler=_cmd_inputs)
 
 
