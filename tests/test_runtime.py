@@ -178,6 +178,8 @@ def _inference(w: torch.Tensor) -> torch.Tensor:
                                              r"\(3, 5\)"),
     (lambda w: {WEIGHT: to_numpy(_nan_at(w, (7, 1)))}, r"1 non-finite values \(NaN/Inf\), the first at \(7, 1\)"),
     (lambda w: {WEIGHT: _inference(w)}, rf"weight '{WEIGHT}' is a torch inference tensor"),
+    (lambda w: {WEIGHT: w.to("meta")}, r"a torch.strided tensor on the meta device \(512, 256\) has no values"),
+    (lambda w: {WEIGHT: w.float().to_sparse()}, r"a torch.sparse_coo tensor on the cpu device"),
 ])
 def test_bad_weights_at_bind_are_one_line_usage_errors(logits, make, message):
     weights = make(logits.case.make_inputs(logits.shapes, 0)[WEIGHT])
@@ -192,6 +194,7 @@ def test_bad_weights_at_bind_are_one_line_usage_errors(logits, make, message):
     (lambda h, w: {"hidden_states": h.float()}, "input 'hidden_states' has dtype float32, expected bfloat16"),
     (lambda h, w: {"hidden_states": _nan_at(h, (1, 2))}, r"'hidden_states' has 1 non-finite .* first at \(1, 2\)"),
     (lambda h, w: {"hidden_states": h[:0]}, "0 tokens"),
+    (lambda h, w: {"hidden_states": h.to("meta")}, "tensor on the meta device"),
 ])
 def test_bad_activations_of_a_bound_run_are_one_line_usage_errors(logits, make, message):
     inputs = logits.case.make_inputs(logits.shapes, 0)
@@ -199,6 +202,12 @@ def test_bad_activations_of_a_bound_run_are_one_line_usage_errors(logits, make, 
     with pytest.raises(UsageError, match=message) as e:
         bound.run(make(inputs["hidden_states"], inputs[WEIGHT]))
     assert len(str(e.value).splitlines()) == 1
+
+
+def test_a_meta_tensor_given_to_run_is_a_usage_error(logits):
+    inputs = logits.case.make_inputs(logits.shapes, 0)
+    with pytest.raises(UsageError, match="tensor on the meta device"):
+        logits.run({**inputs, "hidden_states": inputs["hidden_states"].to("meta")})
 
 
 def test_make_inputs_are_the_seeded_inputs_check_draws_on_builds_and_artifacts(compiled, tmp_path):

@@ -24,6 +24,9 @@ def to_numpy(x) -> np.ndarray:
     bit-exactly. Only the torch calls needed are made: each costs tens of microseconds per call of a decode loop
     (a kernel that streams the weights leaves every cache cold)."""
     if isinstance(x, torch.Tensor):
+        if x.device.type == "meta" or x.layout != torch.strided:
+            raise UsageError(f"a {x.layout} tensor on the {x.device.type} device {tuple(x.shape)} has no values to "
+                             "run on: give dense tensors with data (on the CPU or the target's device)")
         x = x.detach() if x.requires_grad else x
         x = x if x.device.type == "cpu" else x.cpu()
         if x.dtype == torch.bfloat16:
