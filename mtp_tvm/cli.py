@@ -542,8 +542,9 @@ def _cmd_bench_module(args) -> int:
                *(("target", "schedule") if prebuilt else ("artifact",)))
     given = _given_flags(args, "bench", refused, ("--module", "x.py"))
     if given:
-        raise UsageError(f"bench {'--artifact' if prebuilt else '--module'} times a module file's binary at its "
-                         f"example inputs; {', '.join(given)} cannot apply")
+        what = ("bench --artifact times a module file's artifact on its stored example inputs" if prebuilt
+                else "bench --module times your file at its example inputs")
+        raise UsageError(f"{what}; {', '.join(given)} cannot apply")
     require_writable(args.json, "--json")
     with phase("import"):
         from .tools.bench import parse_contenders
