@@ -6,6 +6,7 @@ import dataclasses
 import os
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -123,6 +124,22 @@ def test_a_torch_weight_changed_in_place_is_packed_again_by_run_and_refused_by_a
     assert not _same(after, before) and _same(after, logits.run({**inputs, WEIGHT: inputs[WEIGHT].clone()}))
     bound.rebind(weights)
     assert _same(bound.run(acts), after)
+
+
+def test_making_a_numpy_weight_read_only_is_said_once_and_torch_weights_are_left_alone(logits, monkeypatch):
+    from mtp_tvm.compiler import weights
+
+    monkeypatch.setattr(weights, "_warned", [])
+    inputs = logits.case.make_inputs(logits.shapes, 0)
+    acts, _ = _split(logits, inputs)
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        logits.run({**acts, WEIGHT: inputs[WEIGHT]})  # a torch tensor: watched by its version counter, untouched
+        assert not said
+        for _ in range(2):
+            logits.run({**acts, WEIGHT: to_numpy(inputs[WEIGHT]).copy()})
+    assert [w.category for w in said] == [weights.ReadOnlyWeightWarning]
+    assert f"numpy weight '{WEIGHT}' read-only" in str(said[0].message) and said[0].filename == __file__
 
 
 def test_a_bound_numpy_weight_is_read_only_and_made_writeable_it_is_refused(logits):
