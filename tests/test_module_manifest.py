@@ -68,8 +68,8 @@ EDITS = {
     "num_input a bool": (_set("module", "num_input", True), "module.num_input: expected an integer"),
     "num_input too many": (_set("module", "num_input", 99), "module.num_input: expected an integer in [0, "),
     "returns_tuple not a bool": (_set("module", "returns_tuple", "no"), "module.returns_tuple: expected true or false"),
-    "returns_tuple flipped": (_set("module", "returns_tuple", True), "main returns one tensor in the library, but "
-                              "the manifest's module.returns_tuple is true"),
+    "returns_tuple flipped": (_set("module", "returns_tuple", True), "main returned one tensor, but its description "
+                              "says a tuple"),
     "example_inputs missing": (_set("module", "example_inputs", KeyError),
                                "module.example_inputs: expected a file name inside the artifact, got None"),
     "example_inputs outside": (_outside, "module.example_inputs: expected a file name inside the artifact, got "

@@ -111,10 +111,6 @@ def check_signature(vm, stats: str, manifest: dict) -> str | None:
     ret = _RETURN.search(stats)
     if ret is not None:
         returned = _tensors(ret.group(1))
-        module = manifest.get("module")
-        if module and module["returns_tuple"] != ret.group(1).startswith("R.Tuple"):
-            return (f"main returns {'a tuple' if ret.group(1).startswith('R.Tuple') else 'one tensor'} in the "
-                    f"library, but the manifest's module.returns_tuple is {str(module['returns_tuple']).lower()}")
         if len(returned) != len(outputs):
             return f"the library returns {len(returned)} tensors, the manifest names {len(outputs)} outputs"
         for k, (lib, (name, spec)) in enumerate(zip(returned, outputs)):

@@ -162,6 +162,9 @@ class Runnable:
 
     def _call_main(self, args: list) -> dict[str, np.ndarray]:
         outs = self.vm["main"](*args)
+        if isinstance(outs, tvm.runtime.Tensor) == self.returns_tuple:  # a module artifact's manifest says which
+            raise UsageError(f"{self._plan.owner}: main returned {'one tensor' if self.returns_tuple else 'a tuple'}"
+                             f", but its description says {'a tuple' if self.returns_tuple else 'one tensor'}")
         outs = outs if self.returns_tuple else [outs]
         return {name: to_host(outs[i]) for i, name in enumerate(self._plan.output_names)}
 
