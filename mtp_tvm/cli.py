@@ -16,6 +16,7 @@ import signal
 import sys
 import threading
 import traceback
+import warnings
 
 from .compiler.options import BuildSpec, DebugOptions
 from .ir.frontend_names import FRONTEND_NAMES
@@ -841,6 +842,8 @@ def _run(argv: list[str] | None) -> int:
     start(_process_startup())
     if args.verbose:
         os.environ[VERBOSE_ENV] = "1"
+    # the arrays a command passes are its own (read from files): the warning is for an API caller's arrays
+    warnings.filterwarnings("ignore", message="mtp_tvm made numpy weight")
     on_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminated) if on_main_thread else None
     try:

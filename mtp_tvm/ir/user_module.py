@@ -182,8 +182,11 @@ def _read_arrays(folder: Path, meta: dict) -> dict[str, list[np.ndarray]]:
     import ml_dtypes
 
     with np.load(folder / ARRAYS, allow_pickle=False) as raw:
-        return {g: [raw[f"{g}{i}"].view(getattr(ml_dtypes, dtype, None) or np.dtype(dtype)).reshape(shape)
-                    for i, (dtype, shape) in enumerate(entries)] for g, entries in meta["groups"].items()}
+        groups = {g: [raw[f"{g}{i}"].view(getattr(ml_dtypes, dtype, None) or np.dtype(dtype)).reshape(shape)
+                      for i, (dtype, shape) in enumerate(entries)] for g, entries in meta["groups"].items()}
+    for a in (a for arrays in groups.values() for a in arrays):
+        a.flags.writeable = False  # the file's examples and reference, as it gave them: never written
+    return groups
 
 
 def _tuple_of(path: Path, value, what: str, kinds: tuple, kind_name: str) -> tuple:
@@ -239,6 +242,8 @@ def _from_torch(path: Path, program, examples: list[np.ndarray], reference: list
         raise UsageError(f"module file {path}: model() returned {len(reference)} tensors eagerly, the exported "
                          f"program {len(outputs)}")
     values = [*examples, *(p.numpy() for p in params.get("main", []))]
+    for v in values:
+        v.flags.writeable = False  # ours, never written: packing them is no change to tell anyone of
     mod["main"] = func.with_attr("num_input", num_input)
     return UserModule(path, TORCH, mod, specs, outputs, returns_tuple, num_input, dict(zip(specs, values)),
                       dict(zip(outputs, reference)), program)

@@ -33,6 +33,7 @@ import sys
 import threading
 import time
 import traceback
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -300,6 +301,7 @@ def _answer(work) -> tuple:
 def serve() -> None:
     """The worker's main loop (see the module docstring)."""
     _die_with_parent(int(os.environ[PARENT_ENV]))
+    warnings.filterwarnings("ignore", message="mtp_tvm made numpy weight")  # its arrays are its own
     replies = os.dup(1)
     os.dup2(2, 1)  # prints of the contender's libraries go to stderr, never into a frame
     job = _receive(0)
