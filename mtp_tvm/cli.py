@@ -564,12 +564,19 @@ def _cmd_bench_module(args) -> int:
     return 0
 
 
-def _cmd_bench(args) -> int:
-    if args.artifact:
-        from .artifact.manifest import read_manifest
+def _is_module_artifact(path) -> bool:
+    """Whether ``path`` is a module file's artifact (a folder that is no artifact is refused by the case's path,
+    after its flags are)."""
+    from .artifact.manifest import read_manifest
 
-        module_artifact = "module" in read_manifest(args.artifact)
-    if args.module or (args.artifact and module_artifact):
+    try:
+        return "module" in read_manifest(path)
+    except UsageError:
+        return False
+
+
+def _cmd_bench(args) -> int:
+    if args.module or (args.artifact and _is_module_artifact(args.artifact)):
         return _cmd_bench_module(args)
     require_writable(args.json, "--json")
     require_writable(args.plot, "--plot")
