@@ -314,9 +314,9 @@ def _cmd_tune(args) -> int:
 
 def _cmd_check_prebuilt(args) -> int:
     """``check --compile-only`` (build the artifact, discard it) and ``check --artifact DIR`` (no compile)."""
-    for flag, given in (("--profile", args.profile), ("--nan-check", args.nan_check)):
+    for flag, given, what in (("--profile", args.profile, "times"), ("--nan-check", args.nan_check, "searches")):
         if given:  # both run a fresh build's kernels one by one
-            raise UsageError(f"{flag} runs a fresh build's kernels; drop --artifact/--compile-only")
+            raise UsageError(f"{flag} {what} a fresh build's kernels; drop --artifact/--compile-only")
     unused = _given_flags(args, "check", ("max_error_ratio", "atol", "rtol", "max_e2e_abs_diff", "perturb_logit",
                                           *(("seed", "report") if not args.artifact else ())))
     if unused:

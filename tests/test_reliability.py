@@ -345,8 +345,8 @@ def test_retention_running_between_the_build_and_the_verdict_leaves_the_run_alon
 ROUND_FOUR = [
     (["check", "--module", ""], "argument --module: --module needs a value, got an empty one"),
     (["check", "--dump-passes", ""], "argument --dump-passes: --dump-passes needs a value, got an empty one"),
-    (["check", "--compile-only", "--nan-check"], "--nan-check runs a fresh build's kernels; drop --artifact/"),
-    (["check", "--artifact", "{tmp}", "--nan-check"], "--nan-check runs a fresh build's kernels; drop --artifact/"),
+    (["check", "--compile-only", "--nan-check"], "--nan-check searches a fresh build's kernels; drop --artifact/"),
+    (["check", "--artifact", "{tmp}", "--nan-check"], "--nan-check searches a fresh build's kernels; drop --artifact/"),
     (["check", "--artifact", "{tmp}", "--atol", "1"], "--artifact checks with the default tolerances, so --atol "
                                                         "cannot apply"),
     (["check", "--compile-only", "--seed", "3"], "--compile-only runs no check, so --seed cannot apply"),
