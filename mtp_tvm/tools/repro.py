@@ -178,6 +178,7 @@ def _rerun(folder: Path, log) -> int:
     from ..verify.results import summary_table
 
     spec = json.loads((folder / "repro.json").read_text())
+    options = GoldenOptions(spec["seed"], RatioTolerance.of(spec["tolerance"]), LogitsTolerance.of(spec["logits_tol"]))
     case = get_case(spec["case"])
     shapes = make_shapes(spec["preset"], spec["tokens"], spec["vocab_shard"], spec["owners"], spec["tp"])
     target = resolve_target(json.loads((folder / "target.json").read_text()))
@@ -191,7 +192,6 @@ def _rerun(folder: Path, log) -> int:
     inputs = read_npz(folder / "inputs.npz", spec["inputs"])
     expected = read_npz(folder / "expected.npz", spec["outputs"])
     built = Provenance(spec["target"], asked.frontend, asked.schedule, compiled.build_seconds)
-    options = GoldenOptions(spec["seed"], RatioTolerance.of(spec["tolerance"]), LogitsTolerance.of(spec["logits_tol"]))
     result = golden_check(compiled.run, case, shapes, built, options, golden=(inputs, expected), log=log)
     log(summary_table(result))
     if result.passed:
