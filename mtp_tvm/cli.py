@@ -66,17 +66,8 @@ def _add_schedule_arg(p: argparse.ArgumentParser) -> None:
                         "tuned, or another name a schedule file defines (default: default)")
 
 
-def _non_empty(flag: str):
-    """An argparse ``type`` refusing an empty value (``--module ''`` used to mean no module at all)."""
-    def parse(text: str) -> str:
-        if not text.strip():
-            raise argparse.ArgumentTypeError(f"{flag} needs a value, got an empty one")
-        return text
-    return parse
-
-
 def _add_module_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--module", default=None, metavar="FILE.py", type=_non_empty("--module"),
+    p.add_argument("--module", default=None, metavar="FILE.py",
                    help="your own model instead of a case: FILE.py defines model() (a torch.nn.Module) and "
                         "example_inputs(), optionally dynamic_shapes(); or module() (a tvm.IRModule with a Relax "
                         "main) and example_inputs() (numpy arrays). See examples/ and the README")
@@ -113,7 +104,7 @@ def _add_build_args(p: argparse.ArgumentParser) -> None:
     _add_target_args(p)
     p.add_argument("--tokens", type=int, default=None, help="token count T (default: the preset's B*S = 8)")
     _add_schedule_arg(p)
-    p.add_argument("--dump-passes", nargs="?", const=True, default=None, metavar="DIR", type=_non_empty("--dump-passes"),
+    p.add_argument("--dump-passes", nargs="?", const=True, default=None, metavar="DIR",
                    help="dump the IR after every pass into a new run folder under DIR (default dumps/)")
     p.add_argument("--dump-only-changed", action="store_true", help="dump files only for passes that changed the IR")
     p.add_argument("--dump-filter", metavar="REGEX", help="dump files only for passes whose name matches REGEX")
@@ -843,6 +834,14 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
+def _refuse_empty_values(args) -> None:
+    """An empty path (``--module ''``) used to read as no option at all: the default case checked, nothing dumped."""
+    for name in ("module", "dump_passes"):
+        value = getattr(args, name, None)
+        if isinstance(value, str) and not value.strip():
+            raise UsageError(f"--{name.replace('_', '-')} needs a value, got an empty one")
+
+
 def _run(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -854,6 +853,7 @@ def _run(argv: list[str] | None) -> int:
     on_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminated) if on_main_thread else None
     try:
+        _refuse_empty_values(args)
         return args.handler(args)
     except MtpError as e:
         if args.debug:
