@@ -10,7 +10,7 @@ a reference build; ``compile_module(path)`` -> ``CompiledModule`` and ``check_mo
 the same for the user's own model file (a torch module or a TVMScript IRModule, ``ir/user_module.py``);
 ``localize_module(path)``: its first op that differs from eager torch; ``minimize_module(path)``: the smallest
 piece of its graph that still fails, as a module file. ``load_weights(path, case=..., tp=..., rank=...)``: a
-DeepSeek checkpoint's weights for ``bind`` (``tools/convert.py``).
+DeepSeek checkpoint's weights for ``bind`` (``tools/convert/convert.py``).
 
 The names are imported on first use (PEP 562), so ``import mtp_tvm`` and the commands that only read files do
 not import TVM or torch.
@@ -23,11 +23,11 @@ from .support.errors import BuildError, MtpError, UsageError
 _LAZY = {  # public name -> the module that defines it
     "build": "artifact.export", "load": "artifact.load", "Artifact": "artifact.load",
     "check_artifact": "artifact.load", "compile": "compiler.driver", "CompiledCase": "compiler.driver",
-    "BoundCase": "compiler.runtime", "check": "tools.check", "CheckResult": "verify.results",
-    "localize": "tools.localize", "LocalizeResult": "tools.localize",
+    "BoundCase": "compiler.runtime", "check": "tools.check.check", "CheckResult": "verify.results",
+    "localize": "tools.check.localize", "LocalizeResult": "tools.check.localize",
     "compile_module": "compiler.user_build", "CompiledModule": "compiler.user_build",
-    "check_module": "tools.module_check", "localize_module": "tools.module_localize",
-    "minimize_module": "tools.minimize", "load_weights": "tools.convert",
+    "check_module": "tools.check.module_check", "localize_module": "tools.check.module_localize",
+    "minimize_module": "tools.minimize.minimize", "load_weights": "tools.convert.convert",
 }
 
 __all__ = ["check", "CheckResult", "compile", "CompiledCase", "MtpError", "UsageError", "BuildError",

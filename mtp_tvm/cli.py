@@ -16,17 +16,19 @@ import signal
 import sys
 import threading
 import traceback
+import warnings
 
 from .compiler.options import BuildSpec, DebugOptions
+from .contract.cases import CASES
+from .contract.checkpoint import LayoutName
+from .contract.presets import PRESETS
 from .ir.frontend_names import FRONTEND_NAMES
 from .schedule.tune_space import TuneSpace
-from .spec.cases import CASES
-from .spec.checkpoint import LayoutName
-from .spec.presets import PRESETS
+from .support.atomic_file import require_writable
 from .support.errors import MtpError, UsageError
 from .support.native_log import VERBOSE_ENV
 from .support.timing import phase, start, time_line
-from .tools.bisect_search import BisectSearch
+from .tools.bisect.search import BisectSearch
 from .verify.tolerances import LogitsTolerance, ModuleTolerance, RatioTolerance
 
 # Only the modules above load with the parser: each handler imports what it needs, so ``--help``, ``list``,
@@ -224,11 +226,11 @@ def _refuse_checkpoint_options(args) -> None:
 
 
 def _load_weights(args, case: str, preset: str | None, tp: int | None = None, owners: int | None = None):
-    """``--weights``: the case's weights with their sizes (``tools.convert.Loaded``), progress on stderr; None
+    """``--weights``: the case's weights with their sizes (``tools.convert.convert.Loaded``), progress on stderr; None
     without it."""
     if args.weights is None:
         return None
-    from .tools.convert import WeightSource, load
+    from .tools.convert.convert import WeightSource, load
 
     source = WeightSource(args.weights, case, preset, tp, owners=owners, **_checkpoint_options(args))
     return load(source, log=lambda line: print(line, file=sys.stderr, flush=True))
@@ -272,7 +274,7 @@ def _cmd_check(args) -> int:
              if getattr(args, f.name) is not None}
     with phase("import"):
         from .artifact.export import build_target, parse_archs
-        from .tools.check import check
+        from .tools.check.check import check
 
     result = check(dataclasses.replace(spec, target=build_target(args.target, parse_archs(args.arch))), debug,
                    seed=args.seed, report=args.report, logits_tol=LogitsTolerance(**given) if given else None,
@@ -310,12 +312,12 @@ def _print_reproducers(result) -> None:
 
 
 def _cmd_check_module(args) -> int:
-    """``check --module FILE.py``: the user's own model against its reference (``tools.module_check``)."""
+    """``check --module FILE.py``: the user's own model against its reference (``tools.check.module_check``)."""
     _refuse_case_options(args, "check", keep=("seed", "nan_check"))
     debug = _debug_options(args)
     with phase("import"):
         from .ir.module_sizes import parse_shapes
-        from .tools.module_check import check_module
+        from .tools.check.module_check import check_module
 
     result = check_module(debug=debug, tolerance=ModuleTolerance(args.atol, args.rtol), report=args.report,
                           profile=args.profile, shapes=parse_shapes(args.shape), seed=args.seed,
@@ -328,6 +330,7 @@ def _cmd_check_module(args) -> int:
 
 
 def _cmd_localize(args) -> int:
+    require_writable(args.report, "--report")
     if args.module:
         return _cmd_localize_module(args)
     if args.against is None:
@@ -336,7 +339,7 @@ def _cmd_localize(args) -> int:
         raise UsageError("--atol/--rtol apply to localize --module against torch; a case uses its own tolerance")
     spec, debug = _build_spec(args), _debug_options(args)
     with phase("import"):
-        from .tools.localize import localize
+        from .tools.check.localize import localize
 
     result = localize(spec, debug, against=args.against, seed=args.seed,
                       max_mb=args.localize_max_mb, log=lambda line: print(line, file=sys.stderr))
@@ -356,7 +359,7 @@ def _cmd_localize_module(args) -> int:
         raise UsageError("--localize-max-mb applies to a case; a module file's calls are compared at its example "
                          "size in one run")
     with phase("import"):
-        from .tools.module_localize import localize_module
+        from .tools.check.module_localize import localize_module
 
     tolerance = None if args.atol is None and args.rtol is None else ModuleTolerance(args.atol, args.rtol)
     result = localize_module(debug=debug, against=args.against, tolerance=tolerance,
@@ -373,9 +376,10 @@ def _cmd_minimize(args) -> int:
     if not args.module:
         raise UsageError("minimize cuts your own model: give --module FILE.py")
     _refuse_case_options(args, "minimize")
+    require_writable(args.out, "--out")
     debug = _debug_options(args)
     with phase("import"):
-        from .tools.minimize import minimize_module
+        from .tools.minimize.minimize import minimize_module
 
     tolerance = None if args.atol is None and args.rtol is None else ModuleTolerance(args.atol, args.rtol)
     result = minimize_module(debug=debug, tolerance=tolerance, out=args.out,
@@ -392,6 +396,15 @@ def _check_exit(args, result) -> int:
     return 0 if result.passed else 1
 
 
+def _rpc(args) -> tuple[str, str] | None:
+    """``(tracker, key)`` of ``--rpc-tracker``/``--rpc-key``; a key without a tracker is refused, not ignored."""
+    if args.rpc_tracker:
+        return args.rpc_tracker, args.rpc_key
+    if _given_flags(args, args.command, ("rpc_key",)):
+        raise UsageError("--rpc-key names a server of an --rpc-tracker; give the tracker, or drop --rpc-key")
+    return None
+
+
 def _cmd_tune(args) -> int:
     spec = BuildSpec(case=args.case, target=args.target, preset=args.preset, frontend=args.frontend,
                      vocab_shard=args.vocab_shard)
@@ -399,9 +412,9 @@ def _cmd_tune(args) -> int:
         _refuse_case_options(args, "tune", keep=("seed",))  # the search's seed
     else:
         spec.resolve()
-    from .tools.tune import TuneOptions, tune
+    from .tools.tune.tune import TuneOptions, tune
 
-    rpc = (args.rpc_tracker, args.rpc_key) if args.rpc_tracker else None
+    rpc = _rpc(args)
     options = TuneOptions(trials=args.trials, work_dir=args.work_dir, seed=args.seed, rpc=rpc, space=args.space,
                           module=args.module)
     r = tune(spec, options, log=lambda line: print(line, file=sys.stderr))
@@ -416,8 +429,14 @@ def _cmd_tune(args) -> int:
 
 def _cmd_check_prebuilt(args) -> int:
     """``check --compile-only`` (build the artifact, discard it) and ``check --artifact DIR`` (no compile)."""
-    if args.profile:
-        raise UsageError("--profile times a fresh build's kernels; drop --artifact/--compile-only")
+    for flag, given, what in (("--profile", args.profile, "times"), ("--nan-check", args.nan_check, "searches")):
+        if given:  # both run a fresh build's kernels one by one
+            raise UsageError(f"{flag} {what} a fresh build's kernels; drop --artifact/--compile-only")
+    unused = _given_flags(args, "check", ("max_error_ratio", "atol", "rtol", "max_e2e_abs_diff", "perturb_logit",
+                                          *(("seed", "report") if not args.artifact else ())))
+    if unused:
+        raise UsageError(f"{'--artifact checks with the default tolerances' if args.artifact else '--compile-only runs no check'}"
+                         f", so {', '.join(unused)} cannot apply; drop them")
     if args.compile_only and not args.artifact:
         spec, debug = _build_spec(args), _debug_options(args)
         from .artifact.export import build, describe
@@ -520,6 +539,7 @@ def _refuse_build_flags(args, command: str) -> None:
 def _cmd_inputs(args) -> int:
     """The seeded inputs ``check`` draws, as an ``.npz`` for ``run --inputs``: of a case (no build) or of an
     artifact (its manifest's case and sizes)."""
+    require_writable(args.out, "--out", force=args.force)
     if args.artifact:
         _refuse_build_flags(args, "inputs")
         from .artifact.load import load
@@ -541,7 +561,7 @@ def _cmd_inputs(args) -> int:
 
 
 def _cmd_dumps(args) -> int:
-    from .tools import dumps_browse as dump_browse
+    from .tools.dumps import browse as dump_browse
 
     if args.dumps_command == "list":
         print(dump_browse.list_runs(args.root))
@@ -549,7 +569,7 @@ def _cmd_dumps(args) -> int:
         print(dump_browse.show(dump_browse.find_run(args.run, args.root), args.pass_, args.changed, args.phase,
                                func=args.func, history=args.history), end="")
     elif args.dumps_command == "compare":
-        from .tools.dumps_compare import compare_command
+        from .tools.dumps.compare import compare_command
 
         print(compare_command(dump_browse.find_run(args.a, args.root), dump_browse.find_run(args.b, args.root),
                               args.html), end="")
@@ -566,10 +586,12 @@ def _cmd_bisect(args) -> int:
     if args.module:
         return _cmd_bisect_module(args)
     spec, debug = _build_spec(args), _debug_options(args)
-    from .tools.bisection import bisect_passes, bisect_schedule
+    from .tools.bisect.bisection import bisect_passes, bisect_schedule
 
     if debug.bisect_limit is not None:
         raise UsageError("bisect chooses the --bisect-limit itself; drop it")
+    if args.func and not args.schedule_trace:
+        raise UsageError("--func names the PrimFunc of a --schedule-trace; give the trace, or drop --func")
     if args.schedule_trace:
         if not args.func:
             raise UsageError("--schedule-trace needs --func NAME (the PrimFunc the trace schedules)")
@@ -582,7 +604,7 @@ def _cmd_bisect(args) -> int:
         result = bisect_passes(spec, debug.replace(dump_passes=None), seed=args.seed, search=args.search)
     _print_bisect(result)
     if result.found and result.limits and args.dump_passes:
-        from .tools.check import check
+        from .tools.check.check import check
 
         r = check(spec, debug.replace(bisect_limit=result.limits[1]), seed=args.seed, log=lambda *_: None)
         stem = next(p.diff for p in r.pass_records if p.index == result.culprit["index"])
@@ -602,12 +624,12 @@ def _cmd_bisect_module(args) -> int:
     if args.schedule_trace or args.func:
         raise UsageError("bisect --module bisects passes; --schedule-trace/--func apply to a case")
     debug = _debug_options(args)
-    from .tools.bisection import bisect_module_passes
+    from .tools.bisect.bisection import bisect_module_passes
 
     result = bisect_module_passes(debug=debug.replace(dump_passes=None), search=args.search, **_module_options(args))
     _print_bisect(result)
     if result.found and result.limits and args.dump_passes:
-        from .tools.module_check import check_module
+        from .tools.check.module_check import check_module
 
         r = check_module(debug=debug.replace(bisect_limit=result.limits[1]), log=lambda *_: None,
                          **_module_options(args))
@@ -643,20 +665,27 @@ def _bench_spec(args) -> tuple[BuildSpec | None, tuple[str, ...]]:
 
 
 def _cmd_bench_module(args) -> int:
-    """``bench --module FILE.py``: the user's own model against torch eager and torch.compile."""
+    """``bench --module FILE.py``: the user's own model against torch eager and torch.compile; ``bench --artifact``
+    of a module file's artifact: its binary on its stored example inputs."""
     _refuse_case_options(args, "bench")
-    given = _given_flags(args, "bench", ("artifact", "compare_schedules", "compare_frontends", "rpc_tracker",
-                                         "profile", "plot", "api"), ("--module", "x.py"))
+    prebuilt = args.module is None
+    refused = ("compare_schedules", "compare_frontends", "rpc_tracker", "rpc_key", "profile", "plot", "api",
+               *(("target", "schedule") if prebuilt else ("artifact",)))
+    given = _given_flags(args, "bench", refused, ("--module", "x.py"))
     if given:
-        raise UsageError(f"bench --module times your file at its example inputs; {', '.join(given)} cannot apply")
+        what = ("bench --artifact times a module file's artifact on its stored example inputs" if prebuilt
+                else "bench --module times your file at its example inputs")
+        raise UsageError(f"{what}; {', '.join(given)} cannot apply")
+    require_writable(args.json, "--json")
     with phase("import"):
-        from .tools.bench import parse_contenders
-        from .tools.module_bench import ModuleBenchOptions, bench_module
+        from .tools.bench.bench import parse_peers
+        from .tools.bench.module_bench import ModuleBenchOptions, bench_module
 
     options = ModuleBenchOptions(rounds=args.rounds, threads=args.threads,
-                                 **({"contenders": parse_contenders(args.contenders)} if args.contenders else {}))
-    result = bench_module(args.module, options=options, target=args.target, schedule=args.schedule,
-                          log=lambda line: print(line, file=sys.stderr, flush=True))
+                                 **({"peers": parse_peers(args.peers)} if args.peers is not None else {}))
+    where = {"artifact": args.artifact} if prebuilt else {"target": args.target, "schedule": args.schedule}
+    result = bench_module(args.module, options=options, log=lambda line: print(line, file=sys.stderr, flush=True),
+                          **where)
     print(result.table())
     if args.json:
         result.write_json(args.json)
@@ -665,12 +694,25 @@ def _cmd_bench_module(args) -> int:
     return 0
 
 
+def _is_module_artifact(path) -> bool:
+    """Whether ``path`` is a module file's artifact (a folder that is no artifact is refused by the case's path,
+    after its flags are)."""
+    from .artifact.manifest import read_manifest
+
+    try:
+        return "module" in read_manifest(path)
+    except UsageError:
+        return False
+
+
 def _cmd_bench(args) -> int:
     _refuse_checkpoint_options(args)
     if args.module and args.weights:
         raise UsageError("--weights replaces a case's weights; bench --module times your file's own")
-    if args.module:
+    if args.module or (args.artifact and _is_module_artifact(args.artifact)):
         return _cmd_bench_module(args)
+    require_writable(args.json, "--json")
+    require_writable(args.plot, "--plot")
     spec, compare = _bench_spec(args)
     if args.artifact and args.weights:
         raise UsageError("--weights replaces the weights of a build; bench an artifact on its seeded weights, or "
@@ -679,14 +721,14 @@ def _cmd_bench(args) -> int:
     if loaded is not None:
         spec = _sized_for_weights(spec, loaded)
     with phase("import"):
-        from .tools.bench import BenchOptions, bench, parse_contenders, parse_tokens
+        from .tools.bench.bench import BenchOptions, bench, parse_peers, parse_tokens
 
     options = BenchOptions(tokens=parse_tokens(args.tokens) if args.tokens else (), rounds=args.rounds,
                            threads=args.threads, compare_schedules=compare,
                            compare_frontends=_names(args.compare_frontends), profile=args.profile,
-                           rpc=(args.rpc_tracker, args.rpc_key) if args.rpc_tracker else None,
+                           rpc=_rpc(args),
                            artifact=args.artifact, api=args.api,
-                           **({"contenders": parse_contenders(args.contenders)} if args.contenders else {}))
+                           **({"peers": parse_peers(args.peers)} if args.peers is not None else {}))
     result = bench(spec, options, log=lambda line: print(line, file=sys.stderr, flush=True),
                    weights=None if loaded is None else loaded.weights)
     print(result.table())
@@ -704,7 +746,7 @@ def _cmd_bench(args) -> int:
 
 def _cmd_convert(args) -> int:
     """A DeepSeek checkpoint's MTP weights as a case's W8A8 inputs, with the conversion's cost."""
-    from .tools.convert import WeightSource, convert
+    from .tools.convert.convert import WeightSource, convert
 
     given = {f: getattr(args, f) for f in ("atol", "rtol", "max_error_ratio") if getattr(args, f) is not None}
     source = WeightSource(args.checkpoint, args.case, args.preset, args.tp, owners=args.owners,
@@ -720,7 +762,7 @@ def _cmd_convert(args) -> int:
 
 
 def _cmd_list(args) -> int:
-    from .spec.presets import make_shapes
+    from .contract.presets import make_shapes
     from .support.text_table import text_table
 
     s = make_shapes(args.preset, vocab_shard=args.vocab_shard)
@@ -837,14 +879,14 @@ def _add_bench_command(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--tokens", default=None, metavar="T[,T...]",
                    help="token count T, or a comma list swept in one run, e.g. 1,2,4,8,16 (default: the preset's "
                         "B*S = 8)")
-    p.add_argument("--contenders", default=None, metavar="A,B,...",
-                   help="the contenders that race TVM (default all: torch_bf16, torch_fp32, numpy_fp32, "
+    p.add_argument("--peers", default=None, metavar="A,B,...",
+                   help="the peers that race TVM, '' for none (default all: torch_bf16, torch_fp32, numpy_fp32, "
                         "torch_golden, torch_compile, torch_compile_max_autotune; with --module: torch_eager, "
                         "torch_compile, torch_compile_max_autotune)")
     p.add_argument("--threads", type=int, default=None,
-                   help="threads of every contender's process (default: every usable core)")
+                   help="threads of every worker process, TVM's and each peer's (default: every usable core)")
     p.add_argument("--rounds", type=int, default=7,
-                   help="timing rounds, each timing every contender in turn; medians over them (default 7)")
+                   help="timing rounds, each timing TVM and every peer in turn; medians over them (default 7)")
     p.add_argument("--compare-schedules", default=None, metavar="A,B,...",
                    help="also time TVM with these schedules in the same rounds, e.g. none,default,tuned,dlight")
     p.add_argument("--compare-frontends", default=None, metavar="A,B,...",
@@ -871,6 +913,7 @@ def _add_inputs_command(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--artifact", default=None, metavar="DIR",
                    help="the inputs of this artifact (its case and sizes; --tokens and --seed still apply)")
     p.add_argument("--out", required=True, metavar="IN.npz", help="the .npz to write")
+    p.add_argument("--force", action="store_true", help="replace --out if it exists")
     p.set_defaults(handler=_cmd_inputs)
 
 
@@ -1001,15 +1044,26 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
+def _refuse_empty_values(args) -> None:
+    """An empty path (``--module ''``) used to read as no option at all: the default case checked, nothing dumped."""
+    for name in ("module", "dump_passes"):
+        value = getattr(args, name, None)
+        if isinstance(value, str) and not value.strip():
+            raise UsageError(f"--{name.replace('_', '-')} needs a value, got an empty one")
+
+
 def _run(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     start(_process_startup())
     if args.verbose:
         os.environ[VERBOSE_ENV] = "1"
+    # the arrays a command passes are its own (read from files): the warning is for an API caller's arrays
+    warnings.filterwarnings("ignore", message="mtp_tvm made numpy weight")
     on_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminated) if on_main_thread else None
     try:
+        _refuse_empty_values(args)
         return args.handler(args)
     except MtpError as e:
         if args.debug:

@@ -1,6 +1,6 @@
-"""tools/convert.py and its commands: ``mtp-tvm convert`` on both test layouts (the report's per-matrix errors and
-the projection's verdict), the converted file read back, ``load_weights`` ready for ``bind``, ``check --weights``
-to PASS, and bad checkpoints: exit 2, one line naming the file and tensor, nothing written."""
+"""tools/convert/convert.py and its commands: ``mtp-tvm convert`` on both test layouts (the report's per-matrix
+errors and the projection's verdict), the converted file read back, ``load_weights`` ready for ``bind``, ``check
+--weights`` to PASS, and bad checkpoints: exit 2, one line naming the file and tensor, nothing written."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from checkpoint_files import checkpoint_tensors, write_checkpoint
 import mtp_tvm
 from helpers import slow_except
 from mtp_tvm.cli import main
-from mtp_tvm.spec.cases import get_case
-from mtp_tvm.spec.checkpoint import LayoutName
-from mtp_tvm.spec.presets import make_shapes
-from mtp_tvm.tools.convert import CONVERTED_FORMAT, converted_metadata
+from mtp_tvm.contract.cases import get_case
+from mtp_tvm.contract.checkpoint import LayoutName
+from mtp_tvm.contract.presets import make_shapes
+from mtp_tvm.tools.convert.convert import CONVERTED_FORMAT, converted_metadata
 
 
 @pytest.fixture(scope="module")
@@ -124,12 +124,12 @@ def test_a_converted_file_round_trips_through_check_weights_to_pass(checkpoints,
         assert rc == 0 and "V=512" in printed and "PASSED" in printed, printed
 
 
-def test_bench_races_every_contender_on_the_given_weights(checkpoints, tmp_path):
+def test_bench_races_every_peer_on_the_given_weights(checkpoints, tmp_path):
     """``bench(weights=...)``: the weights file the workers read holds them, and the golden is computed on them."""
     from types import SimpleNamespace
 
     from mtp_tvm.compiler.tensors import to_numpy
-    from mtp_tvm.tools import bench
+    from mtp_tvm.tools.bench import bench
 
     weights = mtp_tvm.load_weights(checkpoints[LayoutName.V3], case="tail", tp=8, rank=2)
     case, shapes = get_case("tail"), make_shapes("tiny", vocab_shard=512, tp=8)

@@ -10,11 +10,11 @@ import pytest
 
 from helpers import QUIET, REPO
 from mtp_tvm.cli import main
+from mtp_tvm.contract.cases import TensorSpec
 from mtp_tvm.ir.graph_nodes import GraphNode, source_line
 from mtp_tvm.ir.module_sizes import bind_sizes, parse_shapes, sized_inputs
-from mtp_tvm.spec.cases import TensorSpec
 from mtp_tvm.support.errors import UsageError
-from mtp_tvm.tools.minimize import ddmin
+from mtp_tvm.tools.minimize.minimize import ddmin
 
 MODULES = REPO / "tests" / "modules"
 BLOCK = MODULES / "transformer_block.py"
@@ -132,7 +132,7 @@ def test_check_module_at_another_size_with_the_nan_check(capsys):
 def test_a_failing_module_check_writes_a_reproducer_that_fails_alone(tmp_path, monkeypatch, capsys):
     from pathlib import Path
 
-    from mtp_tvm.tools.module_repro import rerun
+    from mtp_tvm.tools.check.module_repro import rerun
 
     monkeypatch.chdir(tmp_path)
     assert main(["check", "--module", str(BLOCK), "--pass-plugin", str(FP16_NORM)]) == 1

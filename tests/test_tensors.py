@@ -9,7 +9,7 @@ import pytest
 
 from mtp_tvm.compiler import tensors
 from mtp_tvm.compiler.tensors import read_npz, validate_inputs, write_npz
-from mtp_tvm.spec.cases import TensorSpec
+from mtp_tvm.contract.cases import TensorSpec
 from mtp_tvm.support.errors import UsageError
 
 SPECS = {"x": TensorSpec("x", ("T", 8), "bfloat16"), "y": TensorSpec("y", ("T", 4), "float32")}

@@ -15,7 +15,7 @@ from ..artifact.module_reference import EXAMPLE_INPUTS, REFERENCE_OUTPUTS
 from ..compiler.options import DebugOptions, require_path
 from ..compiler.tensors import write_npz
 from ..compiler.user_build import CompiledModule, compile_module, split_module_options
-from ..spec.presets import NO_PRESET
+from ..contract.presets import NO_PRESET
 from ..verify.module_golden import module_golden
 
 
@@ -23,7 +23,7 @@ def module_identity(compiled: CompiledModule, folder: Path) -> dict:
     """The manifest's account of a module file's binary; writes its example inputs and reference outputs."""
     user = compiled.user
     write_npz(folder / EXAMPLE_INPUTS, dict(user.examples))
-    write_npz(folder / REFERENCE_OUTPUTS, module_golden(compiled, user.examples))
+    write_npz(folder / REFERENCE_OUTPUTS, module_golden(compiled))
     reference = ("torch, eagerly" if user.kind == "torch"
                  else "the module built for the CPU with no schedule and no optional pass")
     return {"case": user.name, "description": f"module file {user.path.name} ({user.kind})", "preset": NO_PRESET,

@@ -28,9 +28,9 @@ from ..compiler.tensors import (
     validate_inputs,
 )
 from ..compiler.weights import PackedWeights, WeightCache, is_tracked
+from ..contract.cases import Case, TensorSpec, leading_activations
+from ..contract.presets import Shapes
 from ..passes.target import usable_cores
-from ..spec.cases import Case, TensorSpec, leading_activations
-from ..spec.presets import Shapes
 from ..support.env import env_int
 from ..support.errors import BuildError, UsageError
 
@@ -186,6 +186,9 @@ class Runnable:
         if self.cuda_graph:
             self._graph_weights(args[self.num_input:])
         outs = self.vm["main"](*args)
+        if isinstance(outs, tvm.runtime.Tensor) == self.returns_tuple:  # a module artifact's manifest says which
+            raise UsageError(f"{self._plan.owner}: main returned {'one tensor' if self.returns_tuple else 'a tuple'}"
+                             f", but its description says {'a tuple' if self.returns_tuple else 'one tensor'}")
         outs = outs if self.returns_tuple else [outs]
         return {name: output_as(outs[i], form) for i, name in enumerate(self._plan.output_names)}
 

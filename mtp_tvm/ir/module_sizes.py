@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..spec.cases import TensorSpec
+from ..contract.cases import TensorSpec
 from ..support.errors import UsageError
 
 Bounds = dict[str, tuple[int, int | None]]  # symbolic size -> (lowest, highest or None)

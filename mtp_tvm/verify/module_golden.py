@@ -2,8 +2,9 @@
 ``torch.testing.assert_close`` does (every element within ``atol + rtol * |expected|``, the same dtype),
 with its default tolerances for the output's dtype unless the user gives ``atol``/``rtol``.
 
-The reference of a torch model is the model run eagerly by torch; that of a TVMScript module is the same module
-built for the CPU with no schedule and no optional pass (a differential check: ``compiler.user_build.reference_build``).
+The reference of a torch model is the model run eagerly by torch (at another ``--shape``: its exported program, run
+by torch); that of a TVMScript module is the same module built for the CPU with no schedule and no optional pass (a
+differential check: ``compiler.user_build.reference_build``).
 """
 
 from __future__ import annotations
@@ -15,9 +16,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..compiler.tensors import dtype_name, to_numpy
+from ..contract.presets import NO_PRESET
 from ..passes.target import target_json
-from ..spec.presets import NO_PRESET
-from ..support.errors import UsageError
 from ..support.lazy import lazy_module
 from ..support.timing import phase
 from ..verify.comparators import Comparison, ratio_allclose
@@ -48,28 +48,24 @@ def assert_close(actual, expected, tolerance: ModuleTolerance) -> Comparison:
     return dataclasses.replace(result, comparator=name)
 
 
-def module_golden(compiled: CompiledModule, inputs: dict) -> dict[str, np.ndarray]:
-    """The reference outputs of the module file on ``inputs`` (named as ``main``'s inputs)."""
+def module_golden(compiled: CompiledModule, inputs: dict | None = None) -> dict[str, np.ndarray]:
+    """The reference outputs of the module file on its example inputs: a torch model's, run eagerly when it was
+    loaded (``ir.user_module``, in the file's child process), or those of the TVMScript module built with no
+    schedule. On other ``inputs`` (``--shape``), a torch model's reference is its exported program run by torch
+    in this process (the ATen graph TVM imported; the user's file is not run again, so it cannot decide the
+    verdict), a TVMScript module's that reference build's."""
     from ..compiler.user_build import reference_build
-    from ..ir.user_module import TORCH
+    from ..ir.user_module import TORCH, to_torch
 
     user = compiled.user
+    if inputs is None:
+        return dict(user.reference) if user.kind == TORCH else reference_build(compiled).run(user.examples)
     if user.kind != TORCH:
         return reference_build(compiled).run(inputs)
-    args = [to_torch(inputs[name]) for name in user.activation_names]
-    with torch.no_grad():
-        out = user.model(*args)
+    with torch.no_grad():  # the exported program's ATen graph: no line of the user's file runs in this process
+        out = user.program.module()(*(to_torch(inputs[name]) for name in user.activation_names))
     leaves, _ = torch.utils._pytree.tree_flatten(out)
-    if len(leaves) != len(user.output_names):
-        raise UsageError(f"module file {user.path}: model() returned {len(leaves)} tensors eagerly, the exported "
-                         f"program {len(user.output_names)}")
     return {name: to_numpy(t) for name, t in zip(user.output_names, leaves)}
-
-
-def to_torch(a: np.ndarray):
-    if dtype_name(a) == "bfloat16":
-        return torch.from_numpy(np.asarray(a, dtype=np.float32)).to(torch.bfloat16)
-    return torch.from_numpy(np.ascontiguousarray(a))
 
 
 def check_outputs(name: str, shapes: dict, built: Provenance, actual: dict, expected: dict,
@@ -95,7 +91,7 @@ def golden_check_module(compiled: CompiledModule, tolerance: ModuleTolerance, lo
         actual = compiled.run(inputs)
     seconds = time.perf_counter() - t0
     with phase("golden"):
-        expected = expected if expected is not None else module_golden(compiled, inputs)
+        expected = expected if expected is not None else module_golden(compiled, inputs if given else None)
     built = Provenance(target_json(compiled.target), compiled.frontend, compiled.schedule, compiled.build_seconds,
                        compiled.dump_dir)
     return check_outputs(compiled.name, shapes, built, actual, expected, tolerance, seconds, seed)
