@@ -19,6 +19,7 @@ GLOBAL = {"help", "debug", "verbose", "command", "handler", "dumps_command"}
 ENTRY_POINTS = {
     "mtp_tvm.tools.check.check": ["check"], "mtp_tvm.tools.check.module_check": ["check_module"],
     "mtp_tvm.tools.check.localize": ["localize"], "mtp_tvm.tools.tune.tune": ["tune"],
+    "mtp_tvm.tools.check.module_localize": ["localize_module"], "mtp_tvm.tools.minimize.minimize": ["minimize_module"],
     "mtp_tvm.artifact.export": ["build"], "mtp_tvm.artifact.module_artifact": ["build_module"],
     "mtp_tvm.artifact.load": ["check_artifact"],
     "mtp_tvm.tools.bisect.bisection": ["bisect_passes", "bisect_schedule", "bisect_module_passes"],
@@ -31,7 +32,8 @@ CONTEXTS = {
     "check": [[], ["--module", "m.py"], ["--artifact", "ART"], ["--compile-only"]],
     "build": [["--out", "OUT"], ["--out", "OUT", "--module", "m.py"]],
     "bench": [[], ["--module", "m.py"], ["--artifact", "ART"]],
-    "localize": [["--against", "schedule=none"]],
+    "localize": [["--against", "schedule=none"], ["--module", "m.py"]],
+    "minimize": [["--module", "m.py"]],
     "run": [["ART", "--random-inputs", "--out", "o.npz"], ["ART", "--inputs", "i.npz", "--out", "o.npz"]],
     "inputs": [["--out", "IN.npz"], ["--out", "IN.npz", "--artifact", "ART"]],
     "bisect": [[], ["--module", "m.py"]],
