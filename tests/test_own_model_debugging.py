@@ -181,3 +181,25 @@ def test_the_guides_python_runs(index, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # a failing check's dumps/ there; the guide's paths are the checkout's
     code = _guide_blocks()[1][index].replace('"tests/modules/', f'"{REPO}/tests/modules/')
     exec(compile(code, f"{GUIDE.name} block {index}", "exec"), {})
+
+
+@pytest.mark.slow  # two builds of a one-op model
+def test_the_users_forward_never_runs_in_this_process(tmp_path):
+    """localize's op-by-op torch values and check --shape's reference are the exported program run by torch: the
+    file's own code runs only in the child that loads it (``support/user_process.py``), so it cannot decide them."""
+    import os
+
+    from mtp_tvm import check_module, localize_module
+
+    pids = tmp_path / "pids.txt"
+    path = tmp_path / "pid_model.py"
+    path.write_text(f"import os\nimport torch\n\n\nclass M(torch.nn.Module):\n    def forward(self, x):\n"
+                    f"        with open({str(pids)!r}, 'a') as f:\n            f.write(f'{{os.getpid()}}\\n')\n"
+                    "        return torch.relu(x) * 2\n\n\ndef model():\n    return M()\n\n\n"
+                    "def example_inputs():\n    return (torch.randn(4, 8),)\n\n\n"
+                    "def dynamic_shapes():\n    return ({0: torch.export.Dim('rows', min=2, max=16)},)\n")
+    assert localize_module(path, **QUIET).passed
+    r = check_module(path, shapes={"x": (11, 8)}, seed=3, **QUIET)
+    assert r.passed and r.shapes == {"x": [11, 8]}
+    ran_in = {int(p) for p in pids.read_text().split()}
+    assert ran_in and os.getpid() not in ran_in  # the children ran it (export, eager); this process never did
