@@ -343,11 +343,21 @@ def _cmd_localize(args) -> int:
 
     result = localize(spec, debug, against=args.against, seed=args.seed,
                       max_mb=args.localize_max_mb, log=lambda line: print(line, file=sys.stderr))
+    return _localize_verdict(args, result)
+
+
+def _localize_verdict(args, result) -> int:
+    """A localize's table, its JSON report when asked, and its exit code: 0 nothing differs, 1 something does."""
     print(result.table())
     if args.report:
         result.write_json(args.report)
         print(f"report: {args.report}")
     return 0 if result.passed else 1
+
+
+def _module_tolerance(args) -> ModuleTolerance | None:
+    """``--atol``/``--rtol`` of a module file's comparison; None: ``assert_close``'s defaults per dtype."""
+    return None if args.atol is None and args.rtol is None else ModuleTolerance(args.atol, args.rtol)
 
 
 def _cmd_localize_module(args) -> int:
@@ -361,14 +371,9 @@ def _cmd_localize_module(args) -> int:
     with phase("import"):
         from .tools.check.module_localize import localize_module
 
-    tolerance = None if args.atol is None and args.rtol is None else ModuleTolerance(args.atol, args.rtol)
-    result = localize_module(debug=debug, against=args.against, tolerance=tolerance,
+    result = localize_module(debug=debug, against=args.against, tolerance=_module_tolerance(args),
                              log=lambda line: print(line, file=sys.stderr), **_module_options(args))
-    print(result.table())
-    if args.report:
-        result.write_json(args.report)
-        print(f"report: {args.report}")
-    return 0 if result.passed else 1
+    return _localize_verdict(args, result)
 
 
 def _cmd_minimize(args) -> int:
@@ -381,8 +386,7 @@ def _cmd_minimize(args) -> int:
     with phase("import"):
         from .tools.minimize.minimize import minimize_module
 
-    tolerance = None if args.atol is None and args.rtol is None else ModuleTolerance(args.atol, args.rtol)
-    result = minimize_module(debug=debug, tolerance=tolerance, out=args.out,
+    result = minimize_module(debug=debug, tolerance=_module_tolerance(args), out=args.out,
                              log=lambda line: print(line, file=sys.stderr), **_module_options(args))
     print(result.summary())
     print(time_line())

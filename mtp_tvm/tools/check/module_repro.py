@@ -25,8 +25,7 @@ import tvm
 
 from ...compiler.tensors import read_npz, to_host, to_numpy
 from ...instrument.run_folder import mark_complete, new_run_dir
-from ...passes.pipeline import FIRST_LOWERING_PHASE
-from ...passes.target import device_for, resolve_target, target_json
+from ...passes.target import device_for, target_json
 from ...support.errors import MtpError
 from ...verify.golden_check import Provenance
 from ...verify.module_golden import check_outputs
@@ -38,6 +37,7 @@ from .repro import (
     guarded_rerun,
     launcher,
     lowering_gate,
+    rebuild_lowering,
     save_arrays,
     write_folder,
 )
@@ -87,19 +87,11 @@ def rerun(folder: Path, log=print) -> int:
 
 
 def _rerun(folder: Path, log) -> int:
-    from ...instrument.recorder import PassRecorder
-    from ...passes.gate import PassGate
-    from ...passes.pipeline import compile_through_phases
     from ...verify.results import summary_table
 
     spec = json.loads((folder / "repro.json").read_text())
-    target = resolve_target(json.loads((folder / "target.json").read_text()))
-    mod = tvm.script.from_source((folder / "module.py").read_text())
-    gate = PassGate.for_target(target, spec["gate"]["disabled"], spec["gate"]["limit"])
-    t0 = time.perf_counter()
-    with tvm.transform.PassContext(opt_level=3, instruments=[PassRecorder(gate)] if gate.active else []):
-        ex = compile_through_phases(mod, target, None, first_phase=FIRST_LOWERING_PHASE)
-    seconds = time.perf_counter() - t0
+    tolerance = ModuleTolerance(spec["tolerance"]["atol"], spec["tolerance"]["rtol"])  # a bad one: before the build
+    ex, target, seconds = rebuild_lowering(folder, spec)
     dev = device_for(target)
     inputs = read_npz(folder / "inputs.npz", spec["inputs"])
     vm = tvm.relax.VirtualMachine(ex, dev)
@@ -110,7 +102,6 @@ def _rerun(folder: Path, log) -> int:
     expected = read_npz(folder / "expected.npz", spec["outputs"])
     actual = {name: to_host(outs[i]) for i, name in enumerate(expected)}
     built = Provenance(spec["target"], "module", spec["schedule"], seconds)
-    tolerance = ModuleTolerance(spec["tolerance"]["atol"], spec["tolerance"]["rtol"])
     result = check_outputs(spec["case"], spec["shapes"], built, actual, expected, tolerance, run_seconds,
                            spec["seed"])
     log(summary_table(result))
