@@ -37,7 +37,7 @@ from ...verify.golden_check import GoldenOptions, Provenance, golden_check
 from ...verify.tolerances import LogitsTolerance, RatioTolerance
 
 REPRO_DIR = "repro"
-PROJECT_ROOT = Path(__file__).resolve().parents[2]  # the folder holding the mtp_tvm package
+PROJECT_ROOT = Path(__file__).resolve().parents[3]  # the folder holding the mtp_tvm package
 
 _LAUNCHER = '''"""{doc}"""
 import sys
