@@ -24,7 +24,7 @@ ENTRY_POINTS = {
     "mtp_tvm.artifact.load": ["check_artifact"],
     "mtp_tvm.tools.bisect.bisection": ["bisect_passes", "bisect_schedule", "bisect_module_passes"],
     "mtp_tvm.tools.bench.bench": ["bench"], "mtp_tvm.tools.bench.module_bench": ["bench_module"],
-    "mtp_tvm.compiler.tensors": ["read_npz", "write_npz"],
+    "mtp_tvm.compiler.tensors": ["read_npz", "write_npz"], "mtp_tvm.tools.convert.convert": ["load"],
 }
 
 # the ways each command runs: the argv before the option under test
@@ -93,7 +93,9 @@ def _reached_work(monkeypatch, argv) -> tuple[set[str], str | None]:
         for name in names:
             monkeypatch.setattr(mod, name, stop)
     monkeypatch.setattr("mtp_tvm.contract.cases.Case.make_inputs", stop)
-    monkeypatch.setattr("mtp_tvm.artifact.load.load", lambda *_a, **_k: mock.MagicMock())  # what is read of it
+    artifact = mock.MagicMock()  # what is read of it
+    artifact.sized.return_value = (mock.MagicMock(), mock.MagicMock())  # (case, shapes): --weights sizes by them
+    monkeypatch.setattr("mtp_tvm.artifact.load.load", lambda *_a, **_k: artifact)
     monkeypatch.setattr("mtp_tvm.artifact.manifest.read_manifest", lambda _p: {"module": {}}
                         if "--module" in argv else {})
     try:
