@@ -18,6 +18,7 @@ from tvm.target import Target
 
 from ..compiler.runtime import Runnable
 from ..compiler.weights import WeightCache
+from ..instrument.idle_passes import IdlePassWatch
 from ..instrument.pass_clock import PassClock
 from ..instrument.recorder import DumpOptions, PassRecord, PassRecorder
 from ..instrument.run_folder import mark_complete, prune, retention
@@ -64,6 +65,7 @@ class CompiledCase(Runnable):
     unscheduled: list[str] = dataclasses.field(default_factory=list)  # kernels no schedule covers (as written)
     pass_records: list[PassRecord] = dataclasses.field(default_factory=list, repr=False)  # time_passes, dumps
     gate: dict | None = None                   # what --disable-pass / --bisect-limit did (pass_gate.gate_summary)
+    idle_passes: list[str] = dataclasses.field(default_factory=list)  # user passes that changed nothing: why
     optimized_module: tvm.IRModule | None = dataclasses.field(default=None, repr=False)  # entering lowering
     spec: BuildSpec = dataclasses.field(default_factory=BuildSpec)  # as asked (sizes may be None: defaults)
     debug: DebugOptions = dataclasses.field(default_factory=DebugOptions, repr=False)
@@ -154,7 +156,7 @@ def _compile(spec: BuildSpec, debug: DebugOptions) -> CompiledCase:
                         c, shapes, tgt, built.executable, built.seconds, schedule_traces=dict(applier.traces),
                         device_source=built.source, untuned=dict(applier.untuned),
                         unscheduled=list(applier.unscheduled), pass_records=built.records, gate=built.gate,
-                        optimized_module=built.optimized, spec=spec, debug=debug))
+                        idle_passes=built.idle_passes, optimized_module=built.optimized, spec=spec, debug=debug))
 
 
 @dataclasses.dataclass
@@ -167,6 +169,7 @@ class BuiltIR:
     records: list[PassRecord]
     gate: dict | None
     optimized: tvm.IRModule | None
+    idle_passes: list[str]  # the user passes that changed nothing, each with its phase and what it held
 
 
 @dataclasses.dataclass(frozen=True)
@@ -218,6 +221,7 @@ def build_ir(make_module, name: str, tgt: Target, applier: ApplySchedules, debug
 def _lower(b: _Build, mod: tvm.IRModule) -> BuiltIR:
     """The pipeline on ``mod``, and what the build recorded; a failure as one line (``_failed``)."""
     captured, clock, t0 = {}, PassClock(), time.perf_counter()
+    watch = IdlePassWatch({phase: [p.info.name for p in passes] for phase, passes in b.extra.items()})
 
     def on_phase(phase_name, m):
         if phase_name == FIRST_LOWERING_PHASE:
@@ -225,7 +229,8 @@ def _lower(b: _Build, mod: tvm.IRModule) -> BuiltIR:
 
     try:
         with phase("codegen"), tvm.transform.PassContext(opt_level=3,
-                                                         instruments=[clock, *filter(None, [b.recorder])]):
+                                                         instruments=[clock, *filter(None, [b.recorder]),
+                                                                                  *([watch] if b.extra else [])]):
             ex = compile_module(mod, b.target, b.applier, b.extra, on_phase=on_phase)
             transfer(clock.seconds, "passes")
     except UsageError:
@@ -236,7 +241,8 @@ def _lower(b: _Build, mod: tvm.IRModule) -> BuiltIR:
     records = b.recorder.records if b.recorder is not None else []
     _check_disabled_names(b.gate, records)
     return BuiltIR(ex, seconds, device_source(ex) if is_gpu(b.target) else None, records,
-                   gate_summary(records, b.gate) if b.gate.active else None, captured.get("optimized"))
+                   gate_summary(records, b.gate) if b.gate.active else None, captured.get("optimized"),
+                   [p.describe(_user_passes(b.debug)) for p in watch.idle()])
 
 
 def _failed(b: _Build, e: BaseException):

@@ -65,6 +65,7 @@ class CompiledModule(Runnable):
     pass_records: list[PassRecord] = dataclasses.field(default_factory=list, repr=False)
     gate: dict | None = None
     optimized_module: tvm.IRModule | None = dataclasses.field(default=None, repr=False)
+    idle_passes: list[str] = dataclasses.field(default_factory=list)  # user passes that changed nothing: why
     debug: DebugOptions = dataclasses.field(default_factory=DebugOptions, repr=False)
     dump_dir: Path | None = None
     dump_seconds: float = 0.0
@@ -154,7 +155,7 @@ def compile_module_open(module=None, debug: DebugOptions | None = None, *, spec:
     def wrap(built) -> CompiledModule:
         return CompiledModule(user, tgt, built.executable, built.seconds, spec, dict(applier.traces),
                               built.source, list(applier.unscheduled), dict(applier.untuned), built.records,
-                              built.gate, built.optimized, debug)
+                              built.gate, built.optimized, built.idle_passes, debug)
 
     with phase("build"), native_stderr():
         return build_ir(lambda: user.mod, user.name, tgt, applier, debug, meta, wrap)

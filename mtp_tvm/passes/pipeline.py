@@ -112,6 +112,17 @@ OPTIMIZING_PHASES = ("legalize", "fuse", "schedule")
 FIRST_LOWERING_PHASE = "lower-dataflow"
 
 
+# What a user pass (which runs first in its phase) finds there: the table of docs/guides/writing-a-pass.md, and
+# the reason given when one changed nothing (instrument.idle_passes).
+PHASE_HOLDS = {
+    "legalize": "unfused Relax operators (R.matmul, R.nn.softmax...), before LegalizeOps turns them into PrimFuncs",
+    "fuse": "one unscheduled PrimFunc per operator, before FuseOps/FuseTIR: no fused kernels yet (a pass on "
+            "fused kernels belongs under 'schedule')",
+    "schedule": "the fused PrimFuncs, before the hand schedules (a pass on scheduled TIR belongs in a TIR "
+                "pipeline, see docs/guides/writing-a-pass.md)",
+}
+
+
 # LLVM's "optional" passes (``-opt-bisect-limit``): the build stays correct without them, so a bisect may skip
 # them. A group is skipped or applied as a whole (FuseTIR only makes sense after FuseOps). Required passes
 # (legalisation, lowering, codegen preparation) always run.
