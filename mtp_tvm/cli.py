@@ -107,6 +107,9 @@ def _add_build_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dump-only-changed", action="store_true", help="dump files only for passes that changed the IR")
     p.add_argument("--dump-filter", metavar="REGEX", help="dump files only for passes whose name matches REGEX")
     p.add_argument("--dump-func", metavar="NAME", help="dump (and compare) only function NAME, not the whole module")
+    p.add_argument("--dump-nested", action="store_true",
+                   help="also dump the passes run inside another pass (FoldConstant's TIR pipeline per folded "
+                        "constant, FuseTIR's helpers); by default they are folded under it, in the index only")
     p.add_argument("--time-passes", action="store_true", help="print the passes taking the most time")
     p.add_argument("--disable-pass", action="append", default=[], metavar="NAME",
                    help="do not run pass NAME (repeatable; names as in the dump index)")
@@ -134,7 +137,8 @@ def _debug_options(args) -> DebugOptions:
 
         plugin = load_pass_plugin(args.pass_plugin)
     return DebugOptions(dump_passes=args.dump_passes, only_changed=args.dump_only_changed,
-                        dump_filter=args.dump_filter, dump_func=args.dump_func, time_passes=args.time_passes,
+                        dump_filter=args.dump_filter, dump_func=args.dump_func, dump_nested=args.dump_nested,
+                        time_passes=args.time_passes,
                         disable_passes=tuple(args.disable_pass), bisect_limit=args.bisect_limit,
                         extra_passes=plugin)
 
@@ -171,7 +175,7 @@ _MANIFEST_OPTIONS = ("case", "target", "preset", "frontend", "vocab_shard", "own
 
 
 # the compile-time debugging options (besides --dump-passes), meaningless for a prebuilt artifact
-_DEBUG_OPTIONS = ("dump_only_changed", "dump_filter", "dump_func", "time_passes", "disable_pass", "bisect_limit",
+_DEBUG_OPTIONS = ("dump_only_changed", "dump_filter", "dump_func", "dump_nested", "time_passes", "disable_pass", "bisect_limit",
                   "pass_plugin")
 
 
@@ -409,7 +413,7 @@ def _cmd_dumps(args) -> int:
         print(dump_browse.list_runs(args.root))
     elif args.dumps_command == "show":
         print(dump_browse.show(dump_browse.find_run(args.run, args.root), args.pass_, args.changed, args.phase,
-                               func=args.func, history=args.history), end="")
+                               func=args.func, history=args.history, nested=args.nested), end="")
     elif args.dumps_command == "compare":
         from .tools.dumps_compare import compare_command
 
@@ -715,6 +719,8 @@ def _add_dumps_command(sub, common: argparse.ArgumentParser) -> None:
     q.add_argument("pass_", nargs="?", metavar="PASS", help="pass number, name, 'input', or a file of the run")
     q.add_argument("--changed", action="store_true", help="in the table, only passes that changed the IR")
     q.add_argument("--phase", help="in the table, only passes of this phase")
+    q.add_argument("--nested", action="store_true",
+                   help="in the table, also the passes run inside another (folded into its row by default)")
     q.add_argument("--func", metavar="NAME", help="only this function (of PASS's module, or with --history)")
     q.add_argument("--history", action="store_true",
                    help="with --func: every pass that changed the function, its diffs in order")
