@@ -21,7 +21,7 @@ import numpy as np
 import tvm
 from tvm import relax, tirx
 
-from ..ir.torch_frontend import CUSTOM_CONVERTERS
+from ..ir.op_coverage import import_program
 from ..spec.cases import TensorSpec
 from ..support.errors import UsageError
 from ..support.lazy import lazy_module
@@ -128,8 +128,6 @@ def _outputs(func: relax.Function, path: Path) -> tuple[dict[str, TensorSpec], b
 
 
 def _from_torch(path: Path, file) -> UserModule:
-    from tvm.relax.frontend.torch import from_exported_program  # imports torch
-
     model = _call(path, file, "model")
     if not isinstance(model, torch.nn.Module):
         raise UsageError(f"module file {path}: model() must return a torch.nn.Module, got {type(model).__name__}")
@@ -144,14 +142,7 @@ def _from_torch(path: Path, file) -> UserModule:
             return torch.export.export(model, examples, dynamic_shapes=dynamic)
 
     program = run_user_code(f"module file {path}: torch.export of model()", export)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", category=FutureWarning)
-        try:
-            mod = from_exported_program(program, keep_params_as_input=True, custom_convert_map=CUSTOM_CONVERTERS)
-        except Exception as e:  # an operator TVM's importer lacks: the user's model, not our bug
-            raise UsageError(f"module file {path}: TVM's from_exported_program cannot import model(): "
-                             f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}") \
-                from None
+    mod = import_program(program, path)  # an operator it cannot import or lower: a UsageError naming it
     mod, params = relax.frontend.detach_params(mod)
     func = mod["main"]
     num_input = len(examples)
