@@ -133,9 +133,10 @@ def _debug_options(args) -> DebugOptions:
     """The dump, timing, gate and plugin options of ``_add_build_args``."""
     plugin = None
     if args.pass_plugin:
-        from .passes.plugins import load_pass_plugin
+        with phase("import"):  # TVM, and the plugin's own imports and definitions
+            from .passes.plugins import load_pass_plugin
 
-        plugin = load_pass_plugin(args.pass_plugin)
+            plugin = load_pass_plugin(args.pass_plugin)
     return DebugOptions(dump_passes=args.dump_passes, only_changed=args.dump_only_changed,
                         dump_filter=args.dump_filter, dump_func=args.dump_func, dump_nested=args.dump_nested,
                         time_passes=args.time_passes,

@@ -148,7 +148,8 @@ def profile_into_run(compiled, inputs: dict, profiling: ProfileOptions, log) -> 
     """``--profile``: every kernel of ``main`` timed on ``inputs``; ``profile.json`` into the run folder when
     dumping."""
     log(f"[PROFILE] {profiling.rounds} rounds")
-    found = profile_main(compiled, inputs, profiling)
+    with phase("profile"):
+        found = profile_main(compiled, inputs, profiling)
     if compiled.dump_dir is not None:
         write_to_run_folder(found, compiled.dump_dir)
     return found
