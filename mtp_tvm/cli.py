@@ -289,11 +289,13 @@ def _cmd_tune(args) -> int:
     r = tune(spec, options, log=lambda line: print(line, file=sys.stderr))
     print(f"tuned {args.module or args.case} for {args.target}: {r.trials} trials in {r.seconds:.0f}s "
           f"({r.seconds_per_trial:.2f} s/trial){' (interrupted)' if r.interrupted else ''} -> {r.work_dir}")
-    for name, best in sorted(r.best_ms.items()):
-        hand = f", hand schedule {r.default_ms[name]:.4g} ms" if name in r.default_ms else ""
-        measured = ", ".join(f"{s} {n}" for s, n in sorted(r.measured.get(name, {}).items())) or "none"
-        print(f"  {name:40s} best {best:.4g} ms{hand}; measured: {measured}")
-    return 130 if r.interrupted else 0
+    from .tools.tune_report import end_to_end, kernel_table
+
+    print(kernel_table(r))
+    if r.interrupted:
+        return 130
+    print(end_to_end(spec, args.module, remote=rpc is not None).line())
+    return 0
 
 
 def _cmd_check_prebuilt(args) -> int:
