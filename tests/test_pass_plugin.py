@@ -5,6 +5,7 @@ import re
 import pytest
 import tvm
 
+from helpers import REPO
 from mtp_tvm.passes.plugins import load_pass_plugin, resolve_extra_passes
 from mtp_tvm.passes.target import resolve_target
 from mtp_tvm.support.errors import UsageError
@@ -121,29 +122,19 @@ def test_systemexit_from_a_handler_never_reads_as_success(monkeypatch, capsys):
     assert "user code called sys.exit(0) during list" in capsys.readouterr().err
 
 
-def _rename_fused(mod, _ctx):
-    """Touches only fused kernels: a no-op before FuseOps (the ``fuse`` phase's plugins run before it)."""
-    fused = [gv for gv in mod.get_global_vars() if gv.name_hint.startswith("fused_")]
-    if not fused:
-        return mod
-    out = tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs)
-    for gv in fused:
-        out[gv] = mod[gv].with_attr("mtp.touched", True)
-    return out
-
-
 @pytest.mark.parametrize("phase, idle", [("fuse", True), ("schedule", False)])
 def test_a_plugin_pass_that_changed_nothing_is_said_with_its_phase(phase, idle):
     import mtp_tvm
 
     lines = []
-    touch = tvm.transform.module_pass(_rename_fused, opt_level=0, name="TouchFused")
+    plugin = load_pass_plugin(REPO / "tests" / "user_blocks" / "tag_fused_norm.py")  # tags fused norm kernels
+    touch = plugin(resolve_target("llvm"))["fuse"][0]
     result = mtp_tvm.check(case="norm", preset="tiny", frontend="relax", extra_passes={phase: [touch]},
                            log=lines.append)
-    warned = [line for line in lines if "TouchFused" in line]
+    warned = [line for line in lines if "TagFusedNorm" in line]
     assert result.passed and bool(warned) == idle
     if idle:
         assert warned == [
-            "[passes] warning: a pass of extra_passes: pass 'TouchFused' changed nothing in any function (phase "
+            "[passes] warning: a pass of extra_passes: pass 'TagFusedNorm' changed nothing in any function (phase "
             f"'fuse', 1 run); at that point the module holds {warned[0].split('module holds ')[1]}"]
         assert "0 fused" in warned[0] and "before FuseOps/FuseTIR" in warned[0]
