@@ -275,15 +275,13 @@ class RunComparison:
         head = [f"<tr><th>A</th><td>{esc(str(self.a))}</td><td>{esc(_describe(self.a_index))}</td></tr>",
                 f"<tr><th>B</th><td>{esc(str(self.b))}</td><td>{esc(_describe(self.b_index))}</td></tr>"]
         settings = "".join(f"<li>{esc(k)}: {esc(a)} / {esc(b)}</li>" for k, a, b in self.settings())
-        rows, nested, shown, top = [], self.nested(), set(self.visible()), 0
+        rows, nested, shown = [], self.nested(), set(self.visible())
         for k, p in enumerate(self.pairs):
             cls = {IDENTICAL: "same", NAMES: "names", REORDERED: "names", DIFFERENT: "diff"}.get(p.verdict, "unknown")
+            cls += "" if k in shown else " nested-pass"  # folded: shown by the page's "nested passes" box
             mark = ' id="divergence"' if k == self.divergence else ""
-            top = k if not p.depth else top
-            fold = (f' data-nested-in="{top}" hidden' if k not in shown else "") + (
-                f' data-top="{k}"' if k in nested else "")
-            inside = (f' <a href="#" class="fold" data-open="{k}">[+{nested[k]} nested]</a>' if k in nested else "")
-            rows.append(f'<tr class="pair {cls}"{mark}{fold}><td class="num">{"" if p.a is None else f"{p.a:03d}"}</td>'
+            inside = f" [+{nested[k]} nested]" if k in nested else ""
+            rows.append(f'<tr class="pair {cls}"{mark}><td class="num">{"" if p.a is None else f"{p.a:03d}"}</td>'
                         f'<td class="num">{"" if p.b is None else f"{p.b:03d}"}</td><td>{esc(p.phase)}</td>'
                         f'<td style="padding-left:{0.5 + 1.2 * p.depth:.1f}em">{esc(p.name)}{inside}</td>'
                         f"<td>{esc(p.a_state)}</td><td>{esc(p.b_state)}</td><td>{esc(p.verdict)}</td>"
