@@ -18,7 +18,7 @@ from tvm.target import Target
 
 from ..compiler.runtime import Runnable
 from ..compiler.weights import WeightCache
-from ..instrument.idle_passes import IdlePassWatch
+from ..instrument.idle_passes import IdlePassWatch, idle_disabled
 from ..instrument.pass_clock import PassClock
 from ..instrument.recorder import DumpOptions, PassRecord, PassRecorder
 from ..instrument.run_folder import mark_complete, prune, retention
@@ -169,7 +169,7 @@ class BuiltIR:
     records: list[PassRecord]
     gate: dict | None
     optimized: tvm.IRModule | None
-    idle_passes: list[str]  # the user passes that changed nothing, each with its phase and what it held
+    idle_passes: list[str]  # the user passes (and --disable-pass names) that changed nothing, and where
 
 
 @dataclasses.dataclass(frozen=True)
@@ -243,7 +243,8 @@ def _lower(b: _Build, mod: tvm.IRModule, t0: float) -> BuiltIR:
     _check_disabled_names(b.gate, records)
     return BuiltIR(ex, time.perf_counter() - t0, device_source(ex) if is_gpu(b.target) else None, records,
                    gate_summary(records, b.gate) if b.gate.active else None, captured.get("optimized"),
-                   [p.describe(_user_passes(b.debug)) for p in watch.idle()])
+                   [p.describe(_user_passes(b.debug)) for p in watch.idle()]
+                   + (idle_disabled(b.recorder.disabled_inputs, b.target) if b.recorder is not None else []))
 
 
 def _failed(b: _Build, e: BaseException):

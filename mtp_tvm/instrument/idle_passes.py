@@ -12,7 +12,7 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from ..passes.pipeline import PHASE_HOLDS, PHASE_MARKER_PREFIX
+from ..passes.pipeline import PHASE_HOLDS, PHASE_MARKER_PREFIX, relax_passes_by_name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,3 +104,18 @@ class IdlePassWatch:
         """The watched passes that ran and never changed the module, in the order they first ran."""
         return [IdlePass(name, phase, runs, holds) for (phase, name), (runs, changed, holds) in self._seen.items()
                 if runs and not changed]
+
+
+def idle_disabled(disabled_inputs: dict[str, list], target) -> list[str]:
+    """The ``--disable-pass`` names whose pass, run on every module it was skipped on, changes nothing: disabling
+    it made no difference. Judged for the Relax phases' passes (the TIR pipeline's are TVM's, not ours to run)."""
+    passes, out = relax_passes_by_name(target), []
+    for name, mods in disabled_inputs.items():
+        if name not in passes:
+            continue
+        with target, tvm.transform.PassContext(opt_level=3):
+            changed = any(tvm_ffi.structural_hash(passes[name](m)) != tvm_ffi.structural_hash(m) for m in mods)
+        if not changed:
+            out.append(f"--disable-pass {name}: the pass changes nothing in any function where it was skipped "
+                       f"({len(mods)} place{'s' * (len(mods) != 1)}): disabling it made no difference")
+    return out

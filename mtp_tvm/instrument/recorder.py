@@ -33,7 +33,7 @@ import tvm_ffi
 
 from ..instrument.ir_text import unified_diff
 from ..instrument.run_folder import INPUT_FILE, RunWriter, pass_stem
-from ..passes.gate import PassGate, gate_summary
+from ..passes.gate import SKIP_DISABLED, PassGate, gate_summary
 from ..passes.pipeline import MTP_CONTAINER_PASSES, PHASE_MARKER_PREFIX, RELAX_PIPELINE
 from ..support.errors import UsageError, did_you_mean
 
@@ -122,6 +122,7 @@ class PassRecorder:
         self._printer = ThreadPoolExecutor(1, thread_name_prefix="mtp-dump-print") if dump is not None else None
         self.steps: dict[int, tuple[object, object]] = {}  # pass number -> (before key, after key)
         self.input_key = None
+        self.disabled_inputs: dict[str, list] = {}          # --disable-pass name -> the modules it was skipped on
         self._func_seen = False                             # --dump-func: whether the function ever existed
         self._other_funcs: set[str] = set()                 # the functions seen while it was absent
 
@@ -142,6 +143,9 @@ class PassRecorder:
             rec.skipped, rec.unit = self.gate.decide(rec.index, self.phase, name)
             rec.optional = rec.unit is not None
             self.records.append(rec)
+            if rec.skipped == SKIP_DISABLED and rec.parent is None:  # did disabling it change anything?
+                self.disabled_inputs.setdefault(name, []).append(tvm.IRModule(
+                    dict(mod.functions_items()), attrs=mod.attrs, global_infos=dict(mod.global_infos)))
             self._pending, run = (rec, True) if rec.skipped is None else (None, False)
         self._frames[-1].overhead += time.perf_counter() - t0
         return run

@@ -101,6 +101,12 @@ RELAX_PHASES: tuple[Phase, ...] = (
 )
 
 
+def relax_passes_by_name(target: Target) -> dict[str, tvm.transform.Pass]:
+    """The Relax phases' passes by name (not the schedule phase's, which need the build's applier): what a
+    skipped ``--disable-pass`` would have run (``instrument.idle_passes``)."""
+    return {p.info.name: p for phase in RELAX_PHASES if not phase.takes_applier for p in phase.passes(target)}
+
+
 TIR_PHASES = ("tir-lower", "tir-host", "tir-device")
 
 
