@@ -8,6 +8,7 @@ API: ``check(...)`` -> ``CheckResult``; ``compile(...)`` -> ``CompiledCase`` wit
 golden-checks one; ``localize(..., against=...)`` -> ``LocalizeResult``: the first kernel call that differs from
 a reference build; ``compile_module(path)`` -> ``CompiledModule`` and ``check_module(path)`` -> ``CheckResult``:
 the same for the user's own model file (a torch module or a TVMScript IRModule, ``ir/user_module.py``);
+``load_weights(path, case=..., tp=..., rank=...)``: a DeepSeek checkpoint's weights for ``bind`` (``tools/convert.py``);
 ``read_inputs(path)`` / ``write_inputs(path, arrays)``: the ``.npz`` files of ``mtp-tvm inputs``/``run``, BF16
 included.
 
@@ -25,12 +26,13 @@ _LAZY = {  # public name -> the module that defines it
     "BoundCase": "compiler.runtime", "check": "tools.check", "CheckResult": "verify.results",
     "localize": "tools.localize", "LocalizeResult": "tools.localize",
     "compile_module": "compiler.user_build", "CompiledModule": "compiler.user_build",
-    "check_module": "tools.module_check", "read_inputs": "compiler.tensors", "write_inputs": "compiler.tensors",
+    "check_module": "tools.module_check", "load_weights": "tools.convert", "read_inputs": "compiler.tensors",
+    "write_inputs": "compiler.tensors",
 }
 
 __all__ = ["check", "CheckResult", "compile", "CompiledCase", "MtpError", "UsageError", "BuildError",
            "build", "load", "Artifact", "check_artifact", "BoundCase", "localize", "LocalizeResult",
-           "compile_module", "CompiledModule", "check_module", "read_inputs", "write_inputs"]
+           "compile_module", "CompiledModule", "check_module", "load_weights", "read_inputs", "write_inputs"]
 
 
 def __getattr__(name: str):

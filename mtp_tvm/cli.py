@@ -21,12 +21,13 @@ from .compiler.options import BuildSpec, DebugOptions
 from .ir.frontend_names import FRONTEND_NAMES
 from .schedule.tune_space import TuneSpace
 from .spec.cases import CASES
+from .spec.checkpoint import LayoutName
 from .spec.presets import PRESETS
 from .support.errors import MtpError, UsageError
 from .support.native_log import VERBOSE_ENV
 from .support.timing import phase, start, time_line
 from .tools.bisect_search import BisectSearch
-from .verify.tolerances import LogitsTolerance, ModuleTolerance
+from .verify.tolerances import LogitsTolerance, ModuleTolerance, RatioTolerance
 
 # Only the modules above load with the parser: each handler imports what it needs, so ``--help``, ``list``,
 # ``dumps ...`` and usage errors never import TVM or torch (tests/test_cli.py measures it).
@@ -73,7 +74,7 @@ def _add_module_arg(p: argparse.ArgumentParser) -> None:
 
 # what a case is made of, meaningless for --module (its file says it all)
 _CASE_OPTIONS = ("case", "preset", "frontend", "tokens", "vocab_shard", "owners", "tp", "seed", "max_error_ratio",
-                 "max_e2e_abs_diff", "perturb_logit", "nan_check", "compile_only", "arch")
+                 "max_e2e_abs_diff", "perturb_logit", "nan_check", "compile_only", "arch", "cuda_graph")
 
 
 def _given_flags(args, command: str, names, required: tuple[str, ...] = ()) -> list[str]:
@@ -102,6 +103,9 @@ def _add_build_args(p: argparse.ArgumentParser) -> None:
     _add_target_args(p)
     p.add_argument("--tokens", type=int, default=None, help="token count T (default: the preset's B*S = 8)")
     _add_schedule_arg(p)
+    p.add_argument("--cuda-graph", action="store_true",
+                   help="CUDA: replay main's kernels as CUDA graphs captured once per token count (at most "
+                        "16 token rows)")
     p.add_argument("--dump-passes", nargs="?", const=True, default=None, metavar="DIR",
                    help="dump the IR after every pass into a new run folder under DIR (default dumps/)")
     p.add_argument("--dump-only-changed", action="store_true", help="dump files only for passes that changed the IR")
@@ -124,7 +128,7 @@ def _build_spec(args, target=None) -> BuildSpec:
     ``target`` replaces ``--target`` (e.g. resolved with --arch)."""
     spec = BuildSpec(case=args.case, target=args.target if target is None else target, preset=args.preset,
                      frontend=args.frontend, tokens=args.tokens, vocab_shard=args.vocab_shard,
-                     schedule=args.schedule, owners=args.owners, tp=args.tp)
+                     schedule=args.schedule, owners=args.owners, tp=args.tp, cuda_graph=args.cuda_graph)
     spec.resolve()
     return spec
 
@@ -193,7 +197,64 @@ def _add_lm_head_check_args(p: argparse.ArgumentParser) -> None:
                    help="debugging: add DELTA (default 1.0) to one device logit before the comparison")
 
 
+def _add_checkpoint_args(p: argparse.ArgumentParser) -> None:
+    """How a DeepSeek checkpoint is read and converted (convert, and --weights of check, run, bench)."""
+    p.add_argument("--rank", type=int, default=None, help="the TP rank whose LM-head rows are read (default 0)")
+    p.add_argument("--layout", choices=LayoutName.names(), default=None,
+                   help="the checkpoint's layout (default: found from its tensor names)")
+    p.add_argument("--calibration", metavar="FILE.npz", default=None,
+                   help="SmoothQuant from these activations (hidden_states, prev_hidden_states [N, D]; mtp-tvm inputs "
+                        "writes such a file); default: smoothing ones")
+    p.add_argument("--alpha", type=float, default=None, help="SmoothQuant's migration strength (default 0.5)")
+
+
+def _add_weights_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--weights", metavar="CKPT_OR_CONVERTED", default=None,
+                   help="the weights of a DeepSeek checkpoint (folder or file, converted to W8A8 here) or of a file "
+                        "mtp-tvm convert wrote, in place of the seeded ones")
+    _add_checkpoint_args(p)
+
+
+def _refuse_checkpoint_options(args) -> None:
+    """The checkpoint options without ``--weights``: a one-line error, not a silent no-op."""
+    given = [f"--{o}" for o in _CHECKPOINT_OPTIONS if getattr(args, o) is not None]
+    if given and args.weights is None:
+        raise UsageError(f"{', '.join(given)} read a checkpoint: give --weights CKPT")
+
+
+def _load_weights(args, case: str, preset: str | None, tp: int | None = None, owners: int | None = None):
+    """``--weights``: the case's weights with their sizes (``tools.convert.Loaded``), progress on stderr; None
+    without it."""
+    if args.weights is None:
+        return None
+    from .tools.convert import WeightSource, load
+
+    source = WeightSource(args.weights, case, preset, tp, owners=owners, **_checkpoint_options(args))
+    return load(source, log=lambda line: print(line, file=sys.stderr, flush=True))
+
+
+_CHECKPOINT_OPTIONS = ("rank", "layout", "calibration", "alpha")
+
+
+def _checkpoint_options(args) -> dict:
+    """``_add_checkpoint_args``'s flags as ``WeightSource`` fields (those given)."""
+    return {o: getattr(args, o) for o in _CHECKPOINT_OPTIONS if getattr(args, o) is not None}
+
+
+def _sized_for_weights(spec: BuildSpec, loaded) -> BuildSpec:
+    """``spec`` with the LM-head sizes of the weights (a TP shard's rows are the vocab shard)."""
+    s = loaded.shapes
+    if spec.vocab_shard not in (None, s.vocab_shard):
+        raise UsageError(f"--vocab-shard {spec.vocab_shard}: the weights' LM-head shard has {s.vocab_shard} rows "
+                         f"(tp {s.tp}); drop --vocab-shard")
+    return dataclasses.replace(spec, vocab_shard=s.vocab_shard, tp=s.tp, owners=s.owners)
+
+
 def _cmd_check(args) -> int:
+    _refuse_checkpoint_options(args)
+    if (args.module or args.artifact or args.compile_only) and args.weights:
+        raise UsageError("--weights golden-checks a fresh build of a case on those weights; drop --module, --artifact "
+                         "and --compile-only (run ARTIFACT --weights runs an artifact on them)")
     if args.module and args.artifact:
         raise UsageError("--artifact checks the module file's artifact on what it stores; drop --module")
     if args.module:
@@ -201,6 +262,9 @@ def _cmd_check(args) -> int:
     if args.artifact or args.compile_only:
         return _cmd_check_prebuilt(args)
     spec, debug = _build_spec(args), _debug_options(args)
+    loaded = _load_weights(args, spec.case, spec.preset, spec.tp, spec.owners)
+    if loaded is not None:
+        spec = _sized_for_weights(spec, loaded)
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(LogitsTolerance)
              if getattr(args, f.name) is not None}
     with phase("import"):
@@ -211,7 +275,8 @@ def _cmd_check(args) -> int:
     result = check(dataclasses.replace(spec, target=build_target(args.target, parse_archs(args.arch))), debug,
                    seed=args.seed, report=args.report, logits_tol=LogitsTolerance(**given) if given else None,
                    perturb_logit=parse_logit_perturbation(args.perturb_logit) if args.perturb_logit else None,
-                   profile=args.profile, nan_check=args.nan_check)
+                   profile=args.profile, nan_check=args.nan_check,
+                   weights=None if loaded is None else loaded.weights)
     print(summary_table(result))
     if result.nan_checked:
         print(result.nan_origin.describe() if result.nan_origin else "NaN/Inf: none in any kernel call's output")
@@ -355,6 +420,7 @@ def _cmd_build(args) -> int:
 
 
 def _cmd_run(args) -> int:
+    _refuse_checkpoint_options(args)
     if args.inputs is not None and args.out and os.path.realpath(args.out) == os.path.realpath(args.inputs):
         raise UsageError(f"--out {args.out} is the --inputs file; write the outputs elsewhere")
     if args.inputs is None and args.random_inputs is None:
@@ -369,6 +435,14 @@ def _cmd_run(args) -> int:
         inputs = read_npz(args.inputs, {n: t.dtype for n, t in artifact.input_specs.items()})
     else:
         inputs = artifact.make_inputs(tokens=args.tokens, seed=args.seed or 0)
+    case, shapes = artifact.sized()
+    loaded = _load_weights(args, case.name, shapes.preset.name, shapes.tp, shapes.owners)
+    if loaded is not None:
+        if loaded.shapes.vocab_shard != shapes.vocab_shard:
+            raise UsageError(f"{args.artifact} was built for vocab shard {shapes.vocab_shard}; the weights' LM-head "
+                             f"shard has {loaded.shapes.vocab_shard} rows (build with --vocab-shard "
+                             f"{loaded.shapes.vocab_shard})")
+        inputs = {**inputs, **loaded.weights}
     outputs = artifact.run(inputs)
     if args.out:
         write_npz(args.out, outputs)
@@ -515,7 +589,7 @@ def _cmd_bench_module(args) -> int:
     """``bench --module FILE.py``: the user's own model against torch eager and torch.compile."""
     _refuse_case_options(args, "bench")
     given = _given_flags(args, "bench", ("artifact", "compare_schedules", "compare_frontends", "rpc_tracker",
-                                         "profile", "plot"), ("--module", "x.py"))
+                                         "profile", "plot", "api"), ("--module", "x.py"))
     if given:
         raise UsageError(f"bench --module times your file at its example inputs; {', '.join(given)} cannot apply")
     with phase("import"):
@@ -535,9 +609,18 @@ def _cmd_bench_module(args) -> int:
 
 
 def _cmd_bench(args) -> int:
+    _refuse_checkpoint_options(args)
+    if args.module and args.weights:
+        raise UsageError("--weights replaces a case's weights; bench --module times your file's own")
     if args.module:
         return _cmd_bench_module(args)
     spec, compare = _bench_spec(args)
+    if args.artifact and args.weights:
+        raise UsageError("--weights replaces the weights of a build; bench an artifact on its seeded weights, or "
+                         "drop --artifact")
+    loaded = _load_weights(args, spec.case, spec.preset) if spec is not None else None
+    if loaded is not None:
+        spec = _sized_for_weights(spec, loaded)
     with phase("import"):
         from .tools.bench import BenchOptions, bench, parse_contenders, parse_tokens
 
@@ -545,9 +628,10 @@ def _cmd_bench(args) -> int:
                            threads=args.threads, compare_schedules=compare,
                            compare_frontends=_names(args.compare_frontends), profile=args.profile,
                            rpc=(args.rpc_tracker, args.rpc_key) if args.rpc_tracker else None,
-                           artifact=args.artifact,
+                           artifact=args.artifact, api=args.api,
                            **({"contenders": parse_contenders(args.contenders)} if args.contenders else {}))
-    result = bench(spec, options, log=lambda line: print(line, file=sys.stderr, flush=True))
+    result = bench(spec, options, log=lambda line: print(line, file=sys.stderr, flush=True),
+                   weights=None if loaded is None else loaded.weights)
     print(result.table())
     if result.profile is not None:
         print(result.profile.table())
@@ -559,6 +643,23 @@ def _cmd_bench(args) -> int:
         print(f"plot: {args.plot}")
     print(time_line())
     return 0
+
+
+def _cmd_convert(args) -> int:
+    """A DeepSeek checkpoint's MTP weights as a case's W8A8 inputs, with the conversion's cost."""
+    from .tools.convert import WeightSource, convert
+
+    given = {f: getattr(args, f) for f in ("atol", "rtol", "max_error_ratio") if getattr(args, f) is not None}
+    source = WeightSource(args.checkpoint, args.case, args.preset, args.tp, owners=args.owners,
+                          **_checkpoint_options(args))
+    result = convert(source, args.out, seed=args.seed, tokens=args.tokens,
+                     tolerance=RatioTolerance(**given) if given else None,
+                     log=lambda line: print(line, file=sys.stderr, flush=True))
+    print(result.table())
+    if not result.passed:
+        print(f"the converted projection FAILED against the checkpoint's own: nothing was written ({args.out} is as "
+              "it was)")
+    return 0 if result.passed else 1
 
 
 def _cmd_list(args) -> int:
@@ -594,6 +695,7 @@ def _add_check_command(sub, common: argparse.ArgumentParser) -> None:
     _add_profile_arg(p)
     p.add_argument("--nan-check", action="store_true",
                    help="name the first kernel call whose output holds NaN/Inf while its inputs held none")
+    _add_weights_arg(p)
     p.set_defaults(handler=_cmd_check)
 
 
@@ -654,6 +756,7 @@ def _add_run_command(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--out", metavar="OUT.npz", help="where to write the outputs (without it: shapes and dtypes only)")
     p.add_argument("--allow-failed", action="store_true",
                    help="run an artifact even though its recorded golden check failed")
+    _add_weights_arg(p)
     p.set_defaults(handler=_cmd_run)
 
 
@@ -687,8 +790,12 @@ def _add_bench_command(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--rpc-tracker", default=None, metavar="HOST:PORT",
                    help="time TVM on a server of this TVM RPC tracker (as tune measures); peers are not timed then")
     p.add_argument("--rpc-key", default="mtp", help="device key registered with the tracker (default mtp)")
+    p.add_argument("--api", action="store_true",
+                   help="also time the public API path beside the kernel (tvm:api): bound.run on activations "
+                        "already on the binary's device (torch tensors), outputs left there")
     _add_profile_arg(p)
     p.add_argument("--plot", default=None, metavar="PNG", help="write a bar chart (matplotlib)")
+    _add_weights_arg(p)
     p.set_defaults(handler=_cmd_bench)
 
 
@@ -701,6 +808,25 @@ def _add_inputs_command(sub, common: argparse.ArgumentParser) -> None:
                    help="the inputs of this artifact (its case and sizes; --tokens and --seed still apply)")
     p.add_argument("--out", required=True, metavar="IN.npz", help="the .npz to write")
     p.set_defaults(handler=_cmd_inputs)
+
+
+def _add_convert_command(sub, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("convert", parents=[common], help="a DeepSeek checkpoint's MTP weights as a case's W8A8 weight inputs (one "
+                       "safetensors file), with the conversion's error against the checkpoint's own FP8 math")
+    p.add_argument("checkpoint", metavar="CKPT", help="a checkpoint folder (shards and model.safetensors.index.json) or file")
+    p.add_argument("--case", default=_DEFAULTS.case, help=f"whose weight inputs to write: one of {', '.join(CASES)} "
+                   f"(default {_DEFAULTS.case})")
+    p.add_argument("--preset", default=None, help="tiny, flash or pro (default: the checkpoint's hidden size decides)")
+    p.add_argument("--tp", type=int, default=None, help="TP degree of the LM head: the rank's rows are vocab / TP (default 2)")
+    p.add_argument("--owners", type=int, default=None, help="LM head: token owners 2, 4 or 8 (default 2)")
+    _add_checkpoint_args(p)
+    p.add_argument("--seed", type=int, default=0, help="seed of the projection's activations without --calibration (default 0)")
+    p.add_argument("--tokens", type=int, default=None, help="token count of those activations (default the preset's B*S = 8)")
+    p.add_argument("--atol", type=float, default=None, help="the projection's absolute tolerance (default 0.03 x the reference's RMS)")
+    p.add_argument("--rtol", type=float, default=None, help="the projection's relative tolerance (default 0.03)")
+    p.add_argument("--max-error-ratio", type=float, default=None, help="the projection's outlier budget (default 0.02)")
+    p.add_argument("--out", required=True, metavar="FILE.safetensors", help="the converted weights to write")
+    p.set_defaults(handler=_cmd_convert)
 
 
 def _add_list_command(sub, common: argparse.ArgumentParser) -> None:
@@ -766,7 +892,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "(otherwise kept in the run folder's tvm.log)", **({"default": argparse.SUPPRESS} if p is common else {}))
     sub = parser.add_subparsers(dest="command", required=True)
     for add in (_add_check_command, _add_localize_command, _add_tune_command, _add_build_command, _add_run_command,
-                _add_bench_command, _add_inputs_command, _add_list_command, _add_dumps_command, _add_bisect_command):
+                _add_bench_command, _add_inputs_command, _add_convert_command, _add_list_command, _add_dumps_command, _add_bisect_command):
         add(sub, common)
     return parser
 

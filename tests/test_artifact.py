@@ -31,7 +31,8 @@ from mtp_tvm.support.errors import UsageError
 # Every case with hand TIR kernels (the LM-head kernel carries a CPU-only schedule: its cases go through Relax),
 # plus the Relax frontend of the cases whose CUDA build is quick (dlight's Matmul on the Relax projection loads all
 # tensor intrinsics: 40-70 s).
-CUDA_CASES = ([(case, "tir") for case in ("projection", "norm", "logits", "shared-head-logits", "tail", "tail-norm")]
+CUDA_CASES = ([(case, "tir") for case in ("projection", "norm", "logits", "shared-head-logits", "tail", "tail-norm",
+                                          "lm-head", "tail-lm-head")]
               + [(case, "relax") for case in ("norm", "logits", "lm-head")])
 CUDA_ARCHS = ("sm_80", "sm_90")
 EM_CUDA, EM_AARCH64 = 190, 183

@@ -53,7 +53,7 @@ RACED = (*EAGER, "torch_compile")  # max-autotune compiles for long on 2 cores: 
 
 @pytest.fixture(scope="module")
 def tiny_logits():
-    return bench(case="logits", preset="tiny", tokens=(1, 2), rounds=2, contenders=RACED)
+    return bench(case="logits", preset="tiny", tokens=(1, 2), rounds=2, contenders=RACED, api=True)
 
 
 def _alive(pid: int) -> bool:
@@ -69,11 +69,12 @@ def test_bench_times_every_contender_at_every_t(tiny_logits, tmp_path):
     assert d["isolation"] == "process" and d["threads"] == usable_cores() and d["tokens"] == [1, 2]
     assert set(d["per_tokens"]) == {"1", "2"}
     for t, f in d["per_tokens"].items():
-        assert set(f["median_ms"]) == {"tvm", *RACED} and f["shapes"]["tokens"] == int(t)
+        assert set(f["median_ms"]) == {"tvm", "tvm:api", *RACED} and f["shapes"]["tokens"] == int(t)
+        assert f["median_ms"]["tvm:api"] > 0  # the public bound.run, its output checked like every contender's
         for name, ms in f["median_ms"].items():  # a figure, or None with why
             assert (ms is not None and ms > 0 and len(f["samples_ms"][name]) == 2) or f["unavailable"][name]
         assert f["median_ms"]["tvm"] > 0 and f["roofline_ms"] > 0 and f["roofline_fraction"] > 0
-        peers = {n: ms for n, ms in f["median_ms"].items() if n != "tvm" and ms is not None}
+        peers = {n: ms for n, ms in f["median_ms"].items() if not n.startswith("tvm") and ms is not None}
         assert f["best_peer"] == min(peers, key=peers.get) and f["best_peer_ms"] == peers[f["best_peer"]]
         assert f["tvm_vs_best_peer"] == pytest.approx(f["best_peer_ms"] / f["median_ms"]["tvm"])
         assert f["roofline_fraction"] == pytest.approx(f["roofline_ms"] / f["median_ms"]["tvm"])
@@ -207,7 +208,8 @@ def test_flops_and_bytes_count_the_gemms():
 @pytest.mark.parametrize("kwargs", [{"case": "shared-head-logits"}, {"case": "logits", "rounds": 0},
                                     {"case": "logits", "contenders": ("numpy", )}, {"case": "logits", "cases": 1},
                                     {"case": "logits", "tokens": (1, 0)}, {"case": "logits", "threads": 0},
-                                    {"spec": BuildSpec(case="lm-head", preset="tiny")}])
+                                    {"spec": BuildSpec(case="lm-head", preset="tiny")}, {"case": "logits", "api": 1},
+                                    {"case": "logits", "api": True, "rpc": ("host:9190", "mtp")}])
 def test_bad_bench_arguments_are_usage_errors(kwargs):
     with pytest.raises(UsageError):
         bench(**{"preset": "tiny", **kwargs})

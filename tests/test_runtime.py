@@ -10,9 +10,10 @@ import sys
 import numpy as np
 import pytest
 import torch
+import tvm
 
 from mtp_tvm.compiler.runtime import TRANSFORM_PARAMS
-from mtp_tvm.compiler.tensors import to_numpy
+from mtp_tvm.compiler.tensors import to_device, to_numpy
 from mtp_tvm.compiler.weights import WeightCache
 from mtp_tvm.spec.presets import make_shapes
 from mtp_tvm.support.errors import UsageError
@@ -201,6 +202,43 @@ def test_bad_activations_of_a_bound_run_are_one_line_usage_errors(logits, make, 
     assert len(str(e.value).splitlines()) == 1
 
 
+def test_tensors_on_the_binarys_device_run_in_place_and_outputs_can_stay_there(logits):
+    """The GPU user path's dispatch, on the CPU: a TVM tensor on the binary's device (here the CPU) is passed as it
+    is, and ``outputs`` picks numpy, torch (through DLPack) or TVM tensors; all bitwise the numpy run."""
+    inputs = logits.case.make_inputs(logits.shapes, 0)
+    acts, weights = _split(logits, inputs)
+    dev = logits._plan.device
+    expected = logits.run(inputs)
+    resident = {n: to_device(to_numpy(v), dev) for n, v in inputs.items()}
+    assert _same(logits.run(resident), expected)  # weights and activations on the device, no host copy made
+    bound = logits.bind({n: resident[n] for n in weights})
+    as_torch = bound.run({"hidden_states": resident["hidden_states"]}, outputs="torch")
+    as_tvm = bound.run(acts, outputs="tvm")
+    assert all(isinstance(v, torch.Tensor) for v in as_torch.values())
+    assert all(isinstance(v, tvm.runtime.Tensor) and v.device == dev for v in as_tvm.values())
+    assert _same({k: to_numpy(v) for k, v in as_torch.items()}, expected)
+    assert _same({k: v.numpy() for k, v in as_tvm.items()}, expected)
+    with pytest.raises(UsageError, match="^outputs must be one of numpy, torch, tvm, got 'host'$"):
+        bound.run(acts, outputs="host")
+
+
+@pytest.mark.parametrize("where", ["meta", "cuda"])
+def test_a_tensor_on_another_device_is_refused_naming_both(logits, where):
+    inputs = logits.case.make_inputs(logits.shapes, 0)
+    acts, weights = _split(logits, inputs)
+    if where == "cuda":
+        if not torch.cuda.is_available():
+            pytest.skip("no CUDA device for torch")
+        elsewhere = inputs["hidden_states"].cuda()
+    else:
+        elsewhere = torch.empty_like(inputs["hidden_states"], device="meta")
+    with pytest.raises(UsageError, match=rf"^input 'hidden_states' is on {where}(:0)?, but this binary runs on "
+                                         r"cpu: pass it there$"):
+        logits.bind(weights).run({"hidden_states": elsewhere})
+    with pytest.raises(UsageError, match=rf"^input '{WEIGHT}' is on {where}"):
+        logits.bind({WEIGHT: torch.empty_like(inputs[WEIGHT], device=elsewhere.device)})
+
+
 def test_make_inputs_are_the_seeded_inputs_check_draws_on_builds_and_artifacts(compiled, tmp_path):
     """``m.make_inputs(tokens, seed)`` is what ``check`` feeds the binary: the case's seeded draw at the build's
     sizes (any T), on a fresh build and on its loaded artifact alike; a T the binary cannot run is refused."""
@@ -221,3 +259,35 @@ def test_make_inputs_are_the_seeded_inputs_check_draws_on_builds_and_artifacts(c
             runnable.make_inputs(seed=-1)
     out = a.run(a.make_inputs(tokens=4, seed=7))
     assert out["logits"].shape == tuple(a.output_specs["logits"].shape)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (tvm.cuda(0).exist and torch.cuda.is_available()), reason="needs a CUDA GPU (TVM and torch)")
+def test_cuda_tensors_run_in_place_and_outputs_stay_on_the_gpu():
+    import mtp_tvm
+
+    m = mtp_tvm.compile(case="logits", target="cuda", preset="tiny")
+    inputs = m.make_inputs()
+    expected = m.run(inputs)
+    on_gpu = {n: v.cuda() for n, v in inputs.items()}
+    bound = m.bind({n: on_gpu[n] for n in m.weight_specs})
+    out = bound.run({n: on_gpu[n] for n in m.activation_specs}, outputs="torch")
+    assert all(v.device == on_gpu[WEIGHT].device for v in out.values())
+    assert _same({k: to_numpy(v) for k, v in out.items()}, expected)
+
+
+def test_a_cuda_graph_binary_replays_only_the_weights_it_captured(logits):
+    """A CUDA graph holds its weights' device pointers: new weights get a fresh VM (graphs captured anew); the
+    same ones keep it. (The VM logic, on the CPU build, with the spec saying ``cuda_graph``.)"""
+    m = dataclasses.replace(logits, spec=dataclasses.replace(logits.spec, cuda_graph=True))
+    inputs = m.case.make_inputs(m.shapes, 0)
+    acts, weights = _split(m, inputs)
+    bound = m.bind(weights)
+    bound.run(acts)
+    first = m.vm
+    assert _same(bound.run(acts), m.run(inputs)) and m.vm is first
+    bound.rebind({WEIGHT: inputs[WEIGHT].clone()})
+    bound.run(acts)
+    assert m.vm is not first
+    with pytest.raises(UsageError, match="built with cuda_graph for at most 16 token rows"):
+        bound.run({"hidden_states": torch.cat([inputs["hidden_states"]] * 3)})

@@ -188,10 +188,15 @@ def test_cuda_source_compiles_with_nvcc(arch):
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="no CUDA GPU on this machine")
-@pytest.mark.parametrize("schedule", ["default", "dlight"])
+@pytest.mark.parametrize("schedule", ["default", "dlight", "tile"])
 @pytest.mark.parametrize("case", list(CASES))
 def test_cuda_meets_the_goldens(case, schedule):
-    _meets_goldens(mtp_tvm.compile(case=case, target="cuda", preset="tiny", schedule=schedule))
+    """At a T for each kernel the GEMV runs (T <= 1, 2, 4, 8: its decode kernels; 17: two 16-row tiles)."""
+    if schedule not in schedule_names(resolve_target("cuda")):
+        pytest.skip(f"no {schedule!r} schedule on CUDA")
+    compiled = mtp_tvm.compile(case=case, target="cuda", preset="tiny", schedule=schedule)
+    for tokens in (1, 2, 3, 5, 17):
+        _meets_goldens(compiled, tokens)
 
 
 # ---- schedule files are checked data -------------------------------------------------------------------------

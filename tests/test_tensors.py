@@ -147,3 +147,33 @@ def test_a_raw_bytes_input_says_to_use_read_inputs(tmp_path):
     with pytest.raises(UsageError, match=r"'x' has dtype \|V2, expected bfloat16 \(raw bytes: .*"
                                          r"mtp_tvm.read_inputs\(path\) restores them\)"):
         validate_inputs(SPECS, raw, "test")
+
+
+def test_where_an_input_may_live_for_a_gpu_binary():
+    """``input_placement`` for a CUDA binary, decided from metadata alone (no GPU needed): host data is copied,
+    a tensor on the binary's GPU would be used in place, anything else is refused naming both devices."""
+    import torch
+    import tvm
+
+    gpu = tvm.cuda(0)
+    assert not tensors.input_placement("x", np.zeros(2, np.float32), gpu)
+    assert not tensors.input_placement("x", torch.zeros(2), gpu)
+    assert not tensors.input_placement("x", tvm.runtime.tensor(np.zeros(2, np.float32)), gpu)  # CPU: copied
+    with pytest.raises(UsageError, match=r"^input 'x' is on meta, but this binary runs on cuda:0: pass it there "
+                                         r"or on the CPU$"):
+        tensors.input_placement("x", torch.zeros(2, device="meta"), gpu)
+    assert tensors.input_placement("x", tvm.runtime.tensor(np.zeros(2, np.float32)), tvm.cpu())
+
+
+def test_a_tensor_used_in_place_is_shared_when_compact_and_aligned_else_compacted_by_torch():
+    import torch
+
+    x = torch.arange(12, dtype=torch.bfloat16).reshape(3, 4)
+    shared = tensors.shared_in_place(x)
+    assert shared.shape == (3, 4) and str(shared.dtype) == "bfloat16"
+    assert torch.from_dlpack(shared).data_ptr() == x.data_ptr()  # no copy
+    strided = x.t()
+    compacted = torch.from_dlpack(tensors.shared_in_place(strided))
+    assert compacted.data_ptr() != strided.data_ptr() and torch.equal(compacted, strided)
+    arrays, bound = validate_inputs({"x": TensorSpec("x", ("T", 3), "bfloat16")}, {"x": strided}, "c", dev=None)
+    assert bound == {"T": 4} and isinstance(arrays[0], np.ndarray)  # no device given: host validation

@@ -45,6 +45,46 @@ class KernelResources:
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
 
+    def blocks_per_sm(self, threads: int) -> int:
+        """Resident blocks of ``threads`` threads one SM holds by these registers and this shared memory, on
+        sm_80/sm_90 (64K registers allocated per warp in units of 256, 227 KB of shared memory a block, 32
+        blocks, 2048 threads): the occupancy a memory-bound kernel needs to keep enough loads in flight."""
+        warps = -(-threads // 32)
+        per_warp = -(-max(self.registers, 1) * 32 // 256) * 256
+        limits = [65536 // (per_warp * warps), 32, 2048 // threads]
+        if self.shared_memory_bytes:
+            limits.append(232448 // self.shared_memory_bytes)
+        return min(limits)
+
+
+@dataclasses.dataclass(frozen=True)
+class PtxMix:
+    """The instructions of one kernel's PTX that say how it streams memory: global loads (all, 128-bit ones,
+    and scalar FP32 ones: an epilogue's scales), barriers, warp shuffles, ``dp4a``."""
+
+    global_loads: int
+    global_loads_128: int
+    global_loads_f32: int
+    barriers: int
+    shuffles: int
+    dp4a: int
+
+
+_PTX_ENTRY = re.compile(r"^\.(?:visible\s+)?\.entry\s+(\w+)\(.*?^\}", re.S | re.M)
+
+
+def ptx_mix(ptx: str) -> dict[str, PtxMix]:
+    """Per kernel (``.entry``) of a PTX file, its ``PtxMix``."""
+    def count(pattern: str, body: str) -> int:
+        return len(re.findall(pattern, body))
+
+    return {m.group(1): PtxMix(count(r"\bld\.global\b", m.group(0)),
+                               count(r"\bld\.global(?:\.\w+)*\.v4\.(?:u32|b32|f32|s32)\b", m.group(0)),
+                               count(r"\bld\.global(?:\.nc)?\.f32\b", m.group(0)),
+                               count(r"\b(?:bar|barrier)\.(?:sync|cta)", m.group(0)),
+                               count(r"\bshfl\.", m.group(0)), count(r"\bdp4a\.", m.group(0)))
+            for m in _PTX_ENTRY.finditer(ptx)}
+
 
 @dataclasses.dataclass(frozen=True)
 class DeviceBinary:

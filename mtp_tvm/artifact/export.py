@@ -272,7 +272,7 @@ def _write_artifact(folder: Path, compiled: CompiledCase, archs: tuple[str, ...]
                     "sha256": sha256_file(lib)},
         "sources": sorted(str(p.relative_to(folder)) for p in src.iterdir()),
         "device": device,
-        "build": {"compile_seconds": round(compiled.build_seconds, 3),
+        "build": {"compile_seconds": round(compiled.build_seconds, 3), "cuda_graph": compiled.cuda_graph,
                   "export_seconds": round(time.perf_counter() - t0, 3),
                   "finished_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")},
         "golden": None,

@@ -58,6 +58,10 @@ class Artifact(Runnable):
         return self.module, self.device, f"artifact {self.path}"
 
     @property
+    def cuda_graph(self) -> bool:
+        return bool(self.manifest["build"].get("cuda_graph", False))
+
+    @property
     def num_input(self) -> int:
         module = self.manifest.get("module")
         return module["num_input"] if module else super().num_input

@@ -172,4 +172,4 @@ def manifest_spec(m: dict) -> BuildSpec:
     sizes = m["shapes"]
     return BuildSpec(case=m["case"], target=m["target"], preset=m["preset"], frontend=m["frontend"],
                      tokens=sizes["tokens"], vocab_shard=sizes["vocab_shard"], schedule=m["schedule"]["name"],
-                     owners=sizes.get("owners"), tp=sizes.get("tp"))
+                     owners=sizes.get("owners"), tp=sizes.get("tp"), cuda_graph=m["build"].get("cuda_graph", False))

@@ -23,9 +23,9 @@ from ..instrument.pass_clock import PassClock
 from ..instrument.recorder import DumpOptions, PassRecord, PassRecorder
 from ..instrument.run_folder import mark_complete, prune, retention
 from ..ir.model import build_relax_module
-from ..passes.codegen import device_source, generated_code
+from ..passes.codegen import Launches, device_source, generated_code, kernel_launches
 from ..passes.gate import PassGate, gate_summary
-from ..passes.pipeline import FIRST_LOWERING_PHASE, compile_module
+from ..passes.pipeline import FIRST_LOWERING_PHASE, compile_module, graph_config, plan_graph_capture
 from ..passes.plugins import PassPlugin, extra_pass_names, resolve_extra_passes
 from ..passes.target import (
     device_for,
@@ -37,13 +37,14 @@ from ..passes.target import (
 )
 from ..schedule.apply import ApplySchedules
 from ..schedule.files import TUNED
+from ..schedule.token_rows import token_branches
 from ..schedule.tuned import tuned_dir
 from ..spec.cases import ROWS, TOKENS, Case, TensorSpec
 from ..spec.presets import Shapes, make_shapes
 from ..support.errors import BuildError, UsageError, did_you_mean, last_line
 from ..support.native_log import native_stderr
 from ..support.timing import phase, transfer
-from .options import BuildSpec, DebugOptions, split_options
+from .options import CUDA_GRAPH_ROWS, BuildSpec, DebugOptions, split_options
 
 NATIVE_LOG = "tvm.log"  # in the run folder: what TVM and LLVM printed themselves during the build
 
@@ -93,6 +94,14 @@ class CompiledCase(Runnable):
 
     def _runtime(self):
         return self.executable, device_for(self.target), f"case {self.case.name!r}"
+
+    @property
+    def cuda_graph(self) -> bool:
+        return self.spec.cuda_graph
+
+    def launches(self) -> Launches:
+        """The kernels one call of a GPU build launches (``passes.codegen.kernel_launches``)."""
+        return kernel_launches(self.executable, self.device_source or "", token_branches(self.optimized_module))
 
     def _check_sizes(self, bound: dict[str, int]) -> None:
         tokens = bound.get(TOKENS, bound.get(ROWS, 0) * self.shapes.owners)  # T directly, or R rows per owner
@@ -150,8 +159,15 @@ def _compile(spec: BuildSpec, debug: DebugOptions) -> CompiledCase:
     tgt = resolve_target(spec.target)
     applier = ApplySchedules(tgt, spec.schedule, tuned_dir(tgt, c.name) if spec.schedule == TUNED else None)
     meta = {"case": c.name, "target": target_json(tgt), "preset": shapes.preset.name, "frontend": spec.frontend,
-            "schedule": spec.schedule, "shapes": shapes.as_dict()}
-    return build_ir(lambda: build_relax_module(c, shapes, spec.frontend), c.name, tgt, applier, debug, meta,
+            "schedule": spec.schedule, "shapes": shapes.as_dict(), "cuda_graph": spec.cuda_graph}
+    if spec.cuda_graph and not is_gpu(tgt):
+        raise UsageError(f"cuda_graph needs a CUDA target, got {tgt.kind.name}")
+
+    def module() -> tvm.IRModule:
+        mod = build_relax_module(c, shapes, spec.frontend)
+        return plan_graph_capture(mod, CUDA_GRAPH_ROWS) if spec.cuda_graph else mod
+
+    return build_ir(module, c.name, tgt, applier, debug, meta,
                     lambda built: CompiledCase(
                         c, shapes, tgt, built.executable, built.seconds, schedule_traces=dict(applier.traces),
                         device_source=built.source, untuned=dict(applier.untuned),
@@ -230,9 +246,9 @@ def _lower(b: _Build, mod: tvm.IRModule, t0: float) -> BuiltIR:
             captured["optimized"] = m
 
     try:
-        with phase("codegen"), tvm.transform.PassContext(opt_level=3,
+        with phase("codegen"), tvm.transform.PassContext(opt_level=3, config=graph_config(b.meta.get("cuda_graph")),
                                                          instruments=[clock, *filter(None, [b.recorder]),
-                                                                                  *([watch] if b.extra else [])]):
+                                                                      *([watch] if b.extra else [])]):
             ex = compile_module(mod, b.target, b.applier, b.extra, on_phase=on_phase)
             transfer(clock.seconds, "passes")
     except UsageError:

@@ -23,6 +23,17 @@ if TYPE_CHECKING:  # the options are read before any command needs TVM (``mtp-tv
     from ..passes.plugins import ExtraPasses
 
 
+CUDA_GRAPH_ROWS = 16  # the decode regime: a ``cuda_graph`` binary's buffers are planned for this many token rows
+
+
+def check_graph_rows(bound: dict[str, int], owner: str) -> None:
+    """Refuse symbolic sizes over ``CUDA_GRAPH_ROWS`` for a binary built with ``cuda_graph`` (its statically
+    planned buffers would overflow)."""
+    over = {dim: size for dim, size in bound.items() if size > CUDA_GRAPH_ROWS}
+    _require(not over, f"{owner} was built with cuda_graph for at most {CUDA_GRAPH_ROWS} token rows, got "
+                       + ", ".join(f"{d}={v}" for d, v in over.items()) + "; build without --cuda-graph for more")
+
+
 def _require(ok: bool, message: str) -> None:
     if not ok:
         raise UsageError(message)
@@ -44,7 +55,10 @@ class BuildSpec:
     """One binary: ``case`` for ``target`` at ``preset`` sizes through ``frontend``, scheduled by ``schedule``.
 
     ``tokens`` only sizes seeded inputs and static (tuned) builds: the token dim of a binary is symbolic.
-    ``owners`` and ``tp`` size the TP-sharded LM head (cases ``lm-head``, ``tail-lm-head``)."""
+    ``owners`` and ``tp`` size the TP-sharded LM head (cases ``lm-head``, ``tail-lm-head``).
+    ``cuda_graph`` (CUDA only): the kernels of ``main`` that read only its weights and its own buffers replay as
+    CUDA graphs, captured once per token count by the runtime (``vm.builtin.cuda_graph``); those buffers are
+    planned for at most ``CUDA_GRAPH_ROWS`` tokens (per owner for the LM head), so the binary refuses more."""
 
     case: str = "tail"
     target: Any = "llvm"  # "llvm", "cuda", a target JSON dict, or a tvm Target
@@ -55,10 +69,12 @@ class BuildSpec:
     schedule: str = "default"
     owners: int | None = None
     tp: int | None = None
+    cuda_graph: bool = False
 
     def __post_init__(self):  # sizes are checked against the preset by ``spec.presets.make_shapes``
         for name in ("case", "preset", "frontend", "schedule"):
             _require(isinstance(getattr(self, name), str), f"{name} must be a name, got {getattr(self, name)!r}")
+        _require(isinstance(self.cuda_graph, bool), f"cuda_graph must be True or False, got {self.cuda_graph!r}")
 
     def shapes(self, tokens: int | None = None) -> Shapes:
         """This spec's sizes at ``tokens`` (default: its own T, else the preset's)."""
@@ -87,7 +103,7 @@ class BuildSpec:
         for name in ("tokens", "vocab_shard", "owners", "tp"):
             if getattr(self, name) is not None:
                 argv += [f"--{name.replace('_', '-')}", str(getattr(self, name))]
-        return argv
+        return argv + (["--cuda-graph"] if self.cuda_graph else [])
 
 
 DUMP_ENV = "MTP_TVM_DUMP"

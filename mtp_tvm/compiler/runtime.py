@@ -1,7 +1,9 @@
 """Running a built module, shared by fresh builds (``CompiledCase``) and loaded artifacts (``Artifact``): inputs
 validated against the specs, weights validated and packed by ``main_transform_params`` once per set of weight
-objects (``compiler.weights``), outputs back as numpy. ``bind`` keeps one packed set for a loop of
-``run(activations)`` that costs the kernel and a small constant.
+objects (``compiler.weights``), outputs back as numpy (or, ``outputs="torch"``/``"tvm"``, left on the device).
+``bind`` keeps one packed set for a loop of ``run(activations)`` that costs the kernel and a small constant.
+Inputs already on the binary's device (torch CUDA tensors, TVM tensors) are shared through DLPack, not copied
+(``tensors.input_placement``).
 """
 
 from __future__ import annotations
@@ -11,17 +13,18 @@ import functools
 import os
 import warnings
 
-import numpy as np
 import tvm
 from tvm.runtime.vm import VirtualMachine
 
+from ..compiler.options import check_graph_rows
 from ..compiler.tensors import (
+    Outputs,
+    as_argument,
     check_names,
+    output_as,
     require_mapping,
     shared_with_device,
     to_device,
-    to_host,
-    to_numpy,
     validate_inputs,
 )
 from ..compiler.weights import PackedWeights, WeightCache, is_tracked
@@ -86,6 +89,11 @@ class Runnable:
     def _check_sizes(self, bound: dict[str, int]) -> None:
         """Refuse symbolic sizes (``T``, ``R``) this binary cannot run; nothing to check by default."""
 
+    @property
+    def cuda_graph(self) -> bool:
+        """Whether ``main`` replays CUDA graphs (``BuildSpec.cuda_graph``): sizes up to ``CUDA_GRAPH_ROWS``."""
+        return False
+
     def sized(self, tokens: int | None = None) -> tuple[Case, Shapes]:
         """This binary's case and its sizes at ``tokens`` (default: the build's), refused (``UsageError``) where
         the binary cannot run them."""
@@ -137,21 +145,24 @@ class Runnable:
         the build packs none)."""
         vm, plan = self.vm, self._plan
 
-        def transform(arrays: list[np.ndarray]) -> list:
+        def transform(arrays: list) -> list:
             on_device = [to_device(w, plan.device) for w in arrays]
             if not vm.module.implements_function(TRANSFORM_PARAMS):
                 return on_device
             return list(vm[TRANSFORM_PARAMS](on_device))
 
-        return self._weights.get(weights, lambda w: validate_inputs(plan.weight_specs, w, plan.owner, "weights")[0],
-                                 transform)
+        return self._weights.get(
+            weights, lambda w: validate_inputs(plan.weight_specs, w, plan.owner, "weights", plan.device)[0],
+            transform)
 
     def _activation_args(self, activations: dict) -> list:
         """The activations validated (dtype, shape, sizes this binary runs, finite) and on the device."""
         plan = self._plan
-        arrays, bound = validate_inputs(plan.activation_specs, activations, plan.owner, "activations")
+        arrays, bound = validate_inputs(plan.activation_specs, activations, plan.owner, "activations", plan.device)
         if bound:
             self._check_sizes(bound)
+            if self.cuda_graph:
+                check_graph_rows(bound, plan.owner)
         return [shared_with_device(activations[name], a, plan.device)
                 for name, a in zip(plan.activation_specs, arrays)]
 
@@ -160,28 +171,45 @@ class Runnable:
         """Whether ``main`` returns a tuple of outputs (every case's does) or one tensor (a module file's may)."""
         return True
 
-    def _call_main(self, args: list) -> dict[str, np.ndarray]:
+    def _graph_weights(self, weights: list) -> None:
+        """A CUDA graph replays the device pointers it captured, the weights' among them: other weights than
+        those of the last call (a rebind, another set passed to ``run``) get a fresh VM, whose graphs are
+        captured anew, never a replay reading the old (maybe freed) weights."""
+        held = getattr(self, "_graph_held", None)
+        if held is not None and (len(held) != len(weights) or any(a is not b for a, b in zip(held, weights))):
+            module, device, _ = self._runtime()
+            self._vm = VirtualMachine(module, device)
+        self._graph_held = list(weights)
+
+    def _call_main(self, args: list, outputs: str = Outputs.NUMPY) -> dict:
+        form = Outputs.parse(outputs, "outputs")
+        if self.cuda_graph:
+            self._graph_weights(args[self.num_input:])
         outs = self.vm["main"](*args)
         outs = outs if self.returns_tuple else [outs]
-        return {name: to_host(outs[i]) for i, name in enumerate(self._plan.output_names)}
+        return {name: output_as(outs[i], form) for i, name in enumerate(self._plan.output_names)}
 
     def device_args(self, arrays: list) -> list:
         """``main``'s arguments for inputs in spec order (the activations not validated: ``bench`` and
         ``profile`` pass the case's own), the weights packed as ``run`` packs them."""
         n, plan = self.num_input, self._plan
         packed = self._pack(dict(zip(plan.weight_specs, arrays[n:])))
-        return [shared_with_device(a, to_numpy(a), plan.device) for a in arrays[:n]] + packed.tensors
+        return [as_argument(name, a, plan.device) for name, a in zip(plan.activation_specs, arrays[:n])] \
+            + packed.tensors
 
-    def run(self, inputs: dict) -> dict[str, np.ndarray]:
-        """Run on named inputs (numpy with ``ml_dtypes.bfloat16`` for BF16, or torch); returns numpy outputs.
-        The weights are validated and packed on the first call and again only when they are other objects or
-        changed in place (``compiler.weights``): a numpy weight is read-only from then on. For a loop, ``bind``
-        the weights once and pass only the activations."""
+    def run(self, inputs: dict, outputs: str = Outputs.NUMPY) -> dict:
+        """Run on named inputs (numpy with ``ml_dtypes.bfloat16`` for BF16, torch, or TVM tensors); returns the
+        outputs by name, as numpy arrays by default (``outputs``: ``"torch"`` or ``"tvm"`` leaves them on the
+        binary's device, no copy: ``tensors.Outputs``). An input already on the binary's device (a torch CUDA
+        tensor for a CUDA build) is used in place, checked for dtype and shape but not scanned for NaN/Inf;
+        one on another device is refused. The weights are validated and packed on the first call and again only
+        when they are other objects or changed in place (``compiler.weights``): a numpy weight is read-only from
+        then on. For a loop, ``bind`` the weights once and pass only the activations."""
         plan = self._plan
         check_names({**plan.activation_specs, **plan.weight_specs}, inputs, plan.owner)
         packed = self._pack({name: inputs[name] for name in plan.weight_specs})
         return self._call_main(self._activation_args({name: inputs[name] for name in plan.activation_specs})
-                               + packed.tensors)
+                               + packed.tensors, outputs)
 
     def bind(self, weights: dict) -> BoundCase:
         """Validate and pack ``weights`` (name -> tensor: every input after the activations, ``weight_specs``)
@@ -219,7 +247,8 @@ class BoundCase:
             raise UsageError(f"weight {name!r} {how} since bind; call rebind")
         return self.runnable._activation_args(activations) + self._packed.tensors
 
-    def run(self, activations: dict) -> dict[str, np.ndarray]:
-        """Run on the activations (named like ``run``'s, the leading inputs: ``activation_specs``); returns
-        numpy outputs."""
-        return self.runnable._call_main(self.device_args(activations))
+    def run(self, activations: dict, outputs: str = Outputs.NUMPY) -> dict:
+        """Run on the activations (named like ``run``'s, the leading inputs: ``activation_specs``); returns the
+        outputs as ``Runnable.run`` does (numpy by default; ``outputs="torch"``/``"tvm"``: on the device). Bound
+        on the device (torch CUDA weights, or host weights copied there once), the weights stay there."""
+        return self.runnable._call_main(self.device_args(activations), outputs)

@@ -1,4 +1,5 @@
-"""Moving tensors between torch, numpy and TVM without copies through FP32 (BF16 stays BF16)."""
+"""Moving tensors between torch, numpy and TVM without copies through FP32 (BF16 stays BF16), and without any
+copy where an input already lives on the binary's device (``input_placement``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import torch
 import tvm
 
 from ..support.atomic_file import write_user_file
+from ..support.choice import Choice
 from ..support.errors import UsageError
 
 NUMPY_DTYPES = {"bfloat16": np.dtype(ml_dtypes.bfloat16), "float32": np.dtype(np.float32),
@@ -20,14 +22,16 @@ NUMPY_DTYPES = {"bfloat16": np.dtype(ml_dtypes.bfloat16), "float32": np.dtype(np
 
 
 def to_numpy(x) -> np.ndarray:
-    """A torch tensor or numpy array as numpy, a view where it can be; torch BF16 becomes ``ml_dtypes.bfloat16``
-    bit-exactly. Only the torch calls needed are made: each costs tens of microseconds per call of a decode loop
-    (a kernel that streams the weights leaves every cache cold)."""
+    """A torch tensor, TVM tensor or numpy array as numpy, a view where it can be; torch BF16 becomes
+    ``ml_dtypes.bfloat16`` bit-exactly. Only the torch calls needed are made: each costs tens of microseconds per
+    call of a decode loop (a kernel that streams the weights leaves every cache cold)."""
     if isinstance(x, torch.Tensor):
         x = x.detach() if x.requires_grad else x
         x = x if x.device.type == "cpu" else x.cpu()
         if x.dtype == torch.bfloat16:
             return x.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+        return x.numpy()
+    if isinstance(x, tvm.runtime.Tensor):
         return x.numpy()
     return np.asarray(x)
 
@@ -36,21 +40,85 @@ def dtype_name(x: np.ndarray) -> str:
     return "bfloat16" if x.dtype == NUMPY_DTYPES["bfloat16"] else str(x.dtype)
 
 
-def to_device(x: np.ndarray, dev) -> tvm.runtime.Tensor:
+def to_device(x: np.ndarray | tvm.runtime.Tensor, dev) -> tvm.runtime.Tensor:
+    """A host array copied to ``dev``; a tensor already there (``input_placement``) passes as it is."""
+    if isinstance(x, tvm.runtime.Tensor):
+        return x
     return tvm.runtime.tensor(np.ascontiguousarray(x), dev)
+
+
+def _device_of(x) -> str | None:
+    """Where a torch or TVM tensor lives (``cpu``, ``cuda:0``, ``meta``), None for anything else (host data)."""
+    if isinstance(x, torch.Tensor):
+        return str(x.device)
+    if isinstance(x, tvm.runtime.Tensor):
+        return "cpu" if x.device.type == "cpu" else f"{x.device.type}:{x.device.index}"
+    return None
+
+
+def input_placement(name: str, x, dev) -> bool:
+    """Whether input ``x`` is already where the binary on ``dev`` runs (then ``main`` takes it as it is, no
+    copy): a torch tensor on that GPU, a TVM tensor on ``dev``. False for host data (numpy, a CPU torch tensor,
+    a CPU TVM tensor for a GPU binary: validated as numpy, then shared or copied). The one place that decides
+    where an input may live: a tensor on any other device (another GPU, torch's ``meta``, a CUDA tensor for a
+    CPU binary) is a ``UsageError`` naming both devices, never a silent copy."""
+    where = _device_of(x)
+    if where is None or (where == "cpu" and isinstance(x, torch.Tensor)):
+        return False
+    here = "cpu" if dev.type == "cpu" else f"{dev.type}:{dev.index}"
+    if where in (here, "cpu"):
+        return where == here
+    raise UsageError(f"input {name!r} is on {where}, but this binary runs on {here}: pass it there"
+                     + ("" if here == "cpu" else " or on the CPU"))
+
+
+def _dtype_and_shape(x) -> tuple[str, tuple[int, ...]]:
+    """A device tensor's dtype name and shape, read without touching its memory."""
+    if isinstance(x, torch.Tensor):
+        return str(x.dtype).removeprefix("torch."), tuple(x.shape)
+    return str(x.dtype), tuple(int(d) for d in x.shape)
+
+
+def shared_in_place(x) -> tvm.runtime.Tensor:
+    """A tensor already on the binary's device (``input_placement``) as ``main``'s argument, shared through
+    DLPack (no copy). A strided or unaligned torch tensor is first made compact by torch on that device (a device
+    copy, never a host round trip): TVM's kernels assume compact, aligned buffers."""
+    if isinstance(x, tvm.runtime.Tensor):
+        return x
+    x = x.detach()
+    if not x.is_contiguous() or x.data_ptr() % TVM_ALIGNMENT:
+        x = x.clone(memory_format=torch.contiguous_format)
+    return tvm.runtime.from_dlpack(x)
 
 
 TVM_ALIGNMENT = 64  # what ``tvm.runtime.from_dlpack`` demands: the compiled kernels may assume aligned buffers
 
 
-def shared_with_device(x, a: np.ndarray, dev) -> tvm.runtime.Tensor:
-    """An input (``x`` as passed, ``a`` its numpy form) on ``dev``: a CPU torch tensor the kernels can read in
-    place (contiguous, aligned) is shared through DLPack, anything else copied. Per call, a copy costs more
-    than the small activation it moves: every buffer is cold after a kernel that streams the weights."""
+def shared_with_device(x, a: np.ndarray | tvm.runtime.Tensor, dev) -> tvm.runtime.Tensor:
+    """An input (``x`` as passed, ``a`` what ``validate_inputs`` made of it) on ``dev``: one already there passes
+    as it is, a CPU torch tensor the kernels can read in place (contiguous, aligned) is shared through DLPack,
+    anything else copied. Per call, a copy costs more than the small activation it moves: every buffer is cold
+    after a kernel that streams the weights."""
     if (isinstance(x, torch.Tensor) and dev.type == "cpu" and x.device.type == "cpu" and x.is_contiguous()
             and x.data_ptr() % TVM_ALIGNMENT == 0):
         return tvm.runtime.from_dlpack(x.detach())
     return to_device(a, dev)
+
+
+def as_argument(name: str, x, dev) -> tvm.runtime.Tensor:
+    """An input ``main`` takes without validation (``device_args``: bench's and profile's own inputs), placed as
+    ``run`` places it."""
+    return shared_in_place(x) if input_placement(name, x, dev) else shared_with_device(x, to_numpy(x), dev)
+
+
+class Outputs(Choice):
+    """What ``run`` returns: ``numpy`` arrays on the host (copied from a GPU), ``torch`` tensors where ``main``
+    left them (on the GPU for a CUDA binary; shared through DLPack, no copy), or ``tvm`` (the
+    ``tvm.runtime.Tensor``s ``main`` returned, on its device)."""
+
+    NUMPY = "numpy"
+    TORCH = "torch"
+    TVM = "tvm"
 
 
 def to_host(t: tvm.runtime.Tensor) -> np.ndarray:
@@ -59,6 +127,13 @@ def to_host(t: tvm.runtime.Tensor) -> np.ndarray:
     if t.device.type == "cpu" and str(t.dtype) != "bfloat16":
         return np.from_dlpack(t)
     return t.numpy()
+
+
+def output_as(t: tvm.runtime.Tensor, outputs: Outputs):
+    """One of ``main``'s outputs in the form ``outputs`` names; only ``numpy`` copies (from a GPU, or BF16)."""
+    if outputs is Outputs.NUMPY:
+        return to_host(t)
+    return torch.from_dlpack(t) if outputs is Outputs.TORCH else t
 
 
 FINITE_SCAN_CHUNK = 1 << 20  # elements per step of the non-finite scan: its temporaries stay small on 132 MB weights
@@ -114,25 +189,31 @@ def check_names(specs: dict, inputs: dict, owner: str, what: str = "inputs") -> 
         raise UsageError(f"{what} do not match {owner}: missing {missing}, unexpected {extra}")
 
 
-def validate_inputs(specs: dict, inputs: dict, owner: str,
-                    what: str = "inputs") -> tuple[list[np.ndarray], dict[str, int]]:
+def validate_inputs(specs: dict, inputs: dict, owner: str, what: str = "inputs",
+                    dev=None) -> tuple[list[np.ndarray | tvm.runtime.Tensor], dict[str, int]]:
     """Check named inputs against ``specs`` (anything with ``.shape`` and ``.dtype``; a ``str`` dim is symbolic
-    and binds to the first size seen) and return them as numpy arrays in spec order, with the bound dims.
-    Every message names the input and both shapes; ``owner`` says what the specs belong to, ``what`` which of
-    its inputs they are ("weights", "activations")."""
+    and binds to the first size seen) and return them in spec order, with the bound dims: host data as numpy
+    arrays (scanned for NaN/Inf), and, given the binary's device ``dev``, tensors already on it as TVM tensors
+    sharing their memory (dtype and shape checked, not scanned). Every message names the input and both shapes;
+    ``owner`` says what the specs belong to, ``what`` which of its inputs they are ("weights", "activations")."""
     check_names(specs, inputs, owner, what)
     arrays, bound = [], {}
     for name, spec in specs.items():
-        a = to_numpy(inputs[name])
-        if dtype_name(a) != spec.dtype:
-            raise UsageError(f"input {name!r} has dtype {a.dtype.str if a.dtype.kind == 'V' else dtype_name(a)}, "
-                             f"expected {spec.dtype}" + (_RAW_BYTES_HINT if a.dtype.kind == "V" else ""))
-        if len(a.shape) != len(spec.shape) or any(
+        x = inputs[name]
+        resident = dev is not None and input_placement(name, x, dev)
+        a = shared_in_place(x) if resident else to_numpy(x)
+        dtype, shape = _dtype_and_shape(x) if resident else (dtype_name(a), a.shape)
+        if dtype != spec.dtype:
+            raw = not resident and a.dtype.kind == "V"
+            raise UsageError(f"input {name!r} has dtype {a.dtype.str if raw else dtype}, expected {spec.dtype}"
+                             + (_RAW_BYTES_HINT if raw else ""))
+        if len(shape) != len(spec.shape) or any(
                 got != (bound.setdefault(want, got) if isinstance(want, str) else want)
-                for got, want in zip(a.shape, spec.shape)):
+                for got, want in zip(shape, spec.shape)):
             expected = tuple(bound.get(d, d) if isinstance(d, str) else d for d in spec.shape)
-            raise UsageError(f"input {name!r} has shape {a.shape}, expected {expected}")
-        _require_finite(name, a)
+            raise UsageError(f"input {name!r} has shape {shape}, expected {expected}")
+        if not resident:  # a scan on the device would cost a kernel and a synchronisation per call
+            _require_finite(name, a)
         arrays.append(a)
     if any(size < 1 for size in bound.values()):  # T, or R rows per owner
         raise UsageError(f"inputs have 0 tokens ({', '.join(f'{d}={v}' for d, v in bound.items())}); need >= 1")

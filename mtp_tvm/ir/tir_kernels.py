@@ -254,13 +254,13 @@ def lm_head_tp(hidden: int, vocab_shard: int, tp: int, ranks: int, owners: int):
     ``x`` is token-major ``[n, D]`` with ``n = owners * rows``. ``select_rows`` gathers each owner's selected
     rows (index -1: a zero row; others clamped into ``[0, rows)``); ``logits`` multiplies them with one copy
     of every shard (ranks ``0..tp-1``; column ``v`` is row ``v % shard`` of shard ``v // shard``), BF16 x BF16
-    -> FP32 with K in chunk order, vocab outermost so each weight row is read from memory once for all 16
-    selected rows; ``row_max`` and ``argmax`` (the first column holding the maximum) sample greedily.
-    Its CPU schedule is the rule ``cpu_lm_head`` (``hand/llvm/lm_head_tp.json``): the full FLASH vocabulary is
-    17 GFLOP, too much for the unscheduled scalar loops.
+    -> FP32 with K summed in order (so in chunk order), vocab outermost so each weight row is read from memory
+    once for all 16 selected rows; ``row_max`` and ``argmax`` (the first column holding the maximum) sample
+    greedily. Its CPU schedule is the rule ``cpu_lm_head`` (``hand/llvm/lm_head_tp.json``): the full FLASH
+    vocabulary is 17 GFLOP, too much for the unscheduled scalar loops. On CUDA, dlight's ``Fallback`` schedules
+    it: every block has one loop per iterator (a K split into chunk loops here made dlight decline the kernel).
     """
     vocab = tp * vocab_shard
-    chunks = hidden // K_CHUNK
 
     @T.prim_func(s_tir=True, private=True)  # private: only the Relax main is an entry point
     def lm_head_tp(x: T.handle, w: T.Buffer((ranks, vocab_shard, hidden), "bfloat16"),
@@ -279,10 +279,9 @@ def lm_head_tp(hidden: int, vocab_shard: int, tp: int, ranks: int, owners: int):
                 T.writes(selected[vo, vj, vk])
                 selected[vo, vj, vk] = T.if_then_else(idx[vo, vj] < 0, T.bfloat16(0), X[
                     vo * (n // owners) + T.min(T.max(T.Cast("int64", idx[vo, vj]), T.int64(0)), n // owners - 1), vk])
-        for v, o, j, kc, ki in T.grid(vocab, owners, MAX_LOGIT_ROWS, chunks, K_CHUNK):
+        for v, o, j, k in T.grid(vocab, owners, MAX_LOGIT_ROWS, hidden):
             with T.sblock("logits"):
-                vv, vo, vj = T.axis.remap("SSS", [v, o, j])
-                vk = T.axis.reduce(hidden, kc * K_CHUNK + ki)
+                vv, vo, vj, vk = T.axis.remap("SSSR", [v, o, j, k])
                 with T.init():
                     logits[vo, vj, vv] = T.float32(0)
                 logits[vo, vj, vv] = logits[vo, vj, vv] + T.Cast("float32", selected[vo, vj, vk]) * T.Cast(

@@ -75,6 +75,26 @@ def lower_dataflow_passes(_target: Target) -> list:
             relax.transform.RemovePurityChecking(), relax.transform.CallTIRRewrite()]
 
 
+USE_CUDA_GRAPH = "relax.backend.use_cuda_graph"  # the PassContext option RewriteCUDAGraph acts on
+
+
+def plan_graph_capture(mod: tvm.IRModule, max_rows: int) -> tvm.IRModule:
+    """``main`` made capturable as CUDA graphs (``BuildSpec.cuda_graph``): its symbolic sizes (``tokens``,
+    ``rows``) bounded by ``max_rows``, so ``StaticPlanBlockMemory`` gives every intermediate a fixed-size buffer,
+    and named as sizes a graph may depend on, so ``RewriteCUDAGraph`` lifts the kernels that read only weights
+    and those buffers into functions the runtime captures once per size (``vm.builtin.cuda_graph``)."""
+    main = mod["main"]
+    names = sorted({v.name for p in main.params for v in relax.analysis.definable_tir_vars_in_type(p.ty)})
+    mod["main"] = main.with_attrs({"relax.rewrite_cuda_graph.capture_symbolic_vars": names,
+                                   "tir_var_upper_bound": {n: max_rows for n in names}})
+    return mod
+
+
+def graph_config(cuda_graph: bool | None) -> dict:
+    """The PassContext options of a build: ``USE_CUDA_GRAPH`` when it captures graphs."""
+    return {USE_CUDA_GRAPH: True} if cuda_graph else {}
+
+
 def finalize_passes(target: Target) -> list:
     """Memory planning and VM lowering."""
     cuda_graph = [relax.transform.RewriteCUDAGraph()] if is_gpu(target) else []

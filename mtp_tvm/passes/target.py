@@ -54,7 +54,8 @@ def resolve_target(spec: str | dict | Target, arch: str = "sm_90") -> Target:
     elif spec == "cuda":
         if arch not in CUDA_ARCHS:
             raise UsageError(f"unsupported CUDA arch {arch!r}; choose one of {', '.join(CUDA_ARCHS)}")
-        spec = {"kind": "cuda", "arch": arch}
+        # the static shared memory a block may use on every supported arch (dlight sizes its tiles by it)
+        spec = {"kind": "cuda", "arch": arch, "max_shared_memory_per_block": 49152}
     if not isinstance(spec, dict):
         classic = classic_as_json(spec) if isinstance(spec, str) else None
         raise UsageError(f"unknown target {spec!r}; use llvm, cuda or a target JSON object"

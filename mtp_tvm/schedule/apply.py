@@ -31,12 +31,12 @@ from .files import (
     validate_schedule,
 )
 from .gpu_rules import apply_dlight
-from .knobs import CpuGemm
+from .knobs import CpuGemm, GpuGemv
 from .names import missing_names
 from .patterns import match_kernel
 from .rules import RULES
 from .steps import fresh_copy
-from .token_rows import block_columns, row_variants, trim_token_rows
+from .token_rows import block_columns, row_variants, rows_from_tokens, trim_token_rows
 from .tuned import RECORDS_FILE, apply_database, open_database
 
 SCHEDULED_ATTR = "tirx.is_scheduled"
@@ -87,7 +87,12 @@ class ApplySchedules:
 
     def hand_rows(self, ks: KernelSchedule | None, func: tirx.PrimFunc) -> tirx.PrimFunc:
         """A kernel as its hand schedule ``ks`` is applied to it: a CPU GEMM's token rows (written
-        ceil(T / 16) * 16) cut to the register rows, with its small-T variants (``token_rows.row_variants``)."""
+        ceil(T / 16) * 16) cut to the register rows, with its small-T variants (``token_rows.row_variants``); a
+        GPU GEMV's 16-row tiles with a kernel of its own for each of its decode sizes."""
+        knobs = ks.knobs_for(None) if ks is not None and self.isa is None else None
+        if isinstance(knobs, GpuGemv):
+            _require_names(ks, knobs, func)
+            return row_variants(rows_from_tokens(func), TOKEN_TILE, knobs.row_variants)
         rows = self._gemm_rows(ks, func)
         return func if rows is None else row_variants(func, rows)
 
@@ -121,13 +126,17 @@ class ApplySchedules:
             if found is not None:
                 ks, func = found.schedule, found.func  # (a GEMM's rows cut and its small-T variants made there)
         if is_gpu(self.target) and (self.schedule == DLIGHT or ks is None):
-            sch = apply_dlight(func, self.target)
-            if sch is not None:
-                return sch, "main", "dlight"
+            # a hand GEMM as dlight's GEMV rules expect it: the real rows (T, not ceil(T / 16) * 16)
+            trimmed = trim_token_rows(func, 1)
+            hand_gemm = trimmed is not func and self._kernel_schedule(name, DEFAULT) is not None
+            found = apply_dlight(trimmed, self.target, decode_gemm=hand_gemm)
+            if found is not None:
+                return found[0], "main", f"dlight {found[1]}"
             ks = self._kernel_schedule(name, DEFAULT)
             if ks is None:
                 raise ValueError(f"no GPU schedule for {name}: dlight declined it and the package has no "
                                  "hand/cuda schedule for it")
+            func = self.hand_rows(ks, func)
         if ks is None:
             self.unscheduled.append(name)
             return None

@@ -213,14 +213,14 @@ def cpu_lm_head(sch: s_tir.Schedule, knobs: CpuLmHead, isa: CpuIsa) -> None:
     """
     sch.transform_layout(sch.get_sblock(knobs.select_block), ("write", 0), lambda o, j, k: (o, k, j))
     logits = sch.get_sblock(knobs.logits_block)
-    v, o, j, kc, ki = sch.get_loops(logits)
-    sch.reorder(v, o, kc, ki, j)
+    v, o, j, k = sch.get_loops(logits)
+    sch.reorder(v, o, k, j)
     acc = sch.cache_write(logits, 0, "local")
     sch.reverse_compute_at(acc, o)
     sch.vectorize(j)
     sch.vectorize(sch.get_loops(acc)[-1])
     sch.parallel(v)
-    sch.decompose_reduction(logits, kc)
+    sch.decompose_reduction(logits, k)
 
 
 def cpu_generic(sch: s_tir.Schedule, knobs: CpuGeneric, isa: CpuIsa) -> None:

@@ -4,8 +4,9 @@ and schedule name, a rule and its typed knobs (``knobs.py``). They ship inside t
 all is an error, never a silent unscheduled build.
 
 A file's ``default`` entry names the rule and every knob it sets; any other entry states only what differs
-from ``default``. An entry may hold ``per_isa``: knobs that replace the entry's own on targets of that ISA
-(``avx2``, ``avx512``, ``neon``, ``sse``: ``passes.target.CpuIsa.name``), where a formula is not enough.
+from ``default``, or, naming another rule, all of its own knobs. An entry may hold ``per_isa``: knobs that
+replace the entry's own on targets of that ISA (``avx2``, ``avx512``, ``neon``, ``sse``:
+``passes.target.CpuIsa.name``), where a formula is not enough.
 """
 
 from __future__ import annotations
@@ -83,8 +84,14 @@ def parse_schedule_file(text: str, source: str, stem: str) -> dict[str, KernelSc
         raise UsageError(f"{source}: unknown key {unknown[0]!r} (known: kernel, doc, schedules)")
     kernel = data.get("kernel", stem)
     base = data["schedules"][DEFAULT]
-    return {name: _entry(kernel, name, raw if name == DEFAULT else {**base, **raw}, source)
+    return {name: _entry(kernel, name, raw if name == DEFAULT or _own_rule(raw, base) else {**base, **raw}, source)
             for name, raw in data["schedules"].items()}
+
+
+def _own_rule(raw, base: dict) -> bool:
+    """Whether a variant names a rule other than ``default``'s: then it states all its knobs (another rule's knobs
+    are another dataclass) and inherits nothing."""
+    return isinstance(raw, dict) and "rule" in raw and raw["rule"] != base.get("rule")
 
 
 @functools.cache

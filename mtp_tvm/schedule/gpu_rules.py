@@ -3,12 +3,18 @@ A GPU kernel cannot lower unbound, so every kernel gets one or the other."""
 
 from __future__ import annotations
 
+import math
+
 from tvm import s_tir, tirx
 from tvm.target import Target
 
 from ..spec.presets import TOKEN_TILE
-from .knobs import GpuFlat, GpuGemm, GpuRows
+from .gpu_dot import DP4A_LOCAL, register_dp4a
+from .knobs import GpuFlat, GpuGemm, GpuGemv, GpuRows
 from .steps import buffer_read_index, fitting_column_tile, fitting_k_vector
+from .token_rows import row_variant_blocks
+
+WARP = 32  # lanes of a warp: the K split of the GEMV, reduced by shuffles
 
 
 def _bind_flat(sch: s_tir.Schedule, block, threads: int) -> None:
@@ -85,6 +91,122 @@ def gpu_gemm(sch: s_tir.Schedule, knobs: GpuGemm, _isa=None) -> None:
         _bind_flat(sch, sch.get_sblock(name), knobs.epilogue_threads)
 
 
+def gpu_gemv(sch: s_tir.Schedule, knobs: GpuGemv, _isa=None) -> None:
+    """Decode GEMMs ``Y[t, n] = sum_k A[t, k] W[n, k]`` that stream the weight once at the memory's pace.
+
+    A warp owns ``warp_columns`` output columns (``warps`` warps a block, blocks over the columns); its 32 lanes
+    split K, each loading ``vector_width`` elements (16 bytes) of every owned weight row and of every token row
+    per step: a warp's loads of a weight row are 512 contiguous bytes. Each lane keeps rows x columns partial
+    sums in registers and the warp reduces them with shuffles at the end: no shared memory, no barrier, so
+    every warp streams independently. Each small-T variant (``token_rows.row_variants``: a kernel of its own,
+    picked on the bound T) runs its real rows only; the general kernel runs tiles of 16 rows, one per
+    ``blockIdx.y``. ``dot = dp4a``: int8 blocks multiply 4 pairs a lane per instruction into int32.
+
+    Knobs: ``blocks``, ``warp_columns``, ``warps``, ``vector_width``, ``row_variants``, ``k_unroll``, ``dot``,
+    ``epilogue`` (elementwise blocks after the GEMMs, flat), ``epilogue_threads``.
+    """
+    if knobs.fuse:
+        _fused_gemvs(sch, knobs)
+        return
+    for name, io in knobs.blocks.items():
+        for block, rows in row_variant_blocks(sch, name):
+            _gemv_block(sch, block, io, knobs, rows)
+    for name in knobs.epilogue:
+        for block, _ in row_variant_blocks(sch, name):
+            _bind_flat(sch, block, knobs.epilogue_threads)
+
+
+def _fused_gemvs(sch: s_tir.Schedule, knobs: GpuGemv) -> None:
+    """``fuse``: the GEMMs and their one epilogue block in one kernel per row count. The epilogue's loops give
+    the kernel its blocks and warps (a warp per ``warp_columns`` output columns); each GEMM's lane sums and
+    their shuffle reduction are computed under the warp first, the sums kept in the warp's registers (every
+    lane holds them after the shuffles), and every lane then runs the epilogue's rows x columns from them.""" 
+    if len(knobs.epilogue) != 1:
+        raise ValueError(f"fuse takes exactly one epilogue block, got {list(knobs.epilogue)}")
+    for i, (epilogue, rows) in enumerate(row_variant_blocks(sch, knobs.epilogue[0])):
+        t, n = sch.get_loops(epilogue)
+        warp, ti, nc = _warp_tiles(sch, t, n, rows, knobs)
+        for name, io in knobs.blocks.items():
+            gemm = row_variant_blocks(sch, name)[i][0]
+            # at the root: rfactor takes a block alone in its loop nest; the lanes' partial sums and their sum
+            # then move under the warp
+            rf = sch.rfactor(_split_k(sch, gemm, knobs)[1], factor_axis=0)
+            sch.set_scope(gemm, 0, "local")
+            sch.compute_at(gemm, warp, preserve_unit_loops=True)
+            sch.compute_at(rf, warp, preserve_unit_loops=True)
+            kt, ti_rf, nc_rf, ko, kv = sch.get_loops(rf)[-5:]
+            sch.reorder(kt, ko, ti_rf, nc_rf, kv)
+            _gemv_lanes(sch, rf, gemm, io, knobs, kt, ko, ti_rf, nc_rf, kv)
+        sch.unroll(ti)  # every lane runs the epilogue on the warp's sums in its registers (same value, one
+        sch.unroll(nc)  # store transaction a warp); lanes split over rows x columns index them dynamically
+
+
+def _warp_tiles(sch: s_tir.Schedule, t, n, rows: int | None, knobs: GpuGemv):
+    """The loops ``t`` (token rows) and ``n`` (output columns) as blocks x warps of ``warp_columns`` columns
+    (``blockIdx.x``, ``threadIdx.y``), and 16-row tiles over ``blockIdx.y`` for the general kernel (``rows``
+    None). Returns ``(warp, rows loop, columns loop)``, the last two the warp's own, reordered under it."""
+    block_columns = fitting_column_tile(sch, n, knobs.warp_columns * knobs.warps)
+    columns = math.gcd(block_columns, knobs.warp_columns)
+    bx, ty, nc = sch.split(n, [None, block_columns // columns, columns])
+    tiles, ti = ([], t) if rows is not None else ([(s := sch.split(t, [None, TOKEN_TILE]))[0]], s[1])
+    sch.reorder(bx, *tiles, ty, ti, nc)
+    sch.bind(bx, "blockIdx.x")
+    if tiles:
+        sch.bind(tiles[0], "blockIdx.y")
+    sch.bind(ty, "threadIdx.y")
+    return ty, ti, nc
+
+
+def _split_k(sch: s_tir.Schedule, b, knobs: GpuGemv):
+    """The K loop of GEMM block ``b`` as ``(ko, kt, kv)``: steps x the 32 lanes x ``vector_width`` elements a
+    load (a width that divides K exactly)."""
+    *_, k = sch.get_loops(b)
+    depth = int(sch.get(k).extent)
+    return sch.split(k, [None, WARP, fitting_k_vector(depth, WARP, knobs.vector_width)])
+
+
+def _gemv_block(sch: s_tir.Schedule, b, io, knobs: GpuGemv, rows: int | None) -> None:
+    """``gpu_gemv`` on one GEMM block, a kernel of its own: ``rows`` its static token rows (a small-T variant),
+    None for the general block (16-row tiles over ``blockIdx.y``)."""
+    ko, kt, kv = _split_k(sch, b, knobs)
+    t, n = sch.get_loops(b)[:2]
+    _, ti, nc = _warp_tiles(sch, t, n, rows, knobs)
+    sch.reorder(kt, ko, ti, nc, kv)
+    rf = sch.rfactor(kt, factor_axis=0)  # rf: the lanes' partial sums (a copy of the loops); b: their sum
+    *_, ty, kt, ko, ti, nc, kv = sch.get_loops(rf)
+    sch.reverse_compute_at(b, ty, preserve_unit_loops=True)
+    _gemv_lanes(sch, rf, b, io, knobs, kt, ko, ti, nc, kv)
+
+
+def _gemv_lanes(sch: s_tir.Schedule, rf, b, io, knobs: GpuGemv, kt, ko, ti, nc, kv) -> None:
+    """The lanes of a warp streaming K (``rf`` under ``kt, ko, ti, nc, kv``), then the shuffle sum ``b`` (under
+    the warp, loops ``kt, rows, columns``)."""
+    sch.bind(kt, "threadIdx.x")
+    sch.set_scope(rf, 0, "local")  # rows x columns partial sums per lane: registers (the loops are unrolled)
+    k_steps = int(sch.get(ko).extent)
+    unroll = math.gcd(k_steps, knobs.k_unroll)
+    k_outer, step = sch.split(ko, [None, unroll]) if unroll > 1 else (ko, ko)
+    if unroll > 1:
+        sch.unroll(step)  # several K steps' loads in flight
+    # every load of a K step issued before its products: the owned weight rows, then the token rows
+    for buffer in (io.weight, io.activation):
+        cached = sch.cache_read(rf, buffer_read_index(sch, rf, buffer), "local")
+        sch.compute_at(cached, step, preserve_unit_loops=True)
+        sch.vectorize(sch.get_loops(cached)[-1])
+    init = sch.decompose_reduction(rf, k_outer)
+    for loop in [*sch.get_loops(init)[-2:], ti, nc]:
+        sch.unroll(loop)
+    # the sum over the lanes under the warp: a shuffle reduction per (row, column)
+    kt, ri, ci = sch.get_loops(b)[-3:]
+    sch.reorder(ri, ci, kt)
+    sch.bind(kt, "threadIdx.x")
+    if knobs.dot == "dp4a":  # last: tensorize replaces the block it covers
+        register_dp4a()
+        sch.tensorize(sch.split(kv, [None, 4])[1], DP4A_LOCAL)
+    else:
+        sch.unroll(kv)
+
+
 def _cross_thread_reduce(sch: s_tir.Schedule, block, threads: int) -> None:
     """Split ``block``'s innermost (reduction) loop over ``threads`` lanes bound to ``threadIdx.x``: each lane
     reduces its strided part, then TVM's cross-thread reduction (warp shuffles, shared memory across warps)."""
@@ -128,20 +250,25 @@ def gpu_flat(sch: s_tir.Schedule, knobs: GpuFlat, _isa=None) -> None:
         _bind_flat(sch, sch.get_sblock(name), knobs.threads)
 
 
-def dlight_rules() -> list:
+def dlight_rules(decode_gemm: bool = False) -> list:
+    """dlight's GPU rules in MLC-LLM's order. ``decode_gemm``: one of the hand GEMM kernels, its rows cut to the
+    token count T, which ``LowBatchGEMV`` (a symbolic row count of up to a few rows) takes first. Elsewhere it is
+    left out: on the Relax frontend's legalised BF16 matmul it schedules IR that TVM 0.27 then fails to lower (a
+    uint16 buffer stored a bfloat16 value)."""
     from tvm.s_tir import dlight as dl
 
-    return [dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()]
+    return [*([dl.gpu.LowBatchGEMV()] if decode_gemm else []), dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(),
+            dl.gpu.GeneralReduction(), dl.gpu.Fallback()]
 
 
-def apply_dlight(func: tirx.PrimFunc, target: Target) -> s_tir.Schedule | None:
-    """The first dlight rule that schedules ``func`` (as ``ApplyDefaultSchedule`` does), or None."""
-    for rule in dlight_rules():
+def apply_dlight(func: tirx.PrimFunc, target: Target, decode_gemm: bool = False) -> tuple[s_tir.Schedule, str] | None:
+    """The first dlight rule that schedules ``func`` (as ``ApplyDefaultSchedule`` does) and its name, or None."""
+    for rule in dlight_rules(decode_gemm):
         try:
             space = rule.apply(func, target, False)
         except Exception:  # a rule that crashes on a kernel is one that does not apply to it
             continue
         if space is None:
             continue
-        return space[0] if isinstance(space, list) else space
+        return (space[0] if isinstance(space, list) else space), type(rule).__name__
     return None

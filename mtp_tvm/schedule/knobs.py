@@ -109,6 +109,27 @@ class GpuGemm:
 
 
 @dataclasses.dataclass(frozen=True)
+class GpuGemv:
+    """``gpu_gemv``: decode GEMMs streaming the weight once. A warp per ``warp_columns`` output columns,
+    ``warps`` warps a block, 32 lanes splitting K in ``vector_width``-element (16-byte) loads; each lane keeps
+    rows x columns partial sums in registers, the warp finishes with shuffles; no shared memory, no barrier.
+    ``row_variants``: the token counts with a kernel of their own (only the real rows run); above them, tiles
+    of 16 rows. ``dot``: ``dp4a`` for int8 x int8 -> int32 blocks (4 products a lane per instruction).
+    ``fuse``: the GEMMs and their one ``epilogue`` block in one kernel (else the epilogue is flat, its own)."""
+
+    blocks: dict[str, GemmOperands] = dataclasses.field(metadata=BLOCKS)
+    warp_columns: int
+    warps: int
+    vector_width: int
+    row_variants: tuple[int, ...] = (1, 2, 4, 8)
+    k_unroll: int = 1
+    dot: Literal["dp4a"] | None = None
+    fuse: bool = False
+    epilogue: tuple[str, ...] = _blocks()
+    epilogue_threads: int = 256
+
+
+@dataclasses.dataclass(frozen=True)
 class GpuRows:
     """``gpu_rows``: a thread block per row, ``threads`` lanes over its columns; see ``gpu_rules.gpu_rows``."""
 

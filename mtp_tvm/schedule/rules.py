@@ -7,8 +7,8 @@ import dataclasses
 from collections.abc import Callable
 
 from .cpu_rules import cpu_gemm, cpu_generic, cpu_lm_head, cpu_rows
-from .gpu_rules import gpu_flat, gpu_gemm, gpu_rows
-from .knobs import CpuGemm, CpuGeneric, CpuLmHead, CpuRows, GpuFlat, GpuGemm, GpuRows
+from .gpu_rules import gpu_flat, gpu_gemm, gpu_gemv, gpu_rows
+from .knobs import CpuGemm, CpuGeneric, CpuLmHead, CpuRows, GpuFlat, GpuGemm, GpuGemv, GpuRows
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,6 +27,7 @@ RULES: dict[str, Rule] = {
     "cpu_lm_head": Rule(cpu_lm_head, CpuLmHead),
     "cpu_generic": Rule(cpu_generic, CpuGeneric),  # kernels matched by pattern (patterns.py)
     "gpu_gemm": Rule(gpu_gemm, GpuGemm),
+    "gpu_gemv": Rule(gpu_gemv, GpuGemv),
     "gpu_rows": Rule(gpu_rows, GpuRows),
     "gpu_flat": Rule(gpu_flat, GpuFlat),
 }

@@ -116,6 +116,23 @@ def trim_token_rows(func: tirx.PrimFunc, quantum: int) -> tirx.PrimFunc:
     return _with_root_body(func, _cut(_root(func).body, is_rows, _rounded(tokens, quantum), ""))
 
 
+def rows_from_tokens(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    """``func`` with its buffers' symbolic row count (``m``, bound by the caller's padded tensors) stated as
+    ``ceil(T / 16) * 16`` of its token count T (T >= 1), which the caller's padding makes it. A schedule that tiles the
+    token rows (``gpu_gemv``'s 16-row tiles) then covers its buffers exactly: with an unrelated ``m``, TVM
+    guards every tile with ``row < m`` predicates that break its cross-thread reduction. The host code checks
+    the stated shape on every call. Unchanged without a token count or a symbolic row count."""
+    tokens = token_count(func)
+    first = next((p for p in func.params if isinstance(p.ty, tirx.BufferType) and p.shape
+                  and isinstance(p.shape[0], tirx.Var)), None)
+    if tokens is None or first is None:
+        return func
+    # T >= 1 (spec presets refuse 0): stated so that TVM can bound a tile's rows by the buffer's statically
+    one = tirx.IntImm(str(tokens.ty.dtype), 1)
+    rows = tirx.decl_buffer([_rounded(tirx.max(tokens, one), TOKEN_TILE), *first.shape[1:]], first.dtype, first.name)
+    return func.specialize({first: rows})
+
+
 def block_columns(block: s_tir.SBlock):
     """A GEMM block's output columns: the extent of its second iterator (``t, n, k``)."""
     return block.iter_vars[1].dom.extent
@@ -134,16 +151,20 @@ def _scope(func: tirx.PrimFunc, name: str, body) -> s_tir.SBlockRealize:
     return s_tir.SBlockRealize([], True, s_tir.SBlock([], *outside, name, body, alloc_buffers=own))
 
 
-def row_variants(func: tirx.PrimFunc, quantum: int) -> tirx.PrimFunc:
-    """``func`` as an if-chain on its token count T: for each small row count r below ``quantum`` that divides
-    it (``SMALL_ROWS``), ``if T <= r`` runs the body on r rows (blocks renamed ``<block>_rows<r>``, in a scope
-    block ``rows<r>``); else the body on ``ceil(T / quantum) * quantum`` rows (block names kept, scope block
-    ``rows``). Every branch then gets its own loop, block and buffer variables (a TVMScript round trip). Only trimmed when no
-    small row count applies."""
-    found = None if quantum >= TOKEN_TILE else _token_loops(func, quantum)
+def row_variants(func: tirx.PrimFunc, quantum: int, small_rows: tuple[int, ...] | None = None) -> tirx.PrimFunc:
+    """``func`` as an if-chain on its token count T: for each small row count r of ``small_rows`` below
+    ``quantum`` that divides it, ``if T <= r`` runs the body on r rows (blocks renamed ``<block>_rows<r>``, in a
+    scope block ``rows<r>``); else the body on ``ceil(T / quantum) * quantum`` rows (block names kept, scope
+    block ``rows``). Every branch then gets its own loop, block and buffer variables (a TVMScript round trip).
+    Only trimmed when no small row count applies. ``small_rows`` None: a CPU register tile of ``quantum`` rows,
+    ``SMALL_ROWS`` below a quantum under the 16-row tile. On a GPU each branch is a kernel of its own, chosen by
+    the host on the bound T (``quantum`` the 16-row tile, ``small_rows`` the decode sizes: ``gpu_gemv``)."""
+    if small_rows is None:
+        small_rows = SMALL_ROWS if quantum < TOKEN_TILE else ()
+    small = [r for r in small_rows if r < quantum and quantum % r == 0]
+    found = None if quantum > TOKEN_TILE or (quantum == TOKEN_TILE and not small) else _token_loops(func, quantum)
     if found is None:
         return func
-    small = [r for r in SMALL_ROWS if r < quantum and quantum % r == 0]
     if not small:
         return trim_token_rows(func, quantum)
     tokens, is_rows = found
@@ -157,6 +178,12 @@ def row_variants(func: tirx.PrimFunc, quantum: int) -> tirx.PrimFunc:
     # each branch its own loop, block and buffer variables: TVMScript parses every definition anew (TVM has
     # no Python IR substitution; ConvertSSA renames loop variables but not a block's buffers)
     return tvm.script.from_source(out.script())
+
+
+def token_branches(mod: tvm.IRModule) -> dict[str, int]:
+    """PrimFunc -> its branches on T, for those with small-T variants (a call runs one branch)."""
+    return {gv.name_hint: len(func.attrs[VARIANTS_ATTR]) + 1 for gv, func in mod.functions_items()
+            if isinstance(func, tirx.PrimFunc) and func.attrs is not None and VARIANTS_ATTR in func.attrs}
 
 
 def scope_name(rows: int | None) -> str:

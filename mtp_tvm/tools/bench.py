@@ -19,7 +19,8 @@ How (``tools/bench_worker.py``):
   torch's and OpenBLAS's thread pools never share a process, and every worker gets the same thread count
   (``threads``: ``TVM_NUM_THREADS``, ``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS`` and ``torch.set_num_threads``).
   The inputs are made once, here (``Case.make_inputs`` per T; the first T's weights serve every T), and reach
-  the workers as ``.npz`` files; the TVM worker reads them as numpy and runs no torch op.
+  the workers as ``.npz`` files; the TVM worker reads them as numpy and runs no torch op (but the API path's
+  ``--api``: torch tensors on the binary's device, as a user passes them).
 - **Ready before timed.** Every worker is started, then set up one after the other (so one's compile is not
   another's load): built or compiled, warmed up, its batch sized. Compile times (the TVM build, once;
   ``torch.compile``, per T, from an empty inductor cache: a cold compile) are reported apart, never inside a
@@ -87,7 +88,7 @@ from ..support.timing import phase
 from ..verify.comparators import ratio_allclose
 from ..verify.tolerances import RatioTolerance
 from .bench_peers import PEERS, PeerJob, peer_unavailable
-from .bench_tvm import TVM, TvmJob
+from .bench_tvm import API, TVM, TvmJob
 from .bench_worker import InputFiles, Ready, Worker, WorkerFailed
 from .profile import Profile, ProfileOptions, profile_options
 from .roofline import BF16_DOT, FMA, INT8_DOT, Probes
@@ -187,7 +188,8 @@ class BenchOptions:
     ``profile`` (True or ``ProfileOptions``) every kernel of ``main`` at the first T; ``rpc = (HOST:PORT, key)``
     TVM timed on a server of a TVM RPC tracker (``tools/remote.py``);
     ``artifact`` a prebuilt artifact folder timed instead of a build (its manifest says what it is; TVM's runtime
-    alone will do, as on a deployment machine)."""
+    alone will do, as on a deployment machine); ``api`` also times the public API path (``tvm:api``, beside the
+    kernel: ``bench_tvm.API``)."""
 
     tokens: tuple[int, ...] = ()
     contenders: tuple[str, ...] = CONTENDERS
@@ -200,8 +202,13 @@ class BenchOptions:
     profile: bool | ProfileOptions = False
     rpc: tuple[str, str] | None = None
     artifact: str | None = None
+    api: bool = False
 
     def __post_init__(self):
+        if not isinstance(self.api, bool):
+            raise UsageError(f"api must be True or False, got {self.api!r}")
+        if self.api and self.rpc is not None:
+            raise UsageError("api times the Python API here; it cannot go with rpc")
         tokens = (self.tokens,) if isinstance(self.tokens, int) else tuple(self.tokens)
         for t in tokens:
             require_count("tokens", t)
@@ -605,9 +612,9 @@ class _Inputs:
     golden: dict[int, object]
 
 
-def _write_inputs(plan: _Plan, folder: Path) -> _Inputs:
+def _write_inputs(plan: _Plan, folder: Path, given: dict | None = None) -> _Inputs:
     case, sweep = plan.case, plan.sweep
-    inputs = {t: case.make_inputs(s, plan.options.seed) for t, s in plan.shapes.items()}
+    inputs = {t: {**case.make_inputs(s, plan.options.seed), **(given or {})} for t, s in plan.shapes.items()}
     specs = case.input_specs(plan.shapes[sweep[0]])
     activations = tuple(n for n, sp in specs.items() if TOKENS in sp.shape)
     weights = {n: v for n, v in inputs[sweep[0]].items() if n not in activations}  # one weight set for every T
@@ -623,7 +630,7 @@ def _start_workers(plan: _Plan, race: Race, files: InputFiles) -> None:
     """The TVM worker, and one per peer that can run here (the others are unavailable, with why)."""
     o = plan.options
     race.start(TVM, TvmJob(plan.spec, plan.debug, plan.plugin, plan.others, plan.sweep, files, o.number,
-                           o.rpc, profiles=plan.profiling is not None, artifact=o.artifact))
+                           o.rpc, profiles=plan.profiling is not None, artifact=o.artifact, api=o.api))
     for p in (p for p in o.contenders if p != TVM):
         why = f"runs here; TVM runs on {plan.remote}" if plan.remote else peer_unavailable(p, plan.gpu)
         if why:
@@ -670,7 +677,7 @@ def _result(plan: _Plan, timed: _Timed) -> BenchResult:
     used = set(details["kinds_used"])
     peaks = None if probes is None or probes.peak_gflops is None else probes.peaks or {FMA: probes.peak_gflops}
     bandwidth = None if probes is None else probes.bandwidth_gbs
-    names = [TVM, *(name for name, _ in plan.others), *(p for p in o.contenders if p != TVM)]
+    names = [TVM, *([API] if o.api else []), *(name for name, _ in plan.others), *(p for p in o.contenders if p != TVM)]
     per_tokens = {t: _figures(plan.case, s, names, race.samples[t], race.unavailable[t], peaks, bandwidth, used)
                   for t, s in plan.shapes.items()}
     first = plan.shapes[plan.sweep[0]]
@@ -691,11 +698,13 @@ def _result(plan: _Plan, timed: _Timed) -> BenchResult:
 
 
 def bench(spec: BuildSpec | None = None, options: BenchOptions | None = None, *,
-          log: Callable[[str], None] | None = None, **keywords) -> BenchResult:
+          log: Callable[[str], None] | None = None, weights: dict | None = None, **keywords) -> BenchResult:
     """Build ``spec`` (default: the ``logits`` case) and race it against its peers as ``options`` say; see the
     module docstring. Keywords are the fields of ``BuildSpec``, ``DebugOptions`` and ``BenchOptions`` (``tokens``
     is the sweep: an int or a sequence) and override ``spec``/``options``. ``log`` hears the progress (the
     compiles may take minutes).
+    ``weights``: some or all of the case's weight inputs by name (``load_weights``) in place of the seeded ones,
+    for every contender.
 
     ``compare_schedules`` / ``compare_frontends``: one that cannot be built here is listed as unavailable, with
     why. ``profile``: also
@@ -707,6 +716,6 @@ def bench(spec: BuildSpec | None = None, options: BenchOptions | None = None, *,
                                   **{k: keywords.pop(k) for k in list(keywords) if k in _OPTION_FIELDS})
     plan = _plan(spec, options, keywords)  # plan -> inputs -> time -> result
     with tempfile.TemporaryDirectory(prefix="mtp-bench-") as tmp, contextlib.ExitStack() as running:
-        inputs = _write_inputs(plan, Path(tmp))
+        inputs = _write_inputs(plan, Path(tmp), weights)
         timed = _time(plan, inputs, running, Path(tmp), log or (lambda _message: None))
     return _result(plan, timed)

@@ -12,6 +12,7 @@ It also says why the figures are what they are: the FMA / dot-product instructio
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import TYPE_CHECKING
 
 from ..compiler.options import BuildSpec, DebugOptions
@@ -31,6 +32,7 @@ if TYPE_CHECKING:  # the compiler is imported where a build is made: a prebuilt 
 
 FAMILIES = {FMA: ("fma",), BF16_DOT: ("vdpbf16ps",), INT8_DOT: ("vpmaddwd", "vpdpwssd")}  # code_stats families
 TVM = "tvm"
+API = "tvm:api"  # the public path: ``bound.run`` on activations already on the device, outputs left there
 
 
 def instruction_mix(compiled: CompiledCase) -> dict[str, dict[str, int]]:
@@ -67,7 +69,8 @@ class TvmJob:
     batch (None: about ``bench_worker.SAMPLE_MS``), here or on ``rpc = (HOST:PORT, key)``. ``profiles``: a
     ``profile`` call will follow, so a dumping build's run folder stays open for its ``profile.json``.
     ``artifact``: time this prebuilt artifact folder instead of building ``spec`` (``spec`` is its manifest's):
-    nothing is compiled, so TVM's runtime alone will do, and the bandwidth is a device copy (``CopyProbe``)."""
+    nothing is compiled, so TVM's runtime alone will do, and the bandwidth is a device copy (``CopyProbe``).
+    ``api``: also time ``API``, the public ``bound.run`` beside the kernel."""
 
     spec: BuildSpec
     debug: DebugOptions
@@ -79,6 +82,7 @@ class TvmJob:
     rpc: tuple[str, str] | None
     profiles: bool = False
     artifact: str | None = None
+    api: bool = False
 
     def open(self) -> TvmWorker:
         return TvmWorker(self)
@@ -115,7 +119,35 @@ class TvmWorker:
                 ready.outputs[name][tokens] = as_float32(build.vm["main"](*a)[last].numpy())
                 time_ms = remote.timer(tokens) if remote is not None else self._local(build, a)
                 self.timers[name][tokens] = (time_ms, calls_per_batch(time_ms, job.number))
+        if job.api:
+            self._api_path(ready, main, weights, last)
         return ready
+
+    def _api_path(self, ready: Ready, build: Runnable, weights: dict, last: int) -> None:
+        """``API`` at every T: the weights bound once (copied to the device once), the activations torch tensors
+        already on the binary's device (as a user holding them there passes them: shared through DLPack), the
+        outputs left there (``outputs="torch"``); a batch ends with the device synchronised, as
+        ``time_evaluator``'s does, so its figure is the kernel's plus what the API adds per call."""
+        import torch
+
+        from ..compiler.tensors import to_device
+
+        bound, device = build.bind(weights), self.device
+        ready.outputs[API], self.timers[API] = {}, {}
+        for tokens in self.job.tokens:
+            acts = {n: torch.from_dlpack(to_device(a, device))
+                    for n, a in self.job.inputs.activations_of(tokens).items()}
+            out = list(bound.run(acts, outputs="torch").values())[last]
+            ready.outputs[API][tokens] = as_float32(out.cpu().float().numpy())
+
+            def time_ms(number: int, acts=acts) -> float:
+                t0 = time.perf_counter()
+                for _ in range(number):
+                    bound.run(acts, outputs="torch")
+                device.sync()
+                return (time.perf_counter() - t0) * 1e3 / number
+
+            self.timers[API][tokens] = (time_ms, calls_per_batch(time_ms, self.job.number))
 
     def _build(self, ready: Ready) -> None:
         """The build of ``spec`` and of each of ``others``; the details only a build can tell."""

@@ -37,7 +37,8 @@ from .repro import write_repro
 def check(spec: BuildSpec | None = None, debug: DebugOptions | None = None, *, seed: int = 0,
           report: str | os.PathLike | None = None, tolerance: RatioTolerance | Mapping | None = None,
           logits_tol: LogitsTolerance | Mapping | None = None, perturb_logit: tuple | None = None,
-          profile: bool | ProfileOptions = False, nan_check: bool = False, log=print, **options) -> CheckResult:
+          profile: bool | ProfileOptions = False, nan_check: bool = False, weights: Mapping | None = None, log=print,
+          **options) -> CheckResult:
     """Build ``spec`` (keywords: the fields of ``BuildSpec`` and ``DebugOptions``, as for ``compile``), run it on
     inputs drawn from ``seed``, and compare each stage with its torch golden.
 
@@ -48,7 +49,9 @@ def check(spec: BuildSpec | None = None, debug: DebugOptions | None = None, *, s
     is written to ``repro/`` in the run folder (a new one under ``dumps/`` when not dumping). ``profile`` (True
     or ``ProfileOptions``): time every kernel of ``main`` afterwards (``tools/profile.py``) into
     ``result.profile``, and ``profile.json`` into the run folder when dumping. ``nan_check``: name the first
-    kernel call whose output holds NaN/Inf (``result.nan_origin``). A failing check that dumps also compares
+    kernel call whose output holds NaN/Inf (``result.nan_origin``). ``weights``: some or all of the case's
+    weight inputs by name (``load_weights``) in place of the seeded ones, the golden computed on them. A failing
+    check that dumps also compares
     every kernel call with a ``schedule=none`` build and writes ``kernel_repro/`` beside ``repro/``
     (``tools/localize.py``).
     """
@@ -61,7 +64,7 @@ def check(spec: BuildSpec | None = None, debug: DebugOptions | None = None, *, s
     log(f"[BUILD] case={spec.case} preset={spec.preset} frontend={spec.frontend} schedule={spec.schedule}")
     compiled = compile_open(spec, debug)
     with checking(compiled):
-        result = _check_built(compiled, debug, golden_options, profiling, nan_check, log)
+        result = _check_built(compiled, debug, golden_options, profiling, nan_check, log, weights)
     return close_check(compiled, result, report, log)
 
 
@@ -107,12 +110,12 @@ def close_check(compiled, result: CheckResult, report: str | os.PathLike | None,
 
 
 def _check_built(compiled, debug: DebugOptions, options: GoldenOptions, profiling: ProfileOptions | None,
-                 nan_check: bool, log) -> CheckResult:
+                 nan_check: bool, log, weights: Mapping | None = None) -> CheckResult:
     """The golden check of a fresh build with its profile, NaN origin and reproducers, made once; its verdict
     in the run's index."""
     c, s = compiled.case, compiled.shapes
     log_schedule_gaps(compiled, log)
-    golden = seeded_golden(c, s, options.seed)
+    golden = seeded_golden(c, s, options.seed, weights)
     built = Provenance(target_json(compiled.target), compiled.frontend, compiled.schedule, compiled.build_seconds,
                        compiled.dump_dir)
     verdict = golden_check(compiled.run, c, s, built, options, golden=golden, log=log)

@@ -166,7 +166,12 @@ def golden_check(run, c: Case, s: Shapes, built: Provenance, options: GoldenOpti
                        perturbation, built.schedule, first_call_seconds=timed.first_call_seconds)
 
 
-def seeded_golden(case: Case, s: Shapes, seed: int) -> tuple[dict, dict]:
-    """The inputs drawn from ``seed`` and every stage's torch golden."""
+def seeded_golden(case: Case, s: Shapes, seed: int, weights: dict | None = None) -> tuple[dict, dict]:
+    """The inputs drawn from ``seed`` (``weights``, by name, in place of the drawn ones) and every stage's torch
+    golden."""
     inputs = case.make_inputs(s, seed)
+    unknown = sorted(set(weights or ()) - set(inputs))
+    if unknown:
+        raise UsageError(f"weights {unknown} are not inputs of case {case.name!r}")
+    inputs.update(weights or {})
     return inputs, case.golden(inputs, s)
