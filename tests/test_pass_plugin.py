@@ -138,3 +138,12 @@ def test_a_plugin_pass_that_changed_nothing_is_said_with_its_phase(phase, idle):
             "[passes] warning: a pass of extra_passes: pass 'TagFusedNorm' changed nothing in any function (phase "
             f"'fuse', 1 run); at that point the module holds {warned[0].split('module holds ')[1]}"]
         assert "0 fused" in warned[0] and "before FuseOps/FuseTIR" in warned[0]
+
+
+def test_a_compile_only_build_says_which_plugin_pass_changed_nothing():
+    from mtp_tvm.artifact.export import build, describe
+    from mtp_tvm.compiler.options import BuildSpec, DebugOptions
+
+    plugin = load_pass_plugin(REPO / "tests" / "user_blocks" / "tag_fused_norm.py")
+    built = build(None, BuildSpec(case="norm", preset="tiny", frontend="relax"), DebugOptions(extra_passes=plugin))
+    assert "[passes] warning: pass plugin " in describe(built) and "'TagFusedNorm' changed nothing" in describe(built)
