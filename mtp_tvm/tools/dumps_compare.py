@@ -34,6 +34,7 @@ from ..instrument.ir_text import (
     functions,
     normalized,
 )
+from ..instrument.pass_tree import count_line
 from ..instrument.run_states import finish_order, state_files
 from ..instrument.side_by_side import side_by_side_html, side_by_side_style
 from ..support import atomic_file, plain_files
@@ -368,7 +369,7 @@ def _shapes(index: dict) -> str:
 def _describe(index: dict) -> str:
     return (f"{index['case']} on {_target(index)}, preset {index['preset']}, frontend {index['frontend']}, "
             f"schedule {index.get('schedule', '?')}, TVM {index.get('tvm_version', '?')}, "
-            f"{len(index['passes'])} passes, status {index['status']}")
+            f"{count_line(index['passes'])}, status {index['status']}")
 
 
 def _state(p: dict | None) -> str:
