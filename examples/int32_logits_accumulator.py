@@ -2,7 +2,7 @@
 
 ``Int32LogitsAccumulator`` gives the LM head the W8A8 projection's accumulator: it caches the ``logits``
 block's output in a local buffer and makes that buffer INT32, the right type for the INT8 GEMMs but not for
-BF16 x BF16 products, so every partial sum is truncated to an integer. The README's "Debugging a pass" finds it
+BF16 x BF16 products, so every partial sum is truncated to an integer. docs/guides/debugging-passes.md finds it
 with dumps, a numeric bisect and a reproducer; the bisect tests use it as the pass to be named.
 """
 

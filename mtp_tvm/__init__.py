@@ -8,9 +8,9 @@ API: ``check(...)`` -> ``CheckResult``; ``compile(...)`` -> ``CompiledCase`` wit
 golden-checks one; ``localize(..., against=...)`` -> ``LocalizeResult``: the first kernel call that differs from
 a reference build; ``compile_module(path)`` -> ``CompiledModule`` and ``check_module(path)`` -> ``CheckResult``:
 the same for the user's own model file (a torch module or a TVMScript IRModule, ``ir/user_module.py``);
-``load_weights(path, case=..., tp=..., rank=...)``: a DeepSeek checkpoint's weights for ``bind`` (``tools/convert.py``);
-``read_inputs(path)`` / ``write_inputs(path, arrays)``: the ``.npz`` files of ``mtp-tvm inputs``/``run``, BF16
-included.
+``load_weights(path, case=..., tp=..., rank=...)``: a DeepSeek checkpoint's weights for ``bind``
+(``tools/convert/convert.py``); ``read_inputs(path)`` / ``write_inputs(path, arrays)``: the ``.npz`` files of
+``mtp-tvm inputs``/``run``, BF16 included.
 
 The names are imported on first use (PEP 562), so ``import mtp_tvm`` and the commands that only read files do
 not import TVM or torch.
@@ -23,11 +23,11 @@ from .support.errors import BuildError, MtpError, UsageError
 _LAZY = {  # public name -> the module that defines it
     "build": "artifact.export", "load": "artifact.load", "Artifact": "artifact.load",
     "check_artifact": "artifact.load", "compile": "compiler.driver", "CompiledCase": "compiler.driver",
-    "BoundCase": "compiler.runtime", "check": "tools.check", "CheckResult": "verify.results",
-    "localize": "tools.localize", "LocalizeResult": "tools.localize",
+    "BoundCase": "compiler.runtime", "check": "tools.check.check", "CheckResult": "verify.results",
+    "localize": "tools.check.localize", "LocalizeResult": "tools.check.localize",
     "compile_module": "compiler.user_build", "CompiledModule": "compiler.user_build",
-    "check_module": "tools.module_check", "load_weights": "tools.convert", "read_inputs": "compiler.tensors",
-    "write_inputs": "compiler.tensors",
+    "check_module": "tools.check.module_check", "load_weights": "tools.convert.convert",
+    "read_inputs": "compiler.tensors", "write_inputs": "compiler.tensors",
 }
 
 __all__ = ["check", "CheckResult", "compile", "CompiledCase", "MtpError", "UsageError", "BuildError",

@@ -18,15 +18,15 @@ import threading
 import traceback
 
 from .compiler.options import BuildSpec, DebugOptions
+from .contract.cases import CASES
+from .contract.checkpoint import LayoutName
+from .contract.presets import PRESETS
 from .ir.frontend_names import FRONTEND_NAMES
 from .schedule.tune_space import TuneSpace
-from .spec.cases import CASES
-from .spec.checkpoint import LayoutName
-from .spec.presets import PRESETS
 from .support.errors import MtpError, UsageError
 from .support.native_log import VERBOSE_ENV
 from .support.timing import phase, start, time_line
-from .tools.bisect_search import BisectSearch
+from .tools.bisect.search import BisectSearch
 from .verify.tolerances import LogitsTolerance, ModuleTolerance, RatioTolerance
 
 # Only the modules above load with the parser: each handler imports what it needs, so ``--help``, ``list``,
@@ -223,11 +223,11 @@ def _refuse_checkpoint_options(args) -> None:
 
 
 def _load_weights(args, case: str, preset: str | None, tp: int | None = None, owners: int | None = None):
-    """``--weights``: the case's weights with their sizes (``tools.convert.Loaded``), progress on stderr; None
+    """``--weights``: the case's weights with their sizes (``tools.convert.convert.Loaded``), progress on stderr; None
     without it."""
     if args.weights is None:
         return None
-    from .tools.convert import WeightSource, load
+    from .tools.convert.convert import WeightSource, load
 
     source = WeightSource(args.weights, case, preset, tp, owners=owners, **_checkpoint_options(args))
     return load(source, log=lambda line: print(line, file=sys.stderr, flush=True))
@@ -269,7 +269,7 @@ def _cmd_check(args) -> int:
              if getattr(args, f.name) is not None}
     with phase("import"):
         from .artifact.export import build_target, parse_archs
-        from .tools.check import check
+        from .tools.check.check import check
         from .verify.results import summary_table
 
     result = check(dataclasses.replace(spec, target=build_target(args.target, parse_archs(args.arch))), debug,
@@ -297,11 +297,11 @@ def _cmd_check(args) -> int:
 
 
 def _cmd_check_module(args) -> int:
-    """``check --module FILE.py``: the user's own model against its reference (``tools.module_check``)."""
+    """``check --module FILE.py``: the user's own model against its reference (``tools.check.module_check``)."""
     _refuse_case_options(args, "check")
     debug = _debug_options(args)
     with phase("import"):
-        from .tools.module_check import check_module
+        from .tools.check.module_check import check_module
         from .verify.results import summary_table
 
     result = check_module(debug=debug, tolerance=ModuleTolerance(args.atol, args.rtol), report=args.report,
@@ -321,7 +321,7 @@ def _cmd_localize(args) -> int:
                          "check --module --dump-passes and dumps compare")
     spec, debug = _build_spec(args), _debug_options(args)
     with phase("import"):
-        from .tools.localize import localize
+        from .tools.check.localize import localize
 
     result = localize(spec, debug, against=args.against, seed=args.seed,
                       max_mb=args.localize_max_mb, log=lambda line: print(line, file=sys.stderr))
@@ -346,7 +346,7 @@ def _cmd_tune(args) -> int:
         _refuse_case_options(args, "tune", keep=("seed",))  # the search's seed
     else:
         spec.resolve()
-    from .tools.tune import TuneOptions, tune
+    from .tools.tune.tune import TuneOptions, tune
 
     rpc = (args.rpc_tracker, args.rpc_key) if args.rpc_tracker else None
     options = TuneOptions(trials=args.trials, work_dir=args.work_dir, seed=args.seed, rpc=rpc, space=args.space,
@@ -354,7 +354,7 @@ def _cmd_tune(args) -> int:
     r = tune(spec, options, log=lambda line: print(line, file=sys.stderr))
     print(f"tuned {args.module or args.case} for {args.target}: {r.trials} trials in {r.seconds:.0f}s "
           f"({r.seconds_per_trial:.2f} s/trial){' (interrupted)' if r.interrupted else ''} -> {r.work_dir}")
-    from .tools.tune_report import end_to_end, kernel_table
+    from .tools.tune.report import end_to_end, kernel_table
 
     print(kernel_table(r))
     if r.interrupted:
@@ -484,7 +484,7 @@ def _cmd_inputs(args) -> int:
 
 
 def _cmd_dumps(args) -> int:
-    from .tools import dumps_browse as dump_browse
+    from .tools.dumps import browse as dump_browse
 
     if args.dumps_command == "list":
         print(dump_browse.list_runs(args.root))
@@ -492,7 +492,7 @@ def _cmd_dumps(args) -> int:
         print(dump_browse.show(dump_browse.find_run(args.run, args.root), args.pass_, args.changed, args.phase,
                                func=args.func, history=args.history, nested=args.nested), end="")
     elif args.dumps_command == "compare":
-        from .tools.dumps_compare import compare_command
+        from .tools.dumps.compare import compare_command
 
         print(compare_command(dump_browse.find_run(args.a, args.root), dump_browse.find_run(args.b, args.root),
                               args.html), end="")
@@ -509,7 +509,7 @@ def _cmd_bisect(args) -> int:
     if args.module:
         return _cmd_bisect_module(args)
     spec, debug = _build_spec(args), _debug_options(args)
-    from .tools.bisection import bisect_passes, bisect_schedule
+    from .tools.bisect.bisection import bisect_passes, bisect_schedule
 
     if debug.bisect_limit is not None:
         raise UsageError("bisect chooses the --bisect-limit itself; drop it")
@@ -525,7 +525,7 @@ def _cmd_bisect(args) -> int:
         result = bisect_passes(spec, debug.replace(dump_passes=None), seed=args.seed, search=args.search)
     _print_bisect(result)
     if result.found and result.limits and args.dump_passes:
-        from .tools.check import check
+        from .tools.check.check import check
 
         r = check(spec, debug.replace(bisect_limit=result.limits[1]), seed=args.seed, log=lambda *_: None)
         stem = next(p.diff for p in r.pass_records if p.index == result.culprit["index"])
@@ -545,12 +545,12 @@ def _cmd_bisect_module(args) -> int:
     if args.schedule_trace or args.func:
         raise UsageError("bisect --module bisects passes; --schedule-trace/--func apply to a case")
     debug = _debug_options(args)
-    from .tools.bisection import bisect_module_passes
+    from .tools.bisect.bisection import bisect_module_passes
 
     result = bisect_module_passes(debug=debug.replace(dump_passes=None), search=args.search, **_module_options(args))
     _print_bisect(result)
     if result.found and result.limits and args.dump_passes:
-        from .tools.module_check import check_module
+        from .tools.check.module_check import check_module
 
         r = check_module(debug=debug.replace(bisect_limit=result.limits[1]), log=lambda *_: None,
                          **_module_options(args))
@@ -593,11 +593,11 @@ def _cmd_bench_module(args) -> int:
     if given:
         raise UsageError(f"bench --module times your file at its example inputs; {', '.join(given)} cannot apply")
     with phase("import"):
-        from .tools.bench import parse_contenders
-        from .tools.module_bench import ModuleBenchOptions, bench_module
+        from .tools.bench.bench import parse_peers
+        from .tools.bench.module_bench import ModuleBenchOptions, bench_module
 
     options = ModuleBenchOptions(rounds=args.rounds, threads=args.threads,
-                                 **({"contenders": parse_contenders(args.contenders)} if args.contenders else {}))
+                                 **({"peers": parse_peers(args.peers)} if args.peers is not None else {}))
     result = bench_module(args.module, options=options, target=args.target, schedule=args.schedule,
                           log=lambda line: print(line, file=sys.stderr, flush=True))
     print(result.table())
@@ -622,14 +622,14 @@ def _cmd_bench(args) -> int:
     if loaded is not None:
         spec = _sized_for_weights(spec, loaded)
     with phase("import"):
-        from .tools.bench import BenchOptions, bench, parse_contenders, parse_tokens
+        from .tools.bench.bench import BenchOptions, bench, parse_peers, parse_tokens
 
     options = BenchOptions(tokens=parse_tokens(args.tokens) if args.tokens else (), rounds=args.rounds,
                            threads=args.threads, compare_schedules=compare,
                            compare_frontends=_names(args.compare_frontends), profile=args.profile,
                            rpc=(args.rpc_tracker, args.rpc_key) if args.rpc_tracker else None,
                            artifact=args.artifact, api=args.api,
-                           **({"contenders": parse_contenders(args.contenders)} if args.contenders else {}))
+                           **({"peers": parse_peers(args.peers)} if args.peers is not None else {}))
     result = bench(spec, options, log=lambda line: print(line, file=sys.stderr, flush=True),
                    weights=None if loaded is None else loaded.weights)
     print(result.table())
@@ -647,7 +647,7 @@ def _cmd_bench(args) -> int:
 
 def _cmd_convert(args) -> int:
     """A DeepSeek checkpoint's MTP weights as a case's W8A8 inputs, with the conversion's cost."""
-    from .tools.convert import WeightSource, convert
+    from .tools.convert.convert import WeightSource, convert
 
     given = {f: getattr(args, f) for f in ("atol", "rtol", "max_error_ratio") if getattr(args, f) is not None}
     source = WeightSource(args.checkpoint, args.case, args.preset, args.tp, owners=args.owners,
@@ -663,7 +663,7 @@ def _cmd_convert(args) -> int:
 
 
 def _cmd_list(args) -> int:
-    from .spec.presets import make_shapes
+    from .contract.presets import make_shapes
     from .support.text_table import text_table
 
     s = make_shapes(args.preset, vocab_shard=args.vocab_shard)
@@ -773,14 +773,14 @@ def _add_bench_command(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--tokens", default=None, metavar="T[,T...]",
                    help="token count T, or a comma list swept in one run, e.g. 1,2,4,8,16 (default: the preset's "
                         "B*S = 8)")
-    p.add_argument("--contenders", default=None, metavar="A,B,...",
-                   help="the contenders that race TVM (default all: torch_bf16, torch_fp32, numpy_fp32, "
+    p.add_argument("--peers", default=None, metavar="A,B,...",
+                   help="the peers that race TVM, '' for none (default all: torch_bf16, torch_fp32, numpy_fp32, "
                         "torch_golden, torch_compile, torch_compile_max_autotune; with --module: torch_eager, "
                         "torch_compile, torch_compile_max_autotune)")
     p.add_argument("--threads", type=int, default=None,
-                   help="threads of every contender's process (default: every usable core)")
+                   help="threads of every worker process, TVM's and each peer's (default: every usable core)")
     p.add_argument("--rounds", type=int, default=7,
-                   help="timing rounds, each timing every contender in turn; medians over them (default 7)")
+                   help="timing rounds, each timing TVM and every peer in turn; medians over them (default 7)")
     p.add_argument("--compare-schedules", default=None, metavar="A,B,...",
                    help="also time TVM with these schedules in the same rounds, e.g. none,default,tuned,dlight")
     p.add_argument("--compare-frontends", default=None, metavar="A,B,...",

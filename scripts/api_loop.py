@@ -2,8 +2,8 @@
 
     python scripts/api_loop.py [--case logits] [--preset flash] [--vocab-shard 16160] [--rounds 5] [--calls 20]
 
-The README's "fast path" timed in one process: the kernel alone (``time_evaluator`` on ``main`` with the bound
-weights' device arguments), ``m.run(inputs)`` (every input on every call: the held weights are recognised, not
+The "fast path" of docs/guides/python-api.md timed in one process: the kernel alone (``time_evaluator`` on
+``main`` with the bound weights' device arguments), ``m.run(inputs)`` (every input on every call: the held weights are recognised, not
 hashed or packed again) and ``bound.run(activations)``. Rounds alternate the three; medians of the per-round
 medians, each call timed by ``perf_counter``.
 """

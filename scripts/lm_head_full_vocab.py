@@ -23,11 +23,11 @@ import tvm
 from tvm import relax
 
 import mtp_tvm
-from mtp_tvm.spec.presets import MAX_LOGIT_ROWS, PRESETS, tp_vocab_shard
-from mtp_tvm.spec.golden import compute_lm_head_logits
+from mtp_tvm.compiler.tensors import to_device, to_numpy
+from mtp_tvm.contract.golden import compute_lm_head_logits
+from mtp_tvm.contract.presets import MAX_LOGIT_ROWS, PRESETS, tp_vocab_shard
 from mtp_tvm.ir.tir_kernels import lm_head_tp
 from mtp_tvm.passes.target import device_for
-from mtp_tvm.compiler.tensors import to_device, to_numpy
 
 OWNERS, TP = 2, 2
 TOKENS = OWNERS * MAX_LOGIT_ROWS  # every owner has 8 rows, so all 8 logit rows are used

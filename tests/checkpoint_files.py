@@ -11,8 +11,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from mtp_tvm.spec.checkpoint import FP8_BLOCK, INDEX_FILE, LAYOUTS, LayoutName
-from mtp_tvm.spec.presets import get_preset
+from mtp_tvm.contract.checkpoint import FP8_BLOCK, INDEX_FILE, LAYOUTS, LayoutName
+from mtp_tvm.contract.presets import get_preset
 
 E4M3_MAX = 448.0
 

@@ -23,7 +23,7 @@ import tvm
 import mtp_tvm
 from mtp_tvm.artifact import embedded, export, manifest
 from mtp_tvm.cli import main
-from mtp_tvm.spec.cases import CASES
+from mtp_tvm.contract.cases import CASES
 from mtp_tvm.support.errors import UsageError
 
 # The CUDA builds that work: extend this list to every (case, frontend) once its CUDA schedule builds, and every

@@ -1,4 +1,4 @@
-"""``bench`` on a tiny run: every contender in a process of its own, timed at every T of the sweep, the figures
+"""``bench`` on a tiny run: TVM and every peer in a process of its own, timed at every T of the sweep, the figures
 and the JSON keys the issues name, the plot; the peers' math (torch.compile included) against the golden; the
 worker processes (pids, crashes reported with their stderr, death with the parent); the FLOP and byte counts
 it divides by. (Figures are measured, never asserted beyond being positive.)"""
@@ -20,30 +20,26 @@ import mtp_tvm
 from helpers import REPO, slow_except
 from mtp_tvm.compiler.options import BuildSpec
 from mtp_tvm.compiler.tensors import to_numpy
+from mtp_tvm.contract.cases import CASES, STAGES
+from mtp_tvm.contract.presets import make_shapes
 from mtp_tvm.passes.target import resolve_target, usable_cores
-from mtp_tvm.spec.cases import CASES, STAGES
-from mtp_tvm.spec.presets import make_shapes
 from mtp_tvm.support.errors import UsageError
-from mtp_tvm.tools.bench import (
-    BENCH_CASES,
-    CONTENDERS,
-    BenchOptions,
-    bench,
+from mtp_tvm.tools.bench.bench import BENCH_CASES, PEERS, BenchOptions, bench, golden_mismatch, parse_tokens
+from mtp_tvm.tools.bench.peer_worker import peer_runner
+from mtp_tvm.tools.bench.stage_peers import STAGE_PEERS
+from mtp_tvm.tools.bench.worker import OPENBLAS_SLOW_VARS, Worker, WorkerFailed
+from mtp_tvm.tools.measure.peaks import BF16_DOT, FMA, INT8_DOT, ProbePlan
+from mtp_tvm.tools.measure.roofline import (
     bytes_moved,
     flops,
     gemm_dtype,
     gemm_kind,
     gemm_work,
-    golden_mismatch,
-    parse_tokens,
+    instruction_mix,
+    kinds_used,
     roofline_ms,
     roofline_peak,
 )
-from mtp_tvm.tools.bench_peers import peer_runner
-from mtp_tvm.tools.bench_tvm import instruction_mix, kinds_used
-from mtp_tvm.tools.bench_worker import OPENBLAS_SLOW_VARS, Worker, WorkerFailed
-from mtp_tvm.tools.roofline import BF16_DOT, FMA, INT8_DOT, ProbePlan
-from mtp_tvm.tools.stage_peers import STAGE_PEERS
 from mtp_tvm.verify.comparators import ratio_allclose
 from mtp_tvm.verify.tolerances import RatioTolerance
 
@@ -53,7 +49,7 @@ RACED = (*EAGER, "torch_compile")  # max-autotune compiles for long on 2 cores: 
 
 @pytest.fixture(scope="module")
 def tiny_logits():
-    return bench(case="logits", preset="tiny", tokens=(1, 2), rounds=2, contenders=RACED, api=True)
+    return bench(case="logits", preset="tiny", tokens=(1, 2), rounds=2, peers=RACED, api=True)
 
 
 def _alive(pid: int) -> bool:
@@ -64,7 +60,7 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.slow  # over 10 s on 2 cores
-def test_bench_times_every_contender_at_every_t(tiny_logits, tmp_path):
+def test_bench_times_tvm_and_every_peer_at_every_t(tiny_logits, tmp_path):
     d = json.loads(json.dumps(tiny_logits.as_dict()))
     assert d["isolation"] == "process" and d["threads"] == usable_cores() and d["tokens"] == [1, 2]
     assert set(d["per_tokens"]) == {"1", "2"}
@@ -89,7 +85,7 @@ def test_bench_times_every_contender_at_every_t(tiny_logits, tmp_path):
 
 
 @pytest.mark.slow  # tiny_logits: a bench with worker processes
-def test_every_contender_ran_in_a_process_of_its_own_now_gone(tiny_logits):
+def test_tvm_and_every_peer_ran_in_a_process_of_its_own_now_gone(tiny_logits):
     pids = tiny_logits.workers
     assert set(pids) == {"tvm", *RACED}
     assert len(set(pids.values())) == len(pids) and os.getpid() not in pids.values()
@@ -112,7 +108,7 @@ def test_bench_table_json_and_plot(tiny_logits, tmp_path):
 def test_bench_times_another_frontend_in_the_same_rounds():
     """``--compare-frontends``: the case imported from torch.export, timed beside the hand-written TIR build."""
     r = bench(case="logits", preset="tiny", frontend="tir", compare_frontends=("torch", "tir"), tokens=(1, 16),
-              rounds=2, contenders=("torch_bf16",))
+              rounds=2, peers=("torch_bf16",))
     for f in r.per_tokens.values():
         assert list(f.median_ms) == ["tvm", "tvm:frontend=torch", "torch_bf16"]
         assert f.median_ms["tvm:frontend=torch"] > 0 and len(f.samples_ms["tvm:frontend=torch"]) == 2
@@ -179,7 +175,7 @@ def test_dot_peak_probes_exist_where_the_target_has_the_instruction(mcpu, kinds,
     [(c, p) for c in BENCH_CASES for p in RACED] + [("projection", "torch_compile_max_autotune")],
     {(c, p) for c in BENCH_CASES for p in EAGER}))
 def test_every_peer_computes_the_case(case, peer):
-    """The contenders compute the same math as the golden (to BF16-level tolerance), so the race is fair; the
+    """The peers compute the same math as the golden (to BF16-level tolerance), so the race is fair; the
     compiled peers too (max-autotune on the projection: its quantisation and two GEMMs)."""
     c, s = CASES[case], make_shapes("tiny", 2)
     inputs = c.make_inputs(s, 1)
@@ -206,7 +202,8 @@ def test_flops_and_bytes_count_the_gemms():
 
 
 @pytest.mark.parametrize("kwargs", [{"case": "shared-head-logits"}, {"case": "logits", "rounds": 0},
-                                    {"case": "logits", "contenders": ("numpy", )}, {"case": "logits", "cases": 1},
+                                    {"case": "logits", "peers": ("numpy", )}, {"case": "logits", "peers": ("tvm", )},
+                                    {"case": "logits", "cases": 1},
                                     {"case": "logits", "tokens": (1, 0)}, {"case": "logits", "threads": 0},
                                     {"spec": BuildSpec(case="lm-head", preset="tiny")}, {"case": "logits", "api": 1},
                                     {"case": "logits", "api": True, "rpc": ("host:9190", "mtp")}])
@@ -215,17 +212,17 @@ def test_bad_bench_arguments_are_usage_errors(kwargs):
         bench(**{"preset": "tiny", **kwargs})
 
 
-def test_bench_options_read_the_sweep_and_the_contenders():
+def test_bench_options_read_the_sweep_and_the_peers():
     assert parse_tokens("1,2,4,8,16") == (1, 2, 4, 8, 16) and parse_tokens("8") == (8,)
     with pytest.raises(UsageError, match="comma list"):
         parse_tokens("1,,2")
-    o = BenchOptions(tokens=4, contenders=("torch_compile", "tvm", "numpy_fp32"))
-    assert o.tokens == (4,) and o.contenders == ("tvm", "numpy_fp32", "torch_compile")  # tvm always, in order
+    o = BenchOptions(tokens=4, peers=("torch_compile", "numpy_fp32"))
+    assert o.tokens == (4,) and o.peers == ("numpy_fp32", "torch_compile")  # in PEERS' order; TVM always runs
     assert BenchOptions(tokens=(2, 1, 2)).tokens == (2, 1)
 
 
-def test_bench_contenders_and_cases_come_from_the_stages():
-    assert CONTENDERS == ("tvm", *EAGER, "torch_compile", "torch_compile_max_autotune")
+def test_bench_peers_and_cases_come_from_the_stages():
+    assert tuple(PEERS) == (*EAGER, "torch_compile", "torch_compile_max_autotune")
     assert all(st.name in STAGE_PEERS for case in BENCH_CASES for st in CASES[case].chain)
     assert set(STAGE_PEERS) <= set(STAGES) and "lm_head" not in STAGE_PEERS  # keyed by stage; the LM head is not raced
     assert set(BENCH_CASES) == {"logits", "projection", "norm", "tail"}
@@ -242,7 +239,7 @@ def test_gpu_probes_build_without_a_gpu():
 def test_cli_bench_sweeps_t_and_writes_json_and_plot(tmp_path):
     """The command itself, in its own process."""
     out = subprocess.run([sys.executable, "-m", "mtp_tvm", "bench", "--case", "norm", "--preset", "tiny",
-                          "--rounds", "1", "--tokens", "1,2", "--contenders", "torch_bf16", "--threads", "1",
+                          "--rounds", "1", "--tokens", "1,2", "--peers", "torch_bf16", "--threads", "1",
                           "--json", str(tmp_path / "n.json"), "--plot", str(tmp_path / "n.png")],
                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)
     assert out.returncode == 0, out.stderr
@@ -255,13 +252,13 @@ def test_cli_bench_sweeps_t_and_writes_json_and_plot(tmp_path):
 
 @pytest.mark.slow  # over 10 s on 2 cores
 def test_bench_times_a_prebuilt_artifact_with_tvms_runtime_alone(compiled, tmp_path):
-    """``bench --artifact``: the TVM contender is the artifact as built (no compiler: TVM_USE_RUNTIME_LIB=1), its
+    """``bench --artifact``: TVM runs the artifact as built (no compiler: TVM_USE_RUNTIME_LIB=1), its
     roofline the memory term with a device copy's bandwidth; the manifest says the case and sizes."""
     from mtp_tvm.artifact import export
 
     folder = export.export(compiled("logits", "tir"), tmp_path / "a").path
     out = subprocess.run([sys.executable, "-m", "mtp_tvm", "bench", "--artifact", str(folder), "--rounds", "1",
-                          "--tokens", "1,3", "--contenders", "torch_bf16", "--threads", "1",
+                          "--tokens", "1,3", "--peers", "torch_bf16", "--threads", "1",
                           "--json", str(tmp_path / "a.json")], capture_output=True, text=True, timeout=300,
                          env={**os.environ, "PYTHONPATH": str(REPO), "TVM_USE_RUNTIME_LIB": "1"})
     assert out.returncode == 0, out.stderr
@@ -299,7 +296,7 @@ def test_bench_api_takes_an_artifact_or_a_spec_not_both(tmp_path):
 @pytest.mark.parametrize("argv, message", [
     (["--tokens", "1,x"], "--tokens takes T or a comma list"),
     (["--tokens", "0"], "tokens must be an integer"),
-    (["--contenders", "torch_bf16,pytorch"], "unknown contender 'pytorch'"),
+    (["--peers", "torch_bf16,pytorch"], "unknown peer 'pytorch'"),
     (["--threads", "0"], "threads must be an integer >= 1"),
     (["--compare-frontends", "torch,onnx"], "compare_frontends: unknown frontend 'onnx'; choose from relax, tir"),
     (["--threads", "1000"], "threads must be at most the"),  # 1000 threads would hang the process at exit
@@ -318,7 +315,7 @@ JOB = '''
 import os, signal, sys, time
 
 class Job:
-    """A stand-in contender: it opens, prints, crashes or sleeps on request."""
+    """A stand-in peer: it opens, prints, crashes or sleeps on request."""
 
     def open(self):
         return self
@@ -380,7 +377,7 @@ def test_a_worker_dies_with_its_parent_even_a_killed_one(job_module, tmp_path):
     parent = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         from pathlib import Path
         from bench_test_job import Job
-        from mtp_tvm.tools.bench_worker import Worker
+        from mtp_tvm.tools.bench.worker import Worker
         w = Worker("orphan", Job(), 1, Path({str(tmp_path)!r}))
         print(w.opened(), flush=True)
         w.call("hang")

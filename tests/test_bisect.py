@@ -11,7 +11,7 @@ import mtp_tvm
 from helpers import INT32_ACCUMULATOR_PLUGIN
 from mtp_tvm.ir import tir_kernels as kernels
 from mtp_tvm.schedule.steps import fresh_copy
-from mtp_tvm.tools.bisection import Probe, Verdict, _search, bisect_passes, bisect_schedule
+from mtp_tvm.tools.bisect.bisection import Probe, Verdict, _search, bisect_passes, bisect_schedule
 
 
 def _example():
@@ -114,7 +114,7 @@ def test_a_trace_that_does_not_apply_to_the_entering_kernel_is_a_one_line_error(
     """A GEMM's recorded trace starts from its small-T row variants (made before the trace), so it does not
     replay on the kernel as it enters the schedule phase: said in one line, not a ScheduleError's pages."""
     from mtp_tvm.support.errors import UsageError
-    from mtp_tvm.tools.bisection import bisect_schedule
+    from mtp_tvm.tools.bisect.bisection import bisect_schedule
 
     trace = compiled("logits", "tir").schedule_traces["lm_head_logits"]
     with pytest.raises(UsageError, match=r"does not apply to lm_head_logits as it enters the schedule phase: .*"

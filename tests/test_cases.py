@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from mtp_tvm.spec.cases import CASES, STAGES, Arg, ArgKind, Comparator, get_case
-from mtp_tvm.spec.presets import make_shapes
+from mtp_tvm.contract.cases import CASES, STAGES, Arg, ArgKind, Comparator, get_case
+from mtp_tvm.contract.presets import make_shapes
 
 SPEC_PROJECTION_ORDER = ["hidden_states", "prev_hidden_states", "enorm_w", "hnorm_w", "e_proj_w", "e_proj_w_scale",
                          "e_proj_smooth", "h_proj_w", "h_proj_w_scale", "h_proj_smooth"]

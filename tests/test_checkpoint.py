@@ -11,7 +11,7 @@ import pytest
 import torch
 from checkpoint_files import checkpoint_tensors, write_checkpoint
 
-from mtp_tvm.spec.checkpoint import INDEX_FILE, LAYOUTS, Checkpoint, LayoutName, find_layout, read_header
+from mtp_tvm.contract.checkpoint import INDEX_FILE, LAYOUTS, Checkpoint, LayoutName, find_layout, read_header
 from mtp_tvm.support.errors import UsageError
 
 
@@ -36,7 +36,7 @@ def test_layout_is_found_from_the_names_and_tensors_read_lazily_from_their_shard
 
 def test_a_row_range_larger_than_a_chunk_is_read_in_chunks_and_equals_the_rows(layout_ckpt, monkeypatch):
     layout, folder = layout_ckpt
-    monkeypatch.setattr("mtp_tvm.spec.checkpoint.ROW_CHUNK_BYTES", 3 * 256 * 2)  # three rows a chunk
+    monkeypatch.setattr("mtp_tvm.contract.checkpoint.ROW_CHUNK_BYTES", 3 * 256 * 2)  # three rows a chunk
     seen = []
     ckpt = Checkpoint(folder, on_read=lambda *progress: seen.append(progress))
     head = LAYOUTS[layout].head
@@ -107,7 +107,7 @@ def test_one_tp8_rank_of_a_1gb_head_is_read_within_1_5x_its_bytes_of_resident_me
     script = f"""
 import json, struct, time
 from pathlib import Path
-from mtp_tvm.spec.checkpoint import Checkpoint
+from mtp_tvm.contract.checkpoint import Checkpoint
 path, vocab, d, tp, rank = Path({str(tmp_path / 'head.safetensors')!r}), 129280, 4096, 8, 3
 shard = vocab // tp
 header = json.dumps({{"head.weight": {{"dtype": "BF16", "shape": [vocab, d], "data_offsets": [0, vocab * d * 2]}}}})

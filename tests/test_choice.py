@@ -6,7 +6,7 @@ import pytest
 
 from mtp_tvm.schedule.tune_space import TuneSpace
 from mtp_tvm.support.errors import UsageError
-from mtp_tvm.tools.bisect_search import BisectSearch
+from mtp_tvm.tools.bisect.search import BisectSearch
 
 
 def test_a_name_is_read_as_its_member_and_spelled_as_before():

@@ -227,7 +227,7 @@ def test_every_command_takes_its_build_defaults_from_one_table():
 
     from mtp_tvm.cli import build_parser
     from mtp_tvm.compiler.options import BuildSpec
-    from mtp_tvm.tools.tune import tune
+    from mtp_tvm.tools.tune.tune import tune
 
     spec = BuildSpec()
     parser = build_parser()
@@ -237,8 +237,8 @@ def test_every_command_takes_its_build_defaults_from_one_table():
             if hasattr(args, name):
                 assert getattr(args, name) == getattr(spec, name), (command, name)
     assert list(inspect.signature(tune).parameters)[:2] == ["spec", "options"]  # a BuildSpec: its defaults
-    from mtp_tvm.tools.bench import BenchOptions
-    from mtp_tvm.tools.tune import TuneOptions
+    from mtp_tvm.tools.bench.bench import BenchOptions
+    from mtp_tvm.tools.tune.tune import TuneOptions
 
     tune_args, bench_args = parser.parse_args(["tune"]), parser.parse_args(["bench"])
     assert (tune_args.trials, tune_args.space, tune_args.seed) == (TuneOptions().trials, TuneOptions().space,

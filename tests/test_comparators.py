@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from mtp_tvm.spec.golden import compute_lm_head_logits
+from mtp_tvm.contract.golden import compute_lm_head_logits
 from mtp_tvm.support.errors import UsageError
 from mtp_tvm.verify.comparators import (
     check_logits_contract,

@@ -1,6 +1,6 @@
-"""tools/convert.py and its commands: ``mtp-tvm convert`` on both test layouts (the report's per-matrix errors and
-the projection's verdict), the converted file read back, ``load_weights`` ready for ``bind``, ``check --weights``
-to PASS, and bad checkpoints: exit 2, one line naming the file and tensor, nothing written."""
+"""tools/convert/convert.py and its commands: ``mtp-tvm convert`` on both test layouts (the report's per-matrix
+errors and the projection's verdict), the converted file read back, ``load_weights`` ready for ``bind``, ``check
+--weights`` to PASS, and bad checkpoints: exit 2, one line naming the file and tensor, nothing written."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from checkpoint_files import checkpoint_tensors, write_checkpoint
 import mtp_tvm
 from helpers import slow_except
 from mtp_tvm.cli import main
-from mtp_tvm.spec.cases import get_case
-from mtp_tvm.spec.checkpoint import LayoutName
-from mtp_tvm.spec.presets import make_shapes
-from mtp_tvm.tools.convert import CONVERTED_FORMAT, converted_metadata
+from mtp_tvm.contract.cases import get_case
+from mtp_tvm.contract.checkpoint import LayoutName
+from mtp_tvm.contract.presets import make_shapes
+from mtp_tvm.tools.convert.convert import CONVERTED_FORMAT, converted_metadata
 
 
 @pytest.fixture(scope="module")

@@ -9,10 +9,10 @@ import pytest
 import torch
 from checkpoint_files import checkpoint_tensors, fp8_blocks, write_checkpoint
 
-from mtp_tvm.spec import golden
-from mtp_tvm.spec.cases import get_case
-from mtp_tvm.spec.checkpoint import LAYOUTS, Checkpoint, LayoutName
-from mtp_tvm.spec.convert_weights import (
+from mtp_tvm.contract import golden
+from mtp_tvm.contract.cases import get_case
+from mtp_tvm.contract.checkpoint import LAYOUTS, Checkpoint, LayoutName
+from mtp_tvm.contract.convert_weights import (
     BOUND_SLACK,
     Smoothing,
     convert_case,
@@ -21,7 +21,7 @@ from mtp_tvm.spec.convert_weights import (
     smoothquant,
     weight_names,
 )
-from mtp_tvm.spec.presets import make_shapes
+from mtp_tvm.contract.presets import make_shapes
 from mtp_tvm.support.errors import UsageError
 
 TINY_TP8 = make_shapes("tiny", vocab_shard=512, tp=8)

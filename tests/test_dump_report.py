@@ -194,7 +194,7 @@ KERNEL_ROW = re.compile(r'<tr class="kernel"><td>([^<]+)</td><td class="num">([\
 
 
 def test_a_profiled_run_shows_every_kernel_with_its_time_and_share(tmp_path):
-    from mtp_tvm.tools.profile import ProfileOptions, profile, write_to_run_folder
+    from mtp_tvm.tools.measure.profile import ProfileOptions, profile, write_to_run_folder
 
     m = mtp_tvm.compile(case="tail", preset="tiny", dump_passes=tmp_path)
     p = profile(m, options=ProfileOptions(rounds=1, sample_ms=1.0))
@@ -223,7 +223,7 @@ def test_a_localized_run_highlights_the_first_differing_call_linked_to_its_histo
     from pathlib import Path
 
     from mtp_tvm.passes.plugins import load_pass_plugin
-    from mtp_tvm.tools.localize import localize
+    from mtp_tvm.tools.check.localize import localize
 
     plugin = INT32_ACCUMULATOR_PLUGIN
     r = localize(case="tail", preset="tiny", extra_passes=load_pass_plugin(plugin), against="schedule=none",

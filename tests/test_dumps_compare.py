@@ -19,9 +19,9 @@ from mtp_tvm.instrument.ir_text import (
     split_functions,
 )
 from mtp_tvm.instrument.kernel_history import kernel_history
-from mtp_tvm.tools.code_stats import assembly_kernels, cuda_kernels
-from mtp_tvm.tools.dumps_browse import load_index
-from mtp_tvm.tools.dumps_compare import compare_command, compare_runs
+from mtp_tvm.tools.dumps.browse import load_index
+from mtp_tvm.tools.dumps.compare import compare_command, compare_runs
+from mtp_tvm.tools.measure.kernel_code import assembly_kernels, cuda_kernels
 
 LOGITS = dict(case="logits", preset="tiny")
 

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from mtp_tvm.spec import golden
-from mtp_tvm.spec.presets import INT8_AMAX_EPS
+from mtp_tvm.contract import golden
+from mtp_tvm.contract.presets import INT8_AMAX_EPS
 
 
 def test_quantize_rows_rounds_half_to_even_and_floors_amax():
@@ -41,7 +41,7 @@ def test_the_w8a8_golden_gemm_is_exact_where_torch_has_no_integer_gemm():
     """On a GPU the INT8 GEMM runs in FP64 (CUDA torch has no integer addmm): exact, even at the extremes."""
     import torch
 
-    from mtp_tvm.spec.golden import _exact_int_matmul
+    from mtp_tvm.contract.golden import _exact_int_matmul
 
     a = torch.full((3, 4096), -128, dtype=torch.int8)
     b = torch.full((4096, 5), -128, dtype=torch.int8)

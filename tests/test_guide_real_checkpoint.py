@@ -14,7 +14,7 @@ import pytest
 from checkpoint_files import write_checkpoint
 
 from helpers import REPO
-from mtp_tvm.spec.checkpoint import LayoutName
+from mtp_tvm.contract.checkpoint import LayoutName
 
 GUIDE = REPO / "docs" / "guides" / "real-checkpoint.md"
 REPLACE = (("--preset flash", "--preset tiny"), ("16160", "512"))
@@ -37,7 +37,7 @@ def _skeleton(text: str) -> list[str]:
 
 def test_the_guide_names_the_tensors_of_both_layouts():
     """Its table holds every name the reader looks for (V3's after the first abbreviated ``...``)."""
-    from mtp_tvm.spec.checkpoint import LAYOUTS
+    from mtp_tvm.contract.checkpoint import LAYOUTS
 
     text = GUIDE.read_text()
     for layout in LAYOUTS.values():

@@ -12,7 +12,7 @@ import mtp_tvm
 from mtp_tvm.instrument.report import write_html
 from mtp_tvm.instrument.run_folder import update_index
 from mtp_tvm.support.html_page import Markup, escape, json_script, render
-from mtp_tvm.tools.dumps_compare import compare_runs
+from mtp_tvm.tools.dumps.compare import compare_runs
 
 PLACEHOLDERS = ["{{title}}", "{{data}}", "{{history}}", "{{head}}", "{{settings}}", "{{counts}}", "{{verdict}}",
                 "{{rows}}", "{{diff}}", "{{code}}", "{{kernels}}", "{{ title }}", "{{", "}}"]

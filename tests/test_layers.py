@@ -7,8 +7,11 @@ from pathlib import Path
 import mtp_tvm
 
 PACKAGE = Path(mtp_tvm.__file__).parent
-LAYERS = ("support", "spec", "ir", "passes", "schedule", "instrument", "compiler", "verify", "artifact", "tools")
+LAYERS = ("support", "contract", "ir", "passes", "schedule", "instrument", "compiler", "verify", "artifact", "tools")
 TOP = len(LAYERS)  # cli.py, __init__.py, __main__.py: the public surface, above every layer
+# tools/ in wings, one per command, each importing only from itself and the wings before it (remote: TVM RPC,
+# shared by tune and bench)
+TOOL_WINGS = ("remote", "convert", "measure", "dumps", "check", "bisect", "tune", "bench")
 
 
 def _module_name(path: Path) -> str:
@@ -69,6 +72,27 @@ def test_imports_only_go_down():
     assert upward == []
 
 
+def _wing(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "tools" else None
+
+
+def test_every_tool_lives_in_a_wing():
+    stray = [m for m in _graph() if _layer(m) == LAYERS.index("tools") and m != "mtp_tvm.tools"
+             and _wing(m) not in TOOL_WINGS]
+    assert stray == [], f"modules under tools/ outside the wings {TOOL_WINGS}: {stray}"
+
+
+def _later_wing_imports(graph: dict[str, set[str]]) -> list[str]:
+    return [f"{m} imports {t}" for m, targets in graph.items() for t in targets
+            if _wing(m) in TOOL_WINGS and _wing(t) in TOOL_WINGS
+            and TOOL_WINGS.index(_wing(t)) > TOOL_WINGS.index(_wing(m))]
+
+
+def test_tool_wings_import_only_earlier_wings():
+    assert _later_wing_imports(_graph()) == []
+
+
 def test_no_import_circles():
     graph = _graph()
     state: dict[str, int] = {}  # 1 on the stack, 2 done
@@ -93,10 +117,20 @@ def test_no_import_circles():
 
 def test_the_checker_sees_a_violation(tmp_path, monkeypatch):
     """The layer rule itself, on a planted upward import: the test above cannot pass vacuously."""
-    planted = PACKAGE / "spec" / "_planted_upward_import.py"
+    planted = PACKAGE / "contract" / "_planted_upward_import.py"
     monkeypatch.setattr(Path, "rglob", lambda self, pattern: [planted] if self == PACKAGE else [])
     original_read = Path.read_text
-    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: "from ..tools.check import check\n"
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: "from ..tools.check.check import check\n"
                         if self == planted else original_read(self, *a, **k))
-    assert _graph() == {"mtp_tvm.spec._planted_upward_import": {"mtp_tvm.tools.check"}}
-    assert _layer("mtp_tvm.tools.check") > _layer("mtp_tvm.spec._planted_upward_import")
+    assert _graph() == {"mtp_tvm.contract._planted_upward_import": {"mtp_tvm.tools.check.check"}}
+    assert _layer("mtp_tvm.tools.check.check") > _layer("mtp_tvm.contract._planted_upward_import")
+
+
+def test_the_wing_rule_sees_a_violation(monkeypatch):
+    """measure (shared by check and bench) planted importing bench: the wing test above cannot pass vacuously."""
+    planted = PACKAGE / "tools" / "measure" / "_planted.py"
+    monkeypatch.setattr(Path, "rglob", lambda self, pattern: [planted] if self == PACKAGE else [])
+    original_read = Path.read_text
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: "from ..bench.bench import bench\n"
+                        if self == planted else original_read(self, *a, **k))
+    assert _later_wing_imports(_graph()) == ["mtp_tvm.tools.measure._planted imports mtp_tvm.tools.bench.bench"]

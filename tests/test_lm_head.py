@@ -13,12 +13,12 @@ import mtp_tvm
 from helpers import QUIET, slow_except
 from mtp_tvm.cli import main
 from mtp_tvm.compiler.tensors import to_numpy
+from mtp_tvm.contract.cases import get_case
+from mtp_tvm.contract.golden import compute_lm_head_logits, sample_argmax
+from mtp_tvm.contract.presets import make_shapes
 from mtp_tvm.ir import tir_kernels as kernels
 from mtp_tvm.passes.target import resolve_target
 from mtp_tvm.schedule.apply import ApplySchedules
-from mtp_tvm.spec.cases import get_case
-from mtp_tvm.spec.golden import compute_lm_head_logits, sample_argmax
-from mtp_tvm.spec.presets import make_shapes
 from mtp_tvm.support.errors import UsageError
 
 FRONTENDS = ("tir", "relax")

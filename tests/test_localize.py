@@ -14,10 +14,10 @@ from helpers import EXAMPLES, QUIET
 from mtp_tvm.cli import main
 from mtp_tvm.passes.plugins import load_pass_plugin
 from mtp_tvm.support.errors import UsageError
-from mtp_tvm.tools.kernel_calls import record
-from mtp_tvm.tools.kernel_repro import kernel_script, rerun
-from mtp_tvm.tools.localize import Against, localize
-from mtp_tvm.tools.repro import save_arrays
+from mtp_tvm.tools.check.kernel_calls import record
+from mtp_tvm.tools.check.kernel_repro import kernel_script, rerun
+from mtp_tvm.tools.check.localize import Against, localize
+from mtp_tvm.tools.check.repro import save_arrays
 from mtp_tvm.verify.results import NanReport
 
 INT32 = EXAMPLES / "int32_logits_accumulator.py"

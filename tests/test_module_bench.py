@@ -1,4 +1,4 @@
-"""``bench --module FILE.py``: the user's own model timed against torch eager and torch.compile, each contender in
+"""``bench --module FILE.py``: the user's own model timed against torch eager and torch.compile, TVM and each peer in
 a process of its own, checked against the reference before it is timed."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from mtp_tvm.cli import main
 from mtp_tvm.support.errors import UsageError
-from mtp_tvm.tools.module_bench import ModuleBenchOptions, bench_module
+from mtp_tvm.tools.bench.module_bench import ModuleBenchOptions, bench_module
 
 REPO = Path(__file__).resolve().parent.parent
 TORCH_EXAMPLE = REPO / "examples" / "torch_mlp_block.py"
@@ -20,7 +20,7 @@ TVMSCRIPT_EXAMPLE = REPO / "examples" / "tvmscript_module.py"
 
 @pytest.mark.slow  # a build, torch.compile and two workers
 def test_bench_module_races_tvm_against_the_files_own_torch_model(tmp_path):
-    r = bench_module(TORCH_EXAMPLE, contenders=("torch_eager", "torch_compile"), rounds=2)
+    r = bench_module(TORCH_EXAMPLE, peers=("torch_eager", "torch_compile"), rounds=2)
     assert list(r.median_ms) == ["tvm", "torch_eager", "torch_compile"] and not r.unavailable
     assert all(ms > 0 and len(r.samples_ms[n]) == 2 for n, ms in r.median_ms.items())
     assert len(set(r.workers.values())) == 3 and os.getpid() not in r.workers.values()
@@ -35,7 +35,7 @@ def test_bench_module_races_tvm_against_the_files_own_torch_model(tmp_path):
 
 @pytest.mark.slow  # a build and a worker
 def test_a_tvmscript_module_is_timed_alone_its_peers_unavailable_with_why():
-    r = bench_module(TVMSCRIPT_EXAMPLE, contenders=("torch_eager",), rounds=1)
+    r = bench_module(TVMSCRIPT_EXAMPLE, peers=("torch_eager",), rounds=1)
     assert r.median_ms["tvm"] > 0 and r.median_ms["torch_eager"] is None
     assert "has no torch model" in r.unavailable["torch_eager"] and r.best_peer is None
 
@@ -45,7 +45,7 @@ def test_a_tvmscript_module_is_timed_alone_its_peers_unavailable_with_why():
     (["--plot", "p.png"], "bench --module times your file at its example inputs; --plot cannot apply"),
     (["--compare-schedules", "none"], "--compare-schedules cannot apply"),
     (["--case", "norm"], "--module builds your file, so --case"),
-    (["--contenders", "torch_bf16"], "unknown contender 'torch_bf16' for a module file"),
+    (["--peers", "torch_bf16"], "unknown peer 'torch_bf16' for a module file"),
     (["--rounds", "0"], "rounds must be an integer >= 1"),
 ])
 def test_bench_module_user_errors_are_one_line_before_any_build(argv, message, capsys):
@@ -55,9 +55,8 @@ def test_bench_module_user_errors_are_one_line_before_any_build(argv, message, c
 
 
 def test_bench_module_options_are_checked():
-    with pytest.raises(UsageError, match="unknown contender 'numpy_fp32'"):
-        ModuleBenchOptions(contenders=("numpy_fp32",))
+    with pytest.raises(UsageError, match="unknown peer 'numpy_fp32'"):
+        ModuleBenchOptions(peers=("numpy_fp32",))
     with pytest.raises(UsageError, match="unknown option"):
         bench_module(TORCH_EXAMPLE, tokens=4)
-    assert ModuleBenchOptions(contenders=("torch_compile", "torch_eager")).contenders == ("torch_eager",
-                                                                                          "torch_compile")
+    assert ModuleBenchOptions(peers=("torch_compile", "torch_eager")).peers == ("torch_eager", "torch_compile")

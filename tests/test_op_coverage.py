@@ -39,7 +39,7 @@ def test_a_zoo_of_everyday_blocks_imports_builds_and_matches_torch():
     from tvm import relax
 
     from mtp_tvm.ir.op_coverage import import_program
-    from mtp_tvm.passes.pipeline import compile_module
+    from mtp_tvm.passes.pipeline import compile_through_phases
     from mtp_tvm.passes.target import resolve_target
     from mtp_tvm.schedule.apply import ApplySchedules
 
@@ -47,7 +47,7 @@ def test_a_zoo_of_everyday_blocks_imports_builds_and_matches_torch():
     mod, _ = relax.frontend.detach_params(import_program(torch.export.export(model, xs), ZOO_FILE))
     target = resolve_target("llvm")
     with tvm.transform.PassContext(opt_level=3):
-        ex = compile_module(mod, target, ApplySchedules(target, "default", None))
+        ex = compile_through_phases(mod, target, ApplySchedules(target, "default", None))
     got = relax.VirtualMachine(ex, tvm.cpu())["main"](*[tvm.runtime.tensor(x.numpy()) for x in xs])
     want = model(*xs)
     matched, at = [], 0

@@ -13,6 +13,8 @@ from tvm.script import tirx as T
 import mtp_tvm
 from helpers import slow_except
 from mtp_tvm.compiler.tensors import to_numpy
+from mtp_tvm.contract.cases import CASES
+from mtp_tvm.contract.presets import make_shapes
 from mtp_tvm.ir import tir_kernels
 from mtp_tvm.ir.model import build_relax_module
 from mtp_tvm.passes.pipeline import fuse_passes, legalize_passes
@@ -26,8 +28,6 @@ from mtp_tvm.schedule.patterns import (
     match_kernel,
 )
 from mtp_tvm.schedule.token_rows import trim_token_rows
-from mtp_tvm.spec.cases import CASES
-from mtp_tvm.spec.presets import make_shapes
 
 TARGETS = {"znver4": {"kind": "llvm", "mcpu": "znver4", "num-cores": 2},
            "haswell": {"kind": "llvm", "mcpu": "haswell", "num-cores": 2}}

@@ -1,6 +1,6 @@
 import pytest
 
-from mtp_tvm.spec.presets import (
+from mtp_tvm.contract.presets import (
     PRESETS,
     Preset,
     make_shapes,

@@ -1,4 +1,4 @@
-"""--profile (tools/profile.py): every kernel of main with its time and share of the measured main, the rest as
+"""--profile (tools/measure/profile.py): every kernel of main with its time and share of the measured main, the rest as
 "VM/other", work and roofline where the stage declares GEMMs; profile.json in the run folder; check, bench, CLI."""
 
 import json
@@ -11,8 +11,9 @@ from tvm import relax
 
 from helpers import slow_except
 from mtp_tvm.cli import main
-from mtp_tvm.tools.bench import bench, flops
-from mtp_tvm.tools.profile import OTHER, ProfileOptions, profile
+from mtp_tvm.tools.bench.bench import bench
+from mtp_tvm.tools.measure.profile import OTHER, ProfileOptions, profile
+from mtp_tvm.tools.measure.roofline import flops, gemm_kind, instruction_mix, kinds_used, roofline_ms
 from mtp_tvm.verify.results import ProfileReport
 
 FAST = ProfileOptions(rounds=3, sample_ms=2.0)
@@ -53,12 +54,22 @@ def test_every_kernel_of_main_is_timed_and_the_rows_add_up_to_main(compiled, fro
     else:
         assert len(gemm_kernels) == 3 and not any(n.startswith("transpose") for n in gemm_kernels)
     assert all(k.roofline_fraction > 0 and k.gbs > 0 for k in p.kernels)
+    # bench's roofline model: each GEMM at the peak of the instruction it runs on in this build, not the FMA's
+    used = kinds_used(instruction_mix(m))
+    if frontend == "tir":
+        kinds = {k.kernel: k.peak_kind for k in p.kernels if k.flops}
+        assert kinds == {"w8a8_dual_gemm_prepacked": gemm_kind("int8", used),
+                         "lm_head_logits_prepacked": gemm_kind("bfloat16", used)}
+    for k in p.kernels:
+        peak = p.peaks[k.peak_kind] if k.peak_kind in p.peaks else None
+        assert (k.peak_kind is None) == (k.flops is None)
+        assert k.roofline_fraction == pytest.approx(roofline_ms(k.flops or 0.0, k.bytes, peak, p.bandwidth_gbs) / k.ms)
     table = p.table()
     assert all(k.name in table for k in p.kernels) and OTHER in table and "main (measured)" in table
     assert f"{100 * p.coverage:.1f}% of the measured main" in table
     d = json.loads(json.dumps(p.as_dict()))
     assert d["coverage"] == pytest.approx(p.coverage) and len(d["kernels"]) == len(p.kernels)
-    assert isinstance(p, ProfileReport)  # what CheckResult.profile is typed as (verify cannot name tools.profile)
+    assert isinstance(p, ProfileReport)  # what CheckResult.profile is typed as (verify cannot name tools.measure)
 
 
 @pytest.mark.slow  # over 1 s
@@ -88,19 +99,19 @@ def test_check_profile_cli_prints_every_kernel_and_writes_profile_json(tmp_path,
 
 @pytest.mark.slow  # over 10 s on 2 cores
 def test_bench_profile_goes_into_its_json(tmp_path):
-    r = bench(case="tail", preset="tiny", rounds=1, contenders=("tvm",), profile=FAST)
+    r = bench(case="tail", preset="tiny", rounds=1, peers=(), profile=FAST)
     assert r.profile is not None and r.profile.bandwidth_gbs == r.bandwidth_gbs  # the bench's own probes
     out = tmp_path / "bench.json"
     r.write_json(out)
     d = json.loads(out.read_text())
     assert d["per_tokens"]["8"]["median_ms"]["tvm"] > 0 and d["profile"]["kernels"] and d["profile"]["main_ms"] > 0
-    assert bench(case="norm", preset="tiny", rounds=1, contenders=("tvm",)).as_dict()["profile"] is None
+    assert bench(case="norm", preset="tiny", rounds=1, peers=()).as_dict()["profile"] is None
 
 
 @pytest.mark.slow  # over 1 s
 def test_a_dumping_bench_profile_completes_its_run_after_writing_profile_json(tmp_path):
     """Issue 25: a run is complete only when its process writes no more to it (profile.json comes last)."""
-    bench(case="norm", preset="tiny", rounds=1, contenders=("tvm",), profile=FAST, dump_passes=tmp_path)
+    bench(case="norm", preset="tiny", rounds=1, peers=(), profile=FAST, dump_passes=tmp_path)
     (run,) = [r for r in tmp_path.iterdir() if r.is_dir()]
     assert (run / "complete").exists() and (run / "profile.json").exists()
     assert json.loads((run / "index.json").read_text())["profile"] == "profile.json"

@@ -1,5 +1,6 @@
-"""The README's code runs: every Python block and every shell block is executed on the ``tiny`` preset, and where
-the README shows output, the output is checked against it.
+"""The README's code runs, and so does that of every guide (``docs/guides/*.md``, each read the same way, with the
+same markers): every Python block and every shell block is executed on the ``tiny`` preset, and where a page shows
+output, the output is checked against it.
 
 How blocks are read (``readme_blocks``):
 
@@ -14,8 +15,8 @@ How blocks are read (``readme_blocks``):
 
 A marker may also say ``replace `A` => `B``` (repeatable, ``;``-separated) to run a tiny-preset equivalent of a
 block that takes minutes as written (FLASH sizes, 256 tuning trials, ``make run``); each such replacement must
-match, so the README says exactly what was substituted. Each README section runs in a folder of its own, so
-``dumps/``, ``D/`` and ``out/`` are the ones its commands made.
+match, so the page says exactly what was substituted. Each page runs in a folder of its own, and each ``## ``
+section of it in a folder of its own there, so ``dumps/``, ``D/`` and ``out/`` are the ones its commands made.
 """
 
 from __future__ import annotations
@@ -32,13 +33,32 @@ import pytest
 from helpers import REPO
 
 README = REPO / "README.md"
+GUIDES = REPO / "docs" / "guides"
+
+
+# guides whose code needs a fixture of their own (a checkpoint written first) run in their own test: page -> test
+OWN_RUNNER = {"real-checkpoint.md": "test_guide_real_checkpoint.py"}
+
+
+def pages() -> list[Path]:
+    """The README and every guide: a guide added to ``docs/guides/`` is run without being named here."""
+    return [README, *sorted(p for p in GUIDES.glob("*.md") if p.name not in OWN_RUNNER)]
+
+
+def test_a_guide_with_a_runner_of_its_own_has_it():
+    for page, test in OWN_RUNNER.items():
+        assert (GUIDES / page).is_file() and (REPO / "tests" / test).is_file(), page
+
+
+def page_name(path: Path) -> str:
+    return path.relative_to(REPO).as_posix()
 KINDS = ("python", "session", "run", "output", "synopsis", "text", "not run")
 RUN_NAME = re.compile(r"\b(?P<key>[a-z][a-z0-9-]*?-(?:llvm|cuda)-\d{8}-\d{6})(?P<id>-[0-9a-f]{6})?\b")
 
 
 @dataclasses.dataclass
 class Block:
-    line: int           # 1-based line of the block's first line in the README
+    line: int           # 1-based line of the block's first line in its page
     section: str        # the ``## `` heading it is under
     kind: str
     text: str           # the block with the replacements applied
@@ -77,8 +97,9 @@ def _apply_marker(marker: str | None, default: str, text: str, where: str) -> tu
     return kind, text, why
 
 
-def readme_blocks(markdown: str) -> list[Block]:
-    """Every code block of a README, in order, with its kind and the marker's replacements applied."""
+def readme_blocks(markdown: str, name: str = "README.md") -> list[Block]:
+    """Every code block of a page (the README, a guide: ``name`` in messages), in order, with its kind and the
+    marker's replacements applied."""
     lines = markdown.split("\n")
     blocks, section, i, fenced = [], "", 0, False
     while i < len(lines):
@@ -91,10 +112,10 @@ def readme_blocks(markdown: str) -> list[Block]:
                 j += 1
             if lang == "python":
                 kind, text, why = _apply_marker(_marker(lines, i), "python", "\n".join(lines[i + 1:j]),
-                                                f"README.md:{i + 1}")
+                                                f"{name}:{i + 1}")
                 blocks.append(Block(i + 2, section, kind, text, why))
             elif lang in ("sh", "bash", "shell", "console"):
-                raise ValueError(f"README.md:{i + 1}: write shell code as an indented block")
+                raise ValueError(f"{name}:{i + 1}: write shell code as an indented block")
             i = j + 1
             continue
         previous = lines[i - 1] if i else ""
@@ -106,7 +127,7 @@ def readme_blocks(markdown: str) -> list[Block]:
                 j -= 1
             body = "\n".join(x[4:] for x in lines[i:j])
             default = "session" if body.startswith("$ ") else None
-            kind, text, why = _apply_marker(_marker(lines, i), default, body, f"README.md:{i + 1}")
+            kind, text, why = _apply_marker(_marker(lines, i), default, body, f"{name}:{i + 1}")
             blocks.append(Block(i + 1, section, kind, text, why))
             i = j
             continue
@@ -255,10 +276,10 @@ def _synopsis_flags_known(text: str) -> list[str]:
 
 
 class ReadmeRunner:
-    """Runs blocks in README order, one folder per section; ``run(block)`` returns a failure message or None."""
+    """Runs a page's blocks in order, one folder per section; ``run(block)`` returns a failure message or None."""
 
-    def __init__(self, root: Path):
-        self.root, self.bindings, self.last_output = root, {}, None
+    def __init__(self, root: Path, name: str = "README.md"):
+        self.root, self.name, self.bindings, self.last_output = root, name, {}, None
 
     def cwd(self, block: Block) -> Path:
         d = self.root / (re.sub(r"[^a-z0-9]+", "-", block.section.lower()).strip("-") or "top")
@@ -271,7 +292,7 @@ class ReadmeRunner:
         cwd = self.cwd(block)
         bindings = self.bindings.setdefault(cwd, Bindings())
         roots = [cwd / "dumps", cwd / "D"]
-        where = f"README.md:{block.line}"
+        where = f"{self.name}:{block.line}"
         if block.kind == "python":
             r = subprocess.run([sys.executable, "-c", block.text], cwd=cwd, env=_env(cwd), capture_output=True,
                                text=True, timeout=1800)
@@ -319,18 +340,21 @@ def _session(text: str) -> list[tuple[str, str]]:
 
 # ---- the tests ----------------------------------------------------------------------------------------------
 
-def test_every_readme_block_is_marked_or_runs():
-    """Reading the README already checks the markers: no unmarked indented block, no stale replacement."""
-    blocks = readme_blocks(README.read_text())
-    assert {b.kind for b in blocks} >= {"python", "session", "run", "output", "synopsis"}
-    assert all(b.why for b in blocks if b.kind == "not run")
+def test_every_block_of_the_readme_and_the_guides_is_marked_or_runs():
+    """Reading the pages already checks the markers: no unmarked indented block, no stale replacement."""
+    blocks = {page_name(p): readme_blocks(p.read_text(), page_name(p)) for p in pages()}
+    assert len(blocks) > 1  # the guides are found
+    assert {b.kind for bs in blocks.values() for b in bs} >= {"python", "session", "run", "output", "synopsis"}
+    assert {b.kind for b in blocks["README.md"]} >= {"python", "run", "output"}  # the set-up and the sample run
+    assert all(b.why for bs in blocks.values() for b in bs if b.kind == "not run")
 
 
 @pytest.mark.slow
-def test_readme_code_runs_and_shows_what_the_readme_says(tmp_path):
-    runner = ReadmeRunner(tmp_path)
+@pytest.mark.parametrize("page", pages(), ids=page_name)
+def test_page_code_runs_and_shows_what_the_page_says(page, tmp_path):
+    runner = ReadmeRunner(tmp_path, page_name(page))
     failures = []
-    for block in readme_blocks(README.read_text()):
+    for block in readme_blocks(page.read_text(), page_name(page)):
         failure = runner.run(block)
         if failure:
             failures.append(failure)
@@ -380,3 +404,11 @@ def test_output_matching_binds_run_names_and_skips_numbers():
     assert b.command("python dumps/tail-llvm-20261202-144523-4318ac/repro/repro.py", []) == \
         "python dumps/tail-llvm-20270101-000000-abcdef/repro/repro.py"
     assert output_matches("check 9.1s FAIL", actual, b) == "check 9.1s FAIL"
+
+
+def test_the_readme_is_a_front_door():
+    """At most ~200 lines (the rest lives in the guides), and every page it links to exists."""
+    text = README.read_text()
+    assert len(text.split("\n")) <= 200
+    links = re.findall(r"\]\(((?:docs|examples)/[^)#]*)", text)
+    assert links and [link for link in links if not (REPO / link).exists()] == []

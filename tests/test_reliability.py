@@ -12,7 +12,7 @@ import torch
 
 import mtp_tvm
 from mtp_tvm.compiler.tensors import to_numpy
-from mtp_tvm.spec.presets import make_shapes
+from mtp_tvm.contract.presets import make_shapes
 
 ENV = {**os.environ, "PYTHONPATH": os.getcwd()}
 RUN_ONCE = """
@@ -124,7 +124,7 @@ def test_disk_full_during_a_dump_is_one_line_and_leaves_an_incomplete_run(tmp_pa
     import errno
     import pathlib
 
-    from mtp_tvm.tools.dumps_browse import list_runs
+    from mtp_tvm.tools.dumps.browse import list_runs
 
     real_write, calls = pathlib.Path.write_text, []
 
@@ -284,7 +284,7 @@ def test_api_bad_arguments_are_usage_errors_before_anything_is_built(call, messa
     def no_build(*_a, **_k):
         raise AssertionError("built before refusing the arguments")
 
-    monkeypatch.setattr(driver, "compile_module", no_build)
+    monkeypatch.setattr(driver, "compile_through_phases", no_build)
     with pytest.raises(mtp_tvm.UsageError, match=message):
         call()
 
@@ -325,7 +325,7 @@ def test_retention_running_between_the_build_and_the_verdict_leaves_the_run_alon
     """The race of the test above, made certain: another process prunes the root (keep 0) while this check
     runs its golden check; its run is not complete yet, so it is not removed, and the verdict lands."""
     from mtp_tvm.instrument.run_folder import prune
-    from mtp_tvm.tools import check as check_module
+    from mtp_tvm.tools.check import check as check_module
 
     real = check_module.golden_check
 

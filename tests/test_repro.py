@@ -11,7 +11,7 @@ import pytest
 
 import mtp_tvm
 from helpers import INT32_ACCUMULATOR_PLUGIN, slow_except
-from mtp_tvm.tools.repro import rerun
+from mtp_tvm.tools.check.repro import rerun
 
 
 @pytest.fixture(scope="module")

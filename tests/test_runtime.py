@@ -15,7 +15,7 @@ import tvm
 from mtp_tvm.compiler.runtime import TRANSFORM_PARAMS
 from mtp_tvm.compiler.tensors import to_device, to_numpy
 from mtp_tvm.compiler.weights import WeightCache
-from mtp_tvm.spec.presets import make_shapes
+from mtp_tvm.contract.presets import make_shapes
 from mtp_tvm.support.errors import UsageError
 
 SCRIPT = """

@@ -17,6 +17,8 @@ from helpers import slow_except
 from mtp_tvm import UsageError
 from mtp_tvm.compiler.runtime import TRANSFORM_PARAMS
 from mtp_tvm.compiler.tensors import to_numpy
+from mtp_tvm.contract.cases import CASES
+from mtp_tvm.contract.presets import make_shapes
 from mtp_tvm.ir import tir_kernels as kernels
 from mtp_tvm.passes.target import resolve_target
 from mtp_tvm.schedule.apply import ApplySchedules
@@ -29,8 +31,6 @@ from mtp_tvm.schedule.files import (
 from mtp_tvm.schedule.rules import RULES
 from mtp_tvm.schedule.steps import fitting_k_vector, fresh_copy
 from mtp_tvm.schedule.token_rows import VARIANTS_ATTR
-from mtp_tvm.spec.cases import CASES
-from mtp_tvm.spec.presets import make_shapes
 from mtp_tvm.verify.golden_check import compare_outputs
 
 LLVM = resolve_target("llvm")

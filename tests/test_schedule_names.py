@@ -8,14 +8,14 @@ import pytest
 from tvm import tirx
 
 import mtp_tvm
+from mtp_tvm.contract.cases import CASES
+from mtp_tvm.contract.presets import make_shapes
 from mtp_tvm.ir.model import build_relax_module
 from mtp_tvm.passes.target import resolve_target
 from mtp_tvm.schedule import files
 from mtp_tvm.schedule.files import kernel_of, load_schedules
 from mtp_tvm.schedule.knobs import CpuGemm
 from mtp_tvm.schedule.names import kernel_names, knob_names, missing_names
-from mtp_tvm.spec.cases import CASES
-from mtp_tvm.spec.presets import make_shapes
 from mtp_tvm.support.errors import MtpError
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from mtp_tvm.compiler import tensors
 from mtp_tvm.compiler.tensors import read_npz, validate_inputs, write_npz
-from mtp_tvm.spec.cases import TensorSpec
+from mtp_tvm.contract.cases import TensorSpec
 from mtp_tvm.support.errors import UsageError
 
 SPECS = {"x": TensorSpec("x", ("T", 8), "bfloat16"), "y": TensorSpec("y", ("T", 4), "float32")}
@@ -101,8 +101,8 @@ def test_a_zip_without_arrays_is_refused(tmp_path):
 
 
 def _case_dtypes() -> list[str]:
-    from mtp_tvm.spec.cases import CASES
-    from mtp_tvm.spec.presets import make_shapes
+    from mtp_tvm.contract.cases import CASES
+    from mtp_tvm.contract.presets import make_shapes
 
     shapes = make_shapes("tiny", 3)
     return sorted({s.dtype for c in CASES.values() for s in [*c.input_specs(shapes).values(),

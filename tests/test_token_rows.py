@@ -8,10 +8,10 @@ from tvm import tirx
 
 import mtp_tvm
 from mtp_tvm.compiler.tensors import to_numpy
+from mtp_tvm.contract.presets import make_shapes
 from mtp_tvm.ir import tir_kernels
 from mtp_tvm.schedule import token_rows
 from mtp_tvm.schedule.token_rows import VARIANTS_ATTR, row_variants, scope_name, trim_token_rows, variant_name
-from mtp_tvm.spec.presets import make_shapes
 
 HASWELL = {"kind": "llvm", "mcpu": "haswell", "num-cores": 2}
 ZNVER4 = {"kind": "llvm", "mcpu": "znver4", "num-cores": 2}

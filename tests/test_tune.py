@@ -14,8 +14,8 @@ import tvm_ffi
 
 import mtp_tvm
 from mtp_tvm.compiler.options import BuildSpec
-from mtp_tvm.tools.bench import bench
-from mtp_tvm.tools.tune import tune
+from mtp_tvm.tools.bench.bench import bench
+from mtp_tvm.tools.tune.tune import tune
 
 
 def _free_port() -> int:
@@ -98,7 +98,7 @@ def test_tuned_without_a_database_is_a_clear_error(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("tracker", ["127.0.0.1:{free}", "no-such-host.invalid:9190"])
 def test_an_unreachable_tracker_fails_fast_with_one_line(tmp_path, tracker):
-    from mtp_tvm.tools.tune import TRACKER_TIMEOUT_S
+    from mtp_tvm.tools.remote import TRACKER_TIMEOUT_S
 
     t0 = time.monotonic()
     with pytest.raises(mtp_tvm.UsageError, match=r"cannot reach the RPC tracker .* within 10 s") as e:
@@ -116,7 +116,7 @@ def test_a_tracker_without_servers_for_the_key_is_refused(tmp_path):
                             stderr=subprocess.DEVNULL)
     try:
         _wait("RPC tracker", lambda: _accepts(port))
-        from mtp_tvm.tools.tune import require_tracker
+        from mtp_tvm.tools.remote import require_tracker
 
         with pytest.raises(mtp_tvm.UsageError, match="has no server registered with key 'mtp'"):
             require_tracker("127.0.0.1", port, "mtp")
@@ -144,7 +144,7 @@ def test_hand_space_samples_the_knobs_and_its_traces_replay_on_any_token_count()
     from mtp_tvm.schedule.space import default_schedule, hand_space, is_hand
     from mtp_tvm.schedule.steps import fresh_copy
     from mtp_tvm.schedule.tuned import _replay, workload
-    from mtp_tvm.tools.tune import case_kernels, load_tensor_intrinsics
+    from mtp_tvm.tools.tune.tune import case_kernels, load_tensor_intrinsics
 
     target = resolve_target('{"kind": "llvm", "mcpu": "haswell", "num-cores": 2}')
     load_tensor_intrinsics(target)  # as tune does: TuneContext would import every intrinsic TVM ships
@@ -187,7 +187,7 @@ def test_hand_space_samples_the_knobs_and_its_traces_replay_on_any_token_count()
 def test_progress_says_trials_space_and_time_left():
     from types import SimpleNamespace
 
-    from mtp_tvm.tools.tune import ProgressCallback
+    from mtp_tvm.tools.tune.tune import ProgressCallback
 
     lines = []
     p = ProgressCallback(total=4, log=lines.append)
@@ -217,7 +217,7 @@ def test_candidates_replayed_one_after_another_leave_the_workload_intact(kernel)
     from mtp_tvm.schedule.space import hand_space
     from mtp_tvm.schedule.steps import fresh_copy
     from mtp_tvm.schedule.tuned import workload
-    from mtp_tvm.tools.tune import case_kernels, load_tensor_intrinsics
+    from mtp_tvm.tools.tune.tune import case_kernels, load_tensor_intrinsics
 
     target = resolve_target('{"kind": "llvm", "mcpu": "znver4", "num-cores": 2}')
     load_tensor_intrinsics(target)  # as tune does: TuneContext would import every intrinsic TVM ships (a minute)
@@ -261,7 +261,7 @@ def test_the_hand_space_tries_dot_product_tiles_only_where_the_target_has_dot_pr
     from mtp_tvm.schedule.space import hand_space
     from mtp_tvm.schedule.steps import fresh_copy
     from mtp_tvm.schedule.tuned import workload
-    from mtp_tvm.tools.tune import case_kernels, load_tensor_intrinsics
+    from mtp_tvm.tools.tune.tune import case_kernels, load_tensor_intrinsics
 
     tensorized = {}
     for mcpu in ("znver4", "haswell"):
@@ -287,7 +287,7 @@ def test_the_local_runner_measures_with_every_usable_core(monkeypatch):
     vCPUs) made a serial row loop look faster than the parallel one that is faster in the build."""
     from mtp_tvm.compiler.runtime import THREADS_ENV
     from mtp_tvm.passes.target import usable_cores
-    from mtp_tvm.tools.tune import _runner
+    from mtp_tvm.tools.tune.tune import _runner
 
     monkeypatch.delenv(THREADS_ENV, raising=False)
     _runner(None)
@@ -297,7 +297,7 @@ def test_the_local_runner_measures_with_every_usable_core(monkeypatch):
 def test_trial_budgets_and_hand_points_never_exceed_the_trials():
     """``--trials N`` is a limit: the hand points measured first count, and the search gets what is left,
     split exactly (a kernel may get none when there are fewer trials than kernels)."""
-    from mtp_tvm.tools.tune import first_points, trial_budgets
+    from mtp_tvm.tools.tune.tune import first_points, trial_budgets
 
     assert trial_budgets(["a", "b", "c"], {"a": 1.0, "b": 3.0}, 8) == [1, 4, 3]  # c weighs the mean, 2
     assert sum(trial_budgets(["a", "b", "c"], {}, 2)) == 2 and trial_budgets(["a", "b"], {}, 0) == [0, 0]
@@ -323,7 +323,7 @@ def test_a_small_trial_budget_is_kept_and_the_progress_never_passes_it(tmp_path,
     done = [tuple(map(int, m.groups())) for ln in lines if (m := re.search(r"(\d+)/(\d+) trials", ln))]
     assert r.trials <= 2 and all(d <= total == 2 for d, total in done), lines
     assert any("hand schedules take" in ln or "smaller than the" in ln for ln in lines)  # the share is said
-    from mtp_tvm.tools.tune_report import end_to_end
+    from mtp_tvm.tools.tune.report import end_to_end
 
     found = end_to_end(BuildSpec("logits", preset="tiny"))  # main with the hand schedules and the records
     assert set(found.ms) == {"default", "tuned"} and all(ms > 0 for ms in found.ms.values())

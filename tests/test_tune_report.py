@@ -1,8 +1,8 @@
 """The tune summary: per kernel the tuner's best against the hand schedule, and main end to end with each."""
 
 from mtp_tvm.compiler.options import BuildSpec
-from mtp_tvm.tools.tune import TuneResult
-from mtp_tvm.tools.tune_report import EndToEnd, end_to_end, kernel_table
+from mtp_tvm.tools.tune.report import EndToEnd, end_to_end, kernel_table
+from mtp_tvm.tools.tune.tune import TuneResult
 
 
 def test_the_kernel_table_puts_the_tuners_best_beside_the_hand_schedule(tmp_path):

@@ -158,7 +158,7 @@ def test_the_torch_example_passes_with_dumps_that_the_dumps_tools_read(tmp_path,
 
 @pytest.mark.slow  # over 1 s
 def test_a_generic_kernel_no_rule_covers_is_reported_as_unscheduled():
-    from mtp_tvm.tools.module_check import check_module
+    from mtp_tvm.tools.check.module_check import check_module
 
     lines = []
     result = check_module(TORCH_EXAMPLE, log=lines.append)
@@ -181,7 +181,7 @@ def test_the_tvmscript_example_passes_its_differential_check():
 
 @pytest.mark.slow  # over 1 s
 def test_a_model_with_ops_the_examples_do_not_use_works_unchanged(tmp_path):
-    from mtp_tvm.tools.module_check import check_module
+    from mtp_tvm.tools.check.module_check import check_module
 
     path = _file(tmp_path, """
         import torch
@@ -214,7 +214,7 @@ def test_a_model_with_ops_the_examples_do_not_use_works_unchanged(tmp_path):
 
 @pytest.mark.slow  # over 1 s
 def test_debug_options_apply_to_a_module(tmp_path):
-    from mtp_tvm.tools.module_check import check_module
+    from mtp_tvm.tools.check.module_check import check_module
 
     result = check_module(TVMSCRIPT_EXAMPLE, log=lambda *_: None, disable_passes=("FoldConstant",),
                           dump_passes=str(tmp_path), dump_filter="Fuse", dump_func="main")

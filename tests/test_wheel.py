@@ -55,8 +55,9 @@ def test_the_wheel_holds_every_hand_schedule(wheel):
 @pytest.mark.slow
 def test_the_wheel_holds_the_page_templates(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
-    shipped = {p.relative_to(REPO).as_posix() for p in (REPO / "mtp_tvm").glob("*/templates/*")}
-    assert {"mtp_tvm/instrument/templates/run_index.html", "mtp_tvm/tools/templates/compare.html"} <= shipped <= names
+    shipped = {p.relative_to(REPO).as_posix() for p in (REPO / "mtp_tvm").glob("**/templates/*")}
+    expected = {"mtp_tvm/instrument/templates/run_index.html", "mtp_tvm/tools/dumps/templates/compare.html"}
+    assert expected <= shipped <= names
 
 
 @pytest.mark.slow

@@ -47,6 +47,7 @@ from ..artifact.manifest import (
 )
 from ..compiler.driver import CompiledCase, compile
 from ..compiler.options import BuildSpec, DebugOptions, require_path, split_options
+from ..contract.cases import validate_seed
 from ..passes.codegen import write_assembly
 from ..passes.target import (
     CUDA_ARCHS,
@@ -58,7 +59,6 @@ from ..passes.target import (
     target_json,
     target_triple,
 )
-from ..spec.cases import validate_seed
 from ..support.atomic_file import make_temp_dir, remove_own_temps, remove_stale, replace_dir, temp_prefix
 from ..support.errors import BuildError, UsageError, last_line
 from ..support.text_table import text_table

@@ -22,9 +22,9 @@ from ..artifact.manifest import manifest_spec, read_manifest, sha256_file
 from ..compiler.options import require_path
 from ..compiler.runtime import Runnable
 from ..compiler.weights import WeightCache
+from ..contract.cases import Case, TensorSpec, get_case
+from ..contract.presets import Shapes
 from ..passes.target import cpu_arch
-from ..spec.cases import Case, TensorSpec, get_case
-from ..spec.presets import Shapes
 from ..support.errors import UsageError, last_line
 from ..verify.golden_check import GoldenOptions, Provenance, golden_check, validate_check_args
 from ..verify.results import CheckResult

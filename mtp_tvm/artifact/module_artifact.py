@@ -15,7 +15,7 @@ from ..artifact.module_reference import EXAMPLE_INPUTS, REFERENCE_OUTPUTS
 from ..compiler.options import DebugOptions, require_path
 from ..compiler.tensors import write_npz
 from ..compiler.user_build import CompiledModule, compile_module, split_module_options
-from ..spec.presets import NO_PRESET
+from ..contract.presets import NO_PRESET
 from ..verify.module_golden import module_golden
 
 

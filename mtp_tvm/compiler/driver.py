@@ -18,6 +18,8 @@ from tvm.target import Target
 
 from ..compiler.runtime import Runnable
 from ..compiler.weights import WeightCache
+from ..contract.cases import ROWS, TOKENS, Case, TensorSpec
+from ..contract.presets import Shapes, make_shapes
 from ..instrument.idle_passes import IdlePassWatch, idle_disabled
 from ..instrument.pass_clock import PassClock
 from ..instrument.recorder import DumpOptions, PassRecord, PassRecorder
@@ -25,7 +27,7 @@ from ..instrument.run_folder import mark_complete, prune, retention
 from ..ir.model import build_relax_module
 from ..passes.codegen import Launches, device_source, generated_code, kernel_launches
 from ..passes.gate import PassGate, gate_summary
-from ..passes.pipeline import FIRST_LOWERING_PHASE, compile_module, graph_config, plan_graph_capture
+from ..passes.pipeline import FIRST_LOWERING_PHASE, compile_through_phases, graph_config, plan_graph_capture
 from ..passes.plugins import PassPlugin, extra_pass_names, resolve_extra_passes
 from ..passes.target import (
     device_for,
@@ -39,8 +41,6 @@ from ..schedule.apply import ApplySchedules
 from ..schedule.files import TUNED
 from ..schedule.token_rows import token_branches
 from ..schedule.tuned import tuned_dir
-from ..spec.cases import ROWS, TOKENS, Case, TensorSpec
-from ..spec.presets import Shapes, make_shapes
 from ..support.errors import BuildError, UsageError, did_you_mean, last_line
 from ..support.native_log import native_stderr
 from ..support.timing import phase, transfer
@@ -249,7 +249,7 @@ def _lower(b: _Build, mod: tvm.IRModule, t0: float) -> BuiltIR:
         with phase("codegen"), tvm.transform.PassContext(opt_level=3, config=graph_config(b.meta.get("cuda_graph")),
                                                          instruments=[clock, *filter(None, [b.recorder]),
                                                                       *([watch] if b.extra else [])]):
-            ex = compile_module(mod, b.target, b.applier, b.extra, on_phase=on_phase)
+            ex = compile_through_phases(mod, b.target, b.applier, b.extra, on_phase=on_phase)
             transfer(clock.seconds, "passes")
     except UsageError:
         raise

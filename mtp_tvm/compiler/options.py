@@ -14,9 +14,9 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..contract.cases import Case, get_case
+from ..contract.presets import Shapes, make_shapes
 from ..ir.frontend_names import check_frontend
-from ..spec.cases import Case, get_case
-from ..spec.presets import Shapes, make_shapes
 from ..support.errors import UsageError
 
 if TYPE_CHECKING:  # the options are read before any command needs TVM (``mtp-tvm --help`` stays instant)
@@ -71,7 +71,7 @@ class BuildSpec:
     tp: int | None = None
     cuda_graph: bool = False
 
-    def __post_init__(self):  # sizes are checked against the preset by ``spec.presets.make_shapes``
+    def __post_init__(self):  # sizes are checked against the preset by ``contract.presets.make_shapes``
         for name in ("case", "preset", "frontend", "schedule"):
             _require(isinstance(getattr(self, name), str), f"{name} must be a name, got {getattr(self, name)!r}")
         _require(isinstance(self.cuda_graph, bool), f"cuda_graph must be True or False, got {self.cuda_graph!r}")

@@ -28,9 +28,9 @@ from ..compiler.tensors import (
     validate_inputs,
 )
 from ..compiler.weights import PackedWeights, WeightCache, is_tracked
+from ..contract.cases import Case, TensorSpec, leading_activations
+from ..contract.presets import Shapes
 from ..passes.target import usable_cores
-from ..spec.cases import Case, TensorSpec, leading_activations
-from ..spec.presets import Shapes
 from ..support.env import env_int
 from ..support.errors import BuildError, UsageError
 

@@ -20,14 +20,14 @@ from ..compiler.driver import build_ir, finish_run
 from ..compiler.options import DebugOptions, require_path
 from ..compiler.runtime import Runnable
 from ..compiler.weights import WeightCache
+from ..contract.cases import TensorSpec
+from ..contract.presets import NO_PRESET
 from ..instrument.recorder import PassRecord
 from ..ir.user_module import UserModule, load_user_module
 from ..passes.target import device_for, resolve_target, target_json
 from ..schedule.apply import ApplySchedules
 from ..schedule.files import NONE, TUNED, validate_schedule
 from ..schedule.tuned import tuned_dir
-from ..spec.cases import TensorSpec
-from ..spec.presets import NO_PRESET
 from ..support.errors import UsageError
 from ..support.native_log import native_stderr
 from ..support.timing import phase

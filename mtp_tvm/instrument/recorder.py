@@ -85,7 +85,7 @@ class PassRecord:
     error: str | None = None    # the build failed in this pass
     input_file: str | None = None
     input_state: str | None = None  # the file holding this pass's input module (the state chain branches at
-                                    # the host/device split; tools/dumps_compare and instrument/kernel_history)
+                                    # the host/device split; tools/dumps/compare and instrument/kernel_history)
 
     @property
     def label(self) -> str:

@@ -26,7 +26,7 @@ from ..support.html_page import Markup, escape, json_script, render, template
 from ..support.text_table import text_table
 
 HTML_FILE = "index.html"
-PROFILE_FILE = "profile.json"  # a --profile run's kernel times (tools/profile.py), shown as the page's kernel table
+PROFILE_FILE = "profile.json"  # --profile's kernel times (tools/measure/profile.py), the page's kernel table
 DIFF_LINES_EMBEDDED = 400  # longer diffs are cut in the page; the .diff file is linked for the rest
 
 

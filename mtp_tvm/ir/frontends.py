@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from tvm import relax, te, tirx
 
-from ..ir import tir_kernels as kernels
-from ..spec.presets import (
+from ..contract.presets import (
     INT8_AMAX_EPS,
     INT8_SCALE_MAX,
     K_CHUNK,
     MAX_LOGIT_ROWS,
     Shapes,
 )
+from ..ir import tir_kernels as kernels
 
 R = relax.op
 

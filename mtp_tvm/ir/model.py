@@ -10,11 +10,11 @@ from __future__ import annotations
 import tvm
 from tvm import relax, tirx
 
+from ..contract.cases import ROWS, TOKENS, ArgKind, Case, FrontendCall, leading_activations
+from ..contract.presets import TOKEN_TILE, Shapes
 from ..ir.frontend_names import FRONTEND_NAMES, check_frontend
 from ..ir.frontends import RelaxFrontend, TIRFrontend
 from ..ir.torch_frontend import TorchFrontend
-from ..spec.cases import ROWS, TOKENS, ArgKind, Case, FrontendCall, leading_activations
-from ..spec.presets import TOKEN_TILE, Shapes
 from ..support.rounding import ceil_to
 
 FRONTENDS = dict(zip(FRONTEND_NAMES, (RelaxFrontend, TIRFrontend, TorchFrontend)))

@@ -19,7 +19,7 @@ import functools
 
 from tvm.script import tirx as T
 
-from ..spec.presets import (
+from ..contract.presets import (
     INT8_AMAX_EPS,
     INT8_SCALE_MAX,
     K_CHUNK,

@@ -1,4 +1,4 @@
-"""The third frontend: every stage is its torch golden (``spec/golden.py``, the very functions ``check``
+"""The third frontend: every stage is its torch golden (``contract/golden.py``, the very functions ``check``
 compares against), exported with ``torch.export`` (each symbolic size of the stage's inputs a
 ``torch.export.Dim``), imported by TVM's ``from_exported_program``, made to follow the spec
 (``ir/torch_to_spec.py``) and inlined into ``main``. It is what a user's model looks like to TVM: importer-made
@@ -17,11 +17,11 @@ import tvm
 from tvm import relax, tirx
 from tvm.sym import Analyzer
 
+from ..contract import golden
+from ..contract.cases import STAGES
+from ..contract.presets import Shapes
 from ..ir.frontends import RelaxFrontend
 from ..ir.torch_to_spec import emit_rounding, to_spec
-from ..spec import golden
-from ..spec.cases import STAGES
-from ..spec.presets import Shapes
 from ..support.lazy import lazy_module
 
 torch = lazy_module("torch")  # imported by the first build through this frontend, not by importing the model

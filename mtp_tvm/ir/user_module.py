@@ -21,8 +21,8 @@ import numpy as np
 import tvm
 from tvm import relax, tirx
 
+from ..contract.cases import TensorSpec
 from ..ir.op_coverage import import_program
-from ..spec.cases import TensorSpec
 from ..support.errors import UsageError
 from ..support.lazy import lazy_module
 from ..support.user_code import load_user_file, run_user_code

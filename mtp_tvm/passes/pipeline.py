@@ -206,9 +206,9 @@ def register_with_tvm() -> None:
     tvm_ffi.error.register_error("SystemExit", SystemExit)
 
 
-def compile_module(mod: tvm.IRModule, target: Target, applier: tvm.transform.Pass | None,
-                   extra_passes: dict[str, list] | None = None, first_phase: str = RELAX_PHASES[0].name,
-                   on_phase=None):
+def compile_through_phases(mod: tvm.IRModule, target: Target, applier: tvm.transform.Pass | None,
+                           extra_passes: dict[str, list] | None = None, first_phase: str = RELAX_PHASES[0].name,
+                           on_phase=None):
     """``tvm.compile`` through our named phases (from ``first_phase`` on, for a module that already went through
     the earlier ones, e.g. a reproducer's: then ``applier`` is None); ``applier`` schedules the kernels
     (``schedule.apply``)."""

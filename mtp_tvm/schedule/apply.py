@@ -16,8 +16,8 @@ import tvm
 from tvm import s_tir, tirx
 from tvm.target import Target
 
+from ..contract.presets import TOKEN_TILE
 from ..passes.target import cpu_isa, is_gpu
-from ..spec.presets import TOKEN_TILE
 from ..support.errors import UsageError
 from .cpu_rules import row_quantum
 from .files import (

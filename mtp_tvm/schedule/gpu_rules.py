@@ -8,7 +8,7 @@ import math
 from tvm import s_tir, tirx
 from tvm.target import Target
 
-from ..spec.presets import TOKEN_TILE
+from ..contract.presets import TOKEN_TILE
 from .gpu_dot import DP4A_LOCAL, register_dp4a
 from .knobs import GpuFlat, GpuGemm, GpuGemv, GpuRows
 from .steps import buffer_read_index, fitting_column_tile, fitting_k_vector

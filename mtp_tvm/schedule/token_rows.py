@@ -21,7 +21,7 @@ import tvm
 from tvm import s_tir, tirx
 from tvm.sym import Analyzer
 
-from ..spec.presets import TOKEN_TILE
+from ..contract.presets import TOKEN_TILE
 
 VARIANTS_ATTR = "mtp_tvm.row_variants"  # the small row counts a kernel has variants for, smallest first
 SMALL_ROWS = (1, 2, 4)  # decode sizes with a variant of their own (below the kernel's register rows)

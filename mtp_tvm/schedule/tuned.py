@@ -1,6 +1,6 @@
 """MetaSchedule records at build time: where a case's tuning database lives, the static workload a kernel is
 tuned as, and applying the records to a module whose token count stays symbolic. (The search that writes them
-is ``tools/tune.py``; the hand rules' design spaces are ``space.py``.)
+is ``tools/tune/tune.py``; the hand rules' design spaces are ``space.py``.)
 
 One tuned binary serves every T. MetaSchedule measures static shapes only, so a kernel is tuned as its
 *tile workload*: every symbolic row count bound to the padded token tile of 16, and a GEMM's ``tokens`` (it runs
@@ -29,7 +29,7 @@ import tvm
 from tvm import relax, s_tir, tirx
 from tvm.target import Target
 
-from ..spec.presets import TOKEN_TILE
+from ..contract.presets import TOKEN_TILE
 from ..support.env import env_path
 from ..support.errors import UsageError
 from ..support.folder_lock import folder_lock

@@ -1,4 +1,6 @@
-"""A build's ``main`` timed on a remote device through a TVM RPC tracker (``bench --rpc-tracker``), the way
+"""TVM RPC, shared by ``tune`` and ``bench``: the tracker checked before any work (``parse_tracker``,
+``require_tracker``: one line, in seconds, where MetaSchedule would retry forever), and a build's ``main`` timed
+on a remote device through a TVM RPC tracker (``bench --rpc-tracker``), the way
 ``tune`` measures candidates: the library is exported here, uploaded to a server registered under the key,
 loaded there, and timed with the remote ``time_evaluator`` on ``main``'s arguments made here (the weights packed
 by ``main_transform_params`` here: the RPC call cannot carry its tuple argument), copied to the remote device
@@ -7,6 +9,8 @@ once per token count T.
 
 from __future__ import annotations
 
+import socket
+import struct
 import tempfile
 from pathlib import Path
 
@@ -15,9 +19,42 @@ from tvm import relax
 
 from ..passes.target import is_gpu
 from ..support.errors import UsageError
-from .tune import parse_tracker, require_tracker
 
 SESSION_TIMEOUT_S = 600  # one bench holds its server this long at most
+TRACKER_TIMEOUT_S = 10  # connecting to the tracker and hearing its summary; MetaSchedule would retry forever
+
+
+def parse_tracker(address: str) -> tuple[str, int]:
+    """``HOST:PORT`` -> (host, port); anything else is a one-line ``UsageError``."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise UsageError(f"--rpc-tracker must be HOST:PORT, got {address!r}")
+    return host, int(port)
+
+
+def require_tracker(host: str, port: int, key: str, timeout: float = TRACKER_TIMEOUT_S) -> None:
+    """Before tuning: the tracker answers within ``timeout`` seconds and has a server for ``key``. Otherwise
+    MetaSchedule retries every 5 s forever (nothing listening) or records every trial as failed (``best inf``)."""
+    from tvm.rpc import base
+
+    where = f"RPC tracker {host}:{port}"
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            sock.settimeout(timeout)
+            sock.sendall(struct.pack("<i", base.RPC_TRACKER_MAGIC))
+            if struct.unpack("<i", base.recvall(sock, 4))[0] != base.RPC_TRACKER_MAGIC:
+                raise UsageError(f"{host}:{port} is not a TVM RPC tracker (it answered, but not the tracker magic)")
+            base.sendjson(sock, [base.TrackerCode.SUMMARY])
+            reply = base.recvjson(sock)
+    except UsageError:
+        raise
+    except (OSError, ValueError, struct.error) as e:  # refused, unreachable, unknown host, timed out, garbage
+        raise UsageError(f"cannot reach the {where} within {timeout:g} s: {getattr(e, 'strerror', None) or e}"
+                         ) from None
+    summary = reply[1] if isinstance(reply, list) and len(reply) == 2 and isinstance(reply[1], dict) else {}
+    if key not in summary.get("queue_info", {}):
+        raise UsageError(f"the {where} has no server registered with key {key!r} (registered: "
+                         f"{', '.join(sorted(summary.get('queue_info', {}))) or 'none'})")
 
 
 class RemoteMain:

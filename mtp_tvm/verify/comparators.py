@@ -172,7 +172,7 @@ def device_hidden_logits_allclose(tp: int, tolerance: LogitsTolerance = LogitsTo
     def compare(actual, expected, *, hidden, lm_head_weight, logit_row_indices) -> Comparison:
         import torch  # the reference projection is torch's, as every golden here
 
-        from ..spec.golden import compute_lm_head_logits
+        from ..contract.golden import compute_lm_head_logits
 
         def as_torch(x):  # torch inputs pass as they are: a 1 GiB BF16 weight is not copied to FP32 twice
             return x if isinstance(x, torch.Tensor) else torch.from_numpy(as_float32(x))

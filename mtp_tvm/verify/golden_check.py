@@ -12,8 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..compiler.tensors import to_numpy
-from ..spec.cases import LM_HEAD_LOGITS, Case, Comparator, Stage, validate_seed
-from ..spec.presets import Shapes
+from ..contract.cases import LM_HEAD_LOGITS, Case, Comparator, Stage, validate_seed
+from ..contract.presets import Shapes
 from ..support.errors import UsageError
 from ..support.timing import phase
 from ..verify.comparators import (

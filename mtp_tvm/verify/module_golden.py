@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..compiler.tensors import dtype_name, to_numpy
+from ..contract.presets import NO_PRESET
 from ..passes.target import target_json
-from ..spec.presets import NO_PRESET
 from ..support.errors import UsageError
 from ..support.lazy import lazy_module
 from ..support.timing import phase

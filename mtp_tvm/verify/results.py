@@ -10,7 +10,7 @@ import json
 import os
 from typing import Protocol, runtime_checkable
 
-from ..spec.cases import LM_HEAD_LOGITS
+from ..contract.cases import LM_HEAD_LOGITS
 from ..support.atomic_file import write_user_file
 from ..support.text_table import text_table
 from ..verify.comparators import Comparison
@@ -37,7 +37,7 @@ class OutputCheck:
 
 @runtime_checkable
 class ProfileReport(Protocol):
-    """What a check's kernel profile (``tools.profile.Profile``, a layer above) offers its result: the JSON
+    """What a check's kernel profile (``tools.measure.profile.Profile``, a layer above) offers its result: the JSON
     report's section and the table the CLI prints."""
 
     def as_dict(self) -> dict: ...
@@ -47,7 +47,7 @@ class ProfileReport(Protocol):
 
 @runtime_checkable
 class NanReport(Protocol):
-    """What ``--nan-check``'s finding (``tools.kernel_calls.NanOrigin``) offers: the report's section and the
+    """What ``--nan-check``'s finding (``tools.check.kernel_calls.NanOrigin``) offers: the report's section and the
     line the CLI prints."""
 
     def as_dict(self) -> dict: ...

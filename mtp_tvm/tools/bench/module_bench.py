@@ -1,0 +1,272 @@
+"""``bench --module FILE.py``: the user's own model as TVM builds it, timed against what they would run instead:
+the model eagerly in torch (``torch_eager``) and through ``torch.compile`` (inductor, ``freezing``, default and
+``max-autotune``), on the file's example inputs.
+
+The rules are ``bench``'s (``tools/bench/bench.py``): TVM and every peer in a worker process of its own with the same
+thread count, set up one after the other, checked before it is timed, timed side by side in rounds, medians reported,
+compile times apart, the load average around the rounds. What differs:
+
+- **One size.** A module file is timed at its example inputs (its symbolic sizes have no sweep).
+- **TVM runs an artifact.** The build happens here, once (its time is the compile time), into an
+  artifact folder (``artifact.module_artifact``); the TVM worker loads it with the runtime, so it runs no torch
+  op and no export, and times ``main`` with the parameters packed once.
+- **The peers run the file's own model**, ``model()`` with the parameters of the model the build exported
+  (``state_dict``: a model that initialises randomly is still the same model), on the same example inputs.
+- **The reference** is the golden of ``check --module`` (torch eagerly, or a TVMScript module's unscheduled CPU
+  build); every output of TVM and of each peer must match it (``bench.PEER_CHECK``, BF16-level) before it is timed. A
+  TVMScript module has no torch model: its peers are unavailable.
+- **The floor** is the memory term of a roofline: every input, parameter and output moved once at the bandwidth of
+  a device copy sampled each round (a module's FLOPs are not counted).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import statistics
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from ...compiler.tensors import to_host
+from ...compiler.user_build import ModuleSpec
+from ...passes.target import is_gpu, require_runs_here, resolve_target, target_json, usable_cores
+from ...support.atomic_file import write_user_file
+from ...support.errors import UsageError
+from ...support.text_table import text_table
+from ...support.timing import phase
+from ...verify.comparators import flat_outputs
+from .bench import Race, check_race_counts, cold_cache
+from .tvm_worker import TVM
+from .worker import EXAMPLE, InputFiles, Ready, calls_per_batch
+
+TORCH_EAGER, TORCH_COMPILE, TORCH_COMPILE_MAX = "torch_eager", "torch_compile", "torch_compile_max_autotune"
+MODULE_PEERS = {TORCH_EAGER: None, TORCH_COMPILE: "default", TORCH_COMPILE_MAX: "max-autotune"}  # -> compile mode
+STATE_DICT = "state_dict.pt"
+
+
+@dataclasses.dataclass(frozen=True)
+class ModuleBenchOptions:
+    """How ``bench --module`` races: ``peers`` those of ``MODULE_PEERS`` that race TVM (TVM always runs);
+    ``rounds``; ``number`` calls per timed batch (None: about 50 ms); ``threads`` every worker's (None: every
+    usable core)."""
+
+    peers: tuple[str, ...] = tuple(MODULE_PEERS)
+    rounds: int = 7
+    number: int | None = None
+    threads: int | None = None
+
+    def __post_init__(self):
+        peers = (self.peers,) if isinstance(self.peers, str) else tuple(self.peers)
+        unknown = [p for p in peers if p not in MODULE_PEERS]
+        if unknown:
+            raise UsageError(f"unknown peer {unknown[0]!r} for a module file; choose from "
+                             f"{', '.join(MODULE_PEERS)} (TVM always runs)")
+        check_race_counts(self.rounds, self.number, self.threads)
+        object.__setattr__(self, "peers", tuple(p for p in MODULE_PEERS if p in peers))
+
+
+# ---- the workers ------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class ModuleTvmJob:
+    """The module's artifact (built by the bench process) timed on its stored example inputs."""
+
+    artifact: str
+    number: int | None
+
+    def open(self) -> ModuleTvmWorker:
+        return ModuleTvmWorker(self)
+
+
+class ModuleTvmWorker:
+    def __init__(self, job: ModuleTvmJob):
+        self.job = job
+
+    def setup(self) -> Ready:
+        from ...artifact.load import load
+        from ..measure.peaks import CopyProbe
+
+        artifact = load(self.job.artifact)
+        self.args = artifact.device_args([artifact.make_inputs()[n] for n in artifact.input_specs])
+        self.vm, self.device = artifact.vm, artifact.device
+        self.stream = CopyProbe(artifact.device)
+        outs = self.vm["main"](*self.args)
+        ready = Ready()
+        ready.outputs[TVM] = {EXAMPLE: flat_outputs([to_host(o) for o in (outs if artifact.returns_tuple
+                                                                           else [outs])])}
+        self.calls = calls_per_batch(self._batch_ms, self.job.number)
+        return ready
+
+    def _batch_ms(self, calls: int) -> float:
+        return self.vm.time_evaluator("main", self.device, number=calls, repeat=1)(*self.args).mean * 1e3
+
+    def time_ms(self, _name: str, _tokens: int) -> float:
+        return self._batch_ms(self.calls)
+
+    def bandwidth_gbs(self) -> float:
+        return self.stream.gbs()
+
+
+# ---- the result -------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class ModuleBenchResult:
+    """A ``bench --module`` run: TVM's and every peer's median ms (None: ``unavailable`` says why) and samples, the
+    memory floor (``bytes`` at the median copy bandwidth), the best peer and its ratio to TVM (above 1: TVM is
+    faster), compile seconds apart, and how it was measured."""
+
+    module: str
+    kind: str
+    target: dict
+    schedule: str
+    inputs: dict[str, list[int]]
+    threads: int
+    load_average: dict
+    workers: dict[str, int]
+    median_ms: dict[str, float | None]
+    samples_ms: dict[str, list[float]]
+    unavailable: dict[str, str]
+    compile_seconds: dict[str, float]
+    bytes: float
+    bandwidth_gbs: float
+    floor_ms: float
+    best_peer: str | None
+    tvm_vs_best_peer: float | None
+    isolation: str = "process"
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def write_json(self, path: str | os.PathLike) -> None:
+        write_user_file(path, lambda p: p.write_text(json.dumps(self.as_dict(), indent=1)))
+
+    def table(self) -> str:
+        la = self.load_average
+        shapes = ", ".join(f"{n}{s}" for n, s in self.inputs.items())
+        head = [f"module {self.module} ({self.kind}) target={self.target['kind']} schedule={self.schedule} "
+                f"inputs {shapes}; TVM and every peer in its own process, {self.threads} thread"
+                f"{'s' if self.threads > 1 else ''} each",
+                f"load average (1 min) {la['before']:.2f} before the rounds, {la['after']:.2f} after"
+                + (f"; WARNING: {la['warning']}" if la["warning"] else "")]
+        rows = [("timed", "median ms", "samples")]
+        for name, ms in self.median_ms.items():
+            rows.append((f"tvm:{self.schedule}" if name == TVM else name, "-" if ms is None else f"{ms:.4f}",
+                         str(len(self.samples_ms.get(name, [])))))
+        rows.append(("memory floor", f"{self.floor_ms:.4f}", "-"))
+        notes = [f"unavailable: {name}: {why}" for name, why in self.unavailable.items()]
+        if self.best_peer is not None and self.tvm_vs_best_peer is not None:
+            notes.append(f"best peer {self.best_peer}; best peer / tvm {self.tvm_vs_best_peer:.2f}x"
+                         + (" (UNRELIABLE: the load exceeded the cores)" if la.get("unreliable") else ""))
+        notes.append("compile s (apart from the figures): "
+                     + "; ".join(f"{n} {s:.1f}" for n, s in self.compile_seconds.items()))
+        notes.append(f"memory floor: {self.bytes / 1e6:.2f} MB (inputs, parameters, outputs once) / "
+                     f"{self.bandwidth_gbs:.1f} GB/s (a device copy, the median of one sample a round); a module's "
+                     "FLOPs are not counted")
+        return "\n".join([*head, *text_table(rows, align_right=frozenset({1, 2})), *notes])
+
+
+# ---- the race ---------------------------------------------------------------------------------------------
+
+def bench_module(module: str | os.PathLike, spec: ModuleSpec | None = None,
+                 options: ModuleBenchOptions | None = None, *, log: Callable[[str], None] | None = None,
+                 **keywords) -> ModuleBenchResult:
+    """Build the module file ``module`` (keywords: ``target``, ``schedule``) and race it against its torch
+    peers as ``options`` say (keywords: its fields too); see the module docstring."""
+    option_fields = {f.name for f in dataclasses.fields(ModuleBenchOptions)}
+    options = dataclasses.replace(options or ModuleBenchOptions(),
+                                  **{k: keywords.pop(k) for k in list(keywords) if k in option_fields})
+    unknown = sorted(set(keywords) - {"target", "schedule"})
+    if unknown:
+        raise UsageError(f"bench_module() got unknown option(s) {', '.join(unknown)}")
+    spec = dataclasses.replace(spec or ModuleSpec(module), module=module, **keywords)
+    tgt = resolve_target(spec.target)
+    require_runs_here(tgt)
+    log = log or (lambda _message: None)
+    threads = options.threads or usable_cores()
+    with tempfile.TemporaryDirectory(prefix="mtp-bench-module-") as tmp, contextlib.ExitStack() as running:
+        folder = Path(tmp)
+        build = _build(spec, folder)
+        race = Race(folder, threads, (EXAMPLE,), running, log, where=lambda _size: "on the example inputs")
+        race.start(TVM, ModuleTvmJob(str(build.artifact), options.number))
+        _start_peers(race, build.user, options, folder, "cuda" if is_gpu(tgt) else "cpu", threads)
+        with phase("build"):
+            race.set_up()
+        with phase("run"):
+            race.check({EXAMPLE: build.golden})
+            load, bandwidths = race.time(options.rounds, bandwidth=True)
+    return _result(spec, tgt, options, race, build, load, bandwidths)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Build:
+    """The module's artifact and what the race needs of it: the loaded file, the reference outputs as one vector
+    (the golden), the bytes ``main`` must move (every input, parameter and output once), the build's seconds."""
+
+    artifact: Path
+    user: object  # ir.user_module.UserModule
+    golden: np.ndarray
+    moved: float
+    seconds: float
+
+
+def _build(spec: ModuleSpec, folder: Path) -> _Build:
+    from ...artifact.module_artifact import build_module
+    from ...artifact.module_reference import REFERENCE_OUTPUTS
+    from ...compiler.tensors import read_npz
+
+    built = build_module(folder / "artifact", module=spec.module, target=spec.target, schedule=spec.schedule,
+                         log=lambda *_: None)
+    user = built.compiled.user
+    outputs = built.manifest["outputs"]
+    reference = read_npz(built.path / REFERENCE_OUTPUTS, {n: s["dtype"] for n, s in outputs.items()})
+    moved = float(sum(a.nbytes for a in (*user.examples.values(), *reference.values())))
+    return _Build(built.path, user, flat_outputs([reference[n] for n in user.output_names]), moved,
+                  built.compiled.build_seconds)
+
+
+def _start_peers(race: Race, user, options: ModuleBenchOptions, folder: Path, device: str, threads: int) -> None:
+    """A worker per torch peer (a TVMScript module has none: unavailable, with why)."""
+    peers = list(options.peers)
+    if user.kind != "torch":
+        for p in peers:
+            race.unavailable[EXAMPLE][p] = "a TVMScript module file has no torch model to run"
+        return
+    import torch
+
+    from .module_peers import ModulePeerJob
+    from .peer_worker import peer_unavailable
+
+    torch.save(user.model.state_dict(), folder / STATE_DICT)
+    files = InputFiles.write(folder, {n: s.dtype for n, s in user.input_specs.items()}, user.activation_names,
+                             {EXAMPLE: dict(user.examples)})
+    for p in peers:
+        why = peer_unavailable(p, device == "cuda")
+        if why:
+            race.unavailable[EXAMPLE][p] = why
+        else:
+            race.start(p, ModulePeerJob(p, MODULE_PEERS[p], str(user.path), str(folder / STATE_DICT), files, device,
+                                        threads, options.number), cold_cache(folder, p) if MODULE_PEERS[p] else None)
+
+
+def _result(spec: ModuleSpec, tgt, options: ModuleBenchOptions, race: Race, build: _Build,
+            load: dict, bandwidths: list[float]) -> ModuleBenchResult:
+    samples, unavailable, user = race.samples[EXAMPLE], race.unavailable[EXAMPLE], build.user
+    names = [TVM, *options.peers]
+    median = {n: statistics.median(samples[n]) if samples.get(n) else None for n in names}
+    peers = {n: ms for n, ms in median.items() if n != TVM and ms is not None}
+    best = min(peers, key=peers.get) if peers else None
+    bandwidth = statistics.median(bandwidths)
+    return ModuleBenchResult(
+        module=str(user.path), kind=user.kind, target=target_json(tgt), schedule=spec.schedule,
+        inputs=user.example_shapes, threads=race.threads,
+        load_average=load,
+        workers=race.pids, median_ms=median, samples_ms=dict(samples), unavailable=dict(unavailable),
+        compile_seconds={TVM: build.seconds, **{n: v for r in race.ready.values()
+                                                for n, v in r.compile_seconds.items()}},
+        bytes=build.moved, bandwidth_gbs=bandwidth, floor_ms=build.moved / bandwidth / 1e6, best_peer=best,
+        tvm_vs_best_peer=None if best is None or median[TVM] is None else peers[best] / median[TVM])

@@ -1,0 +1,313 @@
+"""The roofline ``bench`` judges a build against: this machine's peak per instruction kind and its memory read
+bandwidth, measured by our own TVM kernels for the same target (a GPU build of them needs no GPU).
+
+``fma_peak`` runs independent FP32 FMA chains in registers, one target vector wide, on every core (GPU: every
+thread); ``stream_read`` sums a buffer far larger than the caches. Where the target has them, the dot products
+the GEMM schedules use get their own peak (``Probes.peaks``), since they do more than an FMA's work per
+instruction: ``bf16_dot_peak`` chains the project's ``vdpbf16ps`` micro-kernel (``schedule/bf16_dot.py``: an
+activation-pair broadcast, a weight load, one ``vdpbf16ps``; 32 BF16 products a zmm, 64 FLOPs) and
+``int8_dot_peak`` chains ``vpdpwssd`` (VNNI; 64 int16 operations a zmm) or ``vpmaddwd`` + ``vpaddd`` (AVX2/
+AVX-512BW). Peaks are GFLOP/s (GOP/s for the integer dot) counted as the GEMMs count them, 2 per product.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import os
+import time
+
+import numpy as np
+import tvm
+
+from ...passes.target import cpu_isa, device_for
+from ...support.lazy import lazy_module
+
+T = lazy_module("tvm.script.tirx")  # the probes are built on first use: a prebuilt artifact's bench needs TVM's
+# runtime alone (``CopyProbe``), where TVMScript cannot load
+
+FMA, BF16_DOT, INT8_DOT = "fma", "bf16_dot", "int8_dot"  # instruction kinds with a peak (``Probes.peaks``)
+# The compute probes run about 1 ms a sample: best of this many per round, so one that ran while every core was
+# busy (other processes; a parallel probe waits for its slowest thread) does not become the "peak"
+COMPUTE_REPEATS = 4
+
+
+def fma_probe(blocks: int, threads: int, iters: int, chains: int, lanes: int, gpu: bool):
+    """``blocks x threads`` workers, each running ``chains`` independent chains of ``lanes``-wide FP32 FMAs,
+    ``iters`` long, in registers. CPU: blocks are cores (parallel), lanes one vector; GPU: bound to
+    blockIdx/threadIdx, one lane per thread."""
+    block_loop = functools.partial(T.thread_binding, thread="blockIdx.x") if gpu else T.parallel
+    thread_loop = functools.partial(T.thread_binding, thread="threadIdx.x") if gpu else T.serial
+    lane_loop = T.unroll if gpu else T.vectorized
+    scope = "local" if gpu else "global"  # CPU: a small "global" scratch is a stack array LLVM keeps in registers
+
+    @T.prim_func(s_tir=True)
+    def fma_peak(a: T.Buffer((blocks * threads, lanes), "float32"),
+                 out: T.Buffer((blocks * threads, chains, lanes), "float32")):
+        T.func_attr({"tir.noalias": True})
+        for b in block_loop(blocks):
+            for t in thread_loop(threads):
+                with T.sblock("worker"):
+                    vp = T.axis.spatial(blocks * threads, b * threads + t)
+                    acc = T.sblock_alloc_buffer((chains, lanes), "float32", scope=scope)
+                    for c in T.unroll(chains):
+                        for lane in lane_loop(lanes):
+                            acc[c, lane] = a[vp, lane] + T.Cast("float32", c)
+                    for _ in range(iters):
+                        for c in T.unroll(chains):
+                            for lane in lane_loop(lanes):
+                                acc[c, lane] = acc[c, lane] * a[vp, lane] + a[vp, lane]
+                    for c in T.unroll(chains):
+                        for lane in lane_loop(lanes):
+                            out[vp, c, lane] = acc[c, lane]
+
+    return fma_peak
+
+
+def stream_probe(parallel: int, steps: int, lanes: int):
+    """Sum ``parallel`` slices of ``steps * lanes`` FP32 each into ``lanes`` partial sums: a pure read stream."""
+
+    @T.prim_func(s_tir=True)
+    def stream_read(a: T.Buffer((parallel, steps, lanes), "float32"), out: T.Buffer((parallel, lanes), "float32")):
+        T.func_attr({"tir.noalias": True})
+        for p, lane, i in T.grid(parallel, lanes, steps):
+            with T.sblock("sum"):
+                vp, vl, vi = T.axis.remap("SSR", [p, lane, i])
+                with T.init():
+                    out[vp, vl] = T.float32(0)
+                out[vp, vl] = out[vp, vl] + a[vp, vi, vl]
+
+    return stream_read
+
+
+def _schedule_stream(func, gpu: bool):
+    """CPU: slices in parallel, lanes vectorised. GPU: slices over blocks, lanes over threads (coalesced)."""
+    sch = tvm.s_tir.Schedule(func)
+    p, lane, i = sch.get_loops("sum")
+    if gpu:
+        sch.bind(p, "blockIdx.x")
+        sch.bind(lane, "threadIdx.x")
+    else:
+        sch.reorder(p, i, lane)
+        acc = sch.cache_write("sum", 0, "global")  # partial sums in registers (a stack array LLVM promotes)
+        sch.reverse_compute_at(acc, p)
+        sch.parallel(p)
+        sch.vectorize(lane)
+        sch.vectorize(sch.get_loops(acc)[-1])
+        sch.decompose_reduction("sum", i)
+    return sch.mod
+
+
+def bf16_dot_probe(cores: int, iters: int, chains: int):
+    """``cores`` workers (parallel), each ``chains`` independent 16-lane FP32 accumulators updated ``iters`` times
+    by the ``vdpbf16ps`` micro-kernel of ``schedule/bf16_dot.py`` (its LLVM IR imported as the GEMMs import it)."""
+    from ...schedule.bf16_dot import BF16_DOT_FUNCTION, BF16_DOT_LLVM_IR
+
+    @T.prim_func(s_tir=True)
+    def bf16_dot_peak(a: T.Buffer((cores, 2), "bfloat16"), w: T.Buffer((cores, chains, 32), "bfloat16"),
+                      out: T.Buffer((cores, chains, 16), "float32")):
+        T.func_attr({"tir.noalias": True})
+        for b in T.parallel(cores):
+            with T.sblock("worker"):
+                vb = T.axis.spatial(cores, b)
+                T.reads(a[vb, 0:2], w[vb, 0:chains, 0:32])  # (the micro-kernel takes data pointers)
+                T.writes(out[vb, 0:chains, 0:16])
+                acc = T.sblock_alloc_buffer((chains, 16), "float32")  # a stack array LLVM keeps in registers
+                for c in T.unroll(chains):
+                    for lane in T.vectorized(16):
+                        acc[c, lane] = T.Cast("float32", c)
+                for _ in T.serial(iters, annotations={"pragma_import_llvm": BF16_DOT_LLVM_IR}):
+                    for c in T.unroll(chains):
+                        T.evaluate(T.call_extern("int32", BF16_DOT_FUNCTION, acc.data, T.int32(c * 16), a.data,
+                                                 T.Cast("int32", vb * 2), w.data,
+                                                 T.Cast("int32", (vb * chains + c) * 32)))
+                for c in T.unroll(chains):
+                    for lane in T.vectorized(16):
+                        out[vb, c, lane] = acc[c, lane]
+
+    return bf16_dot_peak
+
+
+def int8_dot_probe(cores: int, iters: int, chains: int, vector_bits: int, vnni: bool):
+    """``cores`` workers, each ``chains`` int32 accumulator vectors updated ``iters`` times by ``vpdpwssd``
+    (``vnni``) or ``vpmaddwd`` + ``vpaddd``; the ``vpmaddwd`` operand is the accumulator itself, so LLVM cannot
+    hoist it out of the loop."""
+    lanes = vector_bits // 32
+    wide, acc_ty = f"int16x{2 * lanes}", f"int32x{lanes}"
+    intrinsic = {(256, False): "llvm.x86.avx2.pmadd.wd", (512, False): "llvm.x86.avx512.pmaddw.d.512",
+                 (256, True): "llvm.x86.avx512.vpdpwssd.256", (512, True): "llvm.x86.avx512.vpdpwssd.512"}[
+                     vector_bits, vnni]
+
+    @T.prim_func(s_tir=True)
+    def int8_dot_peak(w: T.Buffer((cores, chains, lanes), "int32"), out: T.Buffer((cores, chains, lanes), "int32")):
+        T.func_attr({"tir.noalias": True})
+        for b in T.parallel(cores):
+            with T.sblock("worker"):
+                vb = T.axis.spatial(cores, b)
+                acc = T.sblock_alloc_buffer((chains, lanes), "int32")
+                for c in T.unroll(chains):
+                    for lane in T.vectorized(lanes):
+                        acc[c, lane] = w[vb, c, lane]
+                for _ in range(iters):
+                    for c in T.unroll(chains):
+                        if vnni:
+                            acc[c, T.ramp(0, 1, lanes)] = T.call_llvm_pure_intrin(
+                                acc_ty, T.llvm_lookup_intrinsic_id(intrinsic), acc[c, T.ramp(0, 1, lanes)],
+                                T.reinterpret(wide, w[vb, c, T.ramp(0, 1, lanes)]),
+                                T.reinterpret(wide, w[vb, (c + 1) % chains, T.ramp(0, 1, lanes)]))
+                        else:
+                            acc[c, T.ramp(0, 1, lanes)] = acc[c, T.ramp(0, 1, lanes)] + T.call_llvm_pure_intrin(
+                                acc_ty, T.llvm_lookup_intrinsic_id(intrinsic),
+                                T.reinterpret(wide, acc[c, T.ramp(0, 1, lanes)]),
+                                T.reinterpret(wide, w[vb, c, T.ramp(0, 1, lanes)]))
+                for c in T.unroll(chains):
+                    for lane in T.vectorized(lanes):
+                        out[vb, c, lane] = acc[c, lane]
+
+    return int8_dot_peak
+
+
+@dataclasses.dataclass
+class Probes:
+    """``peak_gflops``: the FP32 FMA peak (also ``peaks["fma"]``); ``peaks``: GFLOP/s per instruction kind this
+    target has (``fma`` always, ``bf16_dot`` with AVX512-BF16, ``int8_dot`` with ``vpdpwssd``/``vpmaddwd``)."""
+
+    peak_gflops: float | None  # None: not measured (a prebuilt artifact's bench has no compiler for the probes)
+    bandwidth_gbs: float
+    how: str
+    peaks: dict[str, float] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class ProbePlan:
+    """Sizes of the two probes for one device: FMA workers ``blocks x threads``, each ``chains`` x ``lanes``
+    FMAs ``iters`` times; the stream reads ``stream_parallel`` slices into ``stream_lanes`` partial sums."""
+
+    gpu: bool
+    blocks: int
+    threads: int
+    lanes: int
+    chains: int
+    iters: int
+    stream_parallel: int
+    stream_lanes: int
+    stream_bytes: int
+
+    @classmethod
+    def for_target(cls, target, multiprocessors: int | None = None) -> ProbePlan:
+        if target.kind.name == "cuda":
+            sms = multiprocessors or device_for(target).multi_processor_count
+            return cls(True, sms * 8, 256, 1, 8, 20_000, sms * 8, 1024, 1 << 30)
+        cores = int(target.attrs.get("num-cores", os.cpu_count() or 1))
+        return cls(False, cores, 1, cpu_isa(target).fp32_lanes, 12, 100_000, cores, 64, 256 << 20)
+
+    @property
+    def stream_steps(self) -> int:
+        return self.stream_bytes // 4 // self.stream_parallel // self.stream_lanes
+
+    def build_fma(self, target):
+        """The FMA probe, compiled for ``target`` (a GPU build needs no GPU)."""
+        return tvm.compile(fma_probe(self.blocks, self.threads, self.iters, self.chains, self.lanes, self.gpu),
+                           target=target)
+
+    def build_stream(self, target):
+        """The read-stream probe, compiled for ``target``."""
+        return tvm.compile(_schedule_stream(stream_probe(self.stream_parallel, self.stream_steps,
+                                                         self.stream_lanes), self.gpu), target=target)
+
+    def dot_kinds(self, target) -> tuple[str, ...]:
+        """The dot-product kinds ``target`` has (and the GEMM schedules use): their peaks are probed too."""
+        if self.gpu:
+            return ()
+        isa = cpu_isa(target)
+        int8 = isa.int8_dot in ("vnni", "pmaddwd") and isa.vector_bits in (256, 512)
+        return (BF16_DOT,) * isa.bf16_dot + (INT8_DOT,) * int8
+
+    def build_dot(self, target, kind: str):
+        """``(kernel, operations per call, argument shapes and dtypes)`` of one dot-product probe."""
+        if kind == BF16_DOT:
+            func = bf16_dot_probe(self.blocks, self.iters, self.chains)
+            return (tvm.compile(func, target=target), 64.0 * self.blocks * self.iters * self.chains,
+                    [((self.blocks, 2), "bfloat16"), ((self.blocks, self.chains, 32), "bfloat16"),
+                     ((self.blocks, self.chains, 16), "float32")])
+        isa = cpu_isa(target)
+        lanes = isa.vector_bits // 32
+        func = int8_dot_probe(self.blocks, self.iters, self.chains, isa.vector_bits, isa.int8_dot == "vnni")
+        return (tvm.compile(func, target=target), 4.0 * lanes * self.blocks * self.iters * self.chains,
+                [((self.blocks, self.chains, lanes), "int32")] * 2)
+
+
+def _dot_peak(plan: ProbePlan, target, kind: str, dev, rounds: int) -> float:
+    ex, ops, shapes = plan.build_dot(target, kind)
+    f = ex.jit()
+    args = [tvm.runtime.tensor(np.ones(shape, "uint16" if dtype == "bfloat16" else dtype), dev) if dtype != "bfloat16"
+            else tvm.runtime.empty(shape, dtype, dev) for shape, dtype in shapes]
+    t = f.time_evaluator("main", dev, number=3, repeat=COMPUTE_REPEATS * rounds)(*args)
+    return ops / min(t.results) / 1e9
+
+
+class StreamProbe:
+    """The read-bandwidth probe, built once and timed as often as asked: ``bench`` times it in every round beside
+    TVM and its peers, since a shared machine's bandwidth drifts by tens of percent between seconds."""
+
+    def __init__(self, target, plan: ProbePlan | None = None):
+        self.plan = plan or ProbePlan.for_target(target)
+        self.dev = device_for(target)
+        self.shape = (self.plan.stream_parallel, self.plan.stream_steps, self.plan.stream_lanes)
+        self._kernel = self.plan.build_stream(target).jit()
+        self._buf = tvm.runtime.tensor(np.ones(self.shape, np.float32), self.dev)
+        self._out = tvm.runtime.tensor(np.zeros((self.plan.stream_parallel, self.plan.stream_lanes), np.float32),
+                                       self.dev)
+
+    def gbs(self, repeat: int = 1) -> float:
+        """GB/s of the best of ``repeat`` samples (two reads of the buffer each)."""
+        t = self._kernel.time_evaluator("main", self.dev, number=2, repeat=repeat)(self._buf, self._out)
+        return math.prod(self.shape) * 4 / min(t.results) / 1e9
+
+
+class CopyProbe:
+    """The bandwidth probe of a prebuilt artifact's bench (``bench --artifact``), with TVM's runtime alone: a
+    device-to-device copy of ``mib`` MiB, counting the bytes read and written. A copy also writes, so on a CPU it
+    reads lower than ``stream_read``'s sum; on a GPU the two agree within a few percent."""
+
+    def __init__(self, dev, mib: int = 1024):
+        n = (mib << 20) // 4
+        self.dev, self.mib = dev, mib
+        self._src = tvm.runtime.tensor(np.ones(n, np.float32), dev)
+        self._dst = tvm.runtime.empty((n,), "float32", dev)
+        self._src.copyto(self._dst)  # the first copy touches the pages: not a sample
+
+    def gbs(self, repeat: int = 1, copies: int = 4) -> float:
+        """GB/s of the best of ``repeat`` samples of ``copies`` copies each."""
+        best = math.inf
+        for _ in range(repeat):
+            self.dev.sync()
+            t0 = time.perf_counter()
+            for _ in range(copies):
+                self._src.copyto(self._dst)
+            self.dev.sync()
+            best = min(best, (time.perf_counter() - t0) / copies)
+        return 2 * math.prod(self._src.shape) * 4 / best / 1e9
+
+
+def measure_probes(target, rounds: int = 5, stream: StreamProbe | None = None) -> Probes:
+    """The FP32 FMA peak, the dot-product peaks the target has, and the read bandwidth of the target device, by
+    our own TVM kernels (best of ``rounds``; of ``COMPUTE_REPEATS * rounds`` for the short compute probes)."""
+    dev = device_for(target)
+    plan = ProbePlan.for_target(target)
+    fma = plan.build_fma(target).jit()
+    workers = plan.blocks * plan.threads
+    a = tvm.runtime.tensor(np.full((workers, plan.lanes), 0.999, np.float32), dev)
+    o = tvm.runtime.tensor(np.zeros((workers, plan.chains, plan.lanes), np.float32), dev)
+    t_fma = fma.time_evaluator("main", dev, number=3, repeat=COMPUTE_REPEATS * rounds)(a, o)
+    peak = 2.0 * workers * plan.iters * plan.chains * plan.lanes / min(t_fma.results) / 1e9
+    bw = (stream or StreamProbe(target, plan)).gbs(rounds)
+    unit = ("threads", "blocks") if plan.gpu else ("cores", "threads")
+    peaks = {FMA: peak} | {kind: _dot_peak(plan, target, kind, dev, rounds) for kind in plan.dot_kinds(target)}
+    dots = "".join(f"; {kind}_peak: the same chains of {'vdpbf16ps' if kind == BF16_DOT else 'integer dots'}"
+                   for kind in peaks if kind != FMA)
+    return Probes(peak, bw, f"fma_peak: {workers} {unit[0]} x {plan.chains} chains of {plan.lanes}-lane FP32 FMA, "
+                            f"{plan.iters} iterations{dots}; stream_read: {plan.stream_parallel} {unit[1]} summing "
+                            f"{plan.stream_bytes >> 20} MiB of FP32; best of {COMPUTE_REPEATS * rounds} (compute) and "
+                            f"{rounds} (stream)", peaks)
