@@ -124,12 +124,12 @@ def test_a_converted_file_round_trips_through_check_weights_to_pass(checkpoints,
         assert rc == 0 and "V=512" in printed and "PASSED" in printed, printed
 
 
-def test_bench_races_every_contender_on_the_given_weights(checkpoints, tmp_path):
+def test_bench_races_every_peer_on_the_given_weights(checkpoints, tmp_path):
     """``bench(weights=...)``: the weights file the workers read holds them, and the golden is computed on them."""
     from types import SimpleNamespace
 
     from mtp_tvm.compiler.tensors import to_numpy
-    from mtp_tvm.tools import bench
+    from mtp_tvm.tools.bench import bench
 
     weights = mtp_tvm.load_weights(checkpoints[LayoutName.V3], case="tail", tp=8, rank=2)
     case, shapes = get_case("tail"), make_shapes("tiny", vocab_shard=512, tp=8)
