@@ -16,6 +16,7 @@ import signal
 import sys
 import threading
 import traceback
+import warnings
 
 from .compiler.options import BuildSpec, DebugOptions
 from .contract.cases import CASES
@@ -23,6 +24,7 @@ from .contract.checkpoint import LayoutName
 from .contract.presets import PRESETS
 from .ir.frontend_names import FRONTEND_NAMES
 from .schedule.tune_space import TuneSpace
+from .support.atomic_file import require_writable
 from .support.errors import MtpError, UsageError
 from .support.native_log import VERBOSE_ENV
 from .support.timing import phase, start, time_line
@@ -319,6 +321,7 @@ def _cmd_localize(args) -> int:
     if args.module:
         raise UsageError("localize compares two builds of a case; with --module, use bisect --module or "
                          "check --module --dump-passes and dumps compare")
+    require_writable(args.report, "--report")
     spec, debug = _build_spec(args), _debug_options(args)
     with phase("import"):
         from .tools.check.localize import localize
@@ -339,6 +342,15 @@ def _check_exit(args, result) -> int:
     return 0 if result.passed else 1
 
 
+def _rpc(args) -> tuple[str, str] | None:
+    """``(tracker, key)`` of ``--rpc-tracker``/``--rpc-key``; a key without a tracker is refused, not ignored."""
+    if args.rpc_tracker:
+        return args.rpc_tracker, args.rpc_key
+    if _given_flags(args, args.command, ("rpc_key",)):
+        raise UsageError("--rpc-key names a server of an --rpc-tracker; give the tracker, or drop --rpc-key")
+    return None
+
+
 def _cmd_tune(args) -> int:
     spec = BuildSpec(case=args.case, target=args.target, preset=args.preset, frontend=args.frontend,
                      vocab_shard=args.vocab_shard)
@@ -348,7 +360,7 @@ def _cmd_tune(args) -> int:
         spec.resolve()
     from .tools.tune.tune import TuneOptions, tune
 
-    rpc = (args.rpc_tracker, args.rpc_key) if args.rpc_tracker else None
+    rpc = _rpc(args)
     options = TuneOptions(trials=args.trials, work_dir=args.work_dir, seed=args.seed, rpc=rpc, space=args.space,
                           module=args.module)
     r = tune(spec, options, log=lambda line: print(line, file=sys.stderr))
@@ -365,8 +377,14 @@ def _cmd_tune(args) -> int:
 
 def _cmd_check_prebuilt(args) -> int:
     """``check --compile-only`` (build the artifact, discard it) and ``check --artifact DIR`` (no compile)."""
-    if args.profile:
-        raise UsageError("--profile times a fresh build's kernels; drop --artifact/--compile-only")
+    for flag, given, what in (("--profile", args.profile, "times"), ("--nan-check", args.nan_check, "searches")):
+        if given:  # both run a fresh build's kernels one by one
+            raise UsageError(f"{flag} {what} a fresh build's kernels; drop --artifact/--compile-only")
+    unused = _given_flags(args, "check", ("max_error_ratio", "atol", "rtol", "max_e2e_abs_diff", "perturb_logit",
+                                          *(("seed", "report") if not args.artifact else ())))
+    if unused:
+        raise UsageError(f"{'--artifact checks with the default tolerances' if args.artifact else '--compile-only runs no check'}"
+                         f", so {', '.join(unused)} cannot apply; drop them")
     if args.compile_only and not args.artifact:
         spec, debug = _build_spec(args), _debug_options(args)
         from .artifact.export import build, describe
@@ -463,6 +481,7 @@ def _refuse_build_flags(args, command: str) -> None:
 def _cmd_inputs(args) -> int:
     """The seeded inputs ``check`` draws, as an ``.npz`` for ``run --inputs``: of a case (no build) or of an
     artifact (its manifest's case and sizes)."""
+    require_writable(args.out, "--out", force=args.force)
     if args.artifact:
         _refuse_build_flags(args, "inputs")
         from .artifact.load import load
@@ -513,6 +532,8 @@ def _cmd_bisect(args) -> int:
 
     if debug.bisect_limit is not None:
         raise UsageError("bisect chooses the --bisect-limit itself; drop it")
+    if args.func and not args.schedule_trace:
+        raise UsageError("--func names the PrimFunc of a --schedule-trace; give the trace, or drop --func")
     if args.schedule_trace:
         if not args.func:
             raise UsageError("--schedule-trace needs --func NAME (the PrimFunc the trace schedules)")
@@ -586,20 +607,27 @@ def _bench_spec(args) -> tuple[BuildSpec | None, tuple[str, ...]]:
 
 
 def _cmd_bench_module(args) -> int:
-    """``bench --module FILE.py``: the user's own model against torch eager and torch.compile."""
+    """``bench --module FILE.py``: the user's own model against torch eager and torch.compile; ``bench --artifact``
+    of a module file's artifact: its binary on its stored example inputs."""
     _refuse_case_options(args, "bench")
-    given = _given_flags(args, "bench", ("artifact", "compare_schedules", "compare_frontends", "rpc_tracker",
-                                         "profile", "plot", "api"), ("--module", "x.py"))
+    prebuilt = args.module is None
+    refused = ("compare_schedules", "compare_frontends", "rpc_tracker", "rpc_key", "profile", "plot", "api",
+               *(("target", "schedule") if prebuilt else ("artifact",)))
+    given = _given_flags(args, "bench", refused, ("--module", "x.py"))
     if given:
-        raise UsageError(f"bench --module times your file at its example inputs; {', '.join(given)} cannot apply")
+        what = ("bench --artifact times a module file's artifact on its stored example inputs" if prebuilt
+                else "bench --module times your file at its example inputs")
+        raise UsageError(f"{what}; {', '.join(given)} cannot apply")
+    require_writable(args.json, "--json")
     with phase("import"):
         from .tools.bench.bench import parse_peers
         from .tools.bench.module_bench import ModuleBenchOptions, bench_module
 
     options = ModuleBenchOptions(rounds=args.rounds, threads=args.threads,
                                  **({"peers": parse_peers(args.peers)} if args.peers is not None else {}))
-    result = bench_module(args.module, options=options, target=args.target, schedule=args.schedule,
-                          log=lambda line: print(line, file=sys.stderr, flush=True))
+    where = {"artifact": args.artifact} if prebuilt else {"target": args.target, "schedule": args.schedule}
+    result = bench_module(args.module, options=options, log=lambda line: print(line, file=sys.stderr, flush=True),
+                          **where)
     print(result.table())
     if args.json:
         result.write_json(args.json)
@@ -608,12 +636,25 @@ def _cmd_bench_module(args) -> int:
     return 0
 
 
+def _is_module_artifact(path) -> bool:
+    """Whether ``path`` is a module file's artifact (a folder that is no artifact is refused by the case's path,
+    after its flags are)."""
+    from .artifact.manifest import read_manifest
+
+    try:
+        return "module" in read_manifest(path)
+    except UsageError:
+        return False
+
+
 def _cmd_bench(args) -> int:
     _refuse_checkpoint_options(args)
     if args.module and args.weights:
         raise UsageError("--weights replaces a case's weights; bench --module times your file's own")
-    if args.module:
+    if args.module or (args.artifact and _is_module_artifact(args.artifact)):
         return _cmd_bench_module(args)
+    require_writable(args.json, "--json")
+    require_writable(args.plot, "--plot")
     spec, compare = _bench_spec(args)
     if args.artifact and args.weights:
         raise UsageError("--weights replaces the weights of a build; bench an artifact on its seeded weights, or "
@@ -627,7 +668,7 @@ def _cmd_bench(args) -> int:
     options = BenchOptions(tokens=parse_tokens(args.tokens) if args.tokens else (), rounds=args.rounds,
                            threads=args.threads, compare_schedules=compare,
                            compare_frontends=_names(args.compare_frontends), profile=args.profile,
-                           rpc=(args.rpc_tracker, args.rpc_key) if args.rpc_tracker else None,
+                           rpc=_rpc(args),
                            artifact=args.artifact, api=args.api,
                            **({"peers": parse_peers(args.peers)} if args.peers is not None else {}))
     result = bench(spec, options, log=lambda line: print(line, file=sys.stderr, flush=True),
@@ -807,6 +848,7 @@ def _add_inputs_command(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--artifact", default=None, metavar="DIR",
                    help="the inputs of this artifact (its case and sizes; --tokens and --seed still apply)")
     p.add_argument("--out", required=True, metavar="IN.npz", help="the .npz to write")
+    p.add_argument("--force", action="store_true", help="replace --out if it exists")
     p.set_defaults(handler=_cmd_inputs)
 
 
@@ -927,15 +969,26 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
+def _refuse_empty_values(args) -> None:
+    """An empty path (``--module ''``) used to read as no option at all: the default case checked, nothing dumped."""
+    for name in ("module", "dump_passes"):
+        value = getattr(args, name, None)
+        if isinstance(value, str) and not value.strip():
+            raise UsageError(f"--{name.replace('_', '-')} needs a value, got an empty one")
+
+
 def _run(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     start(_process_startup())
     if args.verbose:
         os.environ[VERBOSE_ENV] = "1"
+    # the arrays a command passes are its own (read from files): the warning is for an API caller's arrays
+    warnings.filterwarnings("ignore", message="mtp_tvm made numpy weight")
     on_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminated) if on_main_thread else None
     try:
+        _refuse_empty_values(args)
         return args.handler(args)
     except MtpError as e:
         if args.debug:

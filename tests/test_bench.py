@@ -27,7 +27,7 @@ from mtp_tvm.support.errors import UsageError
 from mtp_tvm.tools.bench.bench import BENCH_CASES, PEERS, BenchOptions, bench, golden_mismatch, parse_tokens
 from mtp_tvm.tools.bench.peer_worker import peer_runner
 from mtp_tvm.tools.bench.stage_peers import STAGE_PEERS
-from mtp_tvm.tools.bench.worker import OPENBLAS_SLOW_VARS, Worker, WorkerFailed
+from mtp_tvm.tools.bench.worker import CLOSE_GRACE_S, OPENBLAS_SLOW_VARS, Worker, WorkerFailed
 from mtp_tvm.tools.measure.peaks import BF16_DOT, FMA, INT8_DOT, ProbePlan
 from mtp_tvm.tools.measure.roofline import (
     bytes_moved,
@@ -329,6 +329,14 @@ class Job:
 
     def environment(self, names):
         return {n: os.environ.get(n) for n in names}
+
+    def compiler(self, temp, trap):
+        """A stand-in compiler in the worker's group: it removes its temp file on SIGTERM (or ignores it)."""
+        import subprocess
+        script = f"touch {temp}; trap {trap!r} TERM; while :; do sleep 0.05; done"
+        subprocess.Popen(["sh", "-c", script])
+        while not os.path.exists(temp):
+            time.sleep(0.01)
 '''
 
 
@@ -370,6 +378,38 @@ def test_a_crashed_or_silent_worker_is_reported_with_its_stderr_not_waited_for(j
     with pytest.raises(WorkerFailed, match="sleepy worker gave no answer in 1 s"):
         w.call("hang", timeout=1)
     assert time.monotonic() - t0 < 10 and not _alive(w.pid)
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
+
+
+@pytest.mark.slow  # a worker process (imports mtp_tvm)
+@pytest.mark.parametrize("trap", ["rm -f {temp}; exit 0", ""])
+def test_closing_a_worker_terms_its_group_first_so_a_compiler_cleans_up_then_kills(job_module, tmp_path, trap):
+    """SIGTERM reaches the compiler the worker runs, which removes its temp file (no litter in $TMPDIR); one that
+    ignores SIGTERM is killed after the grace."""
+    temp = tmp_path / "ccXXXX.s"
+    w = Worker("compiling", job_module.Job(), 1, tmp_path)
+    w.opened()
+    w.call("compiler", str(temp), trap.format(temp=temp))
+    t0 = time.monotonic()
+    w.close()
+    seconds = time.monotonic() - t0
+    assert not _alive(w.pid)
+    import psutil
+
+    def group_alive():
+        return [p for p in psutil.process_iter(["status"]) if p.info["status"] != psutil.STATUS_ZOMBIE
+                and _pgid(p.pid) == w.pid]
+    assert not group_alive()  # nothing of the group is left running
+    if trap:
+        assert not temp.exists() and seconds < CLOSE_GRACE_S
+    else:  # ignored SIGTERM: killed at the end of the grace, its file left (what SIGKILL alone always did)
+        assert temp.exists() and seconds >= CLOSE_GRACE_S
 
 
 @pytest.mark.slow  # over 10 s on 2 cores

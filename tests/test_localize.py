@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import mtp_tvm
-from helpers import EXAMPLES, QUIET
+from helpers import EXAMPLES, QUIET, slow_except
 from mtp_tvm.cli import main
 from mtp_tvm.passes.plugins import load_pass_plugin
 from mtp_tvm.support.errors import UsageError
@@ -145,3 +145,101 @@ def test_against_parses_several_keys_and_drops_the_test_builds_debugging_changes
     assert debug.extra_passes is None and debug.disable_passes == () and debug.bisect_limit is None
     with pytest.raises(UsageError, match="max-mb"):
         localize(case="tail", preset="tiny", against="schedule=none", max_mb=0, **QUIET)
+
+
+@pytest.mark.parametrize("bad", slow_except(["tolerance deleted", "atol -1", "atol a string", "no test side"],
+                                            {"tolerance deleted", "atol a string", "no test side"}))
+def test_a_kernel_reproducer_with_a_bad_tolerance_or_field_is_broken_2_not_reproduced_1(broken, tmp_path, bad):
+    folder = tmp_path / "kernel_repro"
+    shutil.copytree(broken.kernel_repro_dir, folder)
+    spec = json.loads((folder / "kernel.json").read_text())
+    if bad == "tolerance deleted":
+        del spec["tolerance"]
+    elif bad == "no test side":
+        del spec["test"]
+    else:
+        spec["tolerance"]["atol"] = -1.0 if bad == "atol -1" else "x"
+    (folder / "kernel.json").write_text(json.dumps(spec))
+    lines = []
+    assert rerun(folder, log=lines.append) == 2 and lines[-1].startswith("repro: error:"), lines
+    if bad == "atol -1":  # the launcher too: exit 2, one line (the launcher is a subprocess: slow only)
+        run = subprocess.run([sys.executable, str(folder / "repro.py")], capture_output=True, text=True,
+                             cwd=tmp_path)
+        assert run.returncode == 2 and "Traceback" not in run.stderr, run.stdout + run.stderr
+
+
+EVERY_DTYPE = ("int64", "int32", "int8", "float16", "float32", "bfloat16", "bool")
+EVERY_DTYPE_MODULE = '''
+import ml_dtypes
+import numpy as np
+from tvm.script import ir as I, relax as R
+
+
+@I.ir_module
+class Mod:
+    @R.function
+    def main(a: R.Tensor((2, 3), "int64"), b: R.Tensor((2, 3), "int32"), c: R.Tensor((2, 3), "int8"),
+             d: R.Tensor((2, 3), "float16"), e: R.Tensor((2, 3), "float32"), f: R.Tensor((2, 3), "bfloat16"),
+             g: R.Tensor((2, 3), "bool")):
+        return (R.add(a, a), R.add(b, b), R.add(c, c), R.add(d, d), R.add(e, e), R.add(f, f), R.logical_not(g))
+
+
+def module():
+    return Mod
+
+
+def example_inputs():
+    return tuple(np.ones((2, 3), ml_dtypes.bfloat16 if d == "bfloat16" else d) for d in DTYPES)
+'''
+
+
+@pytest.fixture(scope="module")
+def every_dtype(tmp_path_factory):
+    path = tmp_path_factory.mktemp("dtypes") / "every_dtype.py"
+    path.write_text(f"DTYPES = {EVERY_DTYPE!r}\n" + EVERY_DTYPE_MODULE)
+    return mtp_tvm.compile_module(path)
+
+
+@pytest.mark.slow  # builds a module of seven kernels
+def test_the_kernel_call_recorder_and_the_kernel_reproducer_take_every_dtype(every_dtype, tmp_path):
+    import numpy as np
+
+    calls = record(every_dtype, every_dtype.make_inputs(), keep=lambda _i: True)
+    assert sorted(c.outputs[0][1] for c in calls) == sorted(EVERY_DTYPE)
+    for c in calls:
+        expected = np.zeros((2, 3), bool) if c.outputs[0][1] == "bool" else np.full((2, 3), 2)
+        assert (c.output_arrays[0].astype(np.float32) == expected).all() and c.nbytes > 0 and not c.nonfinite_inputs
+        folder = tmp_path / c.kernel  # both sides the same kernel on the same inputs: must agree, whatever dtype
+        folder.mkdir()
+        side = {"kernel": c.kernel, "call": c.index, "target": "llvm", "args": [list(a) for a in c.args],
+                "outputs": [[list(s), d] for s, d in c.outputs]}
+        spec = {"tolerance": {}}
+        for name in ("test", "reference"):
+            (folder / f"{name}_kernel.py").write_text(kernel_script(every_dtype, c.kernel))
+            inputs = save_arrays(folder / f"{name}_inputs.npz", {f"in{i}": a for i, a in enumerate(c.input_arrays)})
+            spec[name] = {**side, "inputs": inputs}
+        (folder / "kernel.json").write_text(json.dumps(spec))
+        lines = []
+        assert rerun(folder, log=lines.append) == 0, (c.kernel, lines)
+
+
+def _every_case_and_frontend():
+    from mtp_tvm.contract.cases import CASES
+    from mtp_tvm.ir.frontend_names import FRONTEND_NAMES
+
+    return [(c, f) for c in CASES for f in FRONTEND_NAMES]
+
+
+@pytest.mark.slow  # a build per case and frontend (shared with the session)
+@pytest.mark.parametrize("case, frontend", _every_case_and_frontend())
+def test_localize_and_nan_check_run_on_every_case_and_frontend(compiled, case, frontend):
+    """Every dtype a case's kernels take or return (int64 indices of the torch frontend's LM head...) goes
+    through the recorder: the NaN search finds none, and localize against the relax frontend compares every
+    call without an error."""
+    from mtp_tvm.tools.check.kernel_calls import nan_origin
+    from mtp_tvm.tools.check.localize import Against, LocalizeOptions, compare_builds
+
+    test = compiled(case, frontend)
+    assert nan_origin(record(test, test.case.make_inputs(test.shapes, 0))) is None
+    result = compare_builds(test, compiled(case, "relax"), LocalizeOptions(Against(frontend="relax")))
+    assert result.pairs or result.unpartnered_test  # every call recorded (partnered by kernel name, or listed)

@@ -325,7 +325,7 @@ def test_retention_running_between_the_build_and_the_verdict_leaves_the_run_alon
     """The race of the test above, made certain: another process prunes the root (keep 0) while this check
     runs its golden check; its run is not complete yet, so it is not removed, and the verdict lands."""
     from mtp_tvm.instrument.run_folder import prune
-    from mtp_tvm.tools.check import check as check_module
+    from mtp_tvm.tools.check import check as check_module  # the module check.py
 
     real = check_module.golden_check
 
@@ -338,3 +338,45 @@ def test_retention_running_between_the_build_and_the_verdict_leaves_the_run_alon
     run = Path(result.dump_dir)
     assert result.passed and (run / "complete").exists()
     assert json.loads((run / "index.json").read_text())["check"]["passed"] is True
+
+
+# ---- round four (issue 35) -------------------------------------------------------------------------------------
+
+ROUND_FOUR = [
+    (["check", "--module", ""], "mtp-tvm: error: --module needs a value, got an empty one"),
+    (["check", "--dump-passes", ""], "mtp-tvm: error: --dump-passes needs a value, got an empty one"),
+    (["check", "--compile-only", "--nan-check"], "--nan-check searches a fresh build's kernels; drop --artifact/"),
+    (["check", "--artifact", "{tmp}", "--nan-check"], "--nan-check searches a fresh build's kernels; drop --artifact/"),
+    (["check", "--artifact", "{tmp}", "--atol", "1"], "--artifact checks with the default tolerances, so --atol "
+                                                        "cannot apply"),
+    (["check", "--compile-only", "--seed", "3"], "--compile-only runs no check, so --seed cannot apply"),
+    (["bench", "--json", "{tmp}/nodir/b.json"], "cannot write --json {tmp}/nodir/b.json: {tmp}/nodir is not a "
+                                                 "directory"),
+    (["bench", "--module", "m.py", "--json", "{tmp}/nodir/b.json"], "cannot write --json {tmp}/nodir/b.json"),
+    (["bench", "--plot", "{tmp}"], "cannot write --plot {tmp}: Is a directory"),
+    (["bench", "--rpc-key", "k"], "--rpc-key names a server of an --rpc-tracker"),
+    (["localize", "--against", "schedule=none", "--report", "{tmp}/nodir/r.json"], "cannot write --report"),
+    (["inputs", "--out", "{tmp}/existing.txt"], "--out {tmp}/existing.txt already exists; pass --force to replace"),
+    (["bisect", "--func", "lm_head_logits"], "--func names the PrimFunc of a --schedule-trace"),
+]
+
+
+@pytest.mark.parametrize("argv, message", ROUND_FOUR)
+def test_cli_round_four_options_are_used_or_refused_before_the_work(argv, message, capsys, tmp_path):
+    """Each used to be ignored (exit 0 with nothing done or checked), or refused only after the work."""
+    from mtp_tvm.cli import main
+
+    (tmp_path / "existing.txt").write_text("mine")
+    assert main([a.replace("{tmp}", str(tmp_path)) for a in argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message.replace("{tmp}", str(tmp_path)) in err[0], err
+    assert (tmp_path / "existing.txt").read_text() == "mine"
+
+
+def test_inputs_force_replaces_an_existing_file(tmp_path, capsys):
+    from mtp_tvm.cli import main
+
+    out = tmp_path / "in.npz"
+    out.write_text("old")
+    assert main(["inputs", "--case", "norm", "--preset", "tiny", "--out", str(out), "--force"]) == 0
+    assert np.load(out).files

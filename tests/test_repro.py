@@ -117,3 +117,24 @@ def test_a_failing_result_reads_as_one_line_naming_what_failed(failing):
                            "FAILED ")
     assert "candidate_logits ratio_allclose " in text and "max |diff|" in text and failing.repro_dir in text
     assert "hidden_states_out" not in text  # the output that passed is not listed
+
+
+BAD_TOLERANCES = {"deleted": KeyError, "atol -1": -1.0, "atol a string": "x", "atol NaN": float("nan")}
+
+
+def _with_tolerance(spec: dict, key: str, bad) -> None:
+    if bad is KeyError:
+        del spec[key]
+    else:
+        spec[key]["atol"] = bad
+
+
+@pytest.mark.parametrize("bad", slow_except(list(BAD_TOLERANCES), {"atol -1"}))
+def test_a_reproducer_with_a_bad_tolerance_is_broken_2_not_reproduced_1(failing, tmp_path, bad):
+    folder = tmp_path / "repro"
+    shutil.copytree(failing.repro_dir, folder)
+    spec = json.loads((folder / "repro.json").read_text())
+    _with_tolerance(spec, "tolerance", BAD_TOLERANCES[bad])
+    (folder / "repro.json").write_text(json.dumps(spec))
+    lines = []
+    assert rerun(folder, log=lines.append) == 2 and lines[-1].startswith("repro: error:"), lines

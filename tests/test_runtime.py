@@ -6,6 +6,7 @@ import dataclasses
 import os
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -126,6 +127,22 @@ def test_a_torch_weight_changed_in_place_is_packed_again_by_run_and_refused_by_a
     assert _same(bound.run(acts), after)
 
 
+def test_making_a_numpy_weight_read_only_is_said_once_and_torch_weights_are_left_alone(logits, monkeypatch):
+    from mtp_tvm.compiler import weights
+
+    monkeypatch.setattr(weights, "_warned", [])
+    inputs = logits.case.make_inputs(logits.shapes, 0)
+    acts, _ = _split(logits, inputs)
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        logits.run({**acts, WEIGHT: inputs[WEIGHT]})  # a torch tensor: watched by its version counter, untouched
+        assert not said
+        for _ in range(2):
+            logits.run({**acts, WEIGHT: to_numpy(inputs[WEIGHT]).copy()})
+    assert [w.category for w in said] == [weights.ReadOnlyWeightWarning]
+    assert f"numpy weight '{WEIGHT}' read-only" in str(said[0].message) and said[0].filename == __file__
+
+
 def test_a_bound_numpy_weight_is_read_only_and_made_writeable_it_is_refused(logits):
     inputs = logits.case.make_inputs(logits.shapes, 0)
     acts, _ = _split(logits, inputs)
@@ -179,6 +196,8 @@ def _inference(w: torch.Tensor) -> torch.Tensor:
                                              r"\(3, 5\)"),
     (lambda w: {WEIGHT: to_numpy(_nan_at(w, (7, 1)))}, r"1 non-finite values \(NaN/Inf\), the first at \(7, 1\)"),
     (lambda w: {WEIGHT: _inference(w)}, rf"weight '{WEIGHT}' is a torch inference tensor"),
+    (lambda w: {WEIGHT: w.to("meta")}, r"a torch.strided tensor on the meta device \(512, 256\) has no values"),
+    (lambda w: {WEIGHT: w.float().to_sparse()}, r"a torch.sparse_coo tensor on the cpu device"),
 ])
 def test_bad_weights_at_bind_are_one_line_usage_errors(logits, make, message):
     weights = make(logits.case.make_inputs(logits.shapes, 0)[WEIGHT])
@@ -193,6 +212,7 @@ def test_bad_weights_at_bind_are_one_line_usage_errors(logits, make, message):
     (lambda h, w: {"hidden_states": h.float()}, "input 'hidden_states' has dtype float32, expected bfloat16"),
     (lambda h, w: {"hidden_states": _nan_at(h, (1, 2))}, r"'hidden_states' has 1 non-finite .* first at \(1, 2\)"),
     (lambda h, w: {"hidden_states": h[:0]}, "0 tokens"),
+    (lambda h, w: {"hidden_states": h.to("meta")}, "tensor on the meta device"),
 ])
 def test_bad_activations_of_a_bound_run_are_one_line_usage_errors(logits, make, message):
     inputs = logits.case.make_inputs(logits.shapes, 0)
@@ -237,6 +257,12 @@ def test_a_tensor_on_another_device_is_refused_naming_both(logits, where):
         logits.bind(weights).run({"hidden_states": elsewhere})
     with pytest.raises(UsageError, match=rf"^input '{WEIGHT}' is on {where}"):
         logits.bind({WEIGHT: torch.empty_like(inputs[WEIGHT], device=elsewhere.device)})
+
+
+def test_a_meta_tensor_given_to_run_is_a_usage_error(logits):
+    inputs = logits.case.make_inputs(logits.shapes, 0)
+    with pytest.raises(UsageError, match="^input 'hidden_states' is on meta, but this binary runs on cpu"):
+        logits.run({**inputs, "hidden_states": inputs["hidden_states"].to("meta")})
 
 
 def test_make_inputs_are_the_seeded_inputs_check_draws_on_builds_and_artifacts(compiled, tmp_path):

@@ -18,7 +18,7 @@ from tvm.runtime.vm import VirtualMachine
 from tvm_ffi.libinfo import load_lib_ctypes
 
 from ..artifact.library_check import check_elf, check_signature
-from ..artifact.manifest import manifest_spec, read_manifest, sha256_file
+from ..artifact.manifest import artifact_file, manifest_spec, read_manifest, sha256_file
 from ..compiler.options import require_path
 from ..compiler.runtime import Runnable
 from ..compiler.weights import WeightCache
@@ -132,7 +132,7 @@ def load(path: str | os.PathLike, allow_failed: bool = False) -> Artifact:
     require_path("artifact", path)
     path = Path(path)
     m = read_manifest(path)
-    lib = path / m["library"]["file"]
+    lib = artifact_file(path, m["library"]["file"])
     if not lib.is_file():
         raise UsageError(f"{path}: library {lib.name} is missing")
     digest = sha256_file(lib)

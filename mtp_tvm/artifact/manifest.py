@@ -117,6 +117,46 @@ def _device_problems(device: dict) -> list[str]:
     return out
 
 
+MODULE_KINDS = ("torch", "tvmscript")
+
+
+def _file_name_problem(where: str, name, nested: bool = False) -> list[str]:
+    """A file name the manifest gives must name a file of the artifact: relative, no ``..``, no empty part
+    (``nested``: under a folder of it, as ``source/...``; else a plain name)."""
+    parts = name.split("/") if isinstance(name, str) else None
+    if not parts or not all(parts) or any(p in (".", "..") for p in parts) or (len(parts) > 1 and not nested):
+        return [f"{where}: expected a file name inside the artifact, got {name!r}"]
+    return []
+
+
+def _int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _module_problems(module, m: dict) -> list[str]:
+    """The ``module`` section of a module file's artifact: every field's type and value."""
+    if not isinstance(module, dict):
+        return [f"module: expected an object, got {type(module).__name__}"]
+    out = []
+    if not isinstance(module.get("path"), str):
+        out.append("module.path: expected the module file's path (a string)")
+    if module.get("kind") not in MODULE_KINDS:
+        out.append(f"module.kind: expected one of {', '.join(MODULE_KINDS)}, got {module.get('kind')!r}")
+    inputs = len(m["inputs"]) if isinstance(m["inputs"], dict) else 0
+    if not _int(module.get("num_input")) or not 0 <= module["num_input"] <= inputs:
+        out.append(f"module.num_input: expected an integer in [0, {inputs}] (the inputs that are activations), "
+                   f"got {module.get('num_input')!r}")
+    if not isinstance(module.get("returns_tuple"), bool):
+        out.append(f"module.returns_tuple: expected true or false, got {module.get('returns_tuple')!r}")
+    elif not module["returns_tuple"] and isinstance(m["outputs"], dict) and len(m["outputs"]) != 1:
+        out.append(f"module.returns_tuple: false, but the manifest has {len(m['outputs'])} outputs")
+    for key in ("example_inputs", "reference_outputs"):
+        out += _file_name_problem(f"module.{key}", module.get(key))
+    if not isinstance(module.get("reference"), str):
+        out.append("module.reference: expected what the reference outputs are (a string)")
+    return out
+
+
 def validate_manifest(m) -> list[str]:
     """Every problem with a manifest, as one line each (empty: valid)."""
     if not isinstance(m, dict):
@@ -130,9 +170,13 @@ def validate_manifest(m) -> list[str]:
     symbolic = m["symbolic_dims"]
     out += _tensor_problems("inputs", m["inputs"], symbolic) + _tensor_problems("outputs", m["outputs"], symbolic)
     lib = m["library"]
-    if not isinstance(lib.get("file"), str) or "/" in lib["file"] or not _is_sha256(lib.get("sha256")) \
-            or not isinstance(lib.get("triple"), str):
-        out.append("library: expected a file name in the folder, its sha256 and its target triple")
+    out += _file_name_problem("library.file", lib.get("file"))
+    if not _is_sha256(lib.get("sha256")) or not isinstance(lib.get("triple"), str):
+        out.append("library: expected its sha256 and its target triple")
+    for i, name in enumerate(m["sources"]):
+        out += _file_name_problem(f"sources[{i}]", name, nested=True)
+    if "module" in m:
+        out += _module_problems(m["module"], m)
     if "module" not in m and not all(isinstance(m["shapes"].get(k), int) for k in ("tokens", "vocab_shard")):
         out.append("shapes: expected the integer tokens and vocab_shard")
     if not isinstance(m["target"].get("kind"), str):
@@ -161,6 +205,16 @@ def read_manifest(path: str | os.PathLike) -> dict:
     if problems:
         raise UsageError(f"{f} is not a valid manifest: {problems[0]}")
     return m
+
+
+def artifact_file(folder: Path, name: str) -> Path:
+    """``folder/name`` (a name ``validate_manifest`` accepted), refused unless it resolves inside the artifact:
+    a symlink out of it is never followed."""
+    path = folder / name
+    root = folder.resolve()
+    if not path.resolve().is_relative_to(root):
+        raise UsageError(f"{path} leads outside the artifact {folder} (a symlink?); refusing to read it")
+    return path
 
 
 def write_manifest_json(path: Path, data: dict) -> None:

@@ -23,7 +23,7 @@ def module_identity(compiled: CompiledModule, folder: Path) -> dict:
     """The manifest's account of a module file's binary; writes its example inputs and reference outputs."""
     user = compiled.user
     write_npz(folder / EXAMPLE_INPUTS, dict(user.examples))
-    write_npz(folder / REFERENCE_OUTPUTS, module_golden(compiled, user.examples))
+    write_npz(folder / REFERENCE_OUTPUTS, module_golden(compiled))
     reference = ("torch, eagerly" if user.kind == "torch"
                  else "the module built for the CPU with no schedule and no optional pass")
     return {"case": user.name, "description": f"module file {user.path.name} ({user.kind})", "preset": NO_PRESET,

@@ -5,7 +5,9 @@ need neither the file nor torch."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
+from ..artifact.manifest import artifact_file
 from ..compiler.tensors import read_npz
 from ..support.errors import UsageError
 from ..verify.golden_check import Provenance
@@ -17,10 +19,17 @@ EXAMPLE_INPUTS = "example_inputs.npz"
 REFERENCE_OUTPUTS = "reference_outputs.npz"
 
 
-def _stored(artifact, key: str) -> dict:
-    m = artifact.manifest
-    specs = {**m["inputs"], **m["outputs"]}
-    return read_npz(artifact.path / m["module"][key], {n: s["dtype"] for n, s in specs.items()})
+def stored_arrays(folder: Path, m: dict, key: str) -> dict:
+    """The arrays of one stored file (``key``: ``example_inputs`` or ``reference_outputs`` of the module section
+    of the manifest ``m``), named as the manifest's inputs or outputs (refused otherwise)."""
+    section = "inputs" if key == "example_inputs" else "outputs"
+    specs = m[section]
+    path = artifact_file(folder, m["module"][key])
+    arrays = read_npz(path, {n: s["dtype"] for n, s in specs.items()})
+    if set(arrays) != set(specs):
+        raise UsageError(f"{path} holds {', '.join(sorted(arrays))}; the manifest's {section} are "
+                         f"{', '.join(specs)}")
+    return arrays
 
 
 def stored_inputs(artifact, tokens: int | None, seed: int) -> dict:
@@ -28,7 +37,7 @@ def stored_inputs(artifact, tokens: int | None, seed: int) -> dict:
     if tokens is not None or seed:
         raise UsageError(f"{artifact.path} is a module file's artifact: it runs on its stored example inputs; "
                          "--tokens and --seed do not apply")
-    return _stored(artifact, "example_inputs")
+    return stored_arrays(artifact.path, artifact.manifest, "example_inputs")
 
 
 def check_module_artifact(artifact, seed: int, tokens: int | None, tolerance, report,
@@ -45,7 +54,7 @@ def check_module_artifact(artifact, seed: int, tokens: int | None, tolerance, re
     seconds = time.perf_counter() - t0
     m = artifact.manifest
     built = Provenance(m["target"], m["frontend"], m["schedule"]["name"], m["build"]["compile_seconds"])
-    result = check_outputs(m["case"], m["shapes"], built, actual, _stored(artifact, "reference_outputs"),
+    result = check_outputs(m["case"], m["shapes"], built, actual, stored_arrays(artifact.path, m, "reference_outputs"),
                            ModuleTolerance(), seconds)
     if report is not None:
         result.write_report(report)

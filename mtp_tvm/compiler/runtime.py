@@ -186,6 +186,9 @@ class Runnable:
         if self.cuda_graph:
             self._graph_weights(args[self.num_input:])
         outs = self.vm["main"](*args)
+        if isinstance(outs, tvm.runtime.Tensor) == self.returns_tuple:  # a module artifact's manifest says which
+            raise UsageError(f"{self._plan.owner}: main returned {'one tensor' if self.returns_tuple else 'a tuple'}"
+                             f", but its description says {'a tuple' if self.returns_tuple else 'one tensor'}")
         outs = outs if self.returns_tuple else [outs]
         return {name: output_as(outs[i], form) for i, name in enumerate(self._plan.output_names)}
 

@@ -17,8 +17,9 @@ from ..support.atomic_file import write_user_file
 from ..support.choice import Choice
 from ..support.errors import UsageError
 
-NUMPY_DTYPES = {"bfloat16": np.dtype(ml_dtypes.bfloat16), "float32": np.dtype(np.float32),
-                "float16": np.dtype(np.float16), "int8": np.dtype(np.int8), "int32": np.dtype(np.int32)}
+NUMPY_DTYPES = {"bfloat16": np.dtype(ml_dtypes.bfloat16),  # every dtype a kernel can take or return, by TVM's name
+                **{name: np.dtype(name) for name in ("float64", "float32", "float16", "int64", "int32", "int16",
+                                                     "int8", "uint8", "bool")}}
 
 
 def to_numpy(x) -> np.ndarray:
@@ -26,6 +27,9 @@ def to_numpy(x) -> np.ndarray:
     ``ml_dtypes.bfloat16`` bit-exactly. Only the torch calls needed are made: each costs tens of microseconds per
     call of a decode loop (a kernel that streams the weights leaves every cache cold)."""
     if isinstance(x, torch.Tensor):
+        if x.device.type == "meta" or x.layout != torch.strided:
+            raise UsageError(f"a {x.layout} tensor on the {x.device.type} device {tuple(x.shape)} has no values to "
+                             "run on: give dense tensors with data (on the CPU or the target's device)")
         x = x.detach() if x.requires_grad else x
         x = x if x.device.type == "cpu" else x.cpu()
         if x.dtype == torch.bfloat16:

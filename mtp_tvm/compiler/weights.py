@@ -10,15 +10,51 @@ of going unseen, and turning the flag back on counts as a change. Not watched: m
 torch's back (a writable memory map, a ``bytearray`` an array wraps, a tensor made by ``torch.from_numpy`` written
 through its array). A torch inference tensor (made under ``torch.inference_mode()``) has no version counter:
 nothing proves it unchanged (``is_tracked``).
+
+Making the caller's array read-only is a side effect a user can be surprised by: the first time a process does it,
+a ``ReadOnlyWeightWarning`` says so once, with what to pass instead (a torch tensor, or a copy). Versioning numpy
+memory another way would cost a pass over every weight on every call (a hash or a compare), the cost the cache is
+there to avoid.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import sys
+import warnings
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import torch
+
+
+class ReadOnlyWeightWarning(UserWarning):
+    """A numpy weight of the caller's was made read-only by ``run``/``bind`` (said once per process)."""
+
+
+_warned: list[bool] = []  # whether this process said it
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` of the first frame outside mtp_tvm: the warning names the caller's line."""
+    package = str(Path(__file__).resolve().parents[1])
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def _freeze(name: str, arrays: tuple[np.ndarray, ...]) -> None:
+    """Make ``arrays`` (a weight and what it is a view of) read-only, saying so the first time."""
+    if not _warned and any(a.flags.writeable for a in arrays):
+        _warned.append(True)
+        warnings.warn(f"mtp_tvm made numpy weight {name!r} read-only (and any array it is a view of): a packed "
+                      "weight is reused while unchanged, and numpy memory has no version counter, so an in-place "
+                      "write must raise instead of going unseen; pass a torch tensor, or a copy, to keep your array "
+                      "writable (said once)", ReadOnlyWeightWarning, stacklevel=_caller_level())
+    for a in reversed(arrays):  # a view cannot be made writeable again while its base is read-only
+        a.flags.writeable = False
 
 
 def _owning_tensor(x) -> torch.Tensor | None:
@@ -73,8 +109,7 @@ class HeldWeight:
         """Record ``source`` as packed now, making its numpy arrays read-only."""
         tensor = _owning_tensor(source)
         frozen = _numpy_chain(source)
-        for a in reversed(frozen):  # a view cannot be made writeable again while its base is read-only
-            a.flags.writeable = False
+        _freeze(name, frozen)
         return cls(name, source, _layout(source), tensor, _version(tensor), frozen)
 
     def change(self) -> str | None:

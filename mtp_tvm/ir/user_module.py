@@ -7,13 +7,15 @@
   (parameters kept as ``main``'s inputs after the example inputs, the torch frontend's converters); or
 - ``module()`` -> ``tvm.IRModule`` with a Relax ``main`` and ``example_inputs()`` -> tuple of numpy arrays.
 
-Everything the file does is user code: an exception, a ``sys.exit`` or a wrong return is one line naming the
-file and what is missing or wrong (``UsageError``), never a traceback from deep inside the build.
+Everything the file does is user code, run in a child process (``support.user_process``): an exception, an exit,
+a signal or a wrong return is one line naming the file, the step and the line (``UsageError``), never a traceback
+from deep inside the build or an exit code of the user's choosing.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import warnings
 from pathlib import Path
 
@@ -25,7 +27,9 @@ from ..contract.cases import TensorSpec
 from ..ir.op_coverage import import_program
 from ..support.errors import UsageError
 from ..support.lazy import lazy_module
-from ..support.user_code import load_user_file, run_user_code
+from ..support.native_log import native_stderr
+from ..support.user_code import import_user_file, require_python_file
+from ..support.user_process import in_child
 
 torch = lazy_module("torch")
 
@@ -35,8 +39,8 @@ TORCH, TVMSCRIPT = "torch", "tvmscript"  # the two kinds of module file
 @dataclasses.dataclass(frozen=True)
 class UserModule:
     """A loaded module file: its Relax module (``main(*inputs, *params)``), every input of ``main`` as a spec
-    (symbolic sizes named as in the module), the example inputs and, for a torch model, its parameters and the
-    model itself (the golden runs it)."""
+    (symbolic sizes named as in the module), the example inputs and, for a torch model, its parameters, its
+    outputs run eagerly (the golden) and its exported program (its state dict feeds the bench's peers)."""
 
     path: Path
     kind: str
@@ -46,7 +50,8 @@ class UserModule:
     returns_tuple: bool                 # whether main returns a tuple (outputs ``output0``...) or one tensor
     num_input: int                      # the leading inputs that are activations (the rest: parameters)
     examples: dict[str, np.ndarray]     # every input of ``main``: example inputs, then parameters
-    model: object | None = dataclasses.field(default=None, repr=False, compare=False)  # torch.nn.Module
+    reference: dict[str, np.ndarray] | None = None  # a torch model's outputs run eagerly on the example inputs
+    program: object | None = dataclasses.field(default=None, repr=False, compare=False)  # its ExportedProgram
 
     @property
     def name(self) -> str:
@@ -73,16 +78,32 @@ class UserModule:
         return {name: list(self.examples[name].shape) for name in self.activation_names}
 
 
-def _call(path: Path, file, name: str):
-    return run_user_code(f"module file {path}: {name}()", getattr(file, name))
-
-
 def load_user_module(path) -> UserModule:
-    """Load ``path`` and make its Relax module (one-line ``UsageError`` for every broken contract)."""
+    """Load ``path`` and make its Relax module (one-line ``UsageError`` for every broken contract). The file runs
+    in a child process (``support.user_process``): this process gets its exported program or IRModule, the example
+    inputs as they were before the model ran, and the reference outputs, and nothing the file does can end it,
+    change its folder or its inputs."""
     if not isinstance(path, (str, Path)):
         raise UsageError(f"module must be a path to a .py file, got {type(path).__name__} {path!r}")
     path = Path(path).resolve()
-    file = load_user_file(path, "module file")
+    require_python_file(path, "module file")
+    with native_stderr(), in_child(path, _run_file) as folder:
+        meta = json.loads((folder / META).read_text())
+        arrays = _read_arrays(folder, meta)
+        if meta["kind"] == TORCH:
+            return _from_torch(path, torch.export.load(folder / PROGRAM), arrays["inputs"], arrays["reference"])
+        return _from_tvmscript(path, tvm.ir.load_json((folder / IR).read_text()), arrays["inputs"])
+
+
+META, ARRAYS, PROGRAM, IR = "meta.json", "arrays.npz", "program.pt2", "module.json"  # what the child writes
+
+
+def _run_file(child) -> None:
+    """In the child: import the file, call its functions, export a torch model and run it eagerly on a copy of the
+    example inputs; write what the parent needs into ``child.folder``."""
+    path, folder = child.path, child.folder
+    child.stage(" (loading it)")
+    file = import_user_file(path, "module file")
     has = {name: callable(getattr(file, name, None)) for name in ("model", "module", "example_inputs")}
     if has["model"] and has["module"]:
         raise UsageError(f"module file {path} defines both model() and module(): define one")
@@ -91,7 +112,81 @@ def load_user_module(path) -> UserModule:
                          "tvm.IRModule)")
     if not has["example_inputs"]:
         raise UsageError(f"module file {path} defines no example_inputs() function")
-    return _from_torch(path, file) if has["model"] else _from_tvmscript(path, file)
+    if has["module"]:
+        child.stage(": module()")
+        mod = file.module()
+        if not isinstance(mod, tvm.IRModule):
+            raise UsageError(f"module file {path}: module() must return a tvm.IRModule, got {type(mod).__name__}")
+        _main(path, mod)
+        child.stage(": example_inputs()")
+        examples = _tuple_of(path, file.example_inputs(), "example_inputs()", (np.ndarray,), "numpy arrays")
+        (folder / IR).write_text(tvm.ir.save_json(mod))
+        _write_arrays(folder, TVMSCRIPT, {"inputs": [np.array(a) for a in examples]})
+        return
+    child.stage(": model()")
+    model = file.model()
+    if not isinstance(model, torch.nn.Module):
+        raise UsageError(f"module file {path}: model() must return a torch.nn.Module, got {type(model).__name__}")
+    model = model.eval()
+    child.stage(": example_inputs()")
+    examples = _tuple_of(path, file.example_inputs(), "example_inputs()", (torch.Tensor,), "torch tensors")
+    inputs = [_to_numpy(path, t, f"example_inputs()[{i}]") for i, t in enumerate(examples)]  # before the model runs
+    dynamic = None
+    if callable(getattr(file, "dynamic_shapes", None)):
+        child.stage(": dynamic_shapes()")
+        dynamic = file.dynamic_shapes()
+    child.stage(": torch.export of model()")
+    with warnings.catch_warnings():  # torch's own deprecations inside export: not the user's
+        warnings.filterwarnings("ignore", category=FutureWarning)
+        program = torch.export.export(model, tuple(_to_torch(a) for a in inputs), dynamic_shapes=dynamic)
+        torch.export.save(program, folder / PROGRAM)
+    child.stage(": model() run eagerly on example_inputs()")
+    with torch.no_grad():
+        out = model(*(_to_torch(a) for a in inputs))
+    leaves, _ = torch.utils._pytree.tree_flatten(out)
+    reference = [_to_numpy(path, t, f"model()'s output {i}") for i, t in enumerate(leaves)]
+    _write_arrays(folder, TORCH, {"inputs": inputs, "reference": reference})
+
+
+def _to_numpy(path: Path, t, what: str) -> np.ndarray:
+    """A dense tensor as a numpy array of its own (bfloat16 as ml_dtypes'); refused in one line otherwise."""
+    if not isinstance(t, torch.Tensor):
+        raise UsageError(f"module file {path}: {what} is {type(t).__name__}, not a torch tensor")
+    if t.layout != torch.strided or t.device.type == "meta":
+        raise UsageError(f"module file {path}: {what} is a {t.layout} tensor on {t.device.type}: give dense "
+                         "tensors with values")
+    t = t.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        import ml_dtypes
+
+        return t.float().numpy().astype(ml_dtypes.bfloat16)
+    return t.numpy().copy()
+
+
+def _to_torch(a: np.ndarray):
+    if a.dtype.name == "bfloat16":
+        return torch.from_numpy(a.astype(np.float32)).to(torch.bfloat16)
+    return torch.from_numpy(a.copy())
+
+
+def _write_arrays(folder: Path, kind: str, groups: dict[str, list[np.ndarray]]) -> None:
+    """Arrays as raw bytes (ml_dtypes' bfloat16 has no .npy form) with their dtypes and shapes in ``meta.json``."""
+    flat = {f"{g}{i}": np.frombuffer(np.ascontiguousarray(a).tobytes(), np.uint8)
+            for g, arrays in groups.items() for i, a in enumerate(arrays)}
+    np.savez(folder / ARRAYS, **flat)
+    (folder / META).write_text(json.dumps({"kind": kind, "groups": {
+        g: [[a.dtype.name, list(a.shape)] for a in arrays] for g, arrays in groups.items()}}))
+
+
+def _read_arrays(folder: Path, meta: dict) -> dict[str, list[np.ndarray]]:
+    import ml_dtypes
+
+    with np.load(folder / ARRAYS, allow_pickle=False) as raw:
+        groups = {g: [raw[f"{g}{i}"].view(getattr(ml_dtypes, dtype, None) or np.dtype(dtype)).reshape(shape)
+                      for i, (dtype, shape) in enumerate(entries)] for g, entries in meta["groups"].items()}
+    for a in (a for arrays in groups.values() for a in arrays):
+        a.flags.writeable = False  # the file's examples and reference, as it gave them: never written
+    return groups
 
 
 def _tuple_of(path: Path, value, what: str, kinds: tuple, kind_name: str) -> tuple:
@@ -127,47 +222,33 @@ def _outputs(func: relax.Function, path: Path) -> tuple[dict[str, TensorSpec], b
     return {f"output{i}": _spec(f"output{i}", ty, path, "output") for i, ty in enumerate(types)}, is_tuple
 
 
-def _from_torch(path: Path, file) -> UserModule:
-    model = _call(path, file, "model")
-    if not isinstance(model, torch.nn.Module):
-        raise UsageError(f"module file {path}: model() must return a torch.nn.Module, got {type(model).__name__}")
-    model = model.eval()
-    examples = _tuple_of(path, _call(path, file, "example_inputs"), "example_inputs()", (torch.Tensor,),
-                         "torch tensors")
-    dynamic = _call(path, file, "dynamic_shapes") if callable(getattr(file, "dynamic_shapes", None)) else None
-
-    def export():
-        with warnings.catch_warnings():  # torch's own deprecations inside export: not the user's
-            warnings.filterwarnings("ignore", category=FutureWarning)
-            return torch.export.export(model, examples, dynamic_shapes=dynamic)
-
-    program = run_user_code(f"module file {path}: torch.export of model()", export)
+def _from_torch(path: Path, program, examples: list[np.ndarray], reference: list[np.ndarray]) -> UserModule:
     mod = import_program(program, path)  # an operator it cannot import or lower: a UsageError naming it
     mod, params = relax.frontend.detach_params(mod)
     func = mod["main"]
     num_input = len(examples)
     specs = _specs(func, path)
-    values = [t.detach().cpu().numpy() if t.dtype != torch.bfloat16 else _bf16(t) for t in examples]
-    values += [p.numpy() for p in params.get("main", [])]
+    outputs, returns_tuple = _outputs(func, path)
+    if len(reference) != len(outputs):
+        raise UsageError(f"module file {path}: model() returned {len(reference)} tensors eagerly, the exported "
+                         f"program {len(outputs)}")
+    values = [*examples, *(p.numpy() for p in params.get("main", []))]
+    for v in values:
+        v.flags.writeable = False  # ours, never written: packing them is no change to tell anyone of
     mod["main"] = func.with_attr("num_input", num_input)
-    return UserModule(path, TORCH, mod, specs, *_outputs(func, path), num_input, dict(zip(specs, values)), model)
+    return UserModule(path, TORCH, mod, specs, outputs, returns_tuple, num_input, dict(zip(specs, values)),
+                      dict(zip(outputs, reference)), program)
 
 
-def _bf16(t) -> np.ndarray:
-    import ml_dtypes
-
-    return t.float().detach().cpu().numpy().astype(ml_dtypes.bfloat16)
-
-
-def _from_tvmscript(path: Path, file) -> UserModule:
-    mod = _call(path, file, "module")
-    if not isinstance(mod, tvm.IRModule):
-        raise UsageError(f"module file {path}: module() must return a tvm.IRModule, got {type(mod).__name__}")
+def _main(path: Path, mod) -> relax.Function:
     main = next((f for gv, f in mod.functions_items() if gv.name_hint == "main"), None)
     if not isinstance(main, relax.Function):
         raise UsageError(f"module file {path}: module() has no Relax function 'main'")
-    examples = _tuple_of(path, _call(path, file, "example_inputs"), "example_inputs()", (np.ndarray,),
-                         "numpy arrays")
+    return main
+
+
+def _from_tvmscript(path: Path, mod, examples: list[np.ndarray]) -> UserModule:
+    main = _main(path, mod)
     specs = _specs(main, path)
     if len(examples) != len(specs):
         raise UsageError(f"module file {path}: example_inputs() returned {len(examples)} arrays, main takes "

@@ -102,6 +102,20 @@ def write_user_file(path: str | os.PathLike, write: Callable[[Path], None], what
         raise UsageError(f"cannot write {what}{path}: {e.strerror}") from None
 
 
+def require_writable(path: str | os.PathLike | None, what: str, force: bool | None = None) -> None:
+    """Refuse before any work a file path the user named for output that cannot be written: its folder missing,
+    a folder at it; an existing regular file too when ``force`` is False (None: replacing one is the point)."""
+    if path is None:
+        return
+    p = Path(path)
+    if not p.resolve().parent.is_dir():
+        raise UsageError(f"cannot write {what} {path}: {p.parent} is not a directory")
+    if p.is_dir():
+        raise UsageError(f"cannot write {what} {path}: Is a directory")
+    if force is False and p.is_file():
+        raise UsageError(f"{what} {path} already exists; pass --force to replace it")
+
+
 # ---- folders ----------------------------------------------------------------------------------------------
 
 _AT_FDCWD, _RENAME_NOREPLACE, _RENAME_EXCHANGE = -100, 1, 2

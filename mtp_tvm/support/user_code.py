@@ -25,17 +25,30 @@ def run_user_code(who: str, call: Callable):
 
 def load_user_file(path: Path, who: str) -> ModuleType:
     """The Python file ``path`` (a ``who``: "pass plugin", "module file") imported, refused in one line when it is
-    missing, not ``.py``, or fails while it loads. It is in ``sys.modules`` while it loads, so TVMScript's parser
-    finds the source of what it defines."""
-    if not path.is_file():
+    missing, not ``.py``, or fails while it loads."""
+    require_python_file(path, who)
+    return run_user_code(f"{who} {path} (loading it)", lambda: import_user_file(path, who))
+
+
+def require_python_file(path: Path, who: str) -> None:
+    """Refuse, naming what it is, a ``path`` that is no Python file: missing, a folder, a FIFO, not ``.py``."""
+    if not path.exists():
         raise UsageError(f"{who} {path} does not exist")
-    spec = importlib.util.spec_from_file_location(f"mtp_{who.replace(' ', '_')}_{path.stem}", path)
-    if spec is None or path.suffix != ".py":
+    if not path.is_file():
+        kind = "a folder" if path.is_dir() else "a FIFO" if path.is_fifo() else "not a regular file"
+        raise UsageError(f"{who} {path} is {kind}, not a Python file")
+    if path.suffix != ".py":
         raise UsageError(f"{who} {path} is not a Python file (.py)")
+
+
+def import_user_file(path: Path, who: str) -> ModuleType:
+    """Import ``path`` with no guard (``support.user_process`` runs it in a child that reports any way out). It is
+    in ``sys.modules`` while it loads, so TVMScript's parser finds the source of what it defines."""
+    spec = importlib.util.spec_from_file_location(f"mtp_{who.replace(' ', '_')}_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     try:
-        run_user_code(f"{who} {path} (loading it)", lambda: spec.loader.exec_module(module))
+        spec.loader.exec_module(module)
     finally:
         sys.modules.pop(spec.name, None)
     return module

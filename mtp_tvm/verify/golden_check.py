@@ -9,11 +9,11 @@ import numbers
 import os
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from ..compiler.tensors import to_numpy
 from ..contract.cases import LM_HEAD_LOGITS, Case, Comparator, Stage, validate_seed
 from ..contract.presets import Shapes
+from ..support.atomic_file import require_writable
 from ..support.errors import UsageError
 from ..support.timing import phase
 from ..verify.comparators import (
@@ -35,8 +35,7 @@ def validate_check_args(seed, report, log) -> None:
     if report is not None:
         if not isinstance(report, (str, os.PathLike)):
             raise UsageError(f"report must be a file path, got {type(report).__name__} {report!r}")
-        if not Path(report).resolve().parent.is_dir():
-            raise UsageError(f"cannot write report {report}: {Path(report).parent} is not a directory")
+        require_writable(report, "report")
     if not callable(log):
         raise UsageError(f"log must be a function taking one line (e.g. print), got {log!r}")
 

@@ -13,11 +13,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..compiler.tensors import dtype_name, to_numpy
+from ..compiler.tensors import dtype_name
 from ..contract.presets import NO_PRESET
 from ..passes.target import target_json
-from ..support.errors import UsageError
-from ..support.lazy import lazy_module
 from ..support.timing import phase
 from ..verify.comparators import Comparison, ratio_allclose
 from ..verify.golden_check import Provenance, timed_run
@@ -26,9 +24,6 @@ from ..verify.tolerances import ModuleTolerance
 
 if TYPE_CHECKING:  # the compiler is imported where a golden is computed: a stored one is checked by the runtime alone
     from ..compiler.user_build import CompiledModule
-
-torch = lazy_module("torch")
-
 
 def assert_close(actual, expected, tolerance: ModuleTolerance) -> Comparison:
     """One output compared as ``torch.testing.assert_close`` would (no element may be off), reported as every
@@ -43,28 +38,14 @@ def assert_close(actual, expected, tolerance: ModuleTolerance) -> Comparison:
     return dataclasses.replace(result, comparator=name)
 
 
-def module_golden(compiled: CompiledModule, inputs: dict) -> dict[str, np.ndarray]:
-    """The reference outputs of the module file on ``inputs`` (named as ``main``'s inputs)."""
+def module_golden(compiled: CompiledModule) -> dict[str, np.ndarray]:
+    """The reference outputs of the module file on its example inputs: a torch model's, run eagerly when it was
+    loaded (``ir.user_module``), or those of the TVMScript module built with no schedule."""
     from ..compiler.user_build import reference_build
     from ..ir.user_module import TORCH
 
     user = compiled.user
-    if user.kind != TORCH:
-        return reference_build(compiled).run(inputs)
-    args = [_to_torch(inputs[name]) for name in user.activation_names]
-    with torch.no_grad():
-        out = user.model(*args)
-    leaves, _ = torch.utils._pytree.tree_flatten(out)
-    if len(leaves) != len(user.output_names):
-        raise UsageError(f"module file {user.path}: model() returned {len(leaves)} tensors eagerly, the exported "
-                         f"program {len(user.output_names)}")
-    return {name: to_numpy(t) for name, t in zip(user.output_names, leaves)}
-
-
-def _to_torch(a: np.ndarray):
-    if dtype_name(a) == "bfloat16":
-        return torch.from_numpy(np.asarray(a, dtype=np.float32)).to(torch.bfloat16)
-    return torch.from_numpy(np.ascontiguousarray(a))
+    return dict(user.reference) if user.kind == TORCH else reference_build(compiled).run(user.examples)
 
 
 def check_outputs(name: str, shapes: dict, built: Provenance, actual: dict, expected: dict,
@@ -84,7 +65,7 @@ def golden_check_module(compiled: CompiledModule, tolerance: ModuleTolerance, lo
     log(f"[RUN] example inputs: {', '.join(f'{n}{list(np.shape(inputs[n]))}' for n in compiled.user.activation_names)}")
     timed = timed_run(compiled.run, inputs)
     with phase("golden"):
-        expected = expected if expected is not None else module_golden(compiled, inputs)
+        expected = expected if expected is not None else module_golden(compiled)
     built = Provenance(target_json(compiled.target), compiled.frontend, compiled.schedule, compiled.build_seconds,
                        compiled.dump_dir)
     return dataclasses.replace(check_outputs(compiled.name, compiled.user.example_shapes, built, timed.outputs,

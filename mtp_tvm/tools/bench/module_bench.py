@@ -172,25 +172,33 @@ class ModuleBenchResult:
 
 # ---- the race ---------------------------------------------------------------------------------------------
 
-def bench_module(module: str | os.PathLike, spec: ModuleSpec | None = None,
-                 options: ModuleBenchOptions | None = None, *, log: Callable[[str], None] | None = None,
-                 **keywords) -> ModuleBenchResult:
+def bench_module(module: str | os.PathLike | None = None, spec: ModuleSpec | None = None,
+                 options: ModuleBenchOptions | None = None, *, artifact: str | os.PathLike | None = None,
+                 log: Callable[[str], None] | None = None, **keywords) -> ModuleBenchResult:
     """Build the module file ``module`` (keywords: ``target``, ``schedule``) and race it against its torch
-    peers as ``options`` say (keywords: its fields too); see the module docstring."""
+    peers as ``options`` say (keywords: its fields too); see the module docstring. ``artifact``: a module file's
+    artifact timed instead of a build, on its stored example inputs against its stored reference (it carries no
+    model: its peers are unavailable)."""
     option_fields = {f.name for f in dataclasses.fields(ModuleBenchOptions)}
     options = dataclasses.replace(options or ModuleBenchOptions(),
                                   **{k: keywords.pop(k) for k in list(keywords) if k in option_fields})
     unknown = sorted(set(keywords) - {"target", "schedule"})
     if unknown:
         raise UsageError(f"bench_module() got unknown option(s) {', '.join(unknown)}")
-    spec = dataclasses.replace(spec or ModuleSpec(module), module=module, **keywords)
-    tgt = resolve_target(spec.target)
+    if (module is None) == (artifact is None) or (artifact is not None and (spec is not None or keywords)):
+        raise UsageError("bench_module() takes a module file (with target, schedule) or a module artifact")
+    if artifact is None:
+        spec = dataclasses.replace(spec or ModuleSpec(module), module=module, **keywords)
+        tgt = resolve_target(spec.target)
+    else:
+        prebuilt = _prebuilt(Path(artifact))
+        spec, tgt = prebuilt.spec, prebuilt.target
     require_runs_here(tgt)
     log = log or (lambda _message: None)
     threads = options.threads or usable_cores()
     with tempfile.TemporaryDirectory(prefix="mtp-bench-module-") as tmp, contextlib.ExitStack() as running:
         folder = Path(tmp)
-        build = _build(spec, folder)
+        build = _build(spec, folder) if artifact is None else prebuilt
         race = Race(folder, threads, (EXAMPLE,), running, log, where=lambda _size: "on the example inputs")
         race.start(TVM, ModuleTvmJob(str(build.artifact), options.number))
         _start_peers(race, build.user, options, folder, "cuda" if is_gpu(tgt) else "cpu", threads)
@@ -204,14 +212,20 @@ def bench_module(module: str | os.PathLike, spec: ModuleSpec | None = None,
 
 @dataclasses.dataclass(frozen=True)
 class _Build:
-    """The module's artifact and what the race needs of it: the loaded file, the reference outputs as one vector
-    (the golden), the bytes ``main`` must move (every input, parameter and output once), the build's seconds."""
+    """The module's artifact and what the race needs of it: the loaded file (None for a prebuilt artifact), what
+    it is (path, kind, example shapes), the reference outputs as one vector (the golden), the bytes ``main`` must
+    move (every input, parameter and output once), the build's seconds."""
 
     artifact: Path
-    user: object  # ir.user_module.UserModule
+    user: object  # ir.user_module.UserModule, or None
+    module: str
+    kind: str
+    shapes: dict[str, list[int]]
     golden: np.ndarray
     moved: float
     seconds: float
+    spec: ModuleSpec | None = None  # a prebuilt artifact's, from its manifest
+    target: object = None
 
 
 def _build(spec: ModuleSpec, folder: Path) -> _Build:
@@ -225,13 +239,34 @@ def _build(spec: ModuleSpec, folder: Path) -> _Build:
     outputs = built.manifest["outputs"]
     reference = read_npz(built.path / REFERENCE_OUTPUTS, {n: s["dtype"] for n, s in outputs.items()})
     moved = float(sum(a.nbytes for a in (*user.examples.values(), *reference.values())))
-    return _Build(built.path, user, flat_outputs([reference[n] for n in user.output_names]), moved,
-                  built.compiled.build_seconds)
+    return _Build(built.path, user, str(user.path), user.kind, user.example_shapes,
+                  flat_outputs([reference[n] for n in user.output_names]), moved, built.compiled.build_seconds)
+
+
+def _prebuilt(path: Path) -> _Build:
+    """A module file's artifact as the race needs it, from its manifest and stored arrays (refused unless it is
+    one)."""
+    from ..artifact.manifest import read_manifest
+    from ..artifact.module_reference import stored_arrays
+
+    m = read_manifest(path)
+    if "module" not in m:
+        raise UsageError(f"{path} is a case's artifact, not a module file's")
+    inputs, reference = stored_arrays(path, m, "example_inputs"), stored_arrays(path, m, "reference_outputs")
+    moved = float(sum(a.nbytes for a in (*inputs.values(), *reference.values())))
+    spec = ModuleSpec(m["module"]["path"], m["target"], m["schedule"]["name"])
+    return _Build(path, None, m["module"]["path"], m["module"]["kind"], m["shapes"],
+                  flat_outputs([reference[n] for n in m["outputs"]]), moved, m["build"]["compile_seconds"], spec,
+                  resolve_target(m["target"]))
 
 
 def _start_peers(race: Race, user, options: ModuleBenchOptions, folder: Path, device: str, threads: int) -> None:
     """A worker per torch peer (a TVMScript module has none: unavailable, with why)."""
     peers = list(options.peers)
+    if user is None:
+        for p in peers:
+            race.unavailable[EXAMPLE][p] = "a prebuilt artifact carries no model to run (bench --module FILE.py does)"
+        return
     if user.kind != "torch":
         for p in peers:
             race.unavailable[EXAMPLE][p] = "a TVMScript module file has no torch model to run"
@@ -241,7 +276,7 @@ def _start_peers(race: Race, user, options: ModuleBenchOptions, folder: Path, de
     from .module_peers import ModulePeerJob
     from .peer_worker import peer_unavailable
 
-    torch.save(user.model.state_dict(), folder / STATE_DICT)
+    torch.save(dict(user.program.state_dict), folder / STATE_DICT)
     files = InputFiles.write(folder, {n: s.dtype for n, s in user.input_specs.items()}, user.activation_names,
                              {EXAMPLE: dict(user.examples)})
     for p in peers:
@@ -255,15 +290,15 @@ def _start_peers(race: Race, user, options: ModuleBenchOptions, folder: Path, de
 
 def _result(spec: ModuleSpec, tgt, options: ModuleBenchOptions, race: Race, build: _Build,
             load: dict, bandwidths: list[float]) -> ModuleBenchResult:
-    samples, unavailable, user = race.samples[EXAMPLE], race.unavailable[EXAMPLE], build.user
+    samples, unavailable = race.samples[EXAMPLE], race.unavailable[EXAMPLE]
     names = [TVM, *options.peers]
     median = {n: statistics.median(samples[n]) if samples.get(n) else None for n in names}
     peers = {n: ms for n, ms in median.items() if n != TVM and ms is not None}
     best = min(peers, key=peers.get) if peers else None
     bandwidth = statistics.median(bandwidths)
     return ModuleBenchResult(
-        module=str(user.path), kind=user.kind, target=target_json(tgt), schedule=spec.schedule,
-        inputs=user.example_shapes, threads=race.threads,
+        module=build.module, kind=build.kind, target=target_json(tgt), schedule=spec.schedule,
+        inputs=build.shapes, threads=race.threads,
         load_average=load,
         workers=race.pids, median_ms=median, samples_ms=dict(samples), unavailable=dict(unavailable),
         compile_seconds={TVM: build.seconds, **{n: v for r in race.ready.values()

@@ -33,6 +33,7 @@ import sys
 import threading
 import time
 import traceback
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -50,6 +51,7 @@ THREAD_ENVS = ("TVM_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MK
 # would be the host's setting, not numpy's, so no worker inherits them
 OPENBLAS_SLOW_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 STDERR_TAIL_LINES = 20
+CLOSE_GRACE_S = 2.0  # how long a worker's group has to end on SIGTERM (a compiler removing its files) before SIGKILL
 SETTLE_WINDOW_S, SETTLE_LIMIT_S = 0.02, 0.5  # quiet: under a quarter of a core over a window; wait at most this
 SAMPLE_MS, SIZING_MS, MAX_CALLS = 50.0, 10.0, 10_000  # a timed batch lasts about SAMPLE_MS (``calls_per_batch``)
 EXAMPLE = 0  # the sweep key of a race at one size: a module file's example inputs (not a token count)
@@ -235,20 +237,34 @@ class Worker:
             return  # gone: the next call reports it
 
     def close(self) -> None:
-        """Kill the worker's whole process group (a compile pool it started included), once, and reap it."""
+        """End the worker's whole process group (a compile pool it started included), once, and reap it: SIGTERM
+        first, so that a compiler it runs removes its temporary files (gcc's ``ccXXXX.s``), then SIGKILL for
+        whatever is left after ``CLOSE_GRACE_S``."""
         if self._closed:
             return
         self._closed = True
-        try:
-            os.killpg(self.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass  # it and everything it started are gone
-        self.process.wait()
+        _end_group(self.process)
         for stream in (self.process.stdin, self.process.stdout):
             try:
                 stream.close()
             except OSError:
                 pass
+
+
+def _end_group(process: subprocess.Popen) -> None:
+    """SIGTERM to the process group ``process`` leads, SIGKILL to what is still in it after ``CLOSE_GRACE_S``;
+    ``process`` reaped."""
+    deadline = time.monotonic() + CLOSE_GRACE_S
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                os.killpg(process.pid, 0)  # raises once every process of the group is gone
+            time.sleep(0.02)
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass  # it and everything it started are gone
+    process.wait()
 
 
 # ---- the worker's side ------------------------------------------------------------------------------------
@@ -285,6 +301,7 @@ def _answer(work) -> tuple:
 def serve() -> None:
     """The worker's main loop (see the module docstring)."""
     _die_with_parent(int(os.environ[PARENT_ENV]))
+    warnings.filterwarnings("ignore", message="mtp_tvm made numpy weight")  # its arrays are its own
     replies = os.dup(1)
     os.dup2(2, 1)  # prints of the timed code's libraries go to stderr, never into a frame
     job = _receive(0)

@@ -208,7 +208,7 @@ def bisect_module_passes(module=None, debug: DebugOptions | None = None, *,
         except MtpError as e:
             return Verdict.ERROR, str(e)
         if not expected:
-            expected.update(module_golden(c, user.examples))
+            expected.update(module_golden(c))
         result = golden_check_module(c, tolerance, lambda *_: None, expected)
         return (Verdict.PASS, "") if result.passed else (Verdict.FAIL, "fails: " + ", ".join(result.failed_outputs))
 

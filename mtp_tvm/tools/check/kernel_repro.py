@@ -29,10 +29,10 @@ from ...compiler.tensors import NUMPY_DTYPES, read_npz, to_device
 from ...instrument.run_folder import new_run_dir
 from ...passes.pipeline import TIR_PIPELINE, register_with_tvm
 from ...passes.target import device_for, resolve_target, target_json
-from ...support.errors import MtpError, last_line
+from ...support.errors import MtpError
 from ...verify.comparators import ratio_allclose
 from ...verify.tolerances import RatioTolerance
-from .repro import BROKEN, NOT_REPRODUCED, REPRODUCED, launcher, save_arrays, write_folder
+from .repro import NOT_REPRODUCED, REPRODUCED, guarded_rerun, launcher, save_arrays, write_folder
 
 KERNEL_REPRO_DIR = "kernel_repro"
 SIDES = ("test", "reference")
@@ -92,26 +92,24 @@ def _run_side(folder: Path, side: str, spec: dict) -> list[np.ndarray]:
 
 def rerun(folder: Path, log=print) -> int:
     """Rebuild and compare both kernels of a ``kernel_repro/`` folder: ``REPRODUCED`` (1) while their outputs
-    differ beyond the tolerance, ``NOT_REPRODUCED`` (0) when they agree, ``BROKEN`` (2, one line why)."""
-    try:
-        spec = json.loads((folder / "kernel.json").read_text())
-        got = {side: _run_side(folder, side, spec[side]) for side in SIDES}
-        if len(got["test"]) != len(got["reference"]):
-            raise MtpError("the two kernels have a different number of outputs")
-    except MtpError as e:
-        log(f"repro: error: {e}")
-        return BROKEN
-    except Exception as e:  # a missing file, bad JSON, a kernel that no longer parses or builds
-        log(f"repro: error: cannot rerun {folder}: {type(e).__name__}: {last_line(e)}")
-        return BROKEN
+    differ beyond the tolerance, ``NOT_REPRODUCED`` (0) when they agree, ``BROKEN`` (2, one line why: a missing
+    or damaged file, a bad tolerance, a kernel that no longer builds)."""
+    return guarded_rerun(_rerun, folder, log)
+
+
+def _rerun(folder: Path, log) -> int:
+    spec = json.loads((folder / "kernel.json").read_text())
     compare = ratio_allclose(RatioTolerance.of(spec["tolerance"]))
+    t, r = spec["test"], spec["reference"]
+    got = {side: _run_side(folder, side, spec[side]) for side in SIDES}
+    if len(got["test"]) != len(got["reference"]):
+        raise MtpError("the two kernels have a different number of outputs")
     differ = []
     for j, (a, e) in enumerate(zip(got["test"], got["reference"])):
         c = compare(a, e)
         log(f"output {j} {list(a.shape)}: {c.mismatches}/{c.numel} beyond tolerance, max |diff| "
             f"{c.max_abs_diff:.6g} at {c.worst_index} -> {'agree' if c.passed else 'DIFFER'}")
         differ += [] if c.passed else [j]
-    t, r = spec["test"], spec["reference"]
     if differ:
         log(f"REPRODUCED: {t['kernel']} (test call #{t['call']}) and {r['kernel']} (reference call #{r['call']}) "
             f"differ in output(s) {', '.join(map(str, differ))}")

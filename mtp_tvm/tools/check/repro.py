@@ -21,6 +21,7 @@ import dataclasses
 import json
 import shlex
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import tvm
@@ -151,8 +152,14 @@ def rerun(folder: Path, log=print) -> int:
     """Rebuild and re-check a reproducer folder: ``REPRODUCED`` (1) when the failure reproduces,
     ``NOT_REPRODUCED`` (0) when it does not, ``BROKEN`` (2, with one line saying why) when the folder cannot be
     rerun (a missing or damaged file), which must never read as either."""
+    return guarded_rerun(_rerun, folder, log)
+
+
+def guarded_rerun(body: Callable[[Path, Callable], int], folder: Path, log) -> int:
+    """``body(folder, log)``, the verdict of a reproducer, with anything it raises (a missing or damaged file, a bad
+    tolerance, a kernel that no longer builds) as ``BROKEN`` and one line why."""
     try:
-        return _rerun(folder, log)
+        return body(folder, log)
     except MtpError as e:
         log(f"repro: error: {e}")
     except Exception as e:  # a missing file, bad JSON, a module.py that no longer parses or builds
@@ -171,6 +178,7 @@ def _rerun(folder: Path, log) -> int:
     from ...verify.results import summary_table
 
     spec = json.loads((folder / "repro.json").read_text())
+    options = GoldenOptions(spec["seed"], RatioTolerance.of(spec["tolerance"]), LogitsTolerance.of(spec["logits_tol"]))
     case = get_case(spec["case"])
     shapes = make_shapes(spec["preset"], spec["tokens"], spec["vocab_shard"], spec["owners"], spec["tp"])
     target = resolve_target(json.loads((folder / "target.json").read_text()))
@@ -184,7 +192,6 @@ def _rerun(folder: Path, log) -> int:
     inputs = read_npz(folder / "inputs.npz", spec["inputs"])
     expected = read_npz(folder / "expected.npz", spec["outputs"])
     built = Provenance(spec["target"], asked.frontend, asked.schedule, compiled.build_seconds)
-    options = GoldenOptions(spec["seed"], RatioTolerance.of(spec["tolerance"]), LogitsTolerance.of(spec["logits_tol"]))
     result = golden_check(compiled.run, case, shapes, built, options, golden=(inputs, expected), log=log)
     log(summary_table(result))
     if result.passed:
