@@ -55,7 +55,8 @@ of ``fma``, ``vdpbf16ps``, ``vpmaddwd``, ``vpdpwssd`` in its assembly), ``peaks`
 measured here), ``peak_kind`` and ``peak_gflops`` (the GEMMs' peak), ``bandwidth_gbs`` (the median of
 ``bandwidth_samples_gbs``, one a round); ``compile_seconds``
 (name -> seconds, or T -> seconds for ``torch.compile``); and ``per_tokens`` (T -> ``median_ms``,
-``samples_ms``, ``unavailable``, ``gflops``, ``gbs``, ``roofline_ms``, ``roofline_fraction``, ``best_peer``,
+``samples_ms``, ``unavailable``, ``gflops``, ``gbs``, ``roofline_ms``, ``roofline_fraction`` (None where
+``roofline_beaten_by`` names a contender that ran faster than the roofline), ``best_peer``,
 ``best_peer_ms``, ``tvm_vs_best_peer``).
 """
 
@@ -196,7 +197,9 @@ def parse_peers(text: str) -> tuple[str, ...]:
 class TokensFigures:
     """The figures of one T: every name's median and samples (None and ``unavailable[name]`` = why, where
     it could not run), GFLOP/s and GB/s of the useful work, the roofline time and TVM's fraction of it, the
-    best peer and TVM's ratio to it (best peer ms / tvm ms: above 1, TVM is faster)."""
+    best peer and TVM's ratio to it (best peer ms / tvm ms: above 1, TVM is faster). ``roofline_beaten_by``: the
+    fastest name that ran faster than the roofline, which is then a wrong probe (its bandwidth or peak is below
+    what that contender reached), not a bound: no fraction of it is given."""
 
     tokens: int
     shapes: dict
@@ -212,6 +215,7 @@ class TokensFigures:
     best_peer: str | None
     best_peer_ms: float | None
     tvm_vs_best_peer: float | None
+    roofline_beaten_by: str | None = None
 
 
 def _str_keys(d: dict) -> dict:
@@ -282,8 +286,8 @@ class BenchResult:
                                   for f in figures)))
         if self.measured_on == "here":
             rows.append(("roofline", *(f"{f.roofline_ms:.3f}" for f in figures)))
-            rows.append(("tvm / roofline", *("-" if f.roofline_fraction is None else f"{100 * f.roofline_fraction:.0f}%"
-                                             for f in figures)))
+            rows.append(("tvm / roofline", *("probe low" if f.roofline_beaten_by else "-" if f.roofline_fraction is None
+                                             else f"{100 * f.roofline_fraction:.0f}%" for f in figures)))
         rows.append(("best peer", *(f.best_peer or "-" for f in figures)))
         ratio = "best peer / tvm" + (" (UNRELIABLE: load)" if la.get("unreliable") else "")
         rows.append((ratio, *("-" if f.tvm_vs_best_peer is None else f"{f.tvm_vs_best_peer:.2f}x"
@@ -306,6 +310,11 @@ class BenchResult:
                        if self.peak_gflops is None else
                        f"useful FLOPs / {self.peak_gflops:.1f} GFLOP/s ({self.peak_kind}; measured peaks: {peaks})")
             notes.append(f"roofline: max(bytes / {self.bandwidth_gbs:.1f} GB/s{spread}, {compute})")
+            beaten = {f.tokens: f.roofline_beaten_by for f in figures if f.roofline_beaten_by}
+            if beaten:
+                where = ", ".join(f"T={t} ({name} ran faster)" for t, name in beaten.items())
+                notes.append(f"roofline WRONG at {where}: the probes understate this machine there, so no fraction "
+                             "of it is given")
         else:
             notes.append(f"TVM timed on {self.measured_on}; peers and the roofline are measured only where bench runs")
         if self.isa is not None:
@@ -372,15 +381,17 @@ def _figures(case: Case, s: Shapes, names: list[str], samples: dict[str, list[fl
     roof = None if bandwidth is None else roofline_ms(useful, moved, peak, bandwidth)
     peers = {n: ms for n, ms in median.items() if not n.startswith(TVM)}
     best = min(peers, key=peers.get) if peers else None
+    fastest = min(median, key=median.get) if median else None
+    beaten = fastest if roof is not None and fastest is not None and median[fastest] < roof else None
     return TokensFigures(
         tokens=s.tokens, shapes=s.as_dict(), median_ms={n: median.get(n) for n in names},
         samples_ms=samples, unavailable=unavailable,
         gflops={n: useful / ms / 1e6 for n, ms in median.items()},
         gbs={n: moved / ms / 1e6 for n, ms in median.items()},
         flops=useful, bytes=moved, roofline_ms=roof,
-        roofline_fraction=None if roof is None or tvm_ms is None else roof / tvm_ms,
+        roofline_fraction=None if roof is None or tvm_ms is None or beaten else roof / tvm_ms,
         best_peer=best, best_peer_ms=peers.get(best),
-        tvm_vs_best_peer=None if best is None or tvm_ms is None else peers[best] / tvm_ms)
+        tvm_vs_best_peer=None if best is None or tvm_ms is None else peers[best] / tvm_ms, roofline_beaten_by=beaten)
 
 
 def _portable_debug(debug):
