@@ -9,7 +9,8 @@ golden-checks one; ``localize(..., against=...)`` -> ``LocalizeResult``: the fir
 a reference build; ``compile_module(path)`` -> ``CompiledModule`` and ``check_module(path)`` -> ``CheckResult``:
 the same for the user's own model file (a torch module or a TVMScript IRModule, ``ir/user_module.py``);
 ``load_weights(path, case=..., tp=..., rank=...)``: a DeepSeek checkpoint's weights for ``bind``
-(``tools/convert/convert.py``).
+(``tools/convert/convert.py``); ``read_inputs(path)`` / ``write_inputs(path, arrays)``: the ``.npz`` files of
+``mtp-tvm inputs``/``run``, BF16 included.
 
 The names are imported on first use (PEP 562), so ``import mtp_tvm`` and the commands that only read files do
 not import TVM or torch.
@@ -26,11 +27,12 @@ _LAZY = {  # public name -> the module that defines it
     "localize": "tools.check.localize", "LocalizeResult": "tools.check.localize",
     "compile_module": "compiler.user_build", "CompiledModule": "compiler.user_build",
     "check_module": "tools.check.module_check", "load_weights": "tools.convert.convert",
+    "read_inputs": "compiler.tensors", "write_inputs": "compiler.tensors",
 }
 
 __all__ = ["check", "CheckResult", "compile", "CompiledCase", "MtpError", "UsageError", "BuildError",
            "build", "load", "Artifact", "check_artifact", "BoundCase", "localize", "LocalizeResult",
-           "compile_module", "CompiledModule", "check_module", "load_weights"]
+           "compile_module", "CompiledModule", "check_module", "load_weights", "read_inputs", "write_inputs"]
 
 
 def __getattr__(name: str):

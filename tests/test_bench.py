@@ -75,7 +75,9 @@ def test_bench_times_tvm_and_every_peer_at_every_t(tiny_logits, tmp_path):
         assert f["tvm_vs_best_peer"] == pytest.approx(f["best_peer_ms"] / f["median_ms"]["tvm"])
         assert f["roofline_fraction"] == pytest.approx(f["roofline_ms"] / f["median_ms"]["tvm"])
     la = d["load_average"]
-    assert la["before"] >= 0 and la["after"] >= 0 and "warning" in la
+    assert la["before"] >= 0 and la["after"] >= 0 and "warning" in la and la["peak"] >= la["after"]
+    assert la["unreliable"] == (max(la["before"], la["peak"]) > la["cores"])
+    assert ("best peer / tvm (UNRELIABLE: load)" in tiny_logits.table()) == la["unreliable"]
     assert d["compile_seconds"]["tvm"] > 0 and set(d["compile_seconds"]["torch_compile"]) == {"1", "2"}
     assert all(s > 0 for s in d["compile_seconds"]["torch_compile"].values())
     assert d["numpy_blas"] and d["bandwidth_gbs"] > 0 and d["peak_gflops"] > 0

@@ -9,7 +9,6 @@ built for the CPU with no schedule and no optional pass (a differential check: `
 from __future__ import annotations
 
 import dataclasses
-import time
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -19,7 +18,7 @@ from ..contract.presets import NO_PRESET
 from ..passes.target import target_json
 from ..support.timing import phase
 from ..verify.comparators import Comparison, ratio_allclose
-from ..verify.golden_check import Provenance
+from ..verify.golden_check import Provenance, timed_run
 from ..verify.results import CheckResult, OutputCheck
 from ..verify.tolerances import ModuleTolerance
 
@@ -64,12 +63,11 @@ def golden_check_module(compiled: CompiledModule, tolerance: ModuleTolerance, lo
     computed)."""
     inputs = compiled.user.examples
     log(f"[RUN] example inputs: {', '.join(f'{n}{list(np.shape(inputs[n]))}' for n in compiled.user.activation_names)}")
-    t0 = time.perf_counter()
-    with phase("run"):
-        actual = compiled.run(inputs)
-    seconds = time.perf_counter() - t0
+    timed = timed_run(compiled.run, inputs)
     with phase("golden"):
         expected = expected if expected is not None else module_golden(compiled)
     built = Provenance(target_json(compiled.target), compiled.frontend, compiled.schedule, compiled.build_seconds,
                        compiled.dump_dir)
-    return check_outputs(compiled.name, compiled.user.example_shapes, built, actual, expected, tolerance, seconds)
+    return dataclasses.replace(check_outputs(compiled.name, compiled.user.example_shapes, built, timed.outputs,
+                                             expected, tolerance, timed.seconds),
+                               first_call_seconds=timed.first_call_seconds)
