@@ -119,6 +119,9 @@ def _add_build_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dump-only-changed", action="store_true", help="dump files only for passes that changed the IR")
     p.add_argument("--dump-filter", metavar="REGEX", help="dump files only for passes whose name matches REGEX")
     p.add_argument("--dump-func", metavar="NAME", help="dump (and compare) only function NAME, not the whole module")
+    p.add_argument("--dump-nested", action="store_true",
+                   help="also dump the passes run inside another pass (FoldConstant's TIR pipeline per folded "
+                        "constant, FuseTIR's helpers); by default they are folded under it, in the index only")
     p.add_argument("--time-passes", action="store_true", help="print the passes taking the most time")
     p.add_argument("--disable-pass", action="append", default=[], metavar="NAME",
                    help="do not run pass NAME (repeatable; names as in the dump index)")
@@ -142,11 +145,13 @@ def _debug_options(args) -> DebugOptions:
     """The dump, timing, gate and plugin options of ``_add_build_args``."""
     plugin = None
     if args.pass_plugin:
-        from .passes.plugins import load_pass_plugin
+        with phase("import"):  # TVM, and the plugin's own imports and definitions
+            from .passes.plugins import load_pass_plugin
 
-        plugin = load_pass_plugin(args.pass_plugin)
+            plugin = load_pass_plugin(args.pass_plugin)
     return DebugOptions(dump_passes=args.dump_passes, only_changed=args.dump_only_changed,
-                        dump_filter=args.dump_filter, dump_func=args.dump_func, time_passes=args.time_passes,
+                        dump_filter=args.dump_filter, dump_func=args.dump_func, dump_nested=args.dump_nested,
+                        time_passes=args.time_passes,
                         disable_passes=tuple(args.disable_pass), bisect_limit=args.bisect_limit,
                         extra_passes=plugin)
 
@@ -183,7 +188,7 @@ _MANIFEST_OPTIONS = ("case", "target", "preset", "frontend", "vocab_shard", "own
 
 
 # the compile-time debugging options (besides --dump-passes), meaningless for a prebuilt artifact
-_DEBUG_OPTIONS = ("dump_only_changed", "dump_filter", "dump_func", "time_passes", "disable_pass", "bisect_limit",
+_DEBUG_OPTIONS = ("dump_only_changed", "dump_filter", "dump_func", "dump_nested", "time_passes", "disable_pass", "bisect_limit",
                   "pass_plugin")
 
 
@@ -424,11 +429,13 @@ def _cmd_tune(args) -> int:
     r = tune(spec, options, log=lambda line: print(line, file=sys.stderr))
     print(f"tuned {args.module or args.case} for {args.target}: {r.trials} trials in {r.seconds:.0f}s "
           f"({r.seconds_per_trial:.2f} s/trial){' (interrupted)' if r.interrupted else ''} -> {r.work_dir}")
-    for name, best in sorted(r.best_ms.items()):
-        hand = f", hand schedule {r.default_ms[name]:.4g} ms" if name in r.default_ms else ""
-        measured = ", ".join(f"{s} {n}" for s, n in sorted(r.measured.get(name, {}).items())) or "none"
-        print(f"  {name:40s} best {best:.4g} ms{hand}; measured: {measured}")
-    return 130 if r.interrupted else 0
+    from .tools.tune.report import end_to_end, kernel_table
+
+    print(kernel_table(r))
+    if r.interrupted:
+        return 130
+    print(end_to_end(spec, args.module, remote=rpc is not None).line())
+    return 0
 
 
 def _cmd_check_prebuilt(args) -> int:
@@ -571,7 +578,7 @@ def _cmd_dumps(args) -> int:
         print(dump_browse.list_runs(args.root))
     elif args.dumps_command == "show":
         print(dump_browse.show(dump_browse.find_run(args.run, args.root), args.pass_, args.changed, args.phase,
-                               func=args.func, history=args.history), end="")
+                               func=args.func, history=args.history, nested=args.nested), end="")
     elif args.dumps_command == "compare":
         from .tools.dumps.compare import compare_command
 
@@ -959,6 +966,8 @@ def _add_dumps_command(sub, common: argparse.ArgumentParser) -> None:
     q.add_argument("pass_", nargs="?", metavar="PASS", help="pass number, name, 'input', or a file of the run")
     q.add_argument("--changed", action="store_true", help="in the table, only passes that changed the IR")
     q.add_argument("--phase", help="in the table, only passes of this phase")
+    q.add_argument("--nested", action="store_true",
+                   help="in the table, also the passes run inside another (folded into its row by default)")
     q.add_argument("--func", metavar="NAME", help="only this function (of PASS's module, or with --history)")
     q.add_argument("--history", action="store_true",
                    help="with --func: every pass that changed the function, its diffs in order")

@@ -184,7 +184,8 @@ def test_tvm_and_llvm_lines_go_to_the_run_folder_not_between_ours(tmp_path):
 
 _TIME_LINE = re.compile(r"time: (?P<wall>[\d.]+) s = import (?P<import>[\d.]+) \+ build (?P<build>[\d.]+) "
                         r"\(passes (?P<passes>[\d.]+), codegen (?P<codegen>[\d.]+)\) \+ inputs (?P<inputs>[\d.]+) "
-                        r"\+ run (?P<run>[\d.]+) \+ golden (?P<golden>[\d.]+) \+ dumps (?P<dumps>[\d.]+) "
+                        r"\+ first-call (?P<first>[\d.]+) \+ run (?P<run>[\d.]+) \+ golden (?P<golden>[\d.]+) "
+                        r"\+ profile (?P<profile>[\d.]+) \+ dumps (?P<dumps>[\d.]+) "
                         r"\+ other (?P<other>-?[\d.]+)")
 
 
@@ -206,11 +207,15 @@ def test_the_time_line_accounts_for_the_wall_time(command, tmp_path):
     m = _TIME_LINE.fullmatch(lines[-1])
     assert m, lines[-1]
     t = {k: float(v) for k, v in m.groupdict().items()}
-    parts = ("import", "build", "inputs", "run", "golden", "dumps", "other")
+    parts = ("import", "build", "inputs", "first", "run", "golden", "profile", "dumps", "other")
     assert abs(sum(t[p] for p in parts) - t["wall"]) <= 0.1 * len(parts)  # printed to 0.1 s each
     assert t["other"] <= 0.05 * t["wall"] and t["passes"] + t["codegen"] <= t["build"] + 0.1
     assert t["import"] > 0 and t["build"] > 0 and t["dumps"] > 0  # (tiny inputs, run, golden: 0.0 s or so)
     assert abs(t["wall"] - external) <= 0.05 * external, (t["wall"], external)
+    if command == "check":  # the header's figures are the footer's: the whole build, the first call apart
+        head = re.search(r" build=(?P<build>[\d.]+)s first-call=(?P<first>[\d.]+)ms run=", out.stdout)
+        assert abs(float(head["build"]) - t["build"]) <= 0.1 + 0.05 * t["build"], (head["build"], t["build"])
+        assert abs(float(head["first"]) / 1e3 - t["first"]) <= 0.1
     above = lines.index(next(ln for ln in lines if ln.startswith("pass timing:"))) - 1
     assert _TIME_LINE.fullmatch(lines[above])
 

@@ -176,7 +176,11 @@ def test_re_rendering_an_older_page_rebuilds_its_history_from_the_pass_files(run
 
 
 def test_pass_table_marks_nested_and_skipped_passes(run, tmp_path):
-    table = pass_table(json.loads((run / "index.json").read_text()))
+    index = json.loads((run / "index.json").read_text())
+    table = pass_table(index)  # the passes run inside FuseTIR folded into its row, counted
+    assert re.search(r"\n\d{3}  fuse +FuseTIR \[\+\d+ nested, \d+ changed\] +changed", table)
+    assert "ExpandTupleArguments" not in table
+    table = pass_table(index, nested=True)
     assert re.search(r"\n\d{3}  fuse +FuseTIR +changed", table)
     assert re.search(r"\n\d{3}  fuse +  ExpandTupleArguments ", table)  # run inside FuseTIR: indented
     m = mtp_tvm.compile(case="logits", preset="tiny", frontend="relax", dump_passes=tmp_path, bisect_limit=0)

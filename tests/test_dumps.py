@@ -43,7 +43,8 @@ def test_dump_passes_writes_one_numbered_file_per_pass(relax_run):
     names = [p["name"] for p in passes]
     assert "sequential" not in names and not any(n.startswith("mtp.") for n in names)
     assert "LegalizeOps" in names and "FuseTIR" in names and "tirx.MakePackedAPI" in names
-    for p in passes:
+    assert all(p["file"] is None and p["parent"] is not None for p in passes if p["depth"])  # folded: no files
+    for p in (p for p in passes if not p["depth"]):
         assert (run / p["file"]).exists()
         m_ = DUMP_NAME.match(p["file"])
         assert m_ and int(m_.group(1)) == p["index"] and m_.group(2) == p["phase"]
@@ -107,7 +108,7 @@ def test_filter_by_pass_name_and_by_function(tmp_path):
     m = mtp_tvm.compile(case="logits", preset="tiny", dump_passes=tmp_path, dump_filter=r"^tirx\.",
                         dump_func="pad_rows_bfloat16")
     index = _index(m.dump_dir)
-    assert index["dump"] == {"only_changed": False, "filter": r"^tirx\.", "func": "pad_rows_bfloat16"}
+    assert index["dump"] == {"only_changed": False, "filter": r"^tirx\.", "func": "pad_rows_bfloat16", "nested": False}
     files = [p for p in index["passes"] if p["file"]]
     assert files and all(p["name"].startswith("tirx.") for p in files)
     assert len(files) < len(index["passes"])
@@ -157,7 +158,7 @@ def test_two_concurrent_dumping_processes_write_two_complete_distinct_folders(tm
     for run in dirs:
         index = _index(run)
         assert (run / "complete").exists() and (run / "index.html").exists()
-        assert all((run / p["file"]).exists() for p in index["passes"])
+        assert all((run / p["file"]).exists() for p in index["passes"] if not p["depth"])
         assert all((run / f).exists() for f in index["codegen"])
 
 

@@ -66,16 +66,19 @@ def test_ddmin_finds_a_one_minimal_failing_subset():
 
 
 def test_a_node_names_the_users_source_line_over_torchs_own():
+    from pathlib import Path
+    from types import SimpleNamespace
+
     trace = ('File "/x/torch/nn/modules/module.py", line 1, in _call_impl\n    return forward(*args)\n'
              'File "/u/block.py", line 18, in forward\n    return x * 2\n'
-             'File "/x/torch/nn/modules/linear.py", line 134, in forward\n    return F.linear(x, w)\n')
-    from pathlib import Path
-
-    assert source_line(trace, Path("/u/block.py")) == "block.py:18: return x * 2"
-    assert source_line(trace, Path("/elsewhere.py")) == "linear.py:134: return F.linear(x, w)"
-    assert source_line(None, Path("/u/block.py")) is None
-    node = GraphNode("mean", "aten.mean.dim", "block.py:18: return x * 2", "norm (RMSNorm)")
-    assert node.describe() == "mean (aten.mean.dim) in norm (RMSNorm) at block.py:18: return x * 2"
+             'File "/x/torch/nn/modules/linear.py", line 134, in forward\n    return F.linear(x, w)\n'
+             'File "/x/torch/fx/proxy.py", line 9, in create\n')  # a frame without its code line
+    node = SimpleNamespace(meta={"stack_trace": trace})
+    assert source_line(node, Path("/u/block.py")) == "/u/block.py:18 in forward: return x * 2"
+    assert source_line(node, Path("/elsewhere.py")) == "/x/torch/fx/proxy.py:9 in create: "
+    assert source_line(SimpleNamespace(meta={}), Path("/u/block.py")) is None
+    node = GraphNode("mean", "aten.mean.dim", "block.py:18 in forward: return x * 2", "norm (RMSNorm)")
+    assert node.describe() == "mean (aten.mean.dim) in norm (RMSNorm) at block.py:18 in forward: return x * 2"
 
 
 @pytest.mark.parametrize("argv, message", [

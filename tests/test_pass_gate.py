@@ -1,5 +1,7 @@
 """The gate's decisions pass by pass: disabled names, LLVM-style limits, optional units decided as a whole."""
 
+import pytest
+
 import mtp_tvm
 from mtp_tvm.passes.gate import SKIP_DISABLED, SKIP_LIMIT, PassGate, describe_gate
 from mtp_tvm.passes.target import resolve_target
@@ -53,3 +55,14 @@ def test_a_build_says_which_optional_pass_was_applied_last():
     assert skipped["FoldConstant"] == SKIP_DISABLED and skipped["s_tir.HoistIfThenElse"] == SKIP_LIMIT
     line = describe_gate(gate)
     assert "last optional pass applied" in line and "FuseOps" in line and "FoldConstant" in line
+
+
+@pytest.mark.parametrize("name, idle", [("FoldConstant", True), ("FuseOps", False)])
+def test_a_disabled_pass_that_would_have_changed_nothing_is_said(name, idle):
+    """The norm case (Relax frontend) has no constant to fold: disabling FoldConstant made no difference."""
+    lines = []
+    result = mtp_tvm.check(case="norm", preset="tiny", frontend="relax", disable_passes=(name,), log=lines.append)
+    warned = [line for line in lines if f"--disable-pass {name}" in line]
+    assert result.passed and warned == ([f"[passes] warning: --disable-pass {name}: the pass changes nothing in any "
+                                         "function where it was skipped (1 place): disabling it made no difference"]
+                                        if idle else [])

@@ -5,6 +5,7 @@ import re
 import pytest
 import tvm
 
+from helpers import REPO
 from mtp_tvm.passes.plugins import load_pass_plugin, resolve_extra_passes
 from mtp_tvm.passes.target import resolve_target
 from mtp_tvm.support.errors import UsageError
@@ -119,3 +120,30 @@ def test_systemexit_from_a_handler_never_reads_as_success(monkeypatch, capsys):
     monkeypatch.setattr(cli, "_cmd_list", exits)
     assert cli.main(["list"]) == 2
     assert "user code called sys.exit(0) during list" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("phase, idle", [("fuse", True), ("schedule", False)])
+def test_a_plugin_pass_that_changed_nothing_is_said_with_its_phase(phase, idle):
+    import mtp_tvm
+
+    lines = []
+    plugin = load_pass_plugin(REPO / "tests" / "user_blocks" / "tag_fused_norm.py")  # tags fused norm kernels
+    touch = plugin(resolve_target("llvm"))["fuse"][0]
+    result = mtp_tvm.check(case="norm", preset="tiny", frontend="relax", extra_passes={phase: [touch]},
+                           log=lines.append)
+    warned = [line for line in lines if "TagFusedNorm" in line]
+    assert result.passed and bool(warned) == idle
+    if idle:
+        assert warned == [
+            "[passes] warning: a pass of extra_passes: pass 'TagFusedNorm' changed nothing in any function (phase "
+            f"'fuse', 1 run); at that point the module holds {warned[0].split('module holds ')[1]}"]
+        assert "0 fused" in warned[0] and "before FuseOps/FuseTIR" in warned[0]
+
+
+def test_a_compile_only_build_says_which_plugin_pass_changed_nothing():
+    from mtp_tvm.artifact.export import build, describe
+    from mtp_tvm.compiler.options import BuildSpec, DebugOptions
+
+    plugin = load_pass_plugin(REPO / "tests" / "user_blocks" / "tag_fused_norm.py")
+    built = build(None, BuildSpec(case="norm", preset="tiny", frontend="relax"), DebugOptions(extra_passes=plugin))
+    assert "[passes] warning: pass plugin " in describe(built) and "'TagFusedNorm' changed nothing" in describe(built)

@@ -100,6 +100,55 @@ def test_a_zip_without_arrays_is_refused(tmp_path):
         read_npz(tmp_path / "text.npz", {})
 
 
+def _case_dtypes() -> list[str]:
+    from mtp_tvm.contract.cases import CASES
+    from mtp_tvm.contract.presets import make_shapes
+
+    shapes = make_shapes("tiny", 3)
+    return sorted({s.dtype for c in CASES.values() for s in [*c.input_specs(shapes).values(),
+                                                              *c.output_specs(shapes).values()]})
+
+
+@pytest.mark.parametrize("dtype", [*_case_dtypes(), "float8_e4m3fn", "float8_e5m2", "float16", "int64", "bool"])
+def test_read_inputs_of_write_inputs_is_bitwise_every_dtype(tmp_path, dtype):
+    import mtp_tvm
+
+    bits = np.random.default_rng(0).integers(0, 256, size=48, dtype=np.uint8)
+    wanted = np.dtype(getattr(ml_dtypes, dtype, dtype))
+    x = (bits % 2).astype(bool) if dtype == "bool" else bits.view(wanted)
+    mtp_tvm.write_inputs(tmp_path / "x.npz", {"x": x.reshape(2, -1)})
+    back = mtp_tvm.read_inputs(tmp_path / "x.npz")
+    assert list(back) == ["x"] and back["x"].dtype == x.dtype and back["x"].shape == (2, x.size // 2)
+    assert back["x"].tobytes() == x.tobytes()
+
+
+def test_read_inputs_restores_bf16_of_files_without_a_record_and_takes_torch(tmp_path):
+    import torch
+
+    import mtp_tvm
+
+    x = np.arange(8, dtype=np.float32).astype(ml_dtypes.bfloat16)
+    np.savez(tmp_path / "plain.npz", x=x)  # numpy's own writer: |V2 and no dtype record
+    assert mtp_tvm.read_inputs(tmp_path / "plain.npz")["x"].dtype == x.dtype
+    np.savez(tmp_path / "f8.npz", x=x.astype(ml_dtypes.float8_e4m3fn))
+    with pytest.raises(UsageError, match=r"'x' is raw bytes \(\|V1\) and the file does not say its dtype"):
+        mtp_tvm.read_inputs(tmp_path / "f8.npz")
+    t = torch.randn(4, dtype=torch.bfloat16)
+    mtp_tvm.write_inputs(tmp_path / "t.npz", {"t": t})
+    assert torch.equal(torch.from_numpy(mtp_tvm.read_inputs(tmp_path / "t.npz")["t"].view(np.int16)),
+                       t.view(torch.int16))
+
+
+def test_a_raw_bytes_input_says_to_use_read_inputs(tmp_path):
+    x = np.ones((2, 8), ml_dtypes.bfloat16)
+    np.savez(tmp_path / "a.npz", x=x, y=np.ones((2, 4), np.float32))
+    with np.load(tmp_path / "a.npz") as z:
+        raw = {k: z[k] for k in z.files}
+    with pytest.raises(UsageError, match=r"'x' has dtype \|V2, expected bfloat16 \(raw bytes: .*"
+                                         r"mtp_tvm.read_inputs\(path\) restores them\)"):
+        validate_inputs(SPECS, raw, "test")
+
+
 def test_where_an_input_may_live_for_a_gpu_binary():
     """``input_placement`` for a CUDA binary, decided from metadata alone (no GPU needed): host data is copied,
     a tensor on the binary's GPU would be used in place, anything else is refused naming both devices."""

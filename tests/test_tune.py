@@ -303,9 +303,14 @@ def test_trial_budgets_and_hand_points_never_exceed_the_trials():
     assert sum(trial_budgets(["a", "b", "c"], {}, 2)) == 2 and trial_budgets(["a", "b"], {}, 0) == [0, 0]
     for trials in range(0, 30):
         assert sum(trial_budgets(["a", "b", "c", "d"], {"a": 0.1, "b": 7.0, "c": 2.5}, trials)) == trials
-    points = {"gemm": ["g0", "g1", "g2"], "norm": ["n0"]}
-    assert first_points(points, 2) == [("gemm", "g0"), ("norm", "n0")]  # every shipped point first
-    assert first_points(points, 10) == [("gemm", "g0"), ("norm", "n0"), ("gemm", "g1"), ("gemm", "g2")]
+    points = {"gemm": ["g0", "g1", "g2", "g3", "g4"], "norm": ["n0"]}
+    chosen, note = first_points(points, 2)  # every shipped point first, even past half: said
+    assert chosen == [("gemm", "g0"), ("norm", "n0")] and "the search gets 0" in note
+    chosen, note = first_points(points, 1)
+    assert chosen == [("gemm", "g0")] and note.startswith("--trials 1 is smaller than the 2 kernels'")
+    chosen, note = first_points(points, 6)  # at most half the trials: the search gets the rest
+    assert chosen == [("gemm", "g0"), ("norm", "n0"), ("gemm", "g1")] and note is None
+    assert len(first_points(points, 100)[0]) == 6
 
 
 @pytest.mark.slow  # over 10 s on 2 cores
@@ -317,6 +322,11 @@ def test_a_small_trial_budget_is_kept_and_the_progress_never_passes_it(tmp_path,
     r = tune(BuildSpec("logits", preset="tiny"), trials=2, log=lines.append)
     done = [tuple(map(int, m.groups())) for ln in lines if (m := re.search(r"(\d+)/(\d+) trials", ln))]
     assert r.trials <= 2 and all(d <= total == 2 for d, total in done), lines
+    assert any("hand schedules take" in ln or "smaller than the" in ln for ln in lines)  # the share is said
+    from mtp_tvm.tools.tune.report import end_to_end
+
+    found = end_to_end(BuildSpec("logits", preset="tiny"))  # main with the hand schedules and the records
+    assert set(found.ms) == {"default", "tuned"} and all(ms > 0 for ms in found.ms.values())
 
 
 @pytest.mark.parametrize("call, message", [

@@ -325,7 +325,8 @@ def build(out: str | os.PathLike | None, spec: BuildSpec | None = None, debug: D
 
 
 def describe(built: Built) -> str:
-    """What a build wrote: library, size, hash, and per kernel resources for CUDA."""
+    """What a build wrote: library, size, hash, per kernel resources for CUDA, and the user passes that changed
+    nothing."""
     m = built.manifest
     lib, device = m["library"], m["device"]
     archs = f" ({', '.join(device['archs'])})" if device else ""
@@ -338,5 +339,6 @@ def describe(built: Built) -> str:
                   f"{r['spill_store_bytes']}/{r['spill_load_bytes']}")
                  for k, per_arch in device["kernels"].items() for a, r in per_arch.items()]
         lines += text_table(rows, rule=False)
+    lines += [f"[passes] warning: {why}" for why in getattr(built.compiled, "idle_passes", [])]
     lines.append(f"artifact: {built.path}" if built.path else "compile only: nothing written")
     return "\n".join(lines)

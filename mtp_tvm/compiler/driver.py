@@ -20,6 +20,7 @@ from ..compiler.runtime import Runnable
 from ..compiler.weights import WeightCache
 from ..contract.cases import ROWS, TOKENS, Case, TensorSpec
 from ..contract.presets import Shapes, make_shapes
+from ..instrument.idle_passes import IdlePassWatch, idle_disabled
 from ..instrument.pass_clock import PassClock
 from ..instrument.recorder import DumpOptions, PassRecord, PassRecorder
 from ..instrument.run_folder import mark_complete, prune, retention
@@ -65,6 +66,7 @@ class CompiledCase(Runnable):
     unscheduled: list[str] = dataclasses.field(default_factory=list)  # kernels no schedule covers (as written)
     pass_records: list[PassRecord] = dataclasses.field(default_factory=list, repr=False)  # time_passes, dumps
     gate: dict | None = None                   # what --disable-pass / --bisect-limit did (pass_gate.gate_summary)
+    idle_passes: list[str] = dataclasses.field(default_factory=list)  # user passes that changed nothing: why
     optimized_module: tvm.IRModule | None = dataclasses.field(default=None, repr=False)  # entering lowering
     spec: BuildSpec = dataclasses.field(default_factory=BuildSpec)  # as asked (sizes may be None: defaults)
     debug: DebugOptions = dataclasses.field(default_factory=DebugOptions, repr=False)
@@ -175,7 +177,7 @@ def _compile(spec: BuildSpec, debug: DebugOptions) -> CompiledCase:
                         c, shapes, tgt, built.executable, built.seconds, schedule_traces=dict(applier.traces),
                         device_source=built.source, untuned=dict(applier.untuned),
                         unscheduled=list(applier.unscheduled), pass_records=built.records, gate=built.gate,
-                        optimized_module=built.optimized, spec=spec, debug=debug))
+                        idle_passes=built.idle_passes, optimized_module=built.optimized, spec=spec, debug=debug))
 
 
 @dataclasses.dataclass
@@ -188,6 +190,7 @@ class BuiltIR:
     records: list[PassRecord]
     gate: dict | None
     optimized: tvm.IRModule | None
+    idle_passes: list[str]  # the user passes (and --disable-pass names) that changed nothing, and where
 
 
 @dataclasses.dataclass(frozen=True)
@@ -209,8 +212,8 @@ class _Build:
 def _prepare(name: str, tgt: Target, applier: ApplySchedules, debug: DebugOptions, meta: dict) -> _Build:
     extra = resolve_extra_passes(debug.extra_passes, tgt)
     gate = PassGate.for_target(tgt, debug.disable_passes, debug.bisect_limit, extra_pass_names(extra))
-    dump = DumpOptions(debug.dump_root, debug.only_changed, debug.dump_filter,
-                       debug.dump_func) if debug.dump_passes else None
+    dump = DumpOptions(debug.dump_root, debug.only_changed, debug.dump_filter, debug.dump_func,
+                       debug.dump_nested) if debug.dump_passes else None
     if dump:
         retention()  # a bad MTP_TVM_DUMPS_KEEP fails before the build
     recorder = PassRecorder(gate, dump) if dump or debug.time_passes or gate.active else None
@@ -225,20 +228,23 @@ def build_ir(make_module, name: str, tgt: Target, applier: ApplySchedules, debug
     says what is built in messages, ``meta`` heads the run folder. Shared by the cases and the user's own
     modules (``compiler.user_build``): prepare -> module -> lower (a failure as one line) -> wrap -> dumps."""
     b = _prepare(name, tgt, applier, debug, meta)
+    t0 = time.perf_counter()  # the build's seconds: making the module too (an export and import can dominate)
     mod = make_module()
     with contextlib.closing(b.recorder) if b.recorder is not None else contextlib.nullcontext():  # its printer
         if b.recorder is not None:
             b.recorder.record_input(mod)
-        built = _lower(b, mod)
+        built = _lower(b, mod, t0)
         compiled = wrap(built)
         if b.recorder is not None:
             _write_dumps(b, built, compiled)
         return compiled
 
 
-def _lower(b: _Build, mod: tvm.IRModule) -> BuiltIR:
-    """The pipeline on ``mod``, and what the build recorded; a failure as one line (``_failed``)."""
-    captured, clock, t0 = {}, PassClock(), time.perf_counter()
+def _lower(b: _Build, mod: tvm.IRModule, t0: float) -> BuiltIR:
+    """The pipeline on ``mod``, and what the build recorded (its seconds since ``t0``); a failure as one line
+    (``_failed``)."""
+    captured, clock = {}, PassClock()
+    watch = IdlePassWatch({phase: [p.info.name for p in passes] for phase, passes in b.extra.items()})
 
     def on_phase(phase_name, m):
         if phase_name == FIRST_LOWERING_PHASE:
@@ -246,18 +252,20 @@ def _lower(b: _Build, mod: tvm.IRModule) -> BuiltIR:
 
     try:
         with phase("codegen"), tvm.transform.PassContext(opt_level=3, config=graph_config(b.meta.get("cuda_graph")),
-                                                         instruments=[clock, *filter(None, [b.recorder])]):
+                                                         instruments=[clock, *filter(None, [b.recorder]),
+                                                                      *([watch] if b.extra else [])]):
             ex = compile_through_phases(mod, b.target, b.applier, b.extra, on_phase=on_phase)
             transfer(clock.seconds, "passes")
     except UsageError:
         raise
     except (Exception, SystemExit) as e:  # TVM errors are multi-line C++ traces; keep the last line
         _failed(b, e)
-    seconds = time.perf_counter() - t0
     records = b.recorder.records if b.recorder is not None else []
     _check_disabled_names(b.gate, records)
-    return BuiltIR(ex, seconds, device_source(ex) if is_gpu(b.target) else None, records,
-                   gate_summary(records, b.gate) if b.gate.active else None, captured.get("optimized"))
+    return BuiltIR(ex, time.perf_counter() - t0, device_source(ex) if is_gpu(b.target) else None, records,
+                   gate_summary(records, b.gate) if b.gate.active else None, captured.get("optimized"),
+                   [p.describe(_user_passes(b.debug)) for p in watch.idle()]
+                   + (idle_disabled(b.recorder.disabled_inputs, b.target) if b.recorder is not None else []))
 
 
 def _failed(b: _Build, e: BaseException):

@@ -112,7 +112,8 @@ DUMP_ENV = "MTP_TVM_DUMP"
 @dataclasses.dataclass(frozen=True)
 class DebugOptions:
     """Debugging a build. ``dump_passes``: True dumps every pass into a new folder under ``dumps/``, a path dumps
-    under it (``only_changed``, ``dump_filter`` regex on pass names, ``dump_func`` one function);
+    under it (``only_changed``, ``dump_filter`` regex on pass names, ``dump_func`` one function, ``dump_nested``
+    also the passes run inside another pass, FoldConstant's inner TIR pipelines: folded under it by default);
     ``time_passes`` keeps per-pass records (time, changed); ``disable_passes`` skips passes by name;
     ``bisect_limit`` N skips every optional pass numbered after N; ``extra_passes`` ({phase: [Pass]}, a
     callable of the target, or a loaded ``--pass-plugin`` file) adds user passes to an optimizing phase."""
@@ -121,6 +122,7 @@ class DebugOptions:
     only_changed: bool = False
     dump_filter: str | None = None
     dump_func: str | None = None
+    dump_nested: bool = False
     time_passes: bool = False
     disable_passes: tuple[str, ...] = ()
     bisect_limit: int | None = None
@@ -135,7 +137,7 @@ class DebugOptions:
         object.__setattr__(self, "disable_passes", tuple(self.disable_passes))
         _require(all(isinstance(n, str) for n in self.disable_passes),
                  f"disable_passes takes pass names, got {self.disable_passes!r}")
-        for name in ("only_changed", "time_passes"):
+        for name in ("only_changed", "dump_nested", "time_passes"):
             value = getattr(self, name)
             _require(isinstance(value, bool), f"{name} must be True or False, got {value!r}")
         for name in ("dump_filter", "dump_func"):
@@ -172,6 +174,7 @@ class DebugOptions:
         argv += ["--dump-only-changed"] if self.only_changed else []
         argv += ["--dump-filter", self.dump_filter] if self.dump_filter else []
         argv += ["--dump-func", self.dump_func] if self.dump_func else []
+        argv += ["--dump-nested"] if self.dump_nested else []
         argv += ["--time-passes"] if self.time_passes else []
         for name in self.disable_passes:
             argv += ["--disable-pass", name]

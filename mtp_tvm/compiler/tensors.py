@@ -3,6 +3,7 @@ copy where an input already lives on the binary's device (``input_placement``)."
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -207,7 +208,9 @@ def validate_inputs(specs: dict, inputs: dict, owner: str, what: str = "inputs",
         a = shared_in_place(x) if resident else to_numpy(x)
         dtype, shape = _dtype_and_shape(x) if resident else (dtype_name(a), a.shape)
         if dtype != spec.dtype:
-            raise UsageError(f"input {name!r} has dtype {dtype}, expected {spec.dtype}")
+            raw = not resident and a.dtype.kind == "V"
+            raise UsageError(f"input {name!r} has dtype {a.dtype.str if raw else dtype}, expected {spec.dtype}"
+                             + (_RAW_BYTES_HINT if raw else ""))
         if len(shape) != len(spec.shape) or any(
                 got != (bound.setdefault(want, got) if isinstance(want, str) else want)
                 for got, want in zip(shape, spec.shape)):
@@ -242,11 +245,42 @@ def _sniff(path: str | os.PathLike) -> None:
         raise UsageError(f"cannot read {path}: not an .npz file (a zip archive of .npy arrays)")
 
 
-def read_npz(path: str | os.PathLike, dtypes: dict[str, str]) -> dict[str, np.ndarray]:
-    """Arrays from an ``.npz``; numpy stores ``ml_dtypes.bfloat16`` as 2-byte void (``|V2``), which is read
-    back as BF16 where ``dtypes`` (name -> dtype name) says so. The one ``.npz`` convention of the project:
-    ``mtp-tvm run``'s inputs and outputs and the reproducers' arrays alike. A file that is not a sound
-    ``.npz`` (empty, truncated, corrupted, an ``.npy``, a zip without arrays) is one ``UsageError``."""
+_RAW_BYTES_HINT = (" (raw bytes: numpy's np.load reads BF16 and the other ml_dtypes types of an .npz so; "
+                   "mtp_tvm.read_inputs(path) restores them)")
+# numpy saves an ml_dtypes array (bfloat16, float8_*) as raw bytes (``|V2``, ``|V1``): ``write_npz`` records
+# their dtypes in this member, a JSON string, which ``read_npz`` reads and drops
+DTYPES_MEMBER = "__mtp_dtypes__"
+
+
+_USER_DTYPE_NUM = 256  # numpy numbers the dtypes a library registers (ml_dtypes') from here on
+
+
+def _extended_dtype(name: str) -> np.dtype | None:
+    """An ml_dtypes dtype by name (``bfloat16``, ``float8_e4m3fn``...), None for numpy's own."""
+    found = getattr(ml_dtypes, name, None)
+    return np.dtype(found) if isinstance(found, type) and np.dtype(found).num >= _USER_DTYPE_NUM else None
+
+
+def _restored(path, name: str, a: np.ndarray, dtype: str | None) -> np.ndarray:
+    """Array ``name`` of ``path`` with its raw-byte dtype restored: from ``dtype`` (the record's or the caller's)
+    or, for a file without a record, ``|V2`` as BF16 (the one 2-byte ml_dtypes type)."""
+    if a.dtype.kind != "V":
+        return a
+    dtype = dtype or ("bfloat16" if a.dtype.itemsize == 2 else None)
+    wanted = _extended_dtype(dtype) if dtype else None
+    if wanted is None or wanted.itemsize != a.dtype.itemsize:
+        raise UsageError(f"cannot read {path}: array {name!r} is raw bytes ({a.dtype.str}) and the file does not "
+                         f"say its dtype" + (f" ({dtype!r} is not a {a.dtype.itemsize}-byte ml_dtypes type)"
+                                             if dtype else "; write it with mtp_tvm.write_inputs"))
+    return a.view(wanted)
+
+
+def read_npz(path: str | os.PathLike, dtypes: dict[str, str] | None = None) -> dict[str, np.ndarray]:
+    """Arrays from an ``.npz``; numpy stores ``ml_dtypes.bfloat16`` (and float8) as raw bytes (``|V2``), read
+    back as that dtype where the file's own record (``write_npz``) or ``dtypes`` (name -> dtype name) says so.
+    The one ``.npz`` convention of the project: ``mtp-tvm inputs``/``run``'s inputs and outputs and the
+    reproducers' arrays alike. A file that is not a sound ``.npz`` (empty, truncated, corrupted, an ``.npy``,
+    a zip without arrays) is one ``UsageError``."""
     _sniff(path)
     try:
         with np.load(path, allow_pickle=False) as z:
@@ -258,16 +292,43 @@ def read_npz(path: str | os.PathLike, dtypes: dict[str, str]) -> dict[str, np.nd
         raise
     except Exception as e:  # zipfile, zlib and numpy's format errors: a damaged file, whichever layer noticed
         raise UsageError(f"cannot read {path}: the archive is damaged ({type(e).__name__}: {e})") from None
+    record = arrays.pop(DTYPES_MEMBER, None)
     if not arrays:
         raise UsageError(f"cannot read {path}: the archive holds no arrays")
-    return {k: a.view(NUMPY_DTYPES["bfloat16"]) if a.dtype == np.dtype("V2") and k in dtypes
-            and dtypes[k] == "bfloat16" else a for k, a in arrays.items()}
+    try:
+        recorded = {} if record is None else dict(json.loads(str(record)))
+    except (ValueError, TypeError):
+        raise UsageError(f"cannot read {path}: its {DTYPES_MEMBER} member is not a JSON object of dtypes") from None
+    given = {**recorded, **(dtypes or {})}
+    return {k: _restored(path, k, a, given.get(k)) for k, a in arrays.items()}
 
 
-def write_npz(path: str | os.PathLike, arrays: dict[str, np.ndarray]) -> None:
-    """Write ``arrays`` atomically (a temp file renamed into place); BF16 lands as ``|V2`` (see ``read_npz``)."""
+def write_npz(path: str | os.PathLike, arrays: Mapping[str, object]) -> None:
+    """Write ``arrays`` (numpy or torch) atomically (a temp file renamed into place); an ml_dtypes array (BF16,
+    float8) lands as raw bytes with its dtype recorded (see ``read_npz``)."""
+    arrays = {k: to_numpy(v) for k, v in arrays.items()}
+    if DTYPES_MEMBER in arrays:
+        raise UsageError(f"an array may not be named {DTYPES_MEMBER} (the file's dtype record)")
+    extended = {k: str(a.dtype) for k, a in arrays.items() if _extended_dtype(str(a.dtype)) is not None}
+    # as raw bytes: numpy writes some ml_dtypes types with a descriptor it cannot read back (float8_e5m2: '<f1')
+    raw = {k: np.ascontiguousarray(a).view(f"V{a.dtype.itemsize}") if k in extended else a
+           for k, a in arrays.items()}
+
     def save(tmp: Path) -> None:
         with open(tmp, "wb") as f:
-            np.savez(f, **arrays)
+            np.savez(f, **raw, **({DTYPES_MEMBER: np.array(json.dumps(extended))} if extended else {}))
 
     write_user_file(path, save)
+
+
+def read_inputs(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """The arrays of an ``.npz`` that ``mtp-tvm inputs``/``run`` (or ``write_inputs``) wrote, BF16 and float8
+    restored from raw bytes: what ``run``/``bind`` take."""
+    return read_npz(path)
+
+
+def write_inputs(path: str | os.PathLike, arrays: Mapping[str, object]) -> None:
+    """Write named arrays (numpy or torch, any dtype including BF16) as ``read_inputs`` and ``mtp-tvm run
+    --inputs`` read them back, bit for bit."""
+    require_mapping(arrays, "arrays")
+    write_npz(path, arrays)

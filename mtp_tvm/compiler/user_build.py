@@ -8,6 +8,7 @@ a GPU, as a case's would.
 from __future__ import annotations
 
 import dataclasses
+import time
 from pathlib import Path
 
 import numpy as np
@@ -65,6 +66,7 @@ class CompiledModule(Runnable):
     pass_records: list[PassRecord] = dataclasses.field(default_factory=list, repr=False)
     gate: dict | None = None
     optimized_module: tvm.IRModule | None = dataclasses.field(default=None, repr=False)
+    idle_passes: list[str] = dataclasses.field(default_factory=list)  # user passes that changed nothing: why
     debug: DebugOptions = dataclasses.field(default_factory=DebugOptions, repr=False)
     dump_dir: Path | None = None
     dump_seconds: float = 0.0
@@ -144,17 +146,19 @@ def compile_module_open(module=None, debug: DebugOptions | None = None, *, spec:
     spec, debug = split_module_options(module, spec, debug, options, "compile_module")
     tgt = resolve_target(spec.target)
     validate_schedule(spec.schedule, tgt)
+    t0 = time.perf_counter()
     with phase("build"):  # exporting and importing the user's model is part of its build
         user = user or load_user_module(spec.module)
+    loading = time.perf_counter() - t0
     applier = ApplySchedules(tgt, spec.schedule, tuned_dir(tgt, user.name) if spec.schedule == TUNED else None)
     meta = {"case": user.name, "module": str(user.path), "target": target_json(tgt), "preset": NO_PRESET,
             "frontend": FRONTEND, "schedule": spec.schedule, "shapes": user.example_shapes}
     debug = debug.from_environment()
 
     def wrap(built) -> CompiledModule:
-        return CompiledModule(user, tgt, built.executable, built.seconds, spec, dict(applier.traces),
+        return CompiledModule(user, tgt, built.executable, loading + built.seconds, spec, dict(applier.traces),
                               built.source, list(applier.unscheduled), dict(applier.untuned), built.records,
-                              built.gate, built.optimized, debug)
+                              built.gate, built.optimized, built.idle_passes, debug)
 
     with phase("build"), native_stderr():
         return build_ir(lambda: user.mod, user.name, tgt, applier, debug, meta, wrap)

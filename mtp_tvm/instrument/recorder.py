@@ -33,7 +33,7 @@ import tvm_ffi
 
 from ..instrument.ir_text import unified_diff
 from ..instrument.run_folder import INPUT_FILE, RunWriter, pass_stem
-from ..passes.gate import PassGate, gate_summary
+from ..passes.gate import SKIP_DISABLED, PassGate, gate_summary
 from ..passes.pipeline import MTP_CONTAINER_PASSES, PHASE_MARKER_PREFIX, RELAX_PIPELINE
 from ..support.errors import UsageError, did_you_mean
 
@@ -44,12 +44,15 @@ CONTAINER_PASSES = {"sequential", "_pipeline", *MTP_CONTAINER_PASSES}
 @dataclasses.dataclass(frozen=True)
 class DumpOptions:
     """What to dump: ``root`` (default ``dumps/``), only changed passes, passes whose name matches
-    ``pass_filter`` (a regex, searched), and one function ``func`` instead of the whole module."""
+    ``pass_filter`` (a regex, searched), one function ``func`` instead of the whole module, and with ``nested``
+    also the passes run inside another pass (FoldConstant's TIR pipeline per folded constant, FuseTIR's
+    helpers): without it they are recorded in the index, folded under their parent, with no file."""
 
     root: str | os.PathLike | None = None
     only_changed: bool = False
     pass_filter: str | None = None
     func: str | None = None
+    nested: bool = False
 
     def __post_init__(self):
         if self.pass_filter is not None:
@@ -68,6 +71,7 @@ class PassRecord:
     phase: str
     name: str
     depth: int = 0              # how many passes this one runs inside (FuseTIR's helpers: 1)
+    parent: int | None = None   # the number of the pass it runs inside (its innermost)
     changed: bool = False
     ms: float = 0.0             # inclusive wall time
     self_ms: float = 0.0        # minus the passes it ran
@@ -118,6 +122,7 @@ class PassRecorder:
         self._printer = ThreadPoolExecutor(1, thread_name_prefix="mtp-dump-print") if dump is not None else None
         self.steps: dict[int, tuple[object, object]] = {}  # pass number -> (before key, after key)
         self.input_key = None
+        self.disabled_inputs: dict[str, list] = {}          # --disable-pass name -> the modules it was skipped on
         self._func_seen = False                             # --dump-func: whether the function ever existed
         self._other_funcs: set[str] = set()                 # the functions seen while it was absent
 
@@ -132,11 +137,15 @@ class PassRecorder:
         t0 = time.perf_counter()
         name, run = info.name, True
         if self._is_leaf(name):
-            rec = PassRecord(len(self.records) + 1, self.phase, name, depth=sum(f.record is not None
-                                                                              for f in self._frames))
+            inside = [f.record.index for f in self._frames if f.record is not None]
+            rec = PassRecord(len(self.records) + 1, self.phase, name, depth=len(inside),
+                             parent=inside[-1] if inside else None)
             rec.skipped, rec.unit = self.gate.decide(rec.index, self.phase, name)
             rec.optional = rec.unit is not None
             self.records.append(rec)
+            if rec.skipped == SKIP_DISABLED and rec.parent is None:  # did disabling it change anything?
+                self.disabled_inputs.setdefault(name, []).append(tvm.IRModule(
+                    dict(mod.functions_items()), attrs=mod.attrs, global_infos=dict(mod.global_infos)))
             self._pending, run = (rec, True) if rec.skipped is None else (None, False)
         self._frames[-1].overhead += time.perf_counter() - t0
         return run
@@ -156,9 +165,10 @@ class PassRecorder:
         parent = self._frames[-1]
         parent.nested += elapsed
         name = info.name
-        if name.startswith(PHASE_MARKER_PREFIX):
+        nested = any(f.record is not None for f in self._frames)  # a build inside a pass (FoldConstant's)
+        if name.startswith(PHASE_MARKER_PREFIX) and not nested:
             self.phase = name[len(PHASE_MARKER_PREFIX):]
-        elif name == RELAX_PIPELINE:  # tirx.build binds the target before the TIR pipeline's marker
+        elif name == RELAX_PIPELINE and not nested:  # tirx.build binds the target before the TIR pipeline's marker
             self.phase = "tir-lower"
         rec = frame.record
         if rec is not None:
@@ -209,10 +219,10 @@ class PassRecorder:
             self._texts[key] = self._printer.submit(state.script, **named)
 
     def dumped(self, rec: PassRecord) -> bool:
-        """Whether pass ``rec`` gets a file: dumping, its name passes the filter, and it changed the IR or every
-        pass is dumped."""
+        """Whether pass ``rec`` gets a file: dumping, its name passes the filter, it changed the IR or every
+        pass is dumped, and it runs at the top (or nested passes are dumped)."""
         return self.dump is not None and rec.index in self.steps and self.dump.wants(rec.name) and (
-            rec.changed or not self.dump.only_changed)
+            rec.changed or not self.dump.only_changed) and (rec.parent is None or self.dump.nested)
 
     def _diff(self, rec: PassRecord) -> list[str]:
         """Pass ``rec``'s diff against its own input (on the printer thread, after both texts it queued)."""
@@ -264,7 +274,8 @@ class PassRecorder:
             history = writer.page_history(self.records)  # while the assembly thread finishes
             generated = sorted([*(codegen or {}), *(f.result().name for f in assembly)])
         writer.write_index(meta, error, {
-            "dump": {"only_changed": self.dump.only_changed, "filter": self.dump.pass_filter, "func": self.dump.func},
+            "dump": {"only_changed": self.dump.only_changed, "filter": self.dump.pass_filter, "func": self.dump.func,
+                     "nested": self.dump.nested},
             "gate": gate_summary(self.records, self.gate), "input": INPUT_FILE, "tvm_version": tvm.__version__,
             "codegen": generated, "attachments": sorted(attachments or {}),
             "passes": [dataclasses.asdict(r) for r in self.records]}, history)

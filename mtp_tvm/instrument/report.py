@@ -19,6 +19,7 @@ import json
 from pathlib import Path
 
 from ..instrument.kernel_history import histories
+from ..instrument.pass_tree import nested_summary
 from ..instrument.side_by_side import SideBySideData, side_by_side_style
 from ..support import atomic_file
 from ..support.html_page import Markup, escape, json_script, render, template
@@ -45,16 +46,19 @@ def timing_table(records, top: int = 15) -> str:
                       *text_table(rows, {3, 4, 5}), f"per phase (self ms): {by_phase}; total {total:.1f} ms"])
 
 
-def pass_table(index: dict, changed: bool = False, phase: str | None = None) -> str:
-    """A run's passes, one line each: number, phase, name (indented when run inside another pass), state;
-    only those that changed the IR with ``changed``, only one phase with ``phase``."""
+def pass_table(index: dict, changed: bool = False, phase: str | None = None, nested: bool = False) -> str:
+    """A run's passes, one line each: number, phase, name, state; only those that changed the IR with
+    ``changed``, only one phase with ``phase``. The passes run inside another are folded into its row (their
+    count) unless ``nested``, then indented under it."""
     rows = [("#", "phase", "pass", "state", "+", "-", "ms", "file")]
+    inside = nested_summary(index["passes"])
     for p in index["passes"]:
-        if (changed and not p["changed"]) or (phase and p["phase"] != phase):
+        if (changed and not p["changed"]) or (phase and p["phase"] != phase) or (p["depth"] and not nested):
             continue
+        name = p["name"] + (f" [{inside[p['index']]}]" if p["index"] in inside and not nested else "")
         state = (f"skipped ({p['skipped']})" if p["skipped"] else "FAILED" if p["error"]
                  else "changed" if p["changed"] else "unchanged")
-        rows.append((f"{p['index']:03d}", p["phase"], "  " * p["depth"] + p["name"], state,
+        rows.append((f"{p['index']:03d}", p["phase"], "  " * p["depth"] + name, state,
                      "" if p["lines_added"] is None else p["lines_added"],
                      "" if p["lines_removed"] is None else p["lines_removed"], f"{p['ms']:.2f}", p["file"] or ""))
     return "\n".join(text_table(rows, {4, 5, 6}))

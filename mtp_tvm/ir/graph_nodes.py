@@ -12,6 +12,7 @@ var of the last op of its group.
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import tvm
@@ -34,21 +35,17 @@ class GraphNode:
         return f"{self.name} ({self.op}){where}{line}"
 
 
-def source_line(stack_trace: str | None, user_file: Path) -> str | None:
-    """The innermost frame of ``stack_trace`` in the user's file (else the innermost frame): ``file:line: code``."""
-    if not stack_trace:
-        return None
-    lines = stack_trace.strip().splitlines()
-    frames = [(i, ln.strip()) for i, ln in enumerate(lines) if ln.strip().startswith("File ")]
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)(?:\n[ \t]*(?!File ")(.*))?')
+
+
+def source_line(node, path: Path) -> str | None:
+    """Where the user wrote ``node``: the last frame of ``path`` in its stack trace (else its last frame), as
+    ``FILE:LINE in FUNC: CODE``; None when torch.export recorded none."""
+    frames = _FRAME.findall(node.meta.get("stack_trace") or "")
     if not frames:
         return None
-    mine = [f for f in frames if str(user_file) in f[1]]
-    i, frame = (mine or frames)[-1]
-    parts = [p.strip() for p in frame.split(",")]
-    file = parts[0].removeprefix("File ").strip('"')
-    line = parts[1].removeprefix("line ") if len(parts) > 1 else "?"
-    code = lines[i + 1].strip() if i + 1 < len(lines) and not lines[i + 1].strip().startswith("File ") else ""
-    return f"{Path(file).name}:{line}: {code}"
+    file, line, func, code = ([f for f in frames if Path(f[0]).resolve() == path] or frames)[-1]
+    return f"{file}:{line} in {func}: {code.strip()}"
 
 
 def graph_node(node, user_file: Path) -> GraphNode:
@@ -57,7 +54,7 @@ def graph_node(node, user_file: Path) -> GraphNode:
     if stack:
         path, cls = list(stack.values())[-1]
         module = f"{path or 'model'} ({getattr(cls, '__name__', str(cls).rsplit('.', 1)[-1])})"
-    return GraphNode(node.name, str(node.target), source_line(node.meta.get("stack_trace"), user_file), module)
+    return GraphNode(node.name, str(node.target), source_line(node, user_file), module)
 
 
 @relax.expr_functor.mutator
@@ -90,8 +87,8 @@ class ExportedGraph:
 
 
 def import_named(program, user_file: Path, custom_convert_map: dict) -> tuple[tvm.IRModule, ExportedGraph]:
-    """``from_exported_program(program, keep_params_as_input=True, custom_convert_map=...)`` with the bindings
-    named after their FX nodes, and the graph it imported."""
+    """The importer's ``from_exported_program(program, keep_params_as_input=True, custom_convert_map=...)`` of an
+    already decomposed ``program``, with the bindings named after their FX nodes, and the graph it imported."""
     from tvm.relax.frontend.torch import exported_program_translator as ept
 
     table: dict = {}
@@ -102,7 +99,6 @@ def import_named(program, user_file: Path, custom_convert_map: dict) -> tuple[tv
             table.update(self.env)
             return out
 
-    program = program.run_decompositions()  # what from_exported_program imports (it decomposes first)
     mod = Importer().from_exported_program(program, True, False, False, custom_convert_map)
     nodes = {n.name: graph_node(n, user_file) for n in program.graph.nodes if n.op == "call_function"}
     names = {var: node.name for node, var in table.items()

@@ -24,9 +24,9 @@ import tvm
 from tvm import relax, tirx
 
 from ..contract.cases import TensorSpec
-from ..ir.graph_nodes import ExportedGraph, import_named
+from ..ir.graph_nodes import ExportedGraph
 from ..ir.module_sizes import sized_inputs
-from ..ir.torch_frontend import CUSTOM_CONVERTERS
+from ..ir.op_coverage import import_program
 from ..support.errors import UsageError
 from ..support.lazy import lazy_module
 from ..support.native_log import native_stderr
@@ -241,14 +241,7 @@ def _outputs(func: relax.Function, path: Path) -> tuple[dict[str, TensorSpec], b
 
 
 def _from_torch(path: Path, program, examples: list[np.ndarray], reference: list[np.ndarray]) -> UserModule:
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", category=FutureWarning)
-        try:
-            mod, graph = import_named(program, path, CUSTOM_CONVERTERS)
-        except Exception as e:  # an operator TVM's importer lacks: the user's model, not our bug
-            raise UsageError(f"module file {path}: TVM's from_exported_program cannot import model(): "
-                             f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}") \
-                from None
+    mod, graph = import_program(program, path)  # an operator it cannot import or lower: a UsageError naming it
     mod, params = relax.frontend.detach_params(mod)
     func = mod["main"]
     num_input = len(examples)

@@ -121,6 +121,12 @@ RELAX_PHASES: tuple[Phase, ...] = (
 )
 
 
+def relax_passes_by_name(target: Target) -> dict[str, tvm.transform.Pass]:
+    """The Relax phases' passes by name (not the schedule phase's, which need the build's applier): what a
+    skipped ``--disable-pass`` would have run (``instrument.idle_passes``)."""
+    return {p.info.name: p for phase in RELAX_PHASES if not phase.takes_applier for p in phase.passes(target)}
+
+
 TIR_PHASES = ("tir-lower", "tir-host", "tir-device")
 
 
@@ -130,6 +136,17 @@ OPTIMIZING_PHASES = ("legalize", "fuse", "schedule")
 
 
 FIRST_LOWERING_PHASE = "lower-dataflow"
+
+
+# What a user pass (which runs first in its phase) finds there: the table of docs/guides/writing-a-pass.md, and
+# the reason given when one changed nothing (instrument.idle_passes).
+PHASE_HOLDS = {
+    "legalize": "unfused Relax operators (R.matmul, R.nn.softmax...), before LegalizeOps turns them into PrimFuncs",
+    "fuse": "one unscheduled PrimFunc per operator, before FuseOps/FuseTIR: no fused kernels yet (a pass on "
+            "fused kernels belongs under 'schedule')",
+    "schedule": "the fused PrimFuncs, before the hand schedules (a pass on scheduled TIR belongs in a TIR "
+                "pipeline, see docs/guides/writing-a-pass.md)",
+}
 
 
 # LLVM's "optional" passes (``-opt-bisect-limit``): the build stays correct without them, so a bisect may skip

@@ -10,21 +10,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 
 import tvm
 from tvm.target import Target
 
 from ..support.errors import UsageError, did_you_mean, last_line
+from ..support.load_average import usable_cores
 from ..support.native_log import native_stderr
 
 CUDA_ARCHS = ("sm_80", "sm_90")
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its affinity mask, which containers and ``taskset`` narrow)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def host_cpu() -> str:

@@ -1,7 +1,8 @@
 """Where a command's wall time goes: ``with phase("inputs"): ...`` around each kind of work, nested phases taking
 their time out of the enclosing one, so the parts add up to the wall time. ``time_line()`` is the line ``check``,
-``build`` and ``bench`` end with: the import of TVM and torch, the build (its passes and codegen), the inputs, the
-run, the golden reference, the dumps, and what is left."""
+``build`` and ``bench`` end with: the import of TVM and torch (and of a pass plugin), the build (its passes and
+codegen), the inputs, the first call (the runtime loaded, weights packed) apart from the run, the golden
+reference, the profile, the dumps, and what is left."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterator
 
-PARTS = ("import", "build", "inputs", "run", "golden", "dumps")
+PARTS = ("import", "build", "inputs", "first-call", "run", "golden", "profile", "dumps")
 BUILD_PARTS = ("passes", "codegen")  # shown inside build
 
 _totals: dict[str, float] = defaultdict(float)

@@ -10,7 +10,6 @@ differential check: ``compiler.user_build.reference_build``).
 from __future__ import annotations
 
 import dataclasses
-import time
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -21,7 +20,7 @@ from ..passes.target import target_json
 from ..support.lazy import lazy_module
 from ..support.timing import phase
 from ..verify.comparators import Comparison, ratio_allclose
-from ..verify.golden_check import Provenance
+from ..verify.golden_check import Provenance, timed_run
 from ..verify.results import CheckResult, OutputCheck
 from ..verify.tolerances import ModuleTolerance
 
@@ -86,12 +85,11 @@ def golden_check_module(compiled: CompiledModule, tolerance: ModuleTolerance, lo
     shapes = {n: list(np.shape(inputs[n])) for n in compiled.user.activation_names}
     log(f"[RUN] {'inputs at --shape' if given else 'example inputs'}: "
         f"{', '.join(f'{n}{s}' for n, s in shapes.items())}")
-    t0 = time.perf_counter()
-    with phase("run"):
-        actual = compiled.run(inputs)
-    seconds = time.perf_counter() - t0
+    timed = timed_run(compiled.run, inputs)
     with phase("golden"):
         expected = expected if expected is not None else module_golden(compiled, inputs if given else None)
     built = Provenance(target_json(compiled.target), compiled.frontend, compiled.schedule, compiled.build_seconds,
                        compiled.dump_dir)
-    return check_outputs(compiled.name, shapes, built, actual, expected, tolerance, seconds, seed)
+    return dataclasses.replace(check_outputs(compiled.name, shapes, built, timed.outputs, expected, tolerance,
+                                             timed.seconds, seed),
+                               first_call_seconds=timed.first_call_seconds)

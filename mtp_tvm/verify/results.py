@@ -80,6 +80,7 @@ class CheckResult:
     nan_origin: NanReport | None = None  # --nan-check: the first call with NaN/Inf
     nan_checked: bool = False
     kernel_repro_dir: str | None = None  # a failing check with dumps: the first differing kernel call's repro
+    first_call_seconds: float = 0.0   # the first call (runtime load, JIT, weight packing), apart from run_seconds
 
     @property
     def passed(self) -> bool:
@@ -92,7 +93,8 @@ class CheckResult:
     def as_dict(self) -> dict:
         return {"case": self.case, "target": self.target, "preset": self.preset, "frontend": self.frontend,
                 "seed": self.seed, "shapes": self.shapes, "passed": self.passed,
-                "build_seconds": self.build_seconds, "run_seconds": self.run_seconds, "dump_dir": self.dump_dir,
+                "build_seconds": self.build_seconds, "run_seconds": self.run_seconds,
+                "first_call_seconds": self.first_call_seconds, "dump_dir": self.dump_dir,
                 "schedule": self.schedule, "perturbation": self.perturbation, "repro_dir": self.repro_dir,
                 "gate": self.gate,
                 "outputs": {k: v.as_dict() for k, v in self.outputs.items()},
@@ -139,7 +141,8 @@ def summary_table(r: CheckResult) -> str:
     lines = text_table(rows)
     head = (f"case={r.case} target={r.target['kind']} preset={r.preset} frontend={r.frontend} schedule={r.schedule} "
             f"{sizes_text(r.shapes)} seed={r.seed} "
-            f"build={r.build_seconds:.2f}s run={r.run_seconds * 1e3:.1f}ms")
+            f"build={r.build_seconds:.2f}s first-call={r.first_call_seconds * 1e3:.1f}ms "
+            f"run={r.run_seconds * 1e3:.3g}ms")
     if LM_HEAD_LOGITS in r.outputs:
         head += f" owners={r.shapes['owners']} TP={r.shapes['tp']} VOCAB={r.shapes['tp'] * r.shapes['vocab_shard']}"
     details = [f"{o.name} / {cmp.comparator}:\n  " + cmp.detail.replace("\n", "\n  ")

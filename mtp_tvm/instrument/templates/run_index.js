@@ -41,7 +41,7 @@ function renderDiff(text) {
 function readState() {
   const s = new URLSearchParams(location.hash.slice(1));
   return {phase: s.get("phase") || "", changed: s.get("changed") === "1", q: s.get("q") || "", show: s.get("show"),
-          func: s.get("func")};
+          func: s.get("func"), nested: s.get("nested") === "1", open: (s.get("open") || "").split(",").filter(Boolean)};
 }
 function writeState(st) {
   const s = new URLSearchParams();
@@ -50,9 +50,28 @@ function writeState(st) {
   if (st.q) s.set("q", st.q);
   if (st.show) s.set("show", st.show);
   if (st.func) s.set("func", st.func);
+  if (st.nested) s.set("nested", "1");
+  if (st.open.length) s.set("open", st.open.join(","));
   history.replaceState(null, "", "#" + s.toString());
 }
+// passes run inside another (FoldConstant's TIR pipeline per constant, FuseTIR's helpers) are folded into the
+// row of the top-level pass that ran them (instrument/pass_tree.py): counted there, opened by a click
+const topOf = {};
+const nestedIn = {};
+{
+  let top = 0;
+  for (const p of index.passes) {
+    if (!p.depth) top = p.index;
+    topOf[p.index] = top;
+    if (p.depth) {
+      const n = nestedIn[top] || (nestedIn[top] = {count: 0, changed: 0});
+      n.count += 1; n.changed += p.changed ? 1 : 0;
+    }
+  }
+}
+const nestedTotal = index.passes.filter((p) => p.depth).length;
 function matches(p, st) {
+  if (p.depth && !st.nested && !st.open.includes(String(topOf[p.index]))) return false;
   if (st.phase && p.phase !== st.phase) return false;
   if (st.changed && !p.changed) return false;
   if (st.q) { try { return new RegExp(st.q).test(p.name); } catch (e) { return p.name.includes(st.q); } }
@@ -61,12 +80,15 @@ function matches(p, st) {
 function render() {
   const st = readState();
   renderHistory(st.func);
-  $("phase").value = st.phase; $("changed").checked = st.changed; $("q").value = st.q;
+  $("phase").value = st.phase; $("changed").checked = st.changed; $("q").value = st.q; $("nested").checked = st.nested;
   const rows = index.passes.filter((p) => matches(p, st)).map((p) => {
     const [cls, text] = stateOf(p);
     const view = diffs[p.index] ? `<a href="#" data-show="${p.index}">view</a> &middot; ${link(p.diff, "file")}` : "";
+    const n = nestedIn[p.index];
+    const fold = n && !st.nested ? ` <a href="#" class="fold" data-open="${p.index}">` +
+      `[${st.open.includes(String(p.index)) ? "&minus;" : "+"}${n.count} nested, ${n.changed} changed]</a>` : "";
     return `<tr class="pass" data-index="${p.index}"><td class="num">${String(p.index).padStart(3, "0")}</td>` +
-      `<td>${esc(p.phase)}</td><td class="${p.depth ? "nested" : ""}">${esc(p.name)}</td>` +
+      `<td>${esc(p.phase)}</td><td class="${p.depth ? "nested" : ""}">${esc(p.name)}${fold}</td>` +
       `<td class="${cls}">${esc(text)}</td><td class="num">${p.lines_added ?? ""}</td>` +
       `<td class="num">${p.lines_removed ?? ""}</td><td class="num">${p.self_ms.toFixed(2)}</td>` +
       `<td class="num">${p.ms.toFixed(2)}</td>` +
@@ -74,7 +96,8 @@ function render() {
       `<td>${view}</td></tr>`;
   });
   document.querySelector("#passes tbody").innerHTML = rows.join("");
-  $("count").textContent = `${rows.length} of ${index.passes.length} passes`;
+  $("count").textContent = `${rows.length} of ${index.passes.length - nestedTotal} passes` +
+    (nestedTotal ? ` (+${nestedTotal} nested, folded)` : "");
   const shown = st.show && diffs[st.show];
   $("viewer").hidden = !shown;
   if (shown) {
@@ -119,10 +142,17 @@ const phases = [...new Set(index.passes.map((p) => p.phase))];
 $("phase").innerHTML += phases.map((p) => `<option value="${esc(p)}">${esc(p)}</option>`).join("");
 $("phase").addEventListener("change", (e) => update({phase: e.target.value}));
 $("changed").addEventListener("change", (e) => update({changed: e.target.checked}));
+$("nested").addEventListener("change", (e) => update({nested: e.target.checked}));
 $("q").addEventListener("input", (e) => update({q: e.target.value}));
 document.querySelector("#passes tbody").addEventListener("click", (e) => {
   const a = e.target.closest("a[data-show]");
   if (a) { e.preventDefault(); update({show: a.dataset.show}); $("viewer").scrollIntoView(); }
+  const fold = e.target.closest("a[data-open]");
+  if (fold) {
+    e.preventDefault();
+    const open = readState().open.filter((i) => i !== fold.dataset.open);
+    update({open: open.length < readState().open.length ? open : [...open, fold.dataset.open]});
+  }
 });
 window.addEventListener("hashchange", render);
 $("func").innerHTML += Object.keys(kernelHistory).map((f) => `<option value="${esc(f)}">${esc(f)}</option>`).join("");
@@ -133,7 +163,8 @@ const check = index.check ? ` &middot; golden check <b class="${index.check.pass
   `${index.check.passed ? "PASSED" : "FAILED"}</b>` +
   (index.check.repro ? ` (${link(index.check.repro, "reproducer")})` : "") : "";
 $("summary").innerHTML = `preset ${esc(index.preset)} &middot; frontend ${esc(index.frontend)} &middot; ` +
-  `${index.passes.length} passes, ${changed} changed &middot; status ${esc(index.status)}` +
+  `${index.passes.length - nestedTotal} passes` + (nestedTotal ? ` (+${nestedTotal} nested)` : "") +
+  `, ${changed} changed &middot; status ${esc(index.status)}` +
   (index.build_seconds !== undefined ? ` &middot; build ${index.build_seconds.toFixed(2)} s` : "") + check +
   (index.error ? `<br><span class="failed">${esc(index.error)}</span>` : "");
 const profile = JSON.parse(document.getElementById("profile-data").textContent);

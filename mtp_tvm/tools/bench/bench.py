@@ -32,9 +32,11 @@ How (``tools/bench/worker.py``):
 - **Side by side.** Round r asks each worker in turn, at each T, to time a batch of calls (about 50 ms) and
   answer ms per call, so drift in clock or load hits TVM and every peer alike; before the next batch the previous
   worker must have gone quiet (OpenBLAS's threads spin ~0.1 s after a call). Medians over rounds.
-- **Load.** The 1-minute load average (``os.getloadavg``) just before and after the rounds; a change by more
-  than ``LOAD_CHANGE`` and by more than half is flagged in the table and the JSON (the bench's own timed
-  worker counts in it too: up to ``threads``).
+- **Load.** The 1-minute load average (``os.getloadavg``) just before the rounds, after each and after them all
+  (``support.load_average``); a change by more than ``LOAD_CHANGE`` and by more than half is flagged in the
+  table and the JSON (the bench's own timed worker counts in it too: up to ``threads``), and a load above the
+  cores before or during the rounds marks every ratio unreliable (``load_average["unreliable"]``; the table's
+  ratio rows say so).
 
 Per T: every median ms (TVM's, each peer's); the roofline time ``max(bytes / bandwidth, FLOPs / peak)``, bytes being
 what the case must move (every input read once, every output written once), FLOPs the useful ``2*T*K*N`` of its
@@ -53,7 +55,8 @@ of ``fma``, ``vdpbf16ps``, ``vpmaddwd``, ``vpdpwssd`` in its assembly), ``peaks`
 measured here), ``peak_kind`` and ``peak_gflops`` (the GEMMs' peak), ``bandwidth_gbs`` (the median of
 ``bandwidth_samples_gbs``, one a round); ``compile_seconds``
 (name -> seconds, or T -> seconds for ``torch.compile``); and ``per_tokens`` (T -> ``median_ms``,
-``samples_ms``, ``unavailable``, ``gflops``, ``gbs``, ``roofline_ms``, ``roofline_fraction``, ``best_peer``,
+``samples_ms``, ``unavailable``, ``gflops``, ``gbs``, ``roofline_ms``, ``roofline_fraction`` (None where
+``roofline_beaten_by`` names a contender that ran faster than the roofline), ``best_peer``,
 ``best_peer_ms``, ``tvm_vs_best_peer``).
 """
 
@@ -79,6 +82,7 @@ from ...ir.frontend_names import FRONTEND_NAMES
 from ...passes.target import is_gpu, require_runs_here, resolve_target, target_json, usable_cores
 from ...support.atomic_file import write_user_file
 from ...support.errors import UsageError
+from ...support.load_average import LoadWatch
 from ...support.text_table import text_table
 from ...support.timing import phase
 from ...verify.comparators import ratio_allclose
@@ -93,7 +97,6 @@ from .worker import InputFiles, Ready, Worker, WorkerFailed
 BENCH_CASES = ("logits", "projection", "norm", "tail")  # every stage of each has peers (``STAGE_PEERS``)
 # BF16-level: peers round differently
 PEER_CHECK = ratio_allclose(RatioTolerance(atol=5e-2, rtol=5e-2, max_error_ratio=0.05))
-LOAD_CHANGE = 1.0  # the 1-minute load average moved by more than this (and by more than half): say so
 TIME_LIMIT_S = 600.0  # one timed batch; a worker silent this long is hung
 
 
@@ -194,7 +197,9 @@ def parse_peers(text: str) -> tuple[str, ...]:
 class TokensFigures:
     """The figures of one T: every name's median and samples (None and ``unavailable[name]`` = why, where
     it could not run), GFLOP/s and GB/s of the useful work, the roofline time and TVM's fraction of it, the
-    best peer and TVM's ratio to it (best peer ms / tvm ms: above 1, TVM is faster)."""
+    best peer and TVM's ratio to it (best peer ms / tvm ms: above 1, TVM is faster). ``roofline_beaten_by``: the
+    fastest name that ran faster than the roofline, which is then a wrong probe (its bandwidth or peak is below
+    what that contender reached), not a bound: no fraction of it is given."""
 
     tokens: int
     shapes: dict
@@ -210,6 +215,7 @@ class TokensFigures:
     best_peer: str | None
     best_peer_ms: float | None
     tvm_vs_best_peer: float | None
+    roofline_beaten_by: str | None = None
 
 
 def _str_keys(d: dict) -> dict:
@@ -231,7 +237,7 @@ class BenchResult:
     per_tokens: dict[int, TokensFigures]
     compile_seconds: dict[str, float | dict[int, float]]  # apart from every timed figure
     threads: int
-    load_average: dict  # before, after: 1-minute load average around the rounds; warning: None unless it moved
+    load_average: dict  # before, after, peak, cores, unreliable, warning: support.load_average.LoadWatch.report
     workers: dict[str, int]  # worker -> its pid
     peak_gflops: float | None
     peak_kind: str | None  # the instruction(s) ``peak_gflops`` is the peak of (the GEMMs' own)
@@ -280,11 +286,12 @@ class BenchResult:
                                   for f in figures)))
         if self.measured_on == "here":
             rows.append(("roofline", *(f"{f.roofline_ms:.3f}" for f in figures)))
-            rows.append(("tvm / roofline", *("-" if f.roofline_fraction is None else f"{100 * f.roofline_fraction:.0f}%"
-                                             for f in figures)))
+            rows.append(("tvm / roofline", *("probe low" if f.roofline_beaten_by else "-" if f.roofline_fraction is None
+                                             else f"{100 * f.roofline_fraction:.0f}%" for f in figures)))
         rows.append(("best peer", *(f.best_peer or "-" for f in figures)))
-        rows.append(("best peer / tvm", *("-" if f.tvm_vs_best_peer is None else f"{f.tvm_vs_best_peer:.2f}x"
-                                          for f in figures)))
+        ratio = "best peer / tvm" + (" (UNRELIABLE: load)" if la.get("unreliable") else "")
+        rows.append((ratio, *("-" if f.tvm_vs_best_peer is None else f"{f.tvm_vs_best_peer:.2f}x"
+                              for f in figures)))
         body = text_table(rows, align_right=frozenset(range(1, len(rows[0]))))
         why_not = {}
         for f in figures:
@@ -303,6 +310,11 @@ class BenchResult:
                        if self.peak_gflops is None else
                        f"useful FLOPs / {self.peak_gflops:.1f} GFLOP/s ({self.peak_kind}; measured peaks: {peaks})")
             notes.append(f"roofline: max(bytes / {self.bandwidth_gbs:.1f} GB/s{spread}, {compute})")
+            beaten = {f.tokens: f.roofline_beaten_by for f in figures if f.roofline_beaten_by}
+            if beaten:
+                where = ", ".join(f"T={t} ({name} ran faster)" for t, name in beaten.items())
+                notes.append(f"roofline WRONG at {where}: the probes understate this machine there, so no fraction "
+                             "of it is given")
         else:
             notes.append(f"TVM timed on {self.measured_on}; peers and the roofline are measured only where bench runs")
         if self.isa is not None:
@@ -350,14 +362,6 @@ class BenchResult:
 
 # ---- the race ---------------------------------------------------------------------------------------------
 
-def load_warning(before: float, after: float) -> str | None:
-    moved = after - before
-    if abs(moved) > LOAD_CHANGE and abs(moved) > 0.5 * before:
-        return (f"the load average moved from {before:.2f} to {after:.2f} during the rounds: other work shared "
-                "the cores, read the figures with care")
-    return None
-
-
 def golden_mismatch(actual, expected, where: str) -> str | None:
     """Why an output is not the golden's (``PEER_CHECK``), or None; ``where``: the size it ran at ("at T=2")."""
     c = PEER_CHECK(actual, expected)
@@ -377,15 +381,17 @@ def _figures(case: Case, s: Shapes, names: list[str], samples: dict[str, list[fl
     roof = None if bandwidth is None else roofline_ms(useful, moved, peak, bandwidth)
     peers = {n: ms for n, ms in median.items() if not n.startswith(TVM)}
     best = min(peers, key=peers.get) if peers else None
+    fastest = min(median, key=median.get) if median else None
+    beaten = fastest if roof is not None and fastest is not None and median[fastest] < roof else None
     return TokensFigures(
         tokens=s.tokens, shapes=s.as_dict(), median_ms={n: median.get(n) for n in names},
         samples_ms=samples, unavailable=unavailable,
         gflops={n: useful / ms / 1e6 for n, ms in median.items()},
         gbs={n: moved / ms / 1e6 for n, ms in median.items()},
         flops=useful, bytes=moved, roofline_ms=roof,
-        roofline_fraction=None if roof is None or tvm_ms is None else roof / tvm_ms,
+        roofline_fraction=None if roof is None or tvm_ms is None or beaten else roof / tvm_ms,
         best_peer=best, best_peer_ms=peers.get(best),
-        tvm_vs_best_peer=None if best is None or tvm_ms is None else peers[best] / tvm_ms)
+        tvm_vs_best_peer=None if best is None or tvm_ms is None else peers[best] / tvm_ms, roofline_beaten_by=beaten)
 
 
 def _portable_debug(debug):
@@ -453,12 +459,12 @@ class Race:
                     if why:
                         self.unavailable[t][name] = why
 
-    def time(self, rounds: int, bandwidth: bool) -> tuple[float, float, list[float]]:
+    def time(self, rounds: int, bandwidth: bool) -> tuple[dict, list[float]]:
         """``rounds`` rounds, each asking TVM and every peer in turn at every T for a batch (and, with
-        ``bandwidth``, the TVM worker for a read-bandwidth sample first); the 1-minute load average before and
-        after, and the bandwidth samples."""
+        ``bandwidth``, the TVM worker for a read-bandwidth sample first); the load around and during them
+        (``LoadWatch.report``), and the bandwidth samples."""
         timed = [(name, worker) for worker, r in self.ready.items() for name in r.outputs]
-        before, bandwidths = os.getloadavg()[0], []
+        load, bandwidths = LoadWatch.start(), []
         for r in range(rounds):
             self.log(f"bench: round {r + 1} of {rounds}")
             if bandwidth:
@@ -471,7 +477,8 @@ class Race:
                         w = self.workers[worker]
                         self.samples[t].setdefault(name, []).append(w.call("time_ms", name, t, timeout=TIME_LIMIT_S))
                         w.settle()
-        return before, os.getloadavg()[0], bandwidths
+            load.sample()
+        return load.report(), bandwidths
 
 
 def cold_cache(folder: Path, peer: str) -> dict[str, str]:
@@ -591,7 +598,7 @@ class _Timed:
     (None under RPC) and the profile."""
 
     race: Race
-    load: tuple[float, float]
+    load: dict
     bandwidths: list[float]
     probes: Probes | None
     profiled: Profile | None
@@ -604,14 +611,14 @@ def _time(plan: _Plan, inputs: _Inputs, running: contextlib.ExitStack, folder: P
         race.set_up()
     with phase("run"):
         race.check(inputs.golden)
-        before, after, bandwidths = race.time(plan.options.rounds, bandwidth=plan.remote is None)
+        load, bandwidths = race.time(plan.options.rounds, bandwidth=plan.remote is None)
         if plan.remote is not None:
-            return _Timed(race, (before, after), bandwidths, None, None)
+            return _Timed(race, load, bandwidths, None, None)
         probes = race.workers[TVM].call("probes")
         probes = dataclasses.replace(probes, bandwidth_gbs=statistics.median(bandwidths),
                                      how=f"{probes.how}; bandwidth: the median of one sample a round")
         profiled = None if plan.profiling is None else race.workers[TVM].call("profile", plan.profiling, probes)
-    return _Timed(race, (before, after), bandwidths, probes, profiled)
+    return _Timed(race, load, bandwidths, probes, profiled)
 
 
 def _result(plan: _Plan, timed: _Timed) -> BenchResult:
@@ -626,15 +633,13 @@ def _result(plan: _Plan, timed: _Timed) -> BenchResult:
                   for t, s in plan.shapes.items()}
     first = plan.shapes[plan.sweep[0]]
     peak, peak_kind = (None, None) if peaks is None else roofline_peak(gemm_work(plan.case, first, used), peaks)
-    before, after = timed.load
     return BenchResult(
         case=plan.case.name, target=plan.target, preset=first.preset.name, frontend=details["frontend"],
         schedule=plan.spec.schedule,
         shapes={k: v for k, v in first.as_dict().items() if k not in ("batch", "seq", "tokens", "tokens_padded")},
         tokens=list(plan.sweep), per_tokens=per_tokens,
         compile_seconds={n: v for r in race.ready.values() for n, v in r.compile_seconds.items()},
-        threads=plan.threads, load_average={"before": before, "after": after,
-                                            "warning": load_warning(before, after)},
+        threads=plan.threads, load_average=timed.load,
         workers=race.pids, peak_gflops=peak, peak_kind=peak_kind, peaks=peaks or {},
         bandwidth_gbs=bandwidth, bandwidth_samples_gbs=timed.bandwidths,
         probes="not measured: TVM ran on a remote device" if probes is None else probes.how,

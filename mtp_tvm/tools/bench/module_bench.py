@@ -40,7 +40,7 @@ from ...support.errors import UsageError
 from ...support.text_table import text_table
 from ...support.timing import phase
 from ...verify.comparators import flat_outputs
-from .bench import Race, check_race_counts, cold_cache, load_warning
+from .bench import Race, check_race_counts, cold_cache
 from .tvm_worker import TVM
 from .worker import EXAMPLE, InputFiles, Ready, calls_per_batch
 
@@ -160,7 +160,8 @@ class ModuleBenchResult:
         rows.append(("memory floor", f"{self.floor_ms:.4f}", "-"))
         notes = [f"unavailable: {name}: {why}" for name, why in self.unavailable.items()]
         if self.best_peer is not None and self.tvm_vs_best_peer is not None:
-            notes.append(f"best peer {self.best_peer}; best peer / tvm {self.tvm_vs_best_peer:.2f}x")
+            notes.append(f"best peer {self.best_peer}; best peer / tvm {self.tvm_vs_best_peer:.2f}x"
+                         + (" (UNRELIABLE: the load exceeded the cores)" if la.get("unreliable") else ""))
         notes.append("compile s (apart from the figures): "
                      + "; ".join(f"{n} {s:.1f}" for n, s in self.compile_seconds.items()))
         notes.append(f"memory floor: {self.bytes / 1e6:.2f} MB (inputs, parameters, outputs once) / "
@@ -205,8 +206,8 @@ def bench_module(module: str | os.PathLike | None = None, spec: ModuleSpec | Non
             race.set_up()
         with phase("run"):
             race.check({EXAMPLE: build.golden})
-            before, after, bandwidths = race.time(options.rounds, bandwidth=True)
-    return _result(spec, tgt, options, race, build, (before, after), bandwidths)
+            load, bandwidths = race.time(options.rounds, bandwidth=True)
+    return _result(spec, tgt, options, race, build, load, bandwidths)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -288,18 +289,17 @@ def _start_peers(race: Race, user, options: ModuleBenchOptions, folder: Path, de
 
 
 def _result(spec: ModuleSpec, tgt, options: ModuleBenchOptions, race: Race, build: _Build,
-            load: tuple[float, float], bandwidths: list[float]) -> ModuleBenchResult:
+            load: dict, bandwidths: list[float]) -> ModuleBenchResult:
     samples, unavailable = race.samples[EXAMPLE], race.unavailable[EXAMPLE]
     names = [TVM, *options.peers]
     median = {n: statistics.median(samples[n]) if samples.get(n) else None for n in names}
     peers = {n: ms for n, ms in median.items() if n != TVM and ms is not None}
     best = min(peers, key=peers.get) if peers else None
     bandwidth = statistics.median(bandwidths)
-    before, after = load
     return ModuleBenchResult(
         module=build.module, kind=build.kind, target=target_json(tgt), schedule=spec.schedule,
         inputs=build.shapes, threads=race.threads,
-        load_average={"before": before, "after": after, "warning": load_warning(before, after)},
+        load_average=load,
         workers=race.pids, median_ms=median, samples_ms=dict(samples), unavailable=dict(unavailable),
         compile_seconds={TVM: build.seconds, **{n: v for r in race.ready.values()
                                                 for n, v in r.compile_seconds.items()}},

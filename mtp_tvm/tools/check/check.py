@@ -136,19 +136,23 @@ def _check_built(compiled, debug: DebugOptions, options: GoldenOptions, profilin
 
 
 def log_schedule_gaps(compiled, log) -> None:
-    """The kernels the asked schedule did not cover, said before the run (cases and module files alike)."""
+    """The kernels the asked schedule did not cover and the user passes that changed nothing, said before the run
+    (cases and module files alike)."""
     if compiled.unscheduled:
         log(f"[schedule] no {compiled.schedule!r} schedule covers {', '.join(compiled.unscheduled)}: "
             "lowered as written")
     for kernel, why in compiled.untuned.items():
         log(f"[tuned] {kernel}: {why}; its hand schedule is used")
+    for why in compiled.idle_passes:
+        log(f"[passes] warning: {why}")
 
 
 def profile_into_run(compiled, inputs: dict, profiling: ProfileOptions, log) -> ProfileReport:
     """``--profile``: every kernel of ``main`` timed on ``inputs``; ``profile.json`` into the run folder when
     dumping."""
     log(f"[PROFILE] {profiling.rounds} rounds")
-    found = profile_main(compiled, inputs, profiling)
+    with phase("profile"):
+        found = profile_main(compiled, inputs, profiling)
     if compiled.dump_dir is not None:
         write_to_run_folder(found, compiled.dump_dir)
     return found

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ...instrument.ir_text import MODULE_REST, functions, unified_diff
 from ...instrument.kernel_history import kernel_history
+from ...instrument.pass_tree import count_line
 from ...instrument.report import pass_table
 from ...instrument.run_folder import (
     COMPLETE_MARKER,
@@ -161,20 +162,21 @@ def _read(path: Path) -> str:
 
 
 def show(run: Path, spec: str | None = None, changed: bool = False, phase: str | None = None,
-         func: str | None = None, history: bool = False) -> str:
-    """A run's pass table (only changed passes, only one phase), or the dump of one pass (or a file of the run);
-    ``func``: one function of that dump, or with ``history`` every pass that changed it (``kernel_history``)."""
+         func: str | None = None, history: bool = False, nested: bool = False) -> str:
+    """A run's pass table (only changed passes, only one phase; the passes run inside another folded into its
+    row unless ``nested``), or the dump of one pass (or a file of the run); ``func``: one function of that dump,
+    or with ``history`` every pass that changed it (``kernel_history``)."""
     index = load_index(run)
     if history or func is not None:
         return _show_func(run, index, spec, func, history)
     if spec is None:
         gate = index["gate"]
         head = (f"{run}\ncase {index['case']} on {index['target']['kind']}, preset {index['preset']}, frontend "
-                f"{index['frontend']}: {len(index['passes'])} passes, status {index['status']}"
+                f"{index['frontend']}: {count_line(index['passes'])}, status {index['status']}"
                 + (f"; golden {'PASSED' if index['check']['passed'] else 'FAILED'}" if index.get("check") else "")
                 + (f"\nerror: {index['error']}" if index.get("error") else "")
                 + (f"\nbisect-limit {gate['limit']}" if gate.get("limit") is not None else ""))
-        return head + "\n" + pass_table(index, changed, phase) + "\n"
+        return head + "\n" + pass_table(index, changed, phase, nested) + "\n"
     return _read(_dump_file(run, index, spec))
 
 

@@ -9,7 +9,9 @@ of its next pass): where a plugin pass changes the IR, that pass is where the ru
 divergence is the first row, in the order the passes finished (a pass that runs others after them), whose
 modules differ beyond names and line order; the report shows the diff there, per function, and what the final
 generated code looks like on each side (``tools.measure.kernel_code``). Everything is read from the files a dump already
-wrote, so dumping pays nothing for it.
+wrote, so dumping pays nothing for it. The passes run inside another (FoldConstant's inner TIR pipelines) fold
+into its row (``instrument.pass_tree``; the page shows them on request), and a run of rows that repeat the row
+above folds into one line.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from ...instrument.ir_text import (
     functions,
     normalized,
 )
+from ...instrument.pass_tree import count_line
 from ...instrument.run_states import finish_order, state_files
 from ...instrument.side_by_side import side_by_side_html, side_by_side_style
 from ...support import atomic_file, plain_files
@@ -141,8 +144,10 @@ class RunComparison:
 
     @property
     def identical(self) -> bool:
-        """Every pass in both runs, every module and the generated code the same."""
-        return (all(p.verdict == IDENTICAL and p.a is not None and p.b is not None for p in self.pairs)
+        """Every pass in both runs, every module and the generated code the same (a nested pass dumped on
+        neither side, folded into its parent, is judged with it)."""
+        return (all((p.verdict == IDENTICAL or (p.depth and p.verdict == UNKNOWN and not p.a_file and not p.b_file))
+                    and p.a is not None and p.b is not None for p in self.pairs)
                 and all(c.verdict == IDENTICAL for c in self.code))
 
     def settings(self) -> list[tuple[str, str, str]]:
@@ -193,20 +198,42 @@ class RunComparison:
         return f"first divergence: {p.label}: {p.summary() or p.verdict}" + (
             f" (before it: {'; '.join(notes)})" if notes else "")
 
+    def visible(self) -> list[int]:
+        """The rows a table shows: the input, every top-level pass, and the divergence even where it is nested
+        (the passes run inside another fold into its row)."""
+        return [k for k, p in enumerate(self.pairs) if k == 0 or not p.depth or k == self.divergence]
+
+    def nested(self) -> dict[int, int]:
+        """Row -> how many rows nested inside it follow (top-level rows that ran others only)."""
+        out, top = {}, 0
+        for k, p in enumerate(self.pairs):
+            if not p.depth:
+                top = k
+            elif k:
+                out[top] = out.get(top, 0) + 1
+        return out
+
     def table(self) -> str:
-        """One row per aligned pass; a run of passes that change neither module and so keep the row above's
-        verdict folds into one line (consequences of an earlier cause, not causes)."""
+        """One row per aligned top-level pass (nested ones counted in it); a run of rows that repeat the row
+        above (the same states and verdict: consequences of an earlier cause, or passes doing the same on both
+        sides) folds into one line."""
         rows = [("#A", "#B", "phase", "pass", "A", "B", "module", "functions")]
-        for first, last in _folds(self.pairs):
+        nested = self.nested()
+        for first, last in _folds(self.pairs, self.visible()):
             p = self.pairs[first]
             if first == last:
+                inside = f" [+{nested[first]} nested]" if first in nested else ""
                 rows.append(("" if p.a is None else f"{p.a:03d}", "" if p.b is None else f"{p.b:03d}", p.phase,
-                             "  " * p.depth + p.name, p.a_state, p.b_state, p.verdict, p.summary(names=False)))
+                             "  " * p.depth + p.name + inside, p.a_state, p.b_state, p.verdict,
+                             p.summary(names=False)))
                 continue
             q = self.pairs[last]
             phases = p.phase if p.phase == q.phase else f"{p.phase}..{q.phase}"
-            rows.append((f"{p.a:03d}-{q.a:03d}", f"{p.b:03d}-{q.b:03d}", phases,
-                         f"{last - first + 1} passes changing neither run", ".", ".", p.verdict, "the same as above"))
+            count = sum(1 for k in self.visible() if first <= k <= last)
+            what = ("changing neither run" if p.a_state == p.b_state == "." else
+                    f"{p.a_state} in A, {p.b_state} in B, alike")
+            rows.append((f"{p.a:03d}-{q.a:03d}", f"{p.b:03d}-{q.b:03d}", phases, f"{count} passes {what}",
+                         p.a_state, p.b_state, p.verdict, "the same as above"))
         return "\n".join(text_table(rows))
 
     def text(self, diff_lines: int = DIFF_LINES_SHOWN) -> str:
@@ -249,13 +276,15 @@ class RunComparison:
         head = [f"<tr><th>A</th><td>{esc(str(self.a))}</td><td>{esc(_describe(self.a_index))}</td></tr>",
                 f"<tr><th>B</th><td>{esc(str(self.b))}</td><td>{esc(_describe(self.b_index))}</td></tr>"]
         settings = "".join(f"<li>{esc(k)}: {esc(a)} / {esc(b)}</li>" for k, a, b in self.settings())
-        rows = []
+        rows, nested, shown = [], self.nested(), set(self.visible())
         for k, p in enumerate(self.pairs):
             cls = {IDENTICAL: "same", NAMES: "names", REORDERED: "names", DIFFERENT: "diff"}.get(p.verdict, "unknown")
+            cls += "" if k in shown else " nested-pass"  # folded: shown by the page's "nested passes" box
             mark = ' id="divergence"' if k == self.divergence else ""
+            inside = f" [+{nested[k]} nested]" if k in nested else ""
             rows.append(f'<tr class="pair {cls}"{mark}><td class="num">{"" if p.a is None else f"{p.a:03d}"}</td>'
                         f'<td class="num">{"" if p.b is None else f"{p.b:03d}"}</td><td>{esc(p.phase)}</td>'
-                        f'<td style="padding-left:{0.5 + 1.2 * p.depth:.1f}em">{esc(p.name)}</td>'
+                        f'<td style="padding-left:{0.5 + 1.2 * p.depth:.1f}em">{esc(p.name)}{inside}</td>'
                         f"<td>{esc(p.a_state)}</td><td>{esc(p.b_state)}</td><td>{esc(p.verdict)}</td>"
                         f"<td>{esc(p.summary())}</td><td>{links[k]}</td></tr>")
         diff = ""
@@ -302,23 +331,29 @@ class RunComparison:
         return links, ("<h2>Every pass: A vs B</h2>" + "\n".join(sections)) if sections else ""
 
 
-def _folds(pairs: tuple[PassPair, ...]) -> list[tuple[int, int]]:
-    """``pairs`` as (first, last) runs of rows: consecutive rows that repeat the row before them (both runs
-    have the pass, it changed neither module, the comparison is the same) form one run; every other row is
-    its own."""
+def _folds(pairs: tuple[PassPair, ...], shown: list[int]) -> list[tuple[int, int]]:
+    """The ``shown`` rows of ``pairs`` as (first, last) runs: consecutive shown rows that repeat the shown row
+    before them form one run (its first and last row; the hidden rows between are inside it); every other row
+    is its own."""
     out: list[tuple[int, int]] = []
-    for k in range(len(pairs)):
-        if k and _repeats(pairs, k) and out[-1][1] == k - 1 and out[-1][0] and _repeats(pairs, out[-1][0]):
+    for n, k in enumerate(shown):
+        prev = shown[n - 1] if n else None
+        if (prev is not None and _repeats(pairs, k, prev) and out[-1][1] == prev and out[-1][0]
+                and _repeats(pairs, out[-1][0], shown[shown.index(out[-1][0]) - 1])):
             out[-1] = (out[-1][0], k)
         else:
             out.append((k, k))
     return out
 
 
-def _repeats(pairs: tuple[PassPair, ...], k: int) -> bool:
-    p, prev = pairs[k], pairs[k - 1]
-    return (p.a is not None and p.b is not None and p.a_state == p.b_state == "."
-            and (p.verdict, p.summary()) == (prev.verdict, prev.summary()))
+def _repeats(pairs: tuple[PassPair, ...], k: int, prev: int) -> bool:
+    """Whether row ``k`` says nothing row ``prev`` did not: both runs have the pass, the same states and the
+    same comparison, and either it changed neither module or the modules did not come apart there (a run of
+    differing rows where a pass changed something stays: each may be a cause)."""
+    p, q = pairs[k], pairs[prev]
+    return (p.a is not None and p.b is not None and (p.a_state, p.b_state) == (q.a_state, q.b_state)
+            and (p.a_state == p.b_state == "." or p.verdict != DIFFERENT) and not p.depth
+            and (p.verdict, p.summary()) == (q.verdict, q.summary()))
 
 
 def _target(index: dict) -> str:
@@ -334,7 +369,7 @@ def _shapes(index: dict) -> str:
 def _describe(index: dict) -> str:
     return (f"{index['case']} on {_target(index)}, preset {index['preset']}, frontend {index['frontend']}, "
             f"schedule {index.get('schedule', '?')}, TVM {index.get('tvm_version', '?')}, "
-            f"{len(index['passes'])} passes, status {index['status']}")
+            f"{count_line(index['passes'])}, status {index['status']}")
 
 
 def _state(p: dict | None) -> str:

@@ -65,37 +65,57 @@ def fma_probe(blocks: int, threads: int, iters: int, chains: int, lanes: int, gp
     return fma_peak
 
 
-def stream_probe(parallel: int, steps: int, lanes: int):
-    """Sum ``parallel`` slices of ``steps * lanes`` FP32 each into ``lanes`` partial sums: a pure read stream."""
+def stream_probe(parallel: int, steps: int, lanes: int, streams: int = 1):
+    """Sum ``parallel`` slices of ``streams * steps * lanes`` FP32 each into ``streams * lanes`` partial sums: a pure
+    read stream. ``streams`` > 1 splits a slice into that many contiguous parts read side by side (more address
+    streams in flight for the hardware prefetchers, more independent accumulators)."""
 
     @T.prim_func(s_tir=True)
-    def stream_read(a: T.Buffer((parallel, steps, lanes), "float32"), out: T.Buffer((parallel, lanes), "float32")):
+    def stream_read(a: T.Buffer((parallel, streams, steps, lanes), "float32"),
+                    out: T.Buffer((parallel, streams, lanes), "float32")):
         T.func_attr({"tir.noalias": True})
-        for p, lane, i in T.grid(parallel, lanes, steps):
+        for p, s, lane, i in T.grid(parallel, streams, lanes, steps):
             with T.sblock("sum"):
-                vp, vl, vi = T.axis.remap("SSR", [p, lane, i])
+                vp, vs, vl, vi = T.axis.remap("SSSR", [p, s, lane, i])
                 with T.init():
-                    out[vp, vl] = T.float32(0)
-                out[vp, vl] = out[vp, vl] + a[vp, vi, vl]
+                    out[vp, vs, vl] = T.float32(0)
+                out[vp, vs, vl] = out[vp, vs, vl] + a[vp, vs, vi, vl]
 
     return stream_read
 
 
-def _schedule_stream(func, gpu: bool):
-    """CPU: slices in parallel, lanes vectorised. GPU: slices over blocks, lanes over threads (coalesced)."""
+@dataclasses.dataclass(frozen=True)
+class StreamShape:
+    """One read-stream probe: ``streams`` parts of a slice read side by side, ``lanes`` FP32 partial sums each,
+    the K loop unrolled ``unroll`` times (CPU)."""
+
+    lanes: int
+    streams: int = 1
+    unroll: int = 1
+
+    def describe(self) -> str:
+        return f"{self.streams} stream{'s' if self.streams > 1 else ''} x {self.lanes} lanes, unroll {self.unroll}"
+
+
+def _schedule_stream(func, gpu: bool, shape: StreamShape):
+    """CPU: slices in parallel, a step's ``streams x lanes`` loads vectorised and unrolled. GPU: slices over
+    blocks, lanes over threads (coalesced)."""
     sch = tvm.s_tir.Schedule(func)
-    p, lane, i = sch.get_loops("sum")
+    p, s, lane, i = sch.get_loops("sum")
     if gpu:
         sch.bind(p, "blockIdx.x")
         sch.bind(lane, "threadIdx.x")
     else:
-        sch.reorder(p, i, lane)
+        sch.reorder(p, i, s, lane)
         acc = sch.cache_write("sum", 0, "global")  # partial sums in registers (a stack array LLVM promotes)
         sch.reverse_compute_at(acc, p)
         sch.parallel(p)
+        if shape.unroll > 1:
+            sch.unroll(sch.split(i, [None, shape.unroll])[1])
+        sch.unroll(s)
         sch.vectorize(lane)
         sch.vectorize(sch.get_loops(acc)[-1])
-        sch.decompose_reduction("sum", i)
+        sch.decompose_reduction("sum", sch.get_loops("sum")[1])
     return sch.mod
 
 
@@ -202,19 +222,29 @@ class ProbePlan:
         cores = int(target.attrs.get("num-cores", os.cpu_count() or 1))
         return cls(False, cores, 1, cpu_isa(target).fp32_lanes, 12, 100_000, cores, 64, 256 << 20)
 
-    @property
-    def stream_steps(self) -> int:
-        return self.stream_bytes // 4 // self.stream_parallel // self.stream_lanes
+    def stream_shapes(self) -> tuple[StreamShape, ...]:
+        """The read probes raced for the bandwidth: on a CPU, 2 to 8 vectors of partial sums, 1, 2 or 4 address
+        streams, unrolled, beside the plain one; a GPU's coalesced sum has one shape. A contender that reads faster
+        than all of them would make the roofline a wrong probe, not a kernel over 100 %."""
+        plain = StreamShape(self.stream_lanes)
+        if self.gpu:
+            return (plain,)
+        return (plain, *(StreamShape(vectors * self.lanes, streams, 4) for vectors in (2, 4, 8)
+                         for streams in (1, 2, 4) if vectors * streams <= 8))
+
+    def stream_steps(self, shape: StreamShape) -> int:
+        return self.stream_bytes // 4 // self.stream_parallel // shape.streams // shape.lanes
 
     def build_fma(self, target):
         """The FMA probe, compiled for ``target`` (a GPU build needs no GPU)."""
         return tvm.compile(fma_probe(self.blocks, self.threads, self.iters, self.chains, self.lanes, self.gpu),
                            target=target)
 
-    def build_stream(self, target):
-        """The read-stream probe, compiled for ``target``."""
-        return tvm.compile(_schedule_stream(stream_probe(self.stream_parallel, self.stream_steps,
-                                                         self.stream_lanes), self.gpu), target=target)
+    def build_stream(self, target, shape: StreamShape | None = None):
+        """A read-stream probe (the plain one by default), compiled for ``target``."""
+        shape = shape or StreamShape(self.stream_lanes)
+        func = stream_probe(self.stream_parallel, self.stream_steps(shape), shape.lanes, shape.streams)
+        return tvm.compile(_schedule_stream(func, self.gpu, shape), target=target)
 
     def dot_kinds(self, target) -> tuple[str, ...]:
         """The dot-product kinds ``target`` has (and the GEMM schedules use): their peaks are probed too."""
@@ -249,21 +279,42 @@ def _dot_peak(plan: ProbePlan, target, kind: str, dev, rounds: int) -> float:
 
 class StreamProbe:
     """The read-bandwidth probe, built once and timed as often as asked: ``bench`` times it in every round beside
-    TVM and its peers, since a shared machine's bandwidth drifts by tens of percent between seconds."""
+    TVM and its peers, since a shared machine's bandwidth drifts by tens of percent between seconds. It is the
+    fastest of ``ProbePlan.stream_shapes``, raced once when made (``chosen``; every shape's GB/s in ``raced``)."""
+
+    RACE_ROUNDS = 3
 
     def __init__(self, target, plan: ProbePlan | None = None):
         self.plan = plan or ProbePlan.for_target(target)
         self.dev = device_for(target)
-        self.shape = (self.plan.stream_parallel, self.plan.stream_steps, self.plan.stream_lanes)
-        self._kernel = self.plan.build_stream(target).jit()
-        self._buf = tvm.runtime.tensor(np.ones(self.shape, np.float32), self.dev)
-        self._out = tvm.runtime.tensor(np.zeros((self.plan.stream_parallel, self.plan.stream_lanes), np.float32),
-                                       self.dev)
+        built = [(shape, self._probe(target, shape)) for shape in self.plan.stream_shapes()]
+        best: dict[StreamShape, float] = {}
+        for _ in range(self.RACE_ROUNDS if len(built) > 1 else 0):  # rounds alternate the shapes (drift)
+            for shape, probe in built:
+                best[shape] = max(best.get(shape, 0.0), self._gbs(probe, 1))
+        self.raced = {shape.describe(): gbs for shape, gbs in best.items()}
+        self.chosen, self._run = max(built, key=lambda b: best.get(b[0], 0.0))
+
+    def _probe(self, target, shape: StreamShape):
+        kernel = self.plan.build_stream(target, shape).jit()
+        shape_in = (self.plan.stream_parallel, shape.streams, self.plan.stream_steps(shape), shape.lanes)
+        a = tvm.runtime.tensor(np.ones(shape_in, np.float32), self.dev)
+        out = tvm.runtime.tensor(np.zeros((self.plan.stream_parallel, shape.streams, shape.lanes), np.float32),
+                                 self.dev)
+        return kernel, a, out
+
+    def _gbs(self, probe, repeat: int) -> float:
+        kernel, a, out = probe
+        t = kernel.time_evaluator("main", self.dev, number=2, repeat=repeat)(a, out)
+        return math.prod(a.shape) * 4 / min(t.results) / 1e9
 
     def gbs(self, repeat: int = 1) -> float:
-        """GB/s of the best of ``repeat`` samples (two reads of the buffer each)."""
-        t = self._kernel.time_evaluator("main", self.dev, number=2, repeat=repeat)(self._buf, self._out)
-        return math.prod(self.shape) * 4 / min(t.results) / 1e9
+        """GB/s of the best of ``repeat`` samples (two reads of the buffer each) of the chosen probe."""
+        return self._gbs(self._run, repeat)
+
+    def describe(self) -> str:
+        others = f", the fastest of {len(self.raced)} shapes" if len(self.raced) > 1 else ""
+        return f"stream_read: {self.chosen.describe()}{others}"
 
 
 class CopyProbe:
@@ -302,12 +353,13 @@ def measure_probes(target, rounds: int = 5, stream: StreamProbe | None = None) -
     o = tvm.runtime.tensor(np.zeros((workers, plan.chains, plan.lanes), np.float32), dev)
     t_fma = fma.time_evaluator("main", dev, number=3, repeat=COMPUTE_REPEATS * rounds)(a, o)
     peak = 2.0 * workers * plan.iters * plan.chains * plan.lanes / min(t_fma.results) / 1e9
-    bw = (stream or StreamProbe(target, plan)).gbs(rounds)
+    stream = stream or StreamProbe(target, plan)
+    bw = stream.gbs(rounds)
     unit = ("threads", "blocks") if plan.gpu else ("cores", "threads")
     peaks = {FMA: peak} | {kind: _dot_peak(plan, target, kind, dev, rounds) for kind in plan.dot_kinds(target)}
     dots = "".join(f"; {kind}_peak: the same chains of {'vdpbf16ps' if kind == BF16_DOT else 'integer dots'}"
                    for kind in peaks if kind != FMA)
     return Probes(peak, bw, f"fma_peak: {workers} {unit[0]} x {plan.chains} chains of {plan.lanes}-lane FP32 FMA, "
-                            f"{plan.iters} iterations{dots}; stream_read: {plan.stream_parallel} {unit[1]} summing "
-                            f"{plan.stream_bytes >> 20} MiB of FP32; best of {COMPUTE_REPEATS * rounds} (compute) and "
-                            f"{rounds} (stream)", peaks)
+                            f"{plan.iters} iterations{dots}; {stream.describe()}, {plan.stream_parallel} {unit[1]} "
+                            f"summing {plan.stream_bytes >> 20} MiB of FP32; best of {COMPUTE_REPEATS * rounds} "
+                            f"(compute) and {rounds} (stream)", peaks)

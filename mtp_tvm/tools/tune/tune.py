@@ -237,12 +237,22 @@ def trial_budgets(names: list[str], hand_ms: dict[str, float], trials: int) -> l
     return budgets
 
 
-def first_points(points: dict[str, list], trials: int) -> list[tuple[str, object]]:
-    """The hand points to measure before the search, at most ``trials``: every kernel's shipped point (its
-    first) before any kernel's other structures, so a small budget still measures each hand schedule."""
+def first_points(points: dict[str, list], trials: int) -> tuple[list[tuple[str, object]], str | None]:
+    """The hand points to measure before the search: every kernel's shipped point (its first) before any
+    kernel's other structures, at most half the ``trials`` so the search gets the rest, but every shipped point
+    while ``trials`` allow (then the search gets less than half, or nothing: the second value says so)."""
     rounds = max((len(p) for p in points.values()), default=0)
     ordered = [(name, p[i]) for i in range(rounds) for name, p in points.items() if i < len(p)]
-    return ordered[:trials]
+    shipped = len(points)
+    chosen = ordered[:max(trials // 2, min(shipped, trials))]
+    note = None
+    if trials < shipped:
+        note = (f"--trials {trials} is smaller than the {shipped} kernels' hand schedules: {trials} of them are "
+                "measured and nothing is searched")
+    elif len(chosen) > trials // 2:
+        note = (f"the {shipped} kernels' hand schedules take {len(chosen)} of the {trials} trials, more than half; "
+                f"the search gets {trials - len(chosen)}")
+    return chosen, note
 
 
 def _measure(schedules: list, target: Target, builder, runner) -> list[tuple[list[float], list] | BuildError]:
@@ -436,7 +446,9 @@ class _Search:
         """The hand points, in one build batch, committed as records before the search (they count as trials)."""
         from tvm.s_tir import meta_schedule as ms
 
-        batch = first_points(self.points, self.options.trials)
+        batch, note = first_points(self.points, self.options.trials)
+        if note:
+            self.log(f"[tune] {note}")
         for (name, sch), measured in zip(batch, _measure([sch for _, sch in batch], self.target, self.builder,
                                                          self.runner)):
             if isinstance(measured, BuildError):  # said, not hidden: the search then starts without it
