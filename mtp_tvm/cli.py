@@ -184,7 +184,7 @@ def _add_arch_arg(p: argparse.ArgumentParser) -> None:
 
 # options that --artifact takes from the artifact's manifest instead
 _MANIFEST_OPTIONS = ("case", "target", "preset", "frontend", "vocab_shard", "owners", "tp", "schedule",
-                     "dump_passes", "arch", "compile_only")
+                     "dump_passes", "arch", "compile_only", "cuda_graph")
 
 
 # the compile-time debugging options (besides --dump-passes), meaningless for a prebuilt artifact
@@ -513,6 +513,14 @@ def _cmd_run(args) -> int:
     from .compiler.tensors import read_npz, write_npz
 
     artifact = load(args.artifact, allow_failed=args.allow_failed)
+    loaded = None
+    if args.weights is not None:  # a case's artifact (a module file's has no case to size weights by)
+        case, shapes = artifact.sized()
+        loaded = _load_weights(args, case.name, shapes.preset.name, shapes.tp, shapes.owners)
+        if loaded.shapes.vocab_shard != shapes.vocab_shard:
+            raise UsageError(f"{args.artifact} was built for vocab shard {shapes.vocab_shard}; the weights' LM-head "
+                             f"shard has {loaded.shapes.vocab_shard} rows (build with --vocab-shard "
+                             f"{loaded.shapes.vocab_shard})")
     if args.inputs is not None:
         inputs = read_npz(args.inputs, {n: t.dtype for n, t in artifact.input_specs.items()})
     else:
@@ -522,13 +530,7 @@ def _cmd_run(args) -> int:
         if args.shape:
             print("at --shape: no stored reference fits this size, so nothing is checked (check --module "
                   "FILE.py --shape recomputes the golden there)")
-    if args.weights is not None:  # a case's artifact (a module file's has no case to size weights by)
-        case, shapes = artifact.sized()
-        loaded = _load_weights(args, case.name, shapes.preset.name, shapes.tp, shapes.owners)
-        if loaded.shapes.vocab_shard != shapes.vocab_shard:
-            raise UsageError(f"{args.artifact} was built for vocab shard {shapes.vocab_shard}; the weights' LM-head "
-                             f"shard has {loaded.shapes.vocab_shard} rows (build with --vocab-shard "
-                             f"{loaded.shapes.vocab_shard})")
+    if loaded is not None:
         inputs = {**inputs, **loaded.weights}
     outputs = artifact.run(inputs)
     if args.out:
