@@ -246,8 +246,8 @@ def _build(spec: ModuleSpec, folder: Path) -> _Build:
 def _prebuilt(path: Path) -> _Build:
     """A module file's artifact as the race needs it, from its manifest and stored arrays (refused unless it is
     one)."""
-    from ..artifact.manifest import read_manifest
-    from ..artifact.module_reference import stored_arrays
+    from ...artifact.manifest import read_manifest
+    from ...artifact.module_reference import stored_arrays
 
     m = read_manifest(path)
     if "module" not in m:

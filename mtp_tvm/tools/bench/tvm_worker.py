@@ -113,7 +113,7 @@ class TvmWorker:
         ``time_evaluator``'s does, so its figure is the kernel's plus what the API adds per call."""
         import torch
 
-        from ..compiler.tensors import to_device
+        from ...compiler.tensors import to_device
 
         bound, device = build.bind(weights), self.device
         ready.outputs[API], self.timers[API] = {}, {}
