@@ -8,9 +8,10 @@ API: ``check(...)`` -> ``CheckResult``; ``compile(...)`` -> ``CompiledCase`` wit
 golden-checks one; ``localize(..., against=...)`` -> ``LocalizeResult``: the first kernel call that differs from
 a reference build; ``compile_module(path)`` -> ``CompiledModule`` and ``check_module(path)`` -> ``CheckResult``:
 the same for the user's own model file (a torch module or a TVMScript IRModule, ``ir/user_module.py``);
-``load_weights(path, case=..., tp=..., rank=...)``: a DeepSeek checkpoint's weights for ``bind``
-(``tools/convert/convert.py``); ``read_inputs(path)`` / ``write_inputs(path, arrays)``: the ``.npz`` files of
-``mtp-tvm inputs``/``run``, BF16 included.
+``localize_module(path)``: its first op that differs from eager torch; ``minimize_module(path)``: the smallest
+piece of its graph that still fails, as a module file. ``load_weights(path, case=..., tp=..., rank=...)``: a
+DeepSeek checkpoint's weights for ``bind`` (``tools/convert/convert.py``); ``read_inputs(path)`` /
+``write_inputs(path, arrays)``: the ``.npz`` files of ``mtp-tvm inputs``/``run``, BF16 included.
 
 The names are imported on first use (PEP 562), so ``import mtp_tvm`` and the commands that only read files do
 not import TVM or torch.
@@ -26,13 +27,15 @@ _LAZY = {  # public name -> the module that defines it
     "BoundCase": "compiler.runtime", "check": "tools.check.check", "CheckResult": "verify.results",
     "localize": "tools.check.localize", "LocalizeResult": "tools.check.localize",
     "compile_module": "compiler.user_build", "CompiledModule": "compiler.user_build",
-    "check_module": "tools.check.module_check", "load_weights": "tools.convert.convert",
+    "check_module": "tools.check.module_check", "localize_module": "tools.check.module_localize",
+    "minimize_module": "tools.minimize.minimize", "load_weights": "tools.convert.convert",
     "read_inputs": "compiler.tensors", "write_inputs": "compiler.tensors",
 }
 
 __all__ = ["check", "CheckResult", "compile", "CompiledCase", "MtpError", "UsageError", "BuildError",
            "build", "load", "Artifact", "check_artifact", "BoundCase", "localize", "LocalizeResult",
-           "compile_module", "CompiledModule", "check_module", "load_weights", "read_inputs", "write_inputs"]
+           "compile_module", "CompiledModule", "check_module", "localize_module", "minimize_module", "load_weights",
+           "read_inputs", "write_inputs"]
 
 
 def __getattr__(name: str):

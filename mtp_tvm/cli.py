@@ -67,6 +67,12 @@ def _add_schedule_arg(p: argparse.ArgumentParser) -> None:
                         "tuned, or another name a schedule file defines (default: default)")
 
 
+def _add_shape_arg(p: argparse.ArgumentParser, where: str) -> None:
+    p.add_argument("--shape", action="append", default=None, metavar="NAME=DIM,...",
+                   help=f"{where}run input NAME at this shape instead of the example's (repeat per input; symbolic "
+                        "sizes within dynamic_shapes()'s bounds), on inputs drawn from --seed")
+
+
 def _add_module_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--module", default=None, metavar="FILE.py",
                    help="your own model instead of a case: FILE.py defines model() (a torch.nn.Module) and "
@@ -178,7 +184,7 @@ def _add_arch_arg(p: argparse.ArgumentParser) -> None:
 
 # options that --artifact takes from the artifact's manifest instead
 _MANIFEST_OPTIONS = ("case", "target", "preset", "frontend", "vocab_shard", "owners", "tp", "schedule",
-                     "dump_passes", "arch", "compile_only")
+                     "dump_passes", "arch", "compile_only", "cuda_graph")
 
 
 # the compile-time debugging options (besides --dump-passes), meaningless for a prebuilt artifact
@@ -261,6 +267,8 @@ def _cmd_check(args) -> int:
         raise UsageError("--artifact checks the module file's artifact on what it stores; drop --module")
     if args.module:
         return _cmd_check_module(args)
+    if args.shape:
+        raise UsageError("--shape sizes a module file's inputs (check --module FILE.py); a case takes --tokens")
     if args.artifact or args.compile_only:
         return _cmd_check_prebuilt(args)
     spec, debug = _build_spec(args), _debug_options(args)
@@ -272,67 +280,122 @@ def _cmd_check(args) -> int:
     with phase("import"):
         from .artifact.export import build_target, parse_archs
         from .tools.check.check import check
-        from .verify.results import summary_table
 
     result = check(dataclasses.replace(spec, target=build_target(args.target, parse_archs(args.arch))), debug,
                    seed=args.seed, report=args.report, logits_tol=LogitsTolerance(**given) if given else None,
                    perturb_logit=parse_logit_perturbation(args.perturb_logit) if args.perturb_logit else None,
                    profile=args.profile, nan_check=args.nan_check,
                    weights=None if loaded is None else loaded.weights)
+    _print_check(args, result)
+    if result.profile is not None and result.dump_dir:
+        print(f"profile: {result.dump_dir}/profile.json")
+    _print_reproducers(result)
+    code = _check_exit(args, result)
+    print(time_line())
+    return code
+
+
+def _print_check(args, result) -> None:
+    """A check's verdict table, its NaN origin and profile when asked, the debugging footer."""
+    from .verify.results import summary_table
+
     print(summary_table(result))
     if result.nan_checked:
         print(result.nan_origin.describe() if result.nan_origin else "NaN/Inf: none in any kernel call's output")
     if result.profile is not None:
         print(result.profile.table())
     _print_debug_footer(args, result.pass_records, result.gate, result.dump_dir)
-    if result.profile is not None and result.dump_dir:
-        print(f"profile: {result.dump_dir}/profile.json")
+
+
+def _print_reproducers(result) -> None:
     if result.repro_dir:
         print(f"reproducer: {result.repro_dir} (python {result.repro_dir}/repro.py)")
     elif result.repro_error:
         print(f"reproducer: not written: {result.repro_error}")
     if result.kernel_repro_dir:
         print(f"kernel reproducer: {result.kernel_repro_dir} (python {result.kernel_repro_dir}/repro.py)")
-    code = _check_exit(args, result)
-    print(time_line())
-    return code
 
 
 def _cmd_check_module(args) -> int:
     """``check --module FILE.py``: the user's own model against its reference (``tools.check.module_check``)."""
-    _refuse_case_options(args, "check")
+    _refuse_case_options(args, "check", keep=("seed", "nan_check"))
     debug = _debug_options(args)
     with phase("import"):
+        from .ir.module_sizes import parse_shapes
         from .tools.check.module_check import check_module
-        from .verify.results import summary_table
 
     result = check_module(debug=debug, tolerance=ModuleTolerance(args.atol, args.rtol), report=args.report,
-                          profile=args.profile, **_module_options(args))
-    print(summary_table(result))
-    if result.profile is not None:
-        print(result.profile.table())
-    _print_debug_footer(args, result.pass_records, result.gate, result.dump_dir)
+                          profile=args.profile, shapes=parse_shapes(args.shape), seed=args.seed,
+                          nan_check=args.nan_check, **_module_options(args))
+    _print_check(args, result)
+    _print_reproducers(result)
     code = _check_exit(args, result)
     print(time_line())
     return code
 
 
 def _cmd_localize(args) -> int:
-    if args.module:
-        raise UsageError("localize compares two builds of a case; with --module, use bisect --module or "
-                         "check --module --dump-passes and dumps compare")
     require_writable(args.report, "--report")
+    if args.module:
+        return _cmd_localize_module(args)
+    if args.against is None:
+        raise UsageError("localize of a case needs --against KEY=VALUE (the reference build, e.g. schedule=none)")
+    if args.atol is not None or args.rtol is not None:
+        raise UsageError("--atol/--rtol apply to localize --module against torch; a case uses its own tolerance")
     spec, debug = _build_spec(args), _debug_options(args)
     with phase("import"):
         from .tools.check.localize import localize
 
     result = localize(spec, debug, against=args.against, seed=args.seed,
                       max_mb=args.localize_max_mb, log=lambda line: print(line, file=sys.stderr))
+    return _localize_verdict(args, result)
+
+
+def _localize_verdict(args, result) -> int:
+    """A localize's table, its JSON report when asked, and its exit code: 0 nothing differs, 1 something does."""
     print(result.table())
     if args.report:
         result.write_json(args.report)
         print(f"report: {args.report}")
     return 0 if result.passed else 1
+
+
+def _module_tolerance(args) -> ModuleTolerance | None:
+    """``--atol``/``--rtol`` of a module file's comparison; None: ``assert_close``'s defaults per dtype."""
+    return None if args.atol is None and args.rtol is None else ModuleTolerance(args.atol, args.rtol)
+
+
+def _cmd_localize_module(args) -> int:
+    """``localize --module FILE.py``: the first op that differs from eager torch (or, ``--against``, the first
+    kernel call that differs from another build's)."""
+    _refuse_case_options(args, "localize")
+    debug = _debug_options(args)
+    if args.localize_max_mb is not None:
+        raise UsageError("--localize-max-mb applies to a case; a module file's calls are compared at its example "
+                         "size in one run")
+    with phase("import"):
+        from .tools.check.module_localize import localize_module
+
+    result = localize_module(debug=debug, against=args.against, tolerance=_module_tolerance(args),
+                             log=lambda line: print(line, file=sys.stderr), **_module_options(args))
+    return _localize_verdict(args, result)
+
+
+def _cmd_minimize(args) -> int:
+    """``minimize --module FILE.py``: the smallest failing piece of the file's graph (``tools.minimize``)."""
+    if not args.module:
+        raise UsageError("minimize cuts your own model: give --module FILE.py")
+    _refuse_case_options(args, "minimize")
+    require_writable(args.out, "--out")
+    debug = _debug_options(args)
+    with phase("import"):
+        from .tools.minimize.minimize import minimize_module
+
+    result = minimize_module(debug=debug, tolerance=_module_tolerance(args), out=args.out,
+                             log=lambda line: print(line, file=sys.stderr), **_module_options(args))
+    print(result.summary())
+    print(time_line())
+    return 0
 
 
 def _check_exit(args, result) -> int:
@@ -443,23 +506,31 @@ def _cmd_run(args) -> int:
         raise UsageError(f"--out {args.out} is the --inputs file; write the outputs elsewhere")
     if args.inputs is None and args.random_inputs is None:
         raise UsageError("give --inputs IN.npz (make one with `mtp-tvm inputs`) or --random-inputs")
-    if args.random_inputs is None and (args.seed is not None or args.tokens is not None):
-        raise UsageError("--seed and --tokens size the seeded inputs of --random-inputs; drop them with --inputs")
+    if args.random_inputs is None and (args.seed is not None or args.tokens is not None or args.shape):
+        raise UsageError("--seed, --tokens and --shape size the seeded inputs of --random-inputs; drop them with "
+                         "--inputs")
     from .artifact.load import load
     from .compiler.tensors import read_npz, write_npz
 
     artifact = load(args.artifact, allow_failed=args.allow_failed)
-    if args.inputs is not None:
-        inputs = read_npz(args.inputs, {n: t.dtype for n, t in artifact.input_specs.items()})
-    else:
-        inputs = artifact.make_inputs(tokens=args.tokens, seed=args.seed or 0)
-    case, shapes = artifact.sized()
-    loaded = _load_weights(args, case.name, shapes.preset.name, shapes.tp, shapes.owners)
-    if loaded is not None:
+    loaded = None
+    if args.weights is not None:  # a case's artifact (a module file's has no case to size weights by)
+        case, shapes = artifact.sized()
+        loaded = _load_weights(args, case.name, shapes.preset.name, shapes.tp, shapes.owners)
         if loaded.shapes.vocab_shard != shapes.vocab_shard:
             raise UsageError(f"{args.artifact} was built for vocab shard {shapes.vocab_shard}; the weights' LM-head "
                              f"shard has {loaded.shapes.vocab_shard} rows (build with --vocab-shard "
                              f"{loaded.shapes.vocab_shard})")
+    if args.inputs is not None:
+        inputs = read_npz(args.inputs, {n: t.dtype for n, t in artifact.input_specs.items()})
+    else:
+        from .ir.module_sizes import parse_shapes
+
+        inputs = artifact.make_inputs(tokens=args.tokens, seed=args.seed or 0, shapes=parse_shapes(args.shape))
+        if args.shape:
+            print("at --shape: no stored reference fits this size, so nothing is checked (check --module "
+                  "FILE.py --shape recomputes the golden there)")
+    if loaded is not None:
         inputs = {**inputs, **loaded.weights}
     outputs = artifact.run(inputs)
     if args.out:
@@ -736,6 +807,7 @@ def _add_check_command(sub, common: argparse.ArgumentParser) -> None:
     _add_profile_arg(p)
     p.add_argument("--nan-check", action="store_true",
                    help="name the first kernel call whose output holds NaN/Inf while its inputs held none")
+    _add_shape_arg(p, "with --module: ")
     _add_weights_arg(p)
     p.set_defaults(handler=_cmd_check)
 
@@ -744,9 +816,14 @@ def _add_localize_command(sub, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("localize", parents=[common],
                        help="name the first kernel call whose numbers differ from a reference build's")
     _add_build_args(p)
-    p.add_argument("--against", required=True, metavar="KEY=VALUE[,...]",
+    p.add_argument("--against", default=None, metavar="KEY=VALUE[,...]",
                    help="the reference build: target, frontend, schedule, disable-pass, bisect-limit, pass-plugin "
-                        "(e.g. schedule=none); it drops this build's debugging changes unless named")
+                        "(e.g. schedule=none); it drops this build's debugging changes unless named. A case needs "
+                        "it; --module without it compares every op with eager torch")
+    p.add_argument("--atol", type=float, default=None,
+                   help="--module against torch: every op's absolute tolerance (default assert_close's per dtype)")
+    p.add_argument("--rtol", type=float, default=None,
+                   help="--module against torch: every op's relative tolerance (default assert_close's per dtype)")
     p.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
     p.add_argument("--localize-max-mb", type=float, default=None, metavar="MB",
                    help="keep at most MB of recorded tensors at once (oldest calls compared and dropped first)")
@@ -794,6 +871,7 @@ def _add_run_command(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=None, help="with --random-inputs: input seed (default 0)")
     p.add_argument("--tokens", type=int, default=None,
                    help="with --random-inputs: token count T (default: the artifact's)")
+    _add_shape_arg(p, "with --random-inputs, a module file's artifact: ")
     p.add_argument("--out", metavar="OUT.npz", help="where to write the outputs (without it: shapes and dtypes only)")
     p.add_argument("--allow-failed", action="store_true",
                    help="run an artifact even though its recorded golden check failed")
@@ -924,6 +1002,17 @@ def _add_bisect_command(sub, common: argparse.ArgumentParser) -> None:
     p.set_defaults(handler=_cmd_bisect)
 
 
+def _add_minimize_command(sub, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("minimize", parents=[common], help="cut a failing --module FILE.py's exported graph down to the "
+                       "smallest piece that still fails check --module, written as a module file")
+    _add_build_args(p)
+    p.add_argument("--out", default=None, metavar="FILE.py",
+                   help="where to write the piece (default: <module>_min.py in the current folder)")
+    p.add_argument("--atol", type=float, default=None, help="every output's absolute tolerance, as check --module's")
+    p.add_argument("--rtol", type=float, default=None, help="every output's relative tolerance, as check --module's")
+    p.set_defaults(handler=_cmd_minimize)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mtp-tvm", description="DeepSeek-V4 MTP decode tail on Apache TVM")
     common = argparse.ArgumentParser(add_help=False)  # also after the subcommand (there not set: the above's)
@@ -934,7 +1023,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "(otherwise kept in the run folder's tvm.log)", **({"default": argparse.SUPPRESS} if p is common else {}))
     sub = parser.add_subparsers(dest="command", required=True)
     for add in (_add_check_command, _add_localize_command, _add_tune_command, _add_build_command, _add_run_command,
-                _add_bench_command, _add_inputs_command, _add_convert_command, _add_list_command, _add_dumps_command, _add_bisect_command):
+                _add_bench_command, _add_inputs_command, _add_convert_command, _add_list_command, _add_dumps_command,
+                _add_bisect_command, _add_minimize_command):
         add(sub, common)
     return parser
 

@@ -19,11 +19,12 @@ GLOBAL = {"help", "debug", "verbose", "command", "handler", "dumps_command"}
 ENTRY_POINTS = {
     "mtp_tvm.tools.check.check": ["check"], "mtp_tvm.tools.check.module_check": ["check_module"],
     "mtp_tvm.tools.check.localize": ["localize"], "mtp_tvm.tools.tune.tune": ["tune"],
+    "mtp_tvm.tools.check.module_localize": ["localize_module"], "mtp_tvm.tools.minimize.minimize": ["minimize_module"],
     "mtp_tvm.artifact.export": ["build"], "mtp_tvm.artifact.module_artifact": ["build_module"],
     "mtp_tvm.artifact.load": ["check_artifact"],
     "mtp_tvm.tools.bisect.bisection": ["bisect_passes", "bisect_schedule", "bisect_module_passes"],
     "mtp_tvm.tools.bench.bench": ["bench"], "mtp_tvm.tools.bench.module_bench": ["bench_module"],
-    "mtp_tvm.compiler.tensors": ["read_npz", "write_npz"],
+    "mtp_tvm.compiler.tensors": ["read_npz", "write_npz"], "mtp_tvm.tools.convert.convert": ["load"],
 }
 
 # the ways each command runs: the argv before the option under test
@@ -31,7 +32,8 @@ CONTEXTS = {
     "check": [[], ["--module", "m.py"], ["--artifact", "ART"], ["--compile-only"]],
     "build": [["--out", "OUT"], ["--out", "OUT", "--module", "m.py"]],
     "bench": [[], ["--module", "m.py"], ["--artifact", "ART"]],
-    "localize": [["--against", "schedule=none"]],
+    "localize": [["--against", "schedule=none"], ["--module", "m.py"]],
+    "minimize": [["--module", "m.py"]],
     "run": [["ART", "--random-inputs", "--out", "o.npz"], ["ART", "--inputs", "i.npz", "--out", "o.npz"]],
     "inputs": [["--out", "IN.npz"], ["--out", "IN.npz", "--artifact", "ART"]],
     "bisect": [[], ["--module", "m.py"]],
@@ -91,7 +93,9 @@ def _reached_work(monkeypatch, argv) -> tuple[set[str], str | None]:
         for name in names:
             monkeypatch.setattr(mod, name, stop)
     monkeypatch.setattr("mtp_tvm.contract.cases.Case.make_inputs", stop)
-    monkeypatch.setattr("mtp_tvm.artifact.load.load", lambda *_a, **_k: mock.MagicMock())  # what is read of it
+    artifact = mock.MagicMock()  # what is read of it
+    artifact.sized.return_value = (mock.MagicMock(), mock.MagicMock())  # (case, shapes): --weights sizes by them
+    monkeypatch.setattr("mtp_tvm.artifact.load.load", lambda *_a, **_k: artifact)
     monkeypatch.setattr("mtp_tvm.artifact.manifest.read_manifest", lambda _p: {"module": {}}
                         if "--module" in argv else {})
     try:

@@ -11,7 +11,7 @@ LAYERS = ("support", "contract", "ir", "passes", "schedule", "instrument", "comp
 TOP = len(LAYERS)  # cli.py, __init__.py, __main__.py: the public surface, above every layer
 # tools/ in wings, one per command, each importing only from itself and the wings before it (remote: TVM RPC,
 # shared by tune and bench)
-TOOL_WINGS = ("remote", "convert", "measure", "dumps", "check", "bisect", "tune", "bench")
+TOOL_WINGS = ("remote", "convert", "measure", "dumps", "check", "minimize", "bisect", "tune", "bench")
 
 
 def _module_name(path: Path) -> str:

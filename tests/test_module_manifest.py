@@ -79,6 +79,8 @@ EDITS = {
     "example_inputs symlink out": (_symlink_out, "linked.npz leads outside the artifact"),
     "reference_outputs": (_set("module", "reference_outputs", "a/../b.npz"), "module.reference_outputs: expected"),
     "reference": (_set("module", "reference", None), "module.reference: expected what the reference outputs are"),
+    "dim_bounds": (_set("module", "dim_bounds", {"n": [1, "big"]}), "module.dim_bounds: expected each symbolic "
+                   "size's [lowest, highest or null]"),
     "library file outside": (_set("library", "file", "../library.so"), "library.file: expected a file name"),
     "source outside": (lambda m, _a: m["sources"].append("source/../../x.py"), "sources["),
 }

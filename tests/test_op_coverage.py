@@ -44,7 +44,7 @@ def test_a_zoo_of_everyday_blocks_imports_builds_and_matches_torch():
     from mtp_tvm.schedule.apply import ApplySchedules
 
     model, xs = _zoo_model()
-    mod, _ = relax.frontend.detach_params(import_program(torch.export.export(model, xs), ZOO_FILE))
+    mod, _ = relax.frontend.detach_params(import_program(torch.export.export(model, xs), ZOO_FILE)[0])
     target = resolve_target("llvm")
     with tvm.transform.PassContext(opt_level=3):
         ex = compile_through_phases(mod, target, ApplySchedules(target, "default", None))

@@ -36,8 +36,10 @@ README = REPO / "README.md"
 GUIDES = REPO / "docs" / "guides"
 
 
-# guides whose code needs a fixture of their own (a checkpoint written first) run in their own test: page -> test
-OWN_RUNNER = {"real-checkpoint.md": "test_guide_real_checkpoint.py"}
+# guides whose code needs a fixture of their own (a checkpoint written first; the test modules under tests/modules)
+# run in their own test: page -> test
+OWN_RUNNER = {"real-checkpoint.md": "test_guide_real_checkpoint.py",
+              "own-model-debugging.md": "test_own_model_debugging.py"}
 
 
 def pages() -> list[Path]:

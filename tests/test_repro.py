@@ -138,3 +138,12 @@ def test_a_reproducer_with_a_bad_tolerance_is_broken_2_not_reproduced_1(failing,
     (folder / "repro.json").write_text(json.dumps(spec))
     lines = []
     assert rerun(folder, log=lines.append) == 2 and lines[-1].startswith("repro: error:"), lines
+
+
+def test_the_launcher_puts_the_checkout_that_wrote_it_first():
+    """repro.py imports the mtp_tvm that wrote it: the folder holding the package (tools/check/ sits two below
+    it), not the package itself."""
+    from mtp_tvm.tools.check.repro import PROJECT_ROOT, launcher
+
+    assert (PROJECT_ROOT / "mtp_tvm" / "__init__.py").is_file()
+    assert repr(str(PROJECT_ROOT)) in launcher("mtp_tvm.tools.check.repro", "doc")

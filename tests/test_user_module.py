@@ -170,10 +170,15 @@ def test_the_cli_exits_2_with_one_line_for_a_broken_file(tmp_path, capsys):
     assert err.startswith("mtp-tvm: error: module file") and "defines neither" in err and "\n" not in err
 
 
-@pytest.mark.parametrize("flags", [["--case", "logits"], ["--preset", "tiny"], ["--tokens", "3"], ["--seed", "1"]])
+@pytest.mark.parametrize("flags", [["--case", "logits"], ["--preset", "tiny"], ["--tokens", "3"]])
 def test_case_flags_with_module_are_refused(flags, capsys):
     assert main(["check", "--module", str(TORCH_EXAMPLE), *flags]) == 2
     assert f"{flags[0]} (which describe a case) cannot apply" in capsys.readouterr().err
+
+
+def test_a_seed_without_another_shape_is_refused(capsys):
+    assert main(["check", "--module", str(TORCH_EXAMPLE), "--seed", "1"]) == 2
+    assert "a seed draws inputs only at another --shape" in capsys.readouterr().err
 
 
 def test_a_bad_tolerance_is_refused_before_the_build():
@@ -359,9 +364,11 @@ def test_tune_module_tunes_its_kernels_and_a_tuned_build_passes(tmp_path, monkey
     assert main(["tune", "--module", str(TVMSCRIPT_EXAMPLE), "--case", "logits"]) == 2
 
 
-def test_localize_refuses_module_rather_than_ignoring_it(capsys):
-    assert main(["localize", "--module", str(TORCH_EXAMPLE), "--against", "schedule=none"]) == 2
-    assert "localize compares two builds of a case" in capsys.readouterr().err
+def test_localize_module_refuses_what_only_a_case_has(capsys):
+    assert main(["localize", "--module", str(TORCH_EXAMPLE), "--localize-max-mb", "1"]) == 2
+    assert "--localize-max-mb applies to a case" in capsys.readouterr().err
+    assert main(["localize", "--case", "norm"]) == 2
+    assert "localize of a case needs --against" in capsys.readouterr().err
 
 
 def test_the_api_refuses_an_unknown_option():

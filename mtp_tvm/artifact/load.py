@@ -71,12 +71,15 @@ class Artifact(Runnable):
         module = self.manifest.get("module")
         return module["returns_tuple"] if module else True
 
-    def make_inputs(self, tokens: int | None = None, seed: int = 0) -> dict:
-        """The seeded inputs of the case; a module file's artifact runs on the example inputs stored in it."""
+    def make_inputs(self, tokens: int | None = None, seed: int = 0, shapes: dict | None = None) -> dict:
+        """The seeded inputs of the case; a module file's artifact runs on the example inputs stored in it, or at
+        ``shapes`` (input name -> shape) on seeded ones."""
         if "module" in self.manifest:
             from ..artifact.module_reference import stored_inputs
 
-            return stored_inputs(self, tokens, seed)
+            return stored_inputs(self, tokens, seed, shapes)
+        if shapes:
+            raise UsageError(f"{self.path} is a case's artifact: --tokens sizes it, --shape applies to a module file's")
         return super().make_inputs(tokens, seed)
 
     def sized(self, tokens: int | None = None) -> tuple[Case, Shapes]:

@@ -154,6 +154,10 @@ def _module_problems(module, m: dict) -> list[str]:
         out += _file_name_problem(f"module.{key}", module.get(key))
     if not isinstance(module.get("reference"), str):
         out.append("module.reference: expected what the reference outputs are (a string)")
+    bounds = module.get("dim_bounds", {})  # absent in an artifact built before --shape
+    if not isinstance(bounds, dict) or not all(isinstance(b, list) and len(b) == 2 and _int(b[0]) and
+                                               (b[1] is None or _int(b[1])) for b in bounds.values()):
+        out.append(f"module.dim_bounds: expected each symbolic size's [lowest, highest or null], got {bounds!r}")
     return out
 
 

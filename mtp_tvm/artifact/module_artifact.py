@@ -31,7 +31,8 @@ def module_identity(compiled: CompiledModule, folder: Path) -> dict:
             "symbolic_dims": {d: "a symbolic size of the module" for d in user.symbolic_dims},
             "module": {"path": str(user.path), "kind": user.kind, "num_input": user.num_input,
                        "returns_tuple": user.returns_tuple, "example_inputs": EXAMPLE_INPUTS,
-                       "reference_outputs": REFERENCE_OUTPUTS, "reference": reference}}
+                       "reference_outputs": REFERENCE_OUTPUTS, "reference": reference,
+                       "dim_bounds": {d: list(b) for d, b in user.dim_bounds.items()}}}
 
 
 def build_module(out: str | os.PathLike | None, module=None, debug: DebugOptions | None = None, *,

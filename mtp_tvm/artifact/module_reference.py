@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..artifact.manifest import artifact_file
 from ..compiler.tensors import read_npz
+from ..ir.module_sizes import sized_inputs
 from ..support.errors import UsageError
 from ..verify.golden_check import Provenance
 from ..verify.module_golden import check_outputs
@@ -32,12 +33,20 @@ def stored_arrays(folder: Path, m: dict, key: str) -> dict:
     return arrays
 
 
-def stored_inputs(artifact, tokens: int | None, seed: int) -> dict:
-    """A module file's artifact runs on its stored example inputs: no seed or token count draws others."""
-    if tokens is not None or seed:
-        raise UsageError(f"{artifact.path} is a module file's artifact: it runs on its stored example inputs; "
-                         "--tokens and --seed do not apply")
-    return stored_arrays(artifact.path, artifact.manifest, "example_inputs")
+def stored_inputs(artifact, tokens: int | None, seed: int, shapes: dict | None = None) -> dict:
+    """A module file's artifact runs on its stored example inputs, or with ``shapes`` (input name -> shape) on
+    activations drawn from ``seed`` at that size (``ir/module_sizes.py``; the bounds as the manifest stores
+    them) with its stored parameters. No token count applies."""
+    if tokens is not None or (seed and not shapes):
+        raise UsageError(f"{artifact.path} is a module file's artifact: it runs on its stored example inputs, or "
+                         "at --shape NAME=DIM,... on seeded ones; --tokens does not apply")
+    stored = stored_arrays(artifact.path, artifact.manifest, "example_inputs")
+    if not shapes:
+        return stored
+    module = artifact.manifest["module"]
+    bounds = {d: (low, high) for d, (low, high) in module.get("dim_bounds", {}).items()}
+    specs = artifact.input_specs
+    return sized_inputs(specs, tuple(specs)[: module["num_input"]], stored, shapes, bounds, seed)
 
 
 def check_module_artifact(artifact, seed: int, tokens: int | None, tolerance, report,

@@ -81,6 +81,11 @@ class CompiledCase(Runnable):
         return self.spec.frontend
 
     @property
+    def name(self) -> str:
+        """How reports and run folders name the build (a module file's build: its own name)."""
+        return self.case.name
+
+    @property
     def schedule(self) -> str:
         return self.spec.schedule
 

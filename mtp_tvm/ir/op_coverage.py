@@ -15,13 +15,13 @@ gap that remains (no converter, a converter that fails, or a Relax operator with
 
 from __future__ import annotations
 
-import re
 import warnings
 from pathlib import Path
 
 import tvm
 from tvm import relax, topi
 
+from ..ir.graph_nodes import ExportedGraph, import_named, source_line
 from ..ir.torch_frontend import CUSTOM_CONVERTERS
 from ..support.errors import UsageError
 from ..support.lazy import lazy_module
@@ -141,15 +141,8 @@ CONVERTERS = {
 }
 
 
-def source_line(node, path: Path) -> str:
-    """Where the user wrote ``node``: the last frame of ``path`` in its stack trace (else its last frame)."""
-    trace = node.meta.get("stack_trace") or ""
-    frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)', trace)
-    if not frames:
-        return "(no source line recorded)"
-    mine = [f for f in frames if Path(f[0]).resolve() == path] or frames
-    file, line, func, code = mine[-1]
-    return f"{file}:{line} in {func}: {code.strip()}"
+def _where(node, path: Path) -> str:
+    return source_line(node, path) or "(no source line recorded)"
 
 
 def _op_name(node) -> str:
@@ -195,10 +188,10 @@ class _Gap(Exception):
         self.node, self.why = node, why
 
 
-def import_program(program, path: Path) -> tvm.IRModule:
+def import_program(program, path: Path) -> tuple[tvm.IRModule, ExportedGraph]:
     """``from_exported_program`` of the user's exported ``program`` (parameters kept as inputs) with our
-    converters; every operator it cannot import or lower is a ``UsageError`` naming it and its source line."""
-    from tvm.relax.frontend.torch import from_exported_program
+    converters, its bindings named after their FX nodes (``ir/graph_nodes.py``), and the decomposed graph it
+    imported; every operator it cannot import or lower is a ``UsageError`` naming it and its source line."""
     from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
 
     with warnings.catch_warnings():  # decomposed here, so every node we check is one the importer converts
@@ -208,7 +201,7 @@ def import_program(program, path: Path) -> tvm.IRModule:
     nodes = [n for n in program.graph.nodes if n.op == "call_function"]
     missing = next((n for n in nodes if n.target.__name__ not in known), None)
     if missing is not None:
-        raise UsageError(f"module file {path}: torch op {_op_name(missing)} at {source_line(missing, path)}: "
+        raise UsageError(f"module file {path}: torch op {_op_name(missing)} at {_where(missing, path)}: "
                          "TVM 0.27's importer has no converter for it (nor has mtp_tvm's ir/op_coverage.py); "
                          "rewrite it with supported ops")
     convert_map = {n.target.__name__: _checked(n.target.__name__, CONVERTERS.get(n.target.__name__))
@@ -216,14 +209,13 @@ def import_program(program, path: Path) -> tvm.IRModule:
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", category=FutureWarning)
-            return from_exported_program(program, keep_params_as_input=True, custom_convert_map=convert_map,
-                                         run_ep_decomposition=False)
+            return import_named(program, path, convert_map)  # decomposed above
     except _Gap as gap:
-        raise UsageError(f"module file {path}: torch op {_op_name(gap.node)} at {source_line(gap.node, path)}: "
+        raise UsageError(f"module file {path}: torch op {_op_name(gap.node)} at {_where(gap.node, path)}: "
                          f"{gap.why}") from None
     except Exception as e:  # a converter's own failure: the operator in this use is not supported
         failing = _failing_node(e, nodes)
-        where = (f"torch op {_op_name(failing)} at {source_line(failing, path)}: " if failing is not None else "")
+        where = (f"torch op {_op_name(failing)} at {_where(failing, path)}: " if failing is not None else "")
         raise UsageError(f"module file {path}: TVM's from_exported_program cannot import model(): {where}"
                          f"{type(e).__name__}: {_last_line(e)}") from None
 

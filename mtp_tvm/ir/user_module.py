@@ -24,6 +24,8 @@ import tvm
 from tvm import relax, tirx
 
 from ..contract.cases import TensorSpec
+from ..ir.graph_nodes import ExportedGraph
+from ..ir.module_sizes import sized_inputs
 from ..ir.op_coverage import import_program
 from ..support.errors import UsageError
 from ..support.lazy import lazy_module
@@ -40,7 +42,9 @@ TORCH, TVMSCRIPT = "torch", "tvmscript"  # the two kinds of module file
 class UserModule:
     """A loaded module file: its Relax module (``main(*inputs, *params)``), every input of ``main`` as a spec
     (symbolic sizes named as in the module), the example inputs and, for a torch model, its parameters, its
-    outputs run eagerly (the golden) and its exported program (its state dict feeds the bench's peers)."""
+    outputs run eagerly (the golden), its exported program (its state dict feeds the bench's peers; torch runs it
+    for a reference at another size) and that program's nodes as the Relax bindings are named
+    (``ir/graph_nodes.py``: ``localize --module``, ``minimize``)."""
 
     path: Path
     kind: str
@@ -52,6 +56,7 @@ class UserModule:
     examples: dict[str, np.ndarray]     # every input of ``main``: example inputs, then parameters
     reference: dict[str, np.ndarray] | None = None  # a torch model's outputs run eagerly on the example inputs
     program: object | None = dataclasses.field(default=None, repr=False, compare=False)  # its ExportedProgram
+    graph: ExportedGraph | None = dataclasses.field(default=None, repr=False, compare=False)  # its nodes, named
 
     @property
     def name(self) -> str:
@@ -71,6 +76,18 @@ class UserModule:
     @property
     def activation_names(self) -> tuple[str, ...]:
         return tuple(self.input_specs)[: self.num_input]
+
+    @property
+    def dim_bounds(self) -> dict[str, tuple[int, int | None]]:
+        """Each symbolic size's bounds as the import recorded them (``dynamic_shapes()``'s ``Dim`` min/max)."""
+        attrs = self.mod["main"].attrs
+        low = attrs.get("tir_var_lower_bound", {}) if attrs is not None else {}
+        high = attrs.get("tir_var_upper_bound", {}) if attrs is not None else {}
+        return {d: (int(low[d]) if d in low else 1, int(high[d]) if d in high else None) for d in self.symbolic_dims}
+
+    def inputs_at(self, shapes: dict[str, tuple[int, ...]], seed: int = 0) -> dict[str, np.ndarray]:
+        """Every input of ``main`` with the activations at ``shapes`` (``ir/module_sizes.py``)."""
+        return sized_inputs(self.input_specs, self.activation_names, self.examples, shapes, self.dim_bounds, seed)
 
     @property
     def example_shapes(self) -> dict[str, list[int]]:
@@ -138,11 +155,11 @@ def _run_file(child) -> None:
     child.stage(": torch.export of model()")
     with warnings.catch_warnings():  # torch's own deprecations inside export: not the user's
         warnings.filterwarnings("ignore", category=FutureWarning)
-        program = torch.export.export(model, tuple(_to_torch(a) for a in inputs), dynamic_shapes=dynamic)
+        program = torch.export.export(model, tuple(to_torch(a) for a in inputs), dynamic_shapes=dynamic)
         torch.export.save(program, folder / PROGRAM)
     child.stage(": model() run eagerly on example_inputs()")
     with torch.no_grad():
-        out = model(*(_to_torch(a) for a in inputs))
+        out = model(*(to_torch(a) for a in inputs))
     leaves, _ = torch.utils._pytree.tree_flatten(out)
     reference = [_to_numpy(path, t, f"model()'s output {i}") for i, t in enumerate(leaves)]
     _write_arrays(folder, TORCH, {"inputs": inputs, "reference": reference})
@@ -163,7 +180,8 @@ def _to_numpy(path: Path, t, what: str) -> np.ndarray:
     return t.numpy().copy()
 
 
-def _to_torch(a: np.ndarray):
+def to_torch(a: np.ndarray):
+    """A numpy array (ml_dtypes' bfloat16 included) as a torch tensor of its own."""
     if a.dtype.name == "bfloat16":
         return torch.from_numpy(a.astype(np.float32)).to(torch.bfloat16)
     return torch.from_numpy(a.copy())
@@ -223,7 +241,7 @@ def _outputs(func: relax.Function, path: Path) -> tuple[dict[str, TensorSpec], b
 
 
 def _from_torch(path: Path, program, examples: list[np.ndarray], reference: list[np.ndarray]) -> UserModule:
-    mod = import_program(program, path)  # an operator it cannot import or lower: a UsageError naming it
+    mod, graph = import_program(program, path)  # an operator it cannot import or lower: a UsageError naming it
     mod, params = relax.frontend.detach_params(mod)
     func = mod["main"]
     num_input = len(examples)
@@ -237,7 +255,7 @@ def _from_torch(path: Path, program, examples: list[np.ndarray], reference: list
         v.flags.writeable = False  # ours, never written: packing them is no change to tell anyone of
     mod["main"] = func.with_attr("num_input", num_input)
     return UserModule(path, TORCH, mod, specs, outputs, returns_tuple, num_input, dict(zip(specs, values)),
-                      dict(zip(outputs, reference)), program)
+                      dict(zip(outputs, reference)), program, graph)
 
 
 def _main(path: Path, mod) -> relax.Function:

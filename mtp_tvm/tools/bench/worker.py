@@ -162,7 +162,7 @@ class Worker:
     def __init__(self, name: str, job, threads: int, folder: Path, env: dict[str, str] | None = None):
         self.name = name
         self.stderr_path = folder / f"worker-{name}.stderr"
-        package_root = str(Path(__file__).resolve().parents[2])  # the worker imports this very package
+        package_root = str(Path(__file__).resolve().parents[3])  # the worker imports this very package
         inherited = {k: v for k, v in os.environ.items() if k not in OPENBLAS_SLOW_VARS}
         environ = {**inherited, **dict.fromkeys(THREAD_ENVS, str(threads)), **(env or {}),
                    PARENT_ENV: str(os.getpid()),

@@ -49,7 +49,7 @@ def write_kernel_repro(result, test, reference, options, root=None) -> Path:
     """Write ``kernel_repro/`` for ``result.first`` (a ``LocalizeResult``) into the test build's run folder (a
     new run folder under ``root`` when it has none)."""
     first = result.first
-    run = test.dump_dir or new_run_dir(root, f"{test.case.name}-{test.target.kind.name}")
+    run = test.dump_dir or new_run_dir(root, f"{test.name}-{test.target.kind.name}")
 
     def fill(tmp: Path) -> None:
         spec = {"case": result.case, "tolerance": dataclasses.asdict(options.tolerance),

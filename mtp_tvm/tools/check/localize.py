@@ -82,12 +82,16 @@ class Against:
                 fields[key.replace("-", "_")] = value
         return cls(**fields)
 
-    def reference(self, spec: BuildSpec) -> tuple[BuildSpec, DebugOptions]:
-        """The reference build: ``spec`` with the fields named here, and only the debugging changes named here
-        (a mistyped frontend, schedule, target or plugin is a one-line error before anything is built)."""
+    def reference(self, spec):
+        """The reference build: ``spec`` (a ``BuildSpec``, or a module file's ``ModuleSpec``) with the fields named
+        here, and only the debugging changes named here (a mistyped frontend, schedule, target or plugin is a
+        one-line error before anything is built)."""
+        if self.frontend is not None and not hasattr(spec, "frontend"):
+            raise UsageError(f"--against frontend={self.frontend}: a module file is imported one way; compare "
+                             "another target, schedule or pass set")
         ref = dataclasses.replace(spec, **{k: getattr(self, k) for k in ("target", "frontend", "schedule")
                                            if getattr(self, k) is not None})
-        if ref.frontend not in FRONTENDS:
+        if hasattr(ref, "frontend") and ref.frontend not in FRONTENDS:
             raise UsageError(f"--against frontend={ref.frontend}: choose one of {', '.join(FRONTENDS)}")
         try:
             validate_schedule(ref.schedule, resolve_target(ref.target))
@@ -307,10 +311,12 @@ def _compare_inputs(t: KernelCall, r: KernelCall, compare) -> list[Comparison | 
     return out
 
 
-def compare_builds(test: CompiledCase, reference: CompiledCase, options: LocalizeOptions) -> LocalizeResult:
-    """Run both builds on the case's seeded inputs and compare their kernel calls (see the module docstring)."""
-    inputs = test.case.make_inputs(test.shapes, options.seed)
-    compare = ratio_allclose(options.tolerance)
+def compare_builds(test, reference, options: LocalizeOptions, compare=None) -> LocalizeResult:
+    """Run both builds (``CompiledCase`` or ``CompiledModule``) on their seeded (a module file: example) inputs
+    and compare their kernel calls (see the module docstring) with ``compare`` (default ``ratio_allclose`` of the
+    options' tolerance)."""
+    inputs = test.make_inputs(seed=options.seed)
+    compare = compare or ratio_allclose(options.tolerance)
     test_calls, ref_calls = record(test, inputs), record(reference, inputs)
     pairs = align(test_calls, ref_calls)
     diffs = [CallDiff(t, r) for t, r in pairs]
@@ -331,14 +337,14 @@ def compare_builds(test: CompiledCase, reference: CompiledCase, options: Localiz
                 d.test, d.reference = t, r
     paired_t = {t.index for t, _ in pairs}
     paired_r = {r.index for _, r in pairs}
-    return LocalizeResult(test.case.name, _describe(test), _describe(reference), diffs, test_calls, ref_calls,
+    return LocalizeResult(test.name, _describe(test), _describe(reference), diffs, test_calls, ref_calls,
                           [c for c in test_calls if c.index not in paired_t],
                           [c for c in ref_calls if c.index not in paired_r],
                           nan_origin(test_calls), nan_origin(ref_calls), len(windows), options.max_mb, kept / 2**20,
                           dump_dir=str(test.dump_dir) if test.dump_dir else None)
 
 
-def _describe(c: CompiledCase) -> str:
+def _describe(c) -> str:
     debug = " ".join(c.debug.replace(dump_passes=None).as_argv())
     return f"frontend={c.frontend} schedule={c.schedule} target={c.target.kind.name}" + (f" {debug}" if debug else "")
 

@@ -37,7 +37,7 @@ from ...verify.golden_check import GoldenOptions, Provenance, golden_check
 from ...verify.tolerances import LogitsTolerance, RatioTolerance
 
 REPRO_DIR = "repro"
-PROJECT_ROOT = Path(__file__).resolve().parents[2]  # the folder holding the mtp_tvm package
+PROJECT_ROOT = Path(__file__).resolve().parents[3]  # the folder holding the mtp_tvm package
 
 _LAUNCHER = '''"""{doc}"""
 import sys
@@ -104,7 +104,7 @@ def cli_command(compiled, options: GoldenOptions) -> str:
     return "\n".join([shlex.join(argv), *notes]) + "\n"
 
 
-def _lowering_gate(compiled) -> dict:
+def lowering_gate(compiled) -> dict:
     """The gate of the failing build, restated for a build that starts at the lowering phases: the passes there
     are numbered from 1, so the limit moves down by the number of passes of the optimizing phases."""
     gate = compiled.gate or {"disabled": [], "limit": None}
@@ -132,7 +132,7 @@ def _write_bundle(tmp: Path, compiled, inputs: dict, expected: dict, options: Go
             "tokens": s.tokens, "vocab_shard": s.vocab_shard, "owners": s.owners, "tp": s.tp, "seed": options.seed,
             "schedule": compiled.schedule,
             "tolerance": dataclasses.asdict(options.tolerance), "logits_tol": dataclasses.asdict(options.logits_tol),
-            "target": target_json(compiled.target), "gate": _lowering_gate(compiled),
+            "target": target_json(compiled.target), "gate": lowering_gate(compiled),
             "inputs": save_arrays(tmp / "inputs.npz", inputs),
             "outputs": save_arrays(tmp / "expected.npz", expected),
             "failed_outputs": result.failed_outputs, "written": time.strftime("%Y-%m-%d %H:%M:%S")}
@@ -167,28 +167,36 @@ def guarded_rerun(body: Callable[[Path, Callable], int], folder: Path, log) -> i
     return BROKEN
 
 
-def _rerun(folder: Path, log) -> int:
-    from ...compiler.driver import CompiledCase
-    from ...compiler.options import BuildSpec
-    from ...contract.cases import get_case
-    from ...contract.presets import make_shapes
+def rebuild_lowering(folder: Path, spec: dict):
+    """``module.py`` rebuilt for ``target.json`` from the lowering phases on, under the saved pass gate: (the
+    executable, its target, the build's seconds); a case's reproducer and a module file's share it."""
     from ...instrument.recorder import PassRecorder
     from ...passes.gate import PassGate
     from ...passes.pipeline import compile_through_phases
-    from ...verify.results import summary_table
 
-    spec = json.loads((folder / "repro.json").read_text())
-    options = GoldenOptions(spec["seed"], RatioTolerance.of(spec["tolerance"]), LogitsTolerance.of(spec["logits_tol"]))
-    case = get_case(spec["case"])
-    shapes = make_shapes(spec["preset"], spec["tokens"], spec["vocab_shard"], spec["owners"], spec["tp"])
     target = resolve_target(json.loads((folder / "target.json").read_text()))
     mod = tvm.script.from_source((folder / "module.py").read_text())
     gate = PassGate.for_target(target, spec["gate"]["disabled"], spec["gate"]["limit"])
     t0 = time.perf_counter()
     with tvm.transform.PassContext(opt_level=3, instruments=[PassRecorder(gate)] if gate.active else []):
         ex = compile_through_phases(mod, target, None, first_phase=FIRST_LOWERING_PHASE)
+    return ex, target, time.perf_counter() - t0
+
+
+def _rerun(folder: Path, log) -> int:
+    from ...compiler.driver import CompiledCase
+    from ...compiler.options import BuildSpec
+    from ...contract.cases import get_case
+    from ...contract.presets import make_shapes
+    from ...verify.results import summary_table
+
+    spec = json.loads((folder / "repro.json").read_text())
+    options = GoldenOptions(spec["seed"], RatioTolerance.of(spec["tolerance"]), LogitsTolerance.of(spec["logits_tol"]))
+    case = get_case(spec["case"])
+    shapes = make_shapes(spec["preset"], spec["tokens"], spec["vocab_shard"], spec["owners"], spec["tp"])
+    ex, target, seconds = rebuild_lowering(folder, spec)
     asked = BuildSpec(case.name, target, shapes.preset.name, spec["frontend"], schedule=spec.get("schedule", "default"))
-    compiled = CompiledCase(case, shapes, target, ex, time.perf_counter() - t0, spec=asked)
+    compiled = CompiledCase(case, shapes, target, ex, seconds, spec=asked)
     inputs = read_npz(folder / "inputs.npz", spec["inputs"])
     expected = read_npz(folder / "expected.npz", spec["outputs"])
     built = Provenance(spec["target"], asked.frontend, asked.schedule, compiled.build_seconds)

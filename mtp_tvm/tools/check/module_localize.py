@@ -1,0 +1,260 @@
+"""``localize --module FILE.py``: the first op of the user's own torch model whose TVM value differs from eager
+torch's. The build runs once on the file's example inputs with every kernel call recorded
+(``tools/kernel_calls.py``); torch runs the exported graph TVM imported, node by node (``ir/graph_nodes.py``).
+
+Each kernel call's output is partnered with a graph node: by name where the call binds a var named after one
+(``ir/graph_nodes`` names them; a kernel that is one op keeps it), else, where fusion renamed it, with the node of
+the same shape and dtype whose torch value is closest, in graph order after the previous call's node. A call
+whose output no node has (an FP16 temporary a pass made, a weight repacked) has no partner and is listed. The
+first partnered call whose output fails ``assert_close`` (the file's tolerance, as ``check --module``) is
+named with its node, the node's op, the ``nn.Module`` it ran in and the user's source line, and whether the
+calls that made its inputs already differed: "this op computes differently" against "it received different
+inputs". The first NaN/Inf is named too (``kernel_calls.nan_origin``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Mapping
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from ...compiler.options import DebugOptions
+from ...compiler.tensors import dtype_name, to_numpy
+from ...compiler.user_build import CompiledModule, ModuleSpec, compile_module, split_module_options
+from ...ir.graph_nodes import GraphNode, node_values
+from ...ir.user_module import TORCH, load_user_module, to_torch
+from ...passes.target import require_runs_here, resolve_target
+from ...support.atomic_file import write_user_file
+from ...support.errors import UsageError
+from ...support.text_table import text_table
+from ...verify.comparators import Comparison
+from ...verify.module_golden import assert_close
+from ...verify.tolerances import ModuleTolerance
+from .kernel_calls import PARAM, KernelCall, NanOrigin, nan_origin, record
+from .kernel_repro import write_kernel_repro
+from .localize import Against, LocalizeOptions, LocalizeResult, compare_builds
+
+BY_NAME, BY_VALUE = "name", "value"  # how a call was partnered with its node
+
+
+@dataclasses.dataclass(frozen=True)
+class OpDiff:
+    """One kernel call against torch: its node (None: no partner), how it was partnered, the comparison of its
+    output, and the calls that made its inputs and differed."""
+
+    call: KernelCall
+    var: str
+    node: GraphNode | None
+    how: str | None
+    comparison: Comparison | None
+    differing_inputs: tuple[str, ...] = ()
+
+    @property
+    def differs(self) -> bool:
+        return self.comparison is not None and not self.comparison.passed
+
+    def as_dict(self) -> dict:
+        return {"call": self.call.name, "var": self.var, "node": None if self.node is None else
+                dataclasses.asdict(self.node), "partnered_by": self.how,
+                "comparison": None if self.comparison is None else self.comparison.as_dict(),
+                "differing_inputs": list(self.differing_inputs)}
+
+
+@dataclasses.dataclass(frozen=True)
+class ModuleLocalizeResult:
+    """Every kernel call against torch, the first that differs, and the first NaN/Inf."""
+
+    module: str
+    build: str
+    ops: tuple[OpDiff, ...]
+    nan: NanOrigin | None
+
+    @property
+    def first(self) -> OpDiff | None:
+        return next((d for d in self.ops if d.differs), None)
+
+    @property
+    def passed(self) -> bool:
+        """No op differs from torch (a NaN/Inf is named, not judged: a causal mask's -inf is one)."""
+        return self.first is None
+
+    def describe_first(self) -> str:
+        d = self.first
+        if d is None:
+            partnered = sum(1 for o in self.ops if o.node is not None)
+            return f"every partnered kernel call is within tolerance ({partnered} of {len(self.ops)} calls)"
+        c = d.comparison
+        lines = [f"FIRST DIFFERING OP: {d.node.describe()}",
+                 f"  computed by kernel call {d.call.name} (its output {d.var}, partnered by {d.how})",
+                 f"  largest |diff| {c.max_abs_diff:.6g} at {c.worst_index}; {c.mismatches}/{c.numel} beyond "
+                 f"{c.comparator}"]
+        if d.differing_inputs:
+            lines.append(f"  its inputs already differed (from {', '.join(d.differing_inputs)}): it received "
+                         "different inputs")
+        else:
+            lines.append("  its inputs matched torch's (or have no torch counterpart): this op computes differently")
+        return "\n".join(lines)
+
+    def table(self) -> str:
+        rows = [("call", "output", "node", "by", "max |diff|", "mismatches", "result")]
+        first = self.first
+        for d in self.ops:
+            c = d.comparison
+            rows.append((d.call.name, d.var, d.node.name if d.node else "-", d.how or "-",
+                         "-" if c is None else f"{c.max_abs_diff:.3g}",
+                         "-" if c is None else f"{c.mismatches}/{c.numel}",
+                         "no partner" if c is None else "FIRST" if d is first else "ok" if c.passed else "DIFF"))
+        lines = [f"localize {self.module}: [{self.build}] against eager torch, {len(self.ops)} kernel calls",
+                 *text_table(rows, {4, 5}), self.describe_first(),
+                 self.nan.describe() if self.nan else "NaN/Inf: none in any kernel call's output"]
+        return "\n".join(lines)
+
+    def write_json(self, path: str | os.PathLike) -> None:
+        write_user_file(path, lambda p: p.write_text(json.dumps(self.as_dict(), indent=1)), what="localize report ")
+
+    def as_dict(self) -> dict:
+        first = self.first
+        return {"module": self.module, "build": self.build, "passed": self.passed,
+                "first": None if first is None else first.as_dict(), "ops": [d.as_dict() for d in self.ops],
+                "nan": self.nan and self.nan.as_dict()}
+
+
+def output_vars(compiled: CompiledModule) -> list[tuple[str, str]]:
+    """(kernel, the var its call binds) of every ``R.call_tir`` of ``main``, in order."""
+    call_tir = tvm.ir.Op.get("relax.call_tir")
+    found = []
+    for block in compiled.optimized_module["main"].body.blocks:
+        for b in block.bindings:
+            if isinstance(b.value, relax.Call) and b.value.op.same_as(call_tir):
+                found.append((b.value.args[0].name_hint, b.var.name))
+    return found
+
+
+def call_vars(calls: list[KernelCall], binds: list[tuple[str, str]]) -> list[str]:
+    """The var each call binds: the calls follow the bindings in order, less those lowering made views (a
+    reshape runs no kernel)."""
+    found, rest = [], iter(binds)
+    for call in calls:
+        var = next((v for k, v in rest if k == call.kernel), None)
+        if var is None:
+            raise UsageError(f"kernel call {call.name} follows no R.call_tir binding of main: cannot name it")
+        found.append(var)
+    return found
+
+
+def _distance(a: np.ndarray, b: np.ndarray) -> float:
+    """The largest |a - b|, equal infinities (a causal mask's -inf) counting as no difference."""
+    with np.errstate(invalid="ignore"):
+        d = np.where(a == b, 0.0, np.abs(a - b))
+    return float(np.nanmax(d, initial=0.0)) if not np.isnan(d).all() else float("inf")
+
+
+def _partner(call: KernelCall, var: str, values: dict, nodes: dict[str, GraphNode], after: int,
+             order: dict[str, int]) -> tuple[str | None, str | None]:
+    """The node of ``call``'s output and how it was found (see the module docstring); ``values``: the nodes'
+    torch values as numpy."""
+    if len(call.outputs) != 1:
+        return None, None
+    shape, dtype = call.outputs[0]
+
+    def fits(name: str) -> bool:
+        v = values.get(name)
+        return v is not None and v.shape == shape and dtype_name(v) == dtype
+
+    if var in nodes and fits(var):
+        return var, BY_NAME
+    out = call.output_arrays[0].astype(np.float32)
+    candidates = [n for n in nodes if order[n] > after and fits(n)]
+    if not candidates:
+        return None, None
+    best = min(candidates, key=lambda n: _distance(out, values[n].astype(np.float32)))
+    return best, BY_VALUE
+
+
+def compare_with_torch(compiled: CompiledModule, tolerance: ModuleTolerance) -> ModuleLocalizeResult:
+    """Record every kernel call of ``compiled`` on its example inputs and compare each with torch (see the module
+    docstring)."""
+    user = compiled.user
+    if user.kind != TORCH or user.graph is None:
+        raise UsageError(f"localize --module compares with torch op by op: {user.path.name} defines module() (a "
+                         "TVMScript module), which has no torch graph; use --against to compare two builds")
+    inputs = user.examples
+    calls = record(compiled, inputs, keep=lambda _i: True)
+    binds = call_vars(calls, output_vars(compiled))
+    values = {name: to_numpy(v) for name, v in
+              node_values(user.graph, tuple(to_torch(inputs[n]) for n in user.activation_names)).items()
+              if hasattr(v, "shape") and hasattr(v, "dtype")}  # tensors (not sizes, not tuples)
+    order = {name: i for i, name in enumerate(user.graph.nodes)}
+    ops: list[OpDiff] = []
+    after = -1
+    for call, var in zip(calls, binds):
+        name, how = _partner(call, var, values, user.graph.nodes, after, order)
+        if name is None:
+            ops.append(OpDiff(call, var, None, None, None))
+            continue
+        after = max(after, order[name]) if how == BY_VALUE else after
+        comparison = assert_close(call.output_arrays[0], values[name], tolerance)
+        differing = tuple(ops[src - 1].call.name for src in call.sources
+                          if src not in (None, PARAM) and ops[src - 1].differs)
+        ops.append(OpDiff(call, var, user.graph.nodes[name], how, comparison, differing))
+    build = f"schedule={compiled.schedule} target={compiled.target.kind.name}"
+    debug = " ".join(compiled.debug.replace(dump_passes=None).as_argv())
+    return ModuleLocalizeResult(user.path.name, build + (f" {debug}" if debug else ""), tuple(ops),
+                                nan_origin(calls))
+
+
+def localize_module(module=None, debug: DebugOptions | None = None, *, spec: ModuleSpec | None = None,
+                    against: str | Against | None = None, tolerance: ModuleTolerance | Mapping | None = None,
+                    kernel_repro: bool = True, log=print, **options) -> ModuleLocalizeResult | LocalizeResult:
+    """Build the module file ``module`` (keywords as for ``compile_module``) and name the first op whose value
+    differs from eager torch's beyond ``tolerance`` (as ``check_module``'s). With ``against`` (as ``localize``'s:
+    another target, schedule or pass set) compare two TVM builds kernel by kernel instead, as ``localize`` does
+    for a case (``tools/localize.py``, ``kernel_repro/`` for the first differing call)."""
+    spec, debug = split_module_options(module, spec, debug, options, "localize_module")
+    tolerance = ModuleTolerance.of(tolerance)
+    if against is not None:
+        return _against_build(spec, debug, against if isinstance(against, Against) else Against.parse(against),
+                              tolerance, kernel_repro, log)
+    require_runs_here(resolve_target(spec.target))
+    log(f"[BUILD] module={spec.module} schedule={spec.schedule}")
+    compiled = compile_module(spec=spec, debug=debug)
+    log("[RUN] example inputs: every kernel call, and torch node by node")
+    return compare_with_torch(compiled, tolerance)
+
+
+def _against_build(spec: ModuleSpec, debug: DebugOptions, against: Against, tolerance: ModuleTolerance,
+                   kernel_repro: bool, log) -> LocalizeResult:
+    ref_spec, ref_debug = against.reference(spec)
+    require_runs_here(resolve_target(spec.target))
+    require_runs_here(resolve_target(ref_spec.target))
+    user = load_user_module(spec.module)
+    log(f"[BUILD] reference ({against}): schedule={ref_spec.schedule}")
+    reference = compile_module(spec=ref_spec, debug=ref_debug, user=user)
+    log(f"[BUILD] test: module={spec.module} schedule={spec.schedule}")
+    test = compile_module(spec=spec, debug=debug, user=user)
+    log("[RUN] example inputs: every kernel call of both builds")
+    options = LocalizeOptions(against)
+    result = compare_builds(test, reference, options, lambda a, e: assert_close(a, e, tolerance))
+    if kernel_repro and result.first is not None:
+        result = dataclasses.replace(result, kernel_repro_dir=str(
+            write_kernel_repro(result, test, reference, options, debug.dump_root)))
+    return result
+
+
+def localize_module_failure(test: CompiledModule, tolerance: ModuleTolerance) -> LocalizeResult:
+    """What a failing ``check --module --dump-passes`` adds beside ``repro/``, as a case's
+    (``localize.localize_failure``): the build against a clean ``schedule=none`` build of the same file, and
+    ``kernel_repro/`` for the first differing call."""
+    options = LocalizeOptions(Against(schedule="none"))
+    ref_spec, ref_debug = options.against.reference(test.spec)
+    reference = compile_module(spec=ref_spec, debug=ref_debug, user=test.user)
+    result = compare_builds(test, reference, options, lambda a, e: assert_close(a, e, tolerance))
+    if result.first is not None:
+        result = dataclasses.replace(result, kernel_repro_dir=str(write_kernel_repro(result, test, reference,
+                                                                                     options)))
+    return result

@@ -1,0 +1,226 @@
+"""``mtp-tvm minimize --module FILE.py``: the smallest piece of the user's exported graph that still fails
+``check --module`` with the same build options (a pass plugin, a disabled pass, a schedule), written as a module
+file of its own, as torch.compile's accuracy minifier does for Inductor.
+
+A piece is a set of the graph's call nodes; a node left out whose value a kept node reads becomes an input of
+the piece, fed the value torch computed there on the file's example inputs ("inputs recorded at the cut"; a
+size or a scalar is written in as a constant). The piece's outputs are its nodes no other kept node reads. The
+search starts from the first op ``localize --module`` names and everything it depends on (the whole graph when
+no op differs, or when that piece passes), then delta debugging (Zeller's ddmin) over its nodes: a chunk or
+its complement that still fails replaces the set, until no single node can go. Each try writes the piece as a
+module file and checks it as ``check --module`` does (one export, import and build; no run folder, no
+reproducer). A piece that cannot be made (a tuple cut in two) or built counts as passing: only a failure of the
+check itself is kept.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import io
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+from ...compiler.options import DebugOptions
+from ...compiler.tensors import to_numpy
+from ...compiler.user_build import ModuleSpec, compile_module, split_module_options
+from ...ir.graph_nodes import ExportedGraph, node_values
+from ...ir.user_module import TORCH, load_user_module, to_torch
+from ...passes.target import require_runs_here, resolve_target
+from ...support.atomic_file import write_user_file
+from ...support.errors import MtpError, UsageError
+from ...support.lazy import lazy_module
+from ...verify.module_golden import golden_check_module
+from ...verify.tolerances import ModuleTolerance
+from ..check.module_localize import compare_with_torch
+
+torch = lazy_module("torch")
+
+_FILE = '''"""Minimised by mtp-tvm minimize from {origin}: {kept} of its {total} graph ops, which still fail
+`mtp-tvm check --module` with {options}. The inputs are the values torch computed at the cut on the original's
+example inputs; the ops are torch.export's (ATen), as the original's exported graph ran them."""
+
+import base64
+import io
+
+import numpy as np
+import torch
+from torch import device, inf, nan  # noqa: F401 (names the generated forward may use)
+
+_INPUTS = (
+{blob}
+)
+_DTYPES = {dtypes!r}
+
+
+class Minimized(torch.nn.Module):
+{forward}
+
+
+def model():
+    return Minimized()
+
+
+def example_inputs():
+    arrays = np.load(io.BytesIO(base64.b64decode("".join(_INPUTS))))
+    return tuple(torch.from_numpy(arrays[name]).to(getattr(torch, dtype)) for name, dtype in _DTYPES.items())
+'''
+
+
+class NotAPiece(Exception):
+    """A set of nodes that cannot be written as a module file (why: its message)."""
+
+
+def piece_source(graph: ExportedGraph, keep: list[str], values: dict, origin: str, options: str) -> str:
+    """The module file of the nodes ``keep`` (see the module docstring)."""
+    fx = torch.fx
+    kept = [n for n in graph.program.graph.nodes if n.name in set(keep)]
+    g = fx.Graph()
+    env: dict = {}
+    inputs: dict = {}
+    for node in kept:
+        for src in node.all_input_nodes:
+            if src.name in env or src.name in keep:
+                continue
+            value = values.get(src.name)
+            if isinstance(value, torch.Tensor):
+                env[src.name] = g.placeholder(src.name)
+                inputs[src.name] = value
+            elif not isinstance(value, (int, float, bool)):
+                raise NotAPiece(f"{node.name} reads {src.name}, a {type(value).__name__} that cannot be an input")
+    for node in kept:
+        env[node.name] = g.node_copy(node, lambda n: env[n.name] if n.name in env else values[n.name])
+    read = {src.name for node in kept for src in node.all_input_nodes}
+    sinks = [env[n.name] for n in kept if n.name not in read and isinstance(values.get(n.name), torch.Tensor)]
+    if not sinks or not inputs:
+        raise NotAPiece("no tensor goes in or comes out")
+    g.output(tuple(sinks))
+    code = fx.GraphModule(torch.nn.Module(), g).code.strip()
+    buffer = io.BytesIO()
+    np.savez(buffer, **{k: to_numpy(v.float() if v.dtype == torch.bfloat16 else v) for k, v in inputs.items()})
+    text = base64.b64encode(buffer.getvalue()).decode()
+    blob = "\n".join(f'    "{text[i:i + 100]}"' for i in range(0, len(text), 100))
+    dtypes = {k: str(v.dtype).removeprefix("torch.") for k, v in inputs.items()}
+    return _FILE.format(origin=origin, kept=len(kept), total=len(graph.nodes), options=options, blob=blob,
+                        dtypes=dtypes, forward="\n".join(f"    {line}".rstrip() for line in code.splitlines()))
+
+
+def ddmin(items: list[str], fails) -> list[str]:
+    """Zeller's delta debugging: a 1-minimal sublist of ``items`` for which ``fails`` holds (it holds for
+    ``items``); order kept."""
+    n = 2
+    while len(items) >= 2:
+        size = -(-len(items) // n)
+        chunks = [items[i:i + size] for i in range(0, len(items), size)]
+        for candidate in chunks + [[x for x in items if x not in c] for c in chunks]:
+            if candidate and len(candidate) < len(items) and fails(candidate):
+                items, n = candidate, 2 if candidate in chunks else max(n - 1, 2)
+                break
+        else:
+            if n >= len(items):
+                return items
+            n = min(len(items), 2 * n)
+    return items
+
+
+@dataclasses.dataclass(frozen=True)
+class MinimizeResult:
+    """The piece written: its nodes (by name, graph order), how many the graph and the start had, the tries."""
+
+    module: str
+    out: Path
+    nodes: tuple[str, ...]
+    ops: tuple[str, ...]           # each kept node's ATen op
+    graph_nodes: int
+    start_nodes: int
+    started_from: str              # what the search started from
+    tries: int
+    seconds: float
+
+    def summary(self) -> str:
+        return (f"minimize {self.module}: {len(self.nodes)} of {self.graph_nodes} graph ops still fail "
+                f"({self.started_from}: {self.start_nodes} ops; {self.tries} tries, {self.seconds:.0f}s)\n"
+                f"  kept: {', '.join(f'{n} ({op})' for n, op in zip(self.nodes, self.ops))}\n"
+                f"  written: {self.out} (mtp-tvm check --module {self.out} ... fails the same way)")
+
+
+def _ancestors(graph: ExportedGraph, name: str) -> list[str]:
+    """``name`` and the call nodes it depends on, in graph order."""
+    nodes = {n.name: n for n in graph.program.graph.nodes}
+    seen, todo = set(), [name]
+    while todo:
+        n = todo.pop()
+        if n in seen or n not in graph.nodes:
+            continue
+        seen.add(n)
+        todo += [src.name for src in nodes[n].all_input_nodes]
+    return [n for n in graph.nodes if n in seen]
+
+
+def minimize_module(module=None, debug: DebugOptions | None = None, *, spec: ModuleSpec | None = None,
+                    tolerance: ModuleTolerance | Mapping | None = None, out: str | Path | None = None,
+                    log=print, **options) -> MinimizeResult:
+    """Cut the module file ``module``'s exported graph down to the smallest piece whose ``check_module`` (same
+    keywords: ``target``, ``schedule``, the fields of ``DebugOptions``; ``tolerance``) still fails, and write it to
+    ``out`` (default ``<file>_min.py`` in the current folder) as a module file."""
+    spec, debug = split_module_options(module, spec, debug, options, "minimize_module")
+    tolerance = ModuleTolerance.of(tolerance)
+    out = Path(out) if out is not None else Path.cwd() / f"{Path(spec.module).stem}_min.py"
+    if out.suffix != ".py":
+        raise UsageError(f"--out {out}: a module file must end in .py")
+    require_runs_here(resolve_target(spec.target))
+    t0 = time.perf_counter()
+    user = load_user_module(spec.module)
+    if user.kind != TORCH or user.graph is None:
+        raise UsageError(f"minimize cuts a torch model's exported graph: {user.path.name} defines module() (a "
+                         "TVMScript module)")
+    quiet = lambda *_: None  # noqa: E731
+    graph = user.graph
+    values = node_values(graph, tuple(to_torch(user.examples[n]) for n in user.activation_names))
+    argv = " ".join(debug.replace(dump_passes=None).as_argv()) or "its default build"
+    described = f"--schedule {spec.schedule} {argv}".strip()
+    trying = debug.replace(dump_passes=None)  # no run folder per try
+    tries = 0
+    seen: dict[tuple[str, ...], bool] = {}
+
+    with tempfile.TemporaryDirectory(prefix="mtp-minimize-") as tmp:
+        def fails(keep: list[str]) -> bool:
+            if tuple(keep) not in seen:
+                seen[tuple(keep)] = try_piece(keep)
+            return seen[tuple(keep)]
+
+        def try_piece(keep: list[str]) -> bool:
+            nonlocal tries
+            tries += 1
+            path = Path(tmp) / f"piece{tries}.py"
+            try:
+                path.write_text(piece_source(graph, keep, values, user.path.name, described))
+                piece = load_user_module(path)  # checked as check --module does, without its reproducers
+                built = compile_module(spec=dataclasses.replace(spec, module=path), debug=trying, user=piece)
+                result = golden_check_module(built, tolerance, quiet)
+            except (NotAPiece, MtpError) as e:
+                log(f"[MINIMIZE] try {tries}: {len(keep)} ops: not a failing piece ({e})")
+                return False
+            log(f"[MINIMIZE] try {tries}: {len(keep)} ops: {'FAILS' if not result.passed else 'passes'}")
+            return not result.passed
+
+        log(f"[BUILD] module={spec.module}: localize the first op that differs from torch")
+        first = compare_with_torch(compile_module(spec=spec, debug=debug, user=user), tolerance).first
+        start, where = list(graph.nodes), "the whole graph"
+        if first is not None:
+            start, where = _ancestors(graph, first.node.name), f"{first.node.name} and what it depends on"
+            if not fails(start):
+                start, where = list(graph.nodes), "the whole graph (the first differing op's piece passes)"
+        if where.startswith("the whole graph") and not fails(start):
+            raise UsageError(f"module file {user.path.name} does not fail check --module as a piece of its own graph "
+                             "with these options: nothing to minimize")
+        kept = ddmin(start, fails)
+    source = piece_source(graph, kept, values, user.path.name, described)
+    write_user_file(out, lambda p: p.write_text(source), what="minimized module ")
+    nodes = {n.name: n for n in graph.program.graph.nodes}
+    return MinimizeResult(user.path.name, out, tuple(kept), tuple(str(nodes[n].target) for n in kept),
+                          len(graph.nodes), len(start), where, tries, time.perf_counter() - t0)
