@@ -434,7 +434,8 @@ def _cmd_tune(args) -> int:
     print(kernel_table(r))
     if r.interrupted:
         return 130
-    print(end_to_end(spec, args.module, remote=rpc is not None).line())
+    print(end_to_end(spec, args.module, remote=rpc is not None, elsewhere=None if r.read_by_builds else r.work_dir)
+          .line())
     return 0
 
 

@@ -69,11 +69,16 @@ def test_bench_times_tvm_and_every_peer_at_every_t(tiny_logits, tmp_path):
         assert f["median_ms"]["tvm:api"] > 0  # the public bound.run, its output checked like every contender's
         for name, ms in f["median_ms"].items():  # a figure, or None with why
             assert (ms is not None and ms > 0 and len(f["samples_ms"][name]) == 2) or f["unavailable"][name]
-        assert f["median_ms"]["tvm"] > 0 and f["roofline_ms"] > 0 and f["roofline_fraction"] > 0
+        assert f["median_ms"]["tvm"] > 0 and f["roofline_ms"] > 0
         peers = {n: ms for n, ms in f["median_ms"].items() if not n.startswith("tvm") and ms is not None}
         assert f["best_peer"] == min(peers, key=peers.get) and f["best_peer_ms"] == peers[f["best_peer"]]
         assert f["tvm_vs_best_peer"] == pytest.approx(f["best_peer_ms"] / f["median_ms"]["tvm"])
-        assert f["roofline_fraction"] == pytest.approx(f["roofline_ms"] / f["median_ms"]["tvm"])
+        timed = {n: ms for n, ms in f["median_ms"].items() if ms is not None}
+        if f["roofline_beaten_by"]:  # tiny sizes live in cache: a contender may beat the DRAM roofline
+            assert f["roofline_fraction"] is None and timed[f["roofline_beaten_by"]] < f["roofline_ms"]
+        else:
+            assert min(timed.values()) >= f["roofline_ms"]
+            assert f["roofline_fraction"] == pytest.approx(f["roofline_ms"] / f["median_ms"]["tvm"])
     la = d["load_average"]
     assert la["before"] >= 0 and la["after"] >= 0 and "warning" in la and la["peak"] >= la["after"]
     assert la["unreliable"] == (max(la["before"], la["peak"]) > la["cores"])

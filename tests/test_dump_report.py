@@ -47,7 +47,9 @@ def test_index_html_is_self_contained(run):
 
 
 def test_the_table_renders_one_row_per_pass_and_filters_by_phase_and_changed(run):
-    passes = json.loads((run / "index.json").read_text())["passes"]
+    every = json.loads((run / "index.json").read_text())["passes"]
+    passes = [p for p in every if p["depth"] == 0]  # the passes run inside another are folded under it
+    assert len(passes) < len(every)
     page = run / "index.html"
     rows = [int(i) for i in ROW.findall(_dom(page))]
     assert rows == [p["index"] for p in passes]

@@ -140,7 +140,8 @@ def readme_blocks(markdown: str, name: str = "README.md") -> list[Block]:
 # ---- output matching ----------------------------------------------------------------------------------------
 
 _VOLATILE = re.compile(r"(?P<run>" + RUN_NAME.pattern + r")|(?P<num>\d+(?:\.\d+)?(?:e[-+]?\d+)?)|(?P<dots>\.\.\.)"
-                       r"|(?P<space> {2,})|(?P<rule>-{3,})")
+                       r"|(?P<space> {2,})|(?P<rule>-{3,})"
+                       r"|(?<=on llvm )(?P<cpu>[a-z][\w.-]*)")  # the host CPU a page's build ran on (znver4 ...)
 
 
 class Bindings(dict):
@@ -191,6 +192,8 @@ def _line_pattern(line: str, bindings: Bindings) -> re.Pattern:
             out.append(".*")
         elif m.group("space"):
             out.append(r"\s+")
+        elif m.group("cpu"):
+            out.append(r"[a-z][\w.-]*")
         else:
             out.append("-+")
         pos = m.end()

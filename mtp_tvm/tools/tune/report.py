@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
+from pathlib import Path
 
 from ...compiler.options import BuildSpec
 from ...passes.target import resolve_target, runs_here
@@ -54,10 +55,15 @@ def _median_ms(compiled, inputs: dict) -> float:
     return statistics.median(samples)
 
 
-def end_to_end(spec: BuildSpec, module: str | None = None, remote: bool = False) -> EndToEnd:
-    """``spec``'s case (or the ``module`` file) built with the default and the tuned schedule and timed here."""
+def end_to_end(spec: BuildSpec, module: str | None = None, remote: bool = False,
+               elsewhere: Path | None = None) -> EndToEnd:
+    """``spec``'s case (or the ``module`` file) built with the default and the tuned schedule and timed here.
+    ``elsewhere``: the records went to this folder, which ``--schedule tuned`` builds do not read."""
     if remote:
         return EndToEnd({}, "tuned over RPC: bench --schedule tuned --rpc-tracker times it there")
+    if elsewhere is not None:
+        return EndToEnd({}, f"the records are in {elsewhere}, which a tuned build does not read (it reads <tuned "
+                            "root>/<target>/<case>, the root $MTP_TVM_TUNED_ROOT or schedules/tuned/): not timed")
     if not runs_here(resolve_target(spec.target)):
         return EndToEnd({}, f"a {spec.target} build does not run here")
     from ...compiler.driver import compile as compile_case

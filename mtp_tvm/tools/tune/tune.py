@@ -169,6 +169,7 @@ class TuneResult:
     spaces: dict[str, dict[str, int]]  # kernel -> space -> design spaces it generated
     measured: dict[str, dict[str, int]]  # kernel -> space -> candidates measured in this run
     interrupted: bool = False
+    read_by_builds: bool = True  # whether ``--schedule tuned`` builds read work_dir (the default place) or not
 
     @property
     def seconds_per_trial(self) -> float:
@@ -324,7 +325,8 @@ def tune(spec: BuildSpec | None = None, options: TuneOptions | None = None, *,
         check_database(out)
         _require_one_target(out, tgt)
         runner = remote or _runner(None)  # the local runner's process takes seconds: once the work dir is good
-        return _Search(kernels_of, tgt, options, out, runner, log).run()
+        result = _Search(kernels_of, tgt, options, out, runner, log).run()
+    return dataclasses.replace(result, read_by_builds=out.resolve() == tuned_dir(tgt, name).resolve())
 
 
 def _kernels_of(spec: BuildSpec, options: TuneOptions) -> tuple[str, Callable[[Target], dict]]:
