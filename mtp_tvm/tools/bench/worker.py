@@ -51,6 +51,7 @@ THREAD_ENVS = ("TVM_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MK
 # would be the host's setting, not numpy's, so no worker inherits them
 OPENBLAS_SLOW_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 STDERR_TAIL_LINES = 20
+REAP_S = 1.0  # how long close waits for a killed group to be gone (its members reaped by init)
 CLOSE_GRACE_S = 2.0  # how long a worker's group has to end on SIGTERM (a compiler removing its files) before SIGKILL
 SETTLE_WINDOW_S, SETTLE_LIMIT_S = 0.02, 0.5  # quiet: under a quarter of a core over a window; wait at most this
 SAMPLE_MS, SIZING_MS, MAX_CALLS = 50.0, 10.0, 10_000  # a timed batch lasts about SAMPLE_MS (``calls_per_batch``)
@@ -262,6 +263,11 @@ def _end_group(process: subprocess.Popen) -> None:
                 os.killpg(process.pid, 0)  # raises once every process of the group is gone
             time.sleep(0.02)
         os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        gone = time.monotonic() + REAP_S  # SIGKILL is delivered asynchronously: wait for the rest of the group
+        while time.monotonic() < gone:
+            os.killpg(process.pid, 0)  # raises once every process of the group is gone
+            time.sleep(0.01)
     except ProcessLookupError:
         pass  # it and everything it started are gone
     process.wait()
