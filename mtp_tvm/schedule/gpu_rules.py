@@ -103,7 +103,8 @@ def gpu_gemv(sch: s_tir.Schedule, knobs: GpuGemv, _isa=None) -> None:
     ``blockIdx.y``. ``dot = dp4a``: int8 blocks multiply 4 pairs a lane per instruction into int32.
 
     Knobs: ``blocks``, ``warp_columns``, ``warps``, ``vector_width``, ``row_variants``, ``k_unroll``, ``dot``,
-    ``epilogue`` (elementwise blocks after the GEMMs, flat), ``epilogue_threads``.
+    ``fuse`` (the GEMMs and their one epilogue block in one kernel: ``_fused_gemvs``), ``epilogue`` (elementwise
+    blocks after the GEMMs; flat kernels unless fused), ``epilogue_threads``.
     """
     if knobs.fuse:
         _fused_gemvs(sch, knobs)
@@ -120,7 +121,7 @@ def _fused_gemvs(sch: s_tir.Schedule, knobs: GpuGemv) -> None:
     """``fuse``: the GEMMs and their one epilogue block in one kernel per row count. The epilogue's loops give
     the kernel its blocks and warps (a warp per ``warp_columns`` output columns); each GEMM's lane sums and
     their shuffle reduction are computed under the warp first, the sums kept in the warp's registers (every
-    lane holds them after the shuffles), and every lane then runs the epilogue's rows x columns from them.""" 
+    lane holds them after the shuffles), and every lane then runs the epilogue's rows x columns from them."""
     if len(knobs.epilogue) != 1:
         raise ValueError(f"fuse takes exactly one epilogue block, got {list(knobs.epilogue)}")
     for i, (epilogue, rows) in enumerate(row_variant_blocks(sch, knobs.epilogue[0])):
