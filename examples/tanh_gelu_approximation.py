@@ -3,7 +3,7 @@
 ``TanhGeluApproximation`` is a "fast GELU": it replaces every exact ``R.nn.gelu`` (erf) with the tanh
 approximation before legalisation. The two differ by up to ~1e-3, far outside ``torch.testing.assert_close``'s
 FP32 tolerance, so the golden check of a model with a GELU fails, and ``mtp-tvm bisect --module`` names this pass
-(docs/guides/own-model.md; ``tests/test_user_module.py``).
+(docs/guides/own-model.md; ``tests/test_module_file.py``).
 """
 
 import tvm

@@ -7,7 +7,7 @@ API: ``check(...)`` -> ``CheckResult``; ``compile(...)`` -> ``CompiledCase`` wit
 ``load(dir)`` -> ``Artifact`` with the same ``make_inputs``, ``run`` and ``bind``; ``check_artifact(dir)``
 golden-checks one; ``localize(..., against=...)`` -> ``LocalizeResult``: the first kernel call that differs from
 a reference build; ``compile_module(path)`` -> ``CompiledModule`` and ``check_module(path)`` -> ``CheckResult``:
-the same for the user's own model file (a torch module or a TVMScript IRModule, ``ir/user_module.py``);
+the same for the user's own model file (a torch module or a TVMScript IRModule, ``ir/module_file.py``);
 ``localize_module(path)``: its first op that differs from eager torch; ``minimize_module(path)``: the smallest
 piece of its graph that still fails, as a module file. ``load_weights(path, case=..., tp=..., rank=...)``: a
 DeepSeek checkpoint's weights for ``bind`` (``tools/convert/convert.py``); ``read_inputs(path)`` /
@@ -26,7 +26,7 @@ _LAZY = {  # public name -> the module that defines it
     "check_artifact": "artifact.load", "compile": "compiler.driver", "CompiledCase": "compiler.driver",
     "BoundCase": "compiler.runtime", "check": "tools.check.check", "CheckResult": "verify.results",
     "localize": "tools.check.localize", "LocalizeResult": "tools.check.localize",
-    "compile_module": "compiler.user_build", "CompiledModule": "compiler.user_build",
+    "compile_module": "compiler.module_build", "CompiledModule": "compiler.module_build",
     "check_module": "tools.check.module_check", "localize_module": "tools.check.module_localize",
     "minimize_module": "tools.minimize.minimize", "load_weights": "tools.convert.convert",
     "read_inputs": "compiler.tensors", "write_inputs": "compiler.tensors",

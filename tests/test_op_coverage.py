@@ -1,4 +1,4 @@
-"""The importer's everyday gaps filled (``ir/op_coverage.py``): a zoo of small torch blocks (``tests/user_blocks/
+"""The importer's everyday gaps filled (``ir/op_coverage.py``): a zoo of small torch blocks (``tests/module_blocks/
 op_zoo.py``, 50 operators and idioms beyond the examples) exported, imported, built and run as one model, each
 output against eager torch; what is still missing fails before the build, naming the torch op and the line."""
 
@@ -10,10 +10,10 @@ import pytest
 from helpers import REPO
 from mtp_tvm.support.errors import UsageError
 
-sys.path.insert(0, str(REPO / "tests" / "user_blocks"))
+sys.path.insert(0, str(REPO / "tests" / "module_blocks"))
 from op_zoo import ZOO, inputs  # noqa: E402
 
-ZOO_FILE = REPO / "tests" / "user_blocks" / "op_zoo.py"
+ZOO_FILE = REPO / "tests" / "module_blocks" / "op_zoo.py"
 
 
 def _zoo_model():
@@ -78,12 +78,12 @@ def example_inputs():
 
 @pytest.mark.slow
 def test_an_op_without_a_converter_is_named_with_its_source_line(tmp_path):
-    from mtp_tvm.ir.user_module import load_user_module
+    from mtp_tvm.ir.module_file import load_module_file
 
     path = tmp_path / "gap.py"
     path.write_text(GAP.format(op="torch.kthvalue(y, 2, dim=1).values"))
     with pytest.raises(UsageError) as e:
-        load_user_module(path)
+        load_module_file(path)
     assert str(e.value) == (f"module file {path}: torch op aten.kthvalue.default at {path}:6 in forward: return "
                             "torch.kthvalue(y, 2, dim=1).values: TVM 0.27's importer has no converter for it (nor "
                             "has mtp_tvm's ir/op_coverage.py); rewrite it with supported ops")
@@ -94,7 +94,7 @@ def test_an_op_the_importer_makes_unlowerable_is_named_before_the_build(tmp_path
     """Without our topk converter, the importer's ``R.topk`` (which nothing lowers) is refused at import, not
     left to fail in the VM's code generator."""
     from mtp_tvm.ir import op_coverage
-    from mtp_tvm.ir.user_module import load_user_module
+    from mtp_tvm.ir.module_file import load_module_file
 
     monkeypatch.setattr(op_coverage, "CONVERTERS", {k: v for k, v in op_coverage.CONVERTERS.items()
                                                     if k != "topk.default"})
@@ -103,4 +103,4 @@ def test_an_op_the_importer_makes_unlowerable_is_named_before_the_build(tmp_path
     with pytest.raises(UsageError, match=rf"torch op aten.topk.default at {path}:6 in forward: return "
                                          r"y.topk\(2\).values: TVM's importer makes it relax.topk, which no "
                                          "legalisation lowers"):
-        load_user_module(path)
+        load_module_file(path)

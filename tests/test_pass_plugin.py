@@ -127,7 +127,7 @@ def test_a_plugin_pass_that_changed_nothing_is_said_with_its_phase(phase, idle):
     import mtp_tvm
 
     lines = []
-    plugin = load_pass_plugin(REPO / "tests" / "user_blocks" / "tag_fused_norm.py")  # tags fused norm kernels
+    plugin = load_pass_plugin(REPO / "tests" / "module_blocks" / "tag_fused_norm.py")  # tags fused norm kernels
     touch = plugin(resolve_target("llvm"))["fuse"][0]
     result = mtp_tvm.check(case="norm", preset="tiny", frontend="relax", extra_passes={phase: [touch]},
                            log=lines.append)
@@ -144,6 +144,6 @@ def test_a_compile_only_build_says_which_plugin_pass_changed_nothing():
     from mtp_tvm.artifact.export import build, describe
     from mtp_tvm.compiler.options import BuildSpec, DebugOptions
 
-    plugin = load_pass_plugin(REPO / "tests" / "user_blocks" / "tag_fused_norm.py")
+    plugin = load_pass_plugin(REPO / "tests" / "module_blocks" / "tag_fused_norm.py")
     built = build(None, BuildSpec(case="norm", preset="tiny", frontend="relax"), DebugOptions(extra_passes=plugin))
     assert "[passes] warning: pass plugin " in describe(built) and "'TagFusedNorm' changed nothing" in describe(built)

@@ -12,16 +12,16 @@ from pathlib import Path
 
 from ..artifact.export import Built, export, refuse_existing
 from ..artifact.module_reference import EXAMPLE_INPUTS, REFERENCE_OUTPUTS
+from ..compiler.module_build import CompiledModule, compile_module, split_module_options
 from ..compiler.options import DebugOptions, require_path
 from ..compiler.tensors import write_npz
-from ..compiler.user_build import CompiledModule, compile_module, split_module_options
 from ..contract.presets import NO_PRESET
 from ..verify.module_golden import module_golden
 
 
 def module_identity(compiled: CompiledModule, folder: Path) -> dict:
     """The manifest's account of a module file's binary; writes its example inputs and reference outputs."""
-    user = compiled.user
+    user = compiled.module_file
     write_npz(folder / EXAMPLE_INPUTS, dict(user.examples))
     write_npz(folder / REFERENCE_OUTPUTS, module_golden(compiled))
     reference = ("torch, eagerly" if user.kind == "torch"

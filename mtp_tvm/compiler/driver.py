@@ -226,7 +226,7 @@ def build_ir(make_module, name: str, tgt: Target, applier: ApplySchedules, debug
     ``tgt`` with ``debug``'s dumps, timing, gate and user passes, and ``wrap`` the result in its runnable
     (which has ``dump_dir`` and ``dump_seconds``; its runtime is made while the dumps are written). ``name``
     says what is built in messages, ``meta`` heads the run folder. Shared by the cases and the user's own
-    modules (``compiler.user_build``): prepare -> module -> lower (a failure as one line) -> wrap -> dumps."""
+    modules (``compiler.module_build``): prepare -> module -> lower (a failure as one line) -> wrap -> dumps."""
     b = _prepare(name, tgt, applier, debug, meta)
     t0 = time.perf_counter()  # the build's seconds: making the module too (an export and import can dominate)
     mod = make_module()

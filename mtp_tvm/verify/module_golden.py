@@ -4,7 +4,7 @@ with its default tolerances for the output's dtype unless the user gives ``atol`
 
 The reference of a torch model is the model run eagerly by torch (at another ``--shape``: its exported program, run
 by torch); that of a TVMScript module is the same module built for the CPU with no schedule and no optional pass (a
-differential check: ``compiler.user_build.reference_build``).
+differential check: ``compiler.module_build.reference_build``).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from ..verify.results import CheckResult, OutputCheck
 from ..verify.tolerances import ModuleTolerance
 
 if TYPE_CHECKING:  # the compiler is imported where a golden is computed: a stored one is checked by the runtime alone
-    from ..compiler.user_build import CompiledModule
+    from ..compiler.module_build import CompiledModule
 
 torch = lazy_module("torch")
 
@@ -49,14 +49,14 @@ def assert_close(actual, expected, tolerance: ModuleTolerance) -> Comparison:
 
 def module_golden(compiled: CompiledModule, inputs: dict | None = None) -> dict[str, np.ndarray]:
     """The reference outputs of the module file on its example inputs: a torch model's, run eagerly when it was
-    loaded (``ir.user_module``, in the file's child process), or those of the TVMScript module built with no
+    loaded (``ir.module_file``, in the file's child process), or those of the TVMScript module built with no
     schedule. On other ``inputs`` (``--shape``), a torch model's reference is its exported program run by torch
     in this process (the ATen graph TVM imported; the user's file is not run again, so it cannot decide the
     verdict), a TVMScript module's that reference build's."""
-    from ..compiler.user_build import reference_build
-    from ..ir.user_module import TORCH, to_torch
+    from ..compiler.module_build import reference_build
+    from ..ir.module_file import TORCH, to_torch
 
-    user = compiled.user
+    user = compiled.module_file
     if inputs is None:
         return dict(user.reference) if user.kind == TORCH else reference_build(compiled).run(user.examples)
     if user.kind != TORCH:
@@ -81,8 +81,8 @@ def golden_check_module(compiled: CompiledModule, tolerance: ModuleTolerance, lo
     """Run ``compiled`` on ``inputs`` (default the file's example inputs) and compare with the reference computed
     on them (``expected``: already computed)."""
     given = inputs is not None
-    inputs = inputs if given else compiled.user.examples
-    shapes = {n: list(np.shape(inputs[n])) for n in compiled.user.activation_names}
+    inputs = inputs if given else compiled.module_file.examples
+    shapes = {n: list(np.shape(inputs[n])) for n in compiled.module_file.activation_names}
     log(f"[RUN] {'inputs at --shape' if given else 'example inputs'}: "
         f"{', '.join(f'{n}{s}' for n, s in shapes.items())}")
     timed = timed_run(compiled.run, inputs)

@@ -32,8 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ...compiler.module_build import ModuleSpec
 from ...compiler.tensors import to_host
-from ...compiler.user_build import ModuleSpec
 from ...passes.target import is_gpu, require_runs_here, resolve_target, target_json, usable_cores
 from ...support.atomic_file import write_user_file
 from ...support.errors import UsageError
@@ -201,7 +201,7 @@ def bench_module(module: str | os.PathLike | None = None, spec: ModuleSpec | Non
         build = _build(spec, folder) if artifact is None else prebuilt
         race = Race(folder, threads, (EXAMPLE,), running, log, where=lambda _size: "on the example inputs")
         race.start(TVM, ModuleTvmJob(str(build.artifact), options.number))
-        _start_peers(race, build.user, options, folder, "cuda" if is_gpu(tgt) else "cpu", threads)
+        _start_peers(race, build.module_file, options, folder, "cuda" if is_gpu(tgt) else "cpu", threads)
         with phase("build"):
             race.set_up()
         with phase("run"):
@@ -217,7 +217,7 @@ class _Build:
     move (every input, parameter and output once), the build's seconds."""
 
     artifact: Path
-    user: object  # ir.user_module.UserModule, or None
+    module_file: object  # ir.module_file.ModuleFile, or None
     module: str
     kind: str
     shapes: dict[str, list[int]]
@@ -235,7 +235,7 @@ def _build(spec: ModuleSpec, folder: Path) -> _Build:
 
     built = build_module(folder / "artifact", module=spec.module, target=spec.target, schedule=spec.schedule,
                          log=lambda *_: None)
-    user = built.compiled.user
+    user = built.compiled.module_file
     outputs = built.manifest["outputs"]
     reference = read_npz(built.path / REFERENCE_OUTPUTS, {n: s["dtype"] for n, s in outputs.items()})
     moved = float(sum(a.nbytes for a in (*user.examples.values(), *reference.values())))

@@ -32,10 +32,10 @@ from tvm import s_tir
 from tvm.s_tir.schedule import Trace
 
 from ...compiler import driver
+from ...compiler.module_build import compile_module, split_module_options
 from ...compiler.options import BuildSpec, DebugOptions, split_options
-from ...compiler.user_build import compile_module, split_module_options
 from ...contract.cases import get_case
-from ...ir.user_module import load_user_module
+from ...ir.module_file import load_module_file
 from ...passes.target import target_json
 from ...schedule.bf16_dot import register_dot_intrinsics
 from ...schedule.steps import fresh_copy
@@ -199,7 +199,7 @@ def bisect_module_passes(module=None, debug: DebugOptions | None = None, *,
     if debug.bisect_limit is not None:
         raise UsageError("bisect chooses the bisect limit itself; drop it")
     tolerance, search = ModuleTolerance.of(tolerance), BisectSearch.parse(search, "search")
-    user = load_user_module(spec.module)
+    user = load_module_file(spec.module)
     expected = {}
 
     def verdict(build) -> tuple[Verdict, str]:
@@ -212,7 +212,7 @@ def bisect_module_passes(module=None, debug: DebugOptions | None = None, *,
         result = golden_check_module(c, tolerance, lambda *_: None, expected)
         return (Verdict.PASS, "") if result.passed else (Verdict.FAIL, "fails: " + ", ".join(result.failed_outputs))
 
-    return _bisect_gate(lambda d: compile_module(spec=spec, debug=d, user=user), verdict, debug, search, progress)
+    return _bisect_gate(lambda d: compile_module(spec=spec, debug=d, loaded=user), verdict, debug, search, progress)
 
 
 def _bisect_gate(build: Callable[[DebugOptions], object], verdict_of: Callable[[Callable], tuple[str, str]],

@@ -8,11 +8,11 @@ import dataclasses
 import os
 from collections.abc import Mapping
 
+from ...compiler.module_build import ModuleSpec, compile_module_open, split_module_options
 from ...compiler.options import DebugOptions
 from ...compiler.runtime import threads_wanted
-from ...compiler.user_build import ModuleSpec, compile_module_open, split_module_options
 from ...instrument.run_folder import update_index
-from ...ir.user_module import load_user_module
+from ...ir.module_file import load_module_file
 from ...passes.target import require_runs_here, resolve_target
 from ...support.errors import UsageError
 from ...support.timing import phase
@@ -49,9 +49,9 @@ def check_module(module=None, debug: DebugOptions | None = None, *, spec: Module
     require_runs_here(resolve_target(spec.target))
     log(f"[BUILD] module={spec.module} schedule={spec.schedule}")
     with phase("build"):
-        user = load_user_module(spec.module)
+        user = load_module_file(spec.module)
     inputs = user.inputs_at(dict(shapes), seed) if shapes else user.examples  # a bad size: refused before the build
-    compiled = compile_module_open(spec=spec, debug=debug, user=user)
+    compiled = compile_module_open(spec=spec, debug=debug, loaded=user)
     with checking(compiled):
         log_schedule_gaps(compiled, log)
         verdict = golden_check_module(compiled, tolerance, log, inputs=inputs if shapes else None, seed=seed)

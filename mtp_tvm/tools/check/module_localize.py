@@ -23,11 +23,11 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from ...compiler.module_build import CompiledModule, ModuleSpec, compile_module, split_module_options
 from ...compiler.options import DebugOptions
 from ...compiler.tensors import dtype_name, to_numpy
-from ...compiler.user_build import CompiledModule, ModuleSpec, compile_module, split_module_options
 from ...ir.graph_nodes import GraphNode, node_values
-from ...ir.user_module import TORCH, load_user_module, to_torch
+from ...ir.module_file import TORCH, load_module_file, to_torch
 from ...passes.target import require_runs_here, resolve_target
 from ...support.atomic_file import write_user_file
 from ...support.errors import UsageError
@@ -179,7 +179,7 @@ def _partner(call: KernelCall, var: str, values: dict, nodes: dict[str, GraphNod
 def compare_with_torch(compiled: CompiledModule, tolerance: ModuleTolerance) -> ModuleLocalizeResult:
     """Record every kernel call of ``compiled`` on its example inputs and compare each with torch (see the module
     docstring)."""
-    user = compiled.user
+    user = compiled.module_file
     if user.kind != TORCH or user.graph is None:
         raise UsageError(f"localize --module compares with torch op by op: {user.path.name} defines module() (a "
                          "TVMScript module), which has no torch graph; use --against to compare two builds")
@@ -232,11 +232,11 @@ def _against_build(spec: ModuleSpec, debug: DebugOptions, against: Against, tole
     ref_spec, ref_debug = against.reference(spec)
     require_runs_here(resolve_target(spec.target))
     require_runs_here(resolve_target(ref_spec.target))
-    user = load_user_module(spec.module)
+    user = load_module_file(spec.module)
     log(f"[BUILD] reference ({against}): schedule={ref_spec.schedule}")
-    reference = compile_module(spec=ref_spec, debug=ref_debug, user=user)
+    reference = compile_module(spec=ref_spec, debug=ref_debug, loaded=user)
     log(f"[BUILD] test: module={spec.module} schedule={spec.schedule}")
-    test = compile_module(spec=spec, debug=debug, user=user)
+    test = compile_module(spec=spec, debug=debug, loaded=user)
     log("[RUN] example inputs: every kernel call of both builds")
     options = LocalizeOptions(against)
     result = compare_builds(test, reference, options, lambda a, e: assert_close(a, e, tolerance))
@@ -252,7 +252,7 @@ def localize_module_failure(test: CompiledModule, tolerance: ModuleTolerance) ->
     ``kernel_repro/`` for the first differing call."""
     options = LocalizeOptions(Against(schedule="none"))
     ref_spec, ref_debug = options.against.reference(test.spec)
-    reference = compile_module(spec=ref_spec, debug=ref_debug, user=test.user)
+    reference = compile_module(spec=ref_spec, debug=ref_debug, loaded=test.module_file)
     result = compare_builds(test, reference, options, lambda a, e: assert_close(a, e, tolerance))
     if result.first is not None:
         result = dataclasses.replace(result, kernel_repro_dir=str(write_kernel_repro(result, test, reference,

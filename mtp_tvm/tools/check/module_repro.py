@@ -58,7 +58,7 @@ def write_module_repro(compiled, inputs: dict, expected: dict, tolerance: Module
 
     def fill(tmp: Path) -> None:
         (tmp / "module.py").write_text(module_script(compiled.optimized_module))
-        spec = {"kind": "module", "module": str(compiled.user.path), "case": compiled.name,
+        spec = {"kind": "module", "module": str(compiled.module_file.path), "case": compiled.name,
                 "schedule": compiled.schedule, "shapes": result.shapes, "seed": result.seed,
                 "tolerance": {"atol": tolerance.atol, "rtol": tolerance.rtol},
                 "returns_tuple": compiled.returns_tuple, "target": target_json(compiled.target),
@@ -118,7 +118,7 @@ def module_command(compiled, shapes: dict | None, seed: int, tolerance: ModuleTo
     """The ``mtp-tvm check --module`` argv that rebuilds and rechecks this build."""
     debug = dataclasses.replace(compiled.debug, dump_passes=None, only_changed=False, dump_filter=None,
                                 dump_func=None, time_passes=False)
-    argv = ["mtp-tvm", "check", "--module", str(compiled.user.path), "--schedule", compiled.schedule,
+    argv = ["mtp-tvm", "check", "--module", str(compiled.module_file.path), "--schedule", compiled.schedule,
             "--target", json.dumps(target_json(compiled.target)), *debug.as_argv()]
     for name, shape in (shapes or {}).items():
         argv += ["--shape", f"{name}={','.join(map(str, shape))}"]

@@ -311,7 +311,7 @@ def profile(compiled: CompiledCase, inputs: dict | None = None, options: Profile
                                   moved, moved / seconds / 1e9, flops, gflops, tuple(g for _, g in gemms.get(i, ())),
                                   fraction, tuple(samples[i + 1]), peak_kind))
     name, preset, shapes = ((compiled.case.name, compiled.shapes.preset.name, compiled.shapes.as_dict())
-                            if hasattr(compiled, "case") else (compiled.name, "-", compiled.user.example_shapes))
+                            if hasattr(compiled, "case") else (compiled.name, "-", compiled.module_file.example_shapes))
     return Profile(name, target_json(tgt), preset, compiled.schedule, shapes, tuple(kernels),
                    main_ms, tuple(samples[0]), options.rounds, probes.peak_gflops, probes.bandwidth_gbs, probes.how,
                    dict(peaks))

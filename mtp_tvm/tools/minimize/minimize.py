@@ -25,11 +25,11 @@ from pathlib import Path
 
 import numpy as np
 
+from ...compiler.module_build import ModuleSpec, compile_module, split_module_options
 from ...compiler.options import DebugOptions
 from ...compiler.tensors import to_numpy
-from ...compiler.user_build import ModuleSpec, compile_module, split_module_options
 from ...ir.graph_nodes import ExportedGraph, node_values
-from ...ir.user_module import TORCH, load_user_module, to_torch
+from ...ir.module_file import TORCH, load_module_file, to_torch
 from ...passes.target import require_runs_here, resolve_target
 from ...support.atomic_file import write_user_file
 from ...support.errors import MtpError, UsageError
@@ -174,7 +174,7 @@ def minimize_module(module=None, debug: DebugOptions | None = None, *, spec: Mod
         raise UsageError(f"--out {out}: a module file must end in .py")
     require_runs_here(resolve_target(spec.target))
     t0 = time.perf_counter()
-    user = load_user_module(spec.module)
+    user = load_module_file(spec.module)
     if user.kind != TORCH or user.graph is None:
         raise UsageError(f"minimize cuts a torch model's exported graph: {user.path.name} defines module() (a "
                          "TVMScript module)")
@@ -199,8 +199,8 @@ def minimize_module(module=None, debug: DebugOptions | None = None, *, spec: Mod
             path = Path(tmp) / f"piece{tries}.py"
             try:
                 path.write_text(piece_source(graph, keep, values, user.path.name, described))
-                piece = load_user_module(path)  # checked as check --module does, without its reproducers
-                built = compile_module(spec=dataclasses.replace(spec, module=path), debug=trying, user=piece)
+                piece = load_module_file(path)  # checked as check --module does, without its reproducers
+                built = compile_module(spec=dataclasses.replace(spec, module=path), debug=trying, loaded=piece)
                 result = golden_check_module(built, tolerance, quiet)
             except (NotAPiece, MtpError) as e:
                 log(f"[MINIMIZE] try {tries}: {len(keep)} ops: not a failing piece ({e})")
@@ -209,7 +209,7 @@ def minimize_module(module=None, debug: DebugOptions | None = None, *, spec: Mod
             return not result.passed
 
         log(f"[BUILD] module={spec.module}: localize the first op that differs from torch")
-        first = compare_with_torch(compile_module(spec=spec, debug=debug, user=user), tolerance).first
+        first = compare_with_torch(compile_module(spec=spec, debug=debug, loaded=user), tolerance).first
         start, where = list(graph.nodes), "the whole graph"
         if first is not None:
             start, where = _ancestors(graph, first.node.name), f"{first.node.name} and what it depends on"

@@ -67,13 +67,13 @@ def end_to_end(spec: BuildSpec, module: str | None = None, remote: bool = False,
     if not runs_here(resolve_target(spec.target)):
         return EndToEnd({}, f"a {spec.target} build does not run here")
     from ...compiler.driver import compile as compile_case
-    from ...compiler.user_build import compile_module
+    from ...compiler.module_build import compile_module
 
     ms = {}
     for schedule in (DEFAULT, TUNED):
         if module is not None:
             compiled = compile_module(module, target=spec.target, schedule=schedule)
-            inputs = compiled.user.examples
+            inputs = compiled.module_file.examples
         else:
             compiled = compile_case(dataclasses.replace(spec, schedule=schedule))
             inputs = compiled.make_inputs()

@@ -333,9 +333,9 @@ def _kernels_of(spec: BuildSpec, options: TuneOptions) -> tuple[str, Callable[[T
     """(what is tuned, by name; its kernels for a target): the spec's case, or the module file's."""
     if options.module is None:
         return spec.case, lambda tgt: case_kernels(spec, tgt)
-    from ...ir.user_module import load_user_module
+    from ...ir.module_file import load_module_file
 
-    user = load_user_module(options.module)
+    user = load_module_file(options.module)
     return user.name, lambda tgt: relax_kernels(user.mod, tgt)
 
 

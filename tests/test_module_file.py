@@ -109,23 +109,23 @@ EXPORTING = {"eager reference fails", "data-dependent control flow", "shape erro
 @pytest.mark.parametrize("kind", [pytest.param(k, marks=pytest.mark.slow) if k in EXPORTING else k
                                   for k in BROKEN_FILES])
 def test_a_broken_module_file_is_a_one_line_error_naming_what_is_wrong(tmp_path, kind):
-    from mtp_tvm.ir.user_module import load_user_module
+    from mtp_tvm.ir.module_file import load_module_file
 
     body, message = BROKEN_FILES[kind]
     path = _file(tmp_path, body)
     with pytest.raises(UsageError) as e:
-        load_user_module(path)
+        load_module_file(path)
     assert message in str(e.value) and str(path) in str(e.value)
     assert "\n" not in str(e.value)
 
 
 @pytest.mark.parametrize("path, message", [("missing.py", "does not exist"), ("model.txt", "is not a Python file")])
 def test_a_module_path_that_is_no_python_file_is_refused(tmp_path, path, message):
-    from mtp_tvm.ir.user_module import load_user_module
+    from mtp_tvm.ir.module_file import load_module_file
 
     (tmp_path / "model.txt").write_text("x = 1\n")
     with pytest.raises(UsageError, match=message):
-        load_user_module(tmp_path / path)
+        load_module_file(tmp_path / path)
 
 
 @pytest.mark.slow  # torch.export runs: seconds
@@ -144,13 +144,13 @@ def test_the_cli_prints_one_line_and_torchs_diagnostics_only_with_debug(tmp_path
 def test_the_file_cannot_move_the_parent_or_change_its_inputs(tmp_path):
     """``os.chdir`` at import and a model changing its input in place: the parent's folder and the example inputs
     (what the bench's peers and the artifact get) are as they were; the reference saw the change."""
-    from mtp_tvm.ir.user_module import load_user_module
+    from mtp_tvm.ir.module_file import load_module_file
 
     path = _file(tmp_path, TORCH_HEAD + "import os\nos.chdir('/')\nclass M(torch.nn.Module):\n"
                  "    def forward(self, x):\n        x.mul_(2)\n        return x + 1\n"
                  "def model(): return M()\ndef example_inputs(): return (torch.ones(2, 4),)\n")
     cwd = os.getcwd()
-    user = load_user_module(path)
+    user = load_module_file(path)
     assert os.getcwd() == cwd
     assert (user.examples[user.activation_names[0]] == 1).all()
     assert (user.reference["output0"] == 3).all()

@@ -1,4 +1,4 @@
-"""A user's own block (``tests/user_blocks/rope_block.py``: RMSNorm, RoPE with constant frequencies, causal
+"""A user's own block (``tests/module_blocks/rope_block.py``: RMSNorm, RoPE with constant frequencies, causal
 attention, a gated MLP) through ``check --module``: a plugin in the wrong phase is warned about, and the dump
 folds FoldConstant's inner TIR pipelines (one per folded constant) into its row."""
 
@@ -10,8 +10,8 @@ from helpers import REPO
 from mtp_tvm.cli import main
 from mtp_tvm.instrument.pass_tree import top_level_of
 
-BLOCK = REPO / "tests" / "user_blocks" / "rope_block.py"
-WRONG_PHASE_PLUGIN = REPO / "tests" / "user_blocks" / "tag_fused_norm.py"
+BLOCK = REPO / "tests" / "module_blocks" / "rope_block.py"
+WRONG_PHASE_PLUGIN = REPO / "tests" / "module_blocks" / "tag_fused_norm.py"
 
 
 @pytest.mark.slow

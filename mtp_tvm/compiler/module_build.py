@@ -1,4 +1,4 @@
-"""``compile_module``: the user's own module file (``ir.user_module``) -> one TVM binary, through the same phases,
+"""``compile_module``: the user's own module file (``ir.module_file``) -> one TVM binary, through the same phases,
 schedule applier, pass recorder and run folders as the cases (``compiler.driver.build_ir``).
 
 A kernel no rule matches is lowered as written on CPU (named in ``unscheduled``) and gets dlight's schedule on
@@ -23,7 +23,7 @@ from ..compiler.weights import WeightCache
 from ..contract.cases import TensorSpec
 from ..contract.presets import NO_PRESET
 from ..instrument.recorder import PassRecord
-from ..ir.user_module import UserModule, load_user_module
+from ..ir.module_file import ModuleFile, load_module_file
 from ..passes.target import device_for, resolve_target, target_json
 from ..schedule.apply import ApplySchedules
 from ..schedule.files import NONE, TUNED, validate_schedule
@@ -54,7 +54,7 @@ class CompiledModule(Runnable):
     """A built module file: ``run(inputs) -> outputs`` (inputs named as ``main``'s parameters, outputs
     ``output0``, ``output1``...), the parameters packed once like a case's weights."""
 
-    user: UserModule
+    module_file: ModuleFile
     target: Target
     executable: tvm.runtime.Executable
     build_seconds: float
@@ -83,40 +83,40 @@ class CompiledModule(Runnable):
 
     @property
     def name(self) -> str:
-        return self.user.name
+        return self.module_file.name
 
     @property
     def input_specs(self) -> dict[str, TensorSpec]:
-        return dict(self.user.input_specs)
+        return dict(self.module_file.input_specs)
 
     @property
     def output_specs(self) -> dict[str, TensorSpec]:
-        return dict(self.user.output_specs)
+        return dict(self.module_file.output_specs)
 
     @property
     def num_input(self) -> int:
-        return self.user.num_input
+        return self.module_file.num_input
 
     def _runtime(self):
-        return self.executable, device_for(self.target), f"module {self.user.path.name}"
+        return self.executable, device_for(self.target), f"module {self.module_file.path.name}"
 
     @property
     def returns_tuple(self) -> bool:
-        return self.user.returns_tuple
+        return self.module_file.returns_tuple
 
     def make_inputs(self, tokens: int | None = None, seed: int = 0) -> dict[str, np.ndarray]:
         """The example inputs (and parameters) of the file; ``tokens``/``seed`` do not apply."""
         if tokens is not None or seed:
-            raise UsageError(f"module {self.user.path.name} runs on its example_inputs(): tokens and seed do not "
-                             "apply")
-        return dict(self.user.examples)
+            raise UsageError(f"module {self.module_file.path.name} runs on its example_inputs(): tokens and seed "
+                             "do not apply")
+        return dict(self.module_file.examples)
 
 
 def compile_module(module=None, debug: DebugOptions | None = None, *, spec: ModuleSpec | None = None,
-                   user: UserModule | None = None, **options) -> CompiledModule:
+                   loaded: ModuleFile | None = None, **options) -> CompiledModule:
     """Build the module file ``module`` (keywords: ``target``, ``schedule`` and the fields of
     ``DebugOptions``), its run folder complete. ``user``: the file already loaded."""
-    compiled = compile_module_open(module, debug, spec=spec, user=user, **options)
+    compiled = compile_module_open(module, debug, spec=spec, loaded=loaded, **options)
     finish_run(compiled)
     return compiled
 
@@ -140,7 +140,7 @@ def split_module_options(module, spec: ModuleSpec | None, debug: DebugOptions | 
 
 
 def compile_module_open(module=None, debug: DebugOptions | None = None, *, spec: ModuleSpec | None = None,
-                        user: UserModule | None = None, **options) -> CompiledModule:
+                        loaded: ModuleFile | None = None, **options) -> CompiledModule:
     """``compile_module`` leaving the run folder open for the caller (``check`` writes its verdict), as
     ``compiler.driver.compile_open``. ``user``: the file already loaded (its golden shares the load)."""
     spec, debug = split_module_options(module, spec, debug, options, "compile_module")
@@ -148,7 +148,7 @@ def compile_module_open(module=None, debug: DebugOptions | None = None, *, spec:
     validate_schedule(spec.schedule, tgt)
     t0 = time.perf_counter()
     with phase("build"):  # exporting and importing the user's model is part of its build
-        user = user or load_user_module(spec.module)
+        user = loaded or load_module_file(spec.module)
     loading = time.perf_counter() - t0
     applier = ApplySchedules(tgt, spec.schedule, tuned_dir(tgt, user.name) if spec.schedule == TUNED else None)
     meta = {"case": user.name, "module": str(user.path), "target": target_json(tgt), "preset": NO_PRESET,
@@ -168,4 +168,4 @@ def reference_build(compiled: CompiledModule) -> CompiledModule:
     """The same module built for this CPU with no schedule and no optional pass: the golden of a TVMScript module
     (a GPU has no unscheduled build: its kernels need threads bound, so a CUDA binary is checked against the CPU's)."""
     spec = dataclasses.replace(compiled.spec, target="llvm", schedule=NONE)
-    return compile_module_open(spec=spec, debug=DebugOptions(bisect_limit=0), user=compiled.user)
+    return compile_module_open(spec=spec, debug=DebugOptions(bisect_limit=0), loaded=compiled.module_file)

@@ -39,7 +39,7 @@ TORCH, TVMSCRIPT = "torch", "tvmscript"  # the two kinds of module file
 
 
 @dataclasses.dataclass(frozen=True)
-class UserModule:
+class ModuleFile:
     """A loaded module file: its Relax module (``main(*inputs, *params)``), every input of ``main`` as a spec
     (symbolic sizes named as in the module), the example inputs and, for a torch model, its parameters, its
     outputs run eagerly (the golden), its exported program (its state dict feeds the bench's peers; torch runs it
@@ -95,7 +95,7 @@ class UserModule:
         return {name: list(self.examples[name].shape) for name in self.activation_names}
 
 
-def load_user_module(path) -> UserModule:
+def load_module_file(path) -> ModuleFile:
     """Load ``path`` and make its Relax module (one-line ``UsageError`` for every broken contract). The file runs
     in a child process (``support.user_process``): this process gets its exported program or IRModule, the example
     inputs as they were before the model ran, and the reference outputs, and nothing the file does can end it,
@@ -240,7 +240,7 @@ def _outputs(func: relax.Function, path: Path) -> tuple[dict[str, TensorSpec], b
     return {f"output{i}": _spec(f"output{i}", ty, path, "output") for i, ty in enumerate(types)}, is_tuple
 
 
-def _from_torch(path: Path, program, examples: list[np.ndarray], reference: list[np.ndarray]) -> UserModule:
+def _from_torch(path: Path, program, examples: list[np.ndarray], reference: list[np.ndarray]) -> ModuleFile:
     mod, graph = import_program(program, path)  # an operator it cannot import or lower: a UsageError naming it
     mod, params = relax.frontend.detach_params(mod)
     func = mod["main"]
@@ -254,7 +254,7 @@ def _from_torch(path: Path, program, examples: list[np.ndarray], reference: list
     for v in values:
         v.flags.writeable = False  # ours, never written: packing them is no change to tell anyone of
     mod["main"] = func.with_attr("num_input", num_input)
-    return UserModule(path, TORCH, mod, specs, outputs, returns_tuple, num_input, dict(zip(specs, values)),
+    return ModuleFile(path, TORCH, mod, specs, outputs, returns_tuple, num_input, dict(zip(specs, values)),
                       dict(zip(outputs, reference)), program, graph)
 
 
@@ -265,11 +265,11 @@ def _main(path: Path, mod) -> relax.Function:
     return main
 
 
-def _from_tvmscript(path: Path, mod, examples: list[np.ndarray]) -> UserModule:
+def _from_tvmscript(path: Path, mod, examples: list[np.ndarray]) -> ModuleFile:
     main = _main(path, mod)
     specs = _specs(main, path)
     if len(examples) != len(specs):
         raise UsageError(f"module file {path}: example_inputs() returned {len(examples)} arrays, main takes "
                          f"{len(specs)} ({', '.join(specs)})")
     num_input = int(main.attrs["num_input"]) if main.attrs is not None and "num_input" in main.attrs else len(specs)
-    return UserModule(path, TVMSCRIPT, mod, specs, *_outputs(main, path), num_input, dict(zip(specs, examples)))
+    return ModuleFile(path, TVMSCRIPT, mod, specs, *_outputs(main, path), num_input, dict(zip(specs, examples)))
