@@ -6,12 +6,14 @@ API: ``check(...)`` -> ``CheckResult``; ``compile(...)`` -> ``CompiledCase`` wit
 (weights packed once, ``run(activations)`` in a loop); ``build(out, ...)`` writes a target binary folder;
 ``load(dir)`` -> ``Artifact`` with the same ``make_inputs``, ``run`` and ``bind``; ``check_artifact(dir)``
 golden-checks one; ``localize(..., against=...)`` -> ``LocalizeResult``: the first kernel call that differs from
-a reference build; ``compile_module(path)`` -> ``CompiledModule`` and ``check_module(path)`` -> ``CheckResult``:
-the same for the user's own model file (a torch module or a TVMScript IRModule, ``ir/module_file.py``);
-``localize_module(path)``: its first op that differs from eager torch; ``minimize_module(path)``: the smallest
-piece of its graph that still fails, as a module file. ``load_weights(path, case=..., tp=..., rank=...)``: a
-DeepSeek checkpoint's weights for ``bind`` (``tools/convert/convert.py``); ``read_inputs(path)`` /
-``write_inputs(path, arrays)``: the ``.npz`` files of ``mtp-tvm inputs``/``run``, BF16 included.
+a reference build. The same verbs take the user's own model file (a torch module or a TVMScript IRModule,
+``ir/module_file.py``) in place of a case: ``compile(path)`` -> ``CompiledModule``, ``check(path)``,
+``build(out, path)`` (a ``ModuleSpec`` or ``module=`` as well); ``localize_module(path)``: its first op that
+differs from eager torch; ``minimize_module(path)``: the smallest piece of its graph that still fails, as a
+module file. ``BuildSpec``, ``ModuleSpec`` and ``DebugOptions`` are what the verbs take as dataclasses.
+``load_weights(path, case=..., tp=..., rank=...)``: a DeepSeek checkpoint's weights for ``bind``
+(``tools/convert/convert.py``); ``read_inputs(path)`` / ``write_inputs(path, arrays)``: the ``.npz`` files of
+``mtp-tvm inputs``/``run``, BF16 included.
 
 The names are imported on first use (PEP 562), so ``import mtp_tvm`` and the commands that only read files do
 not import TVM or torch.
@@ -26,16 +28,16 @@ _LAZY = {  # public name -> the module that defines it
     "check_artifact": "artifact.load", "compile": "compiler.driver", "CompiledCase": "compiler.driver",
     "BoundCase": "compiler.runtime", "check": "tools.check.check", "CheckResult": "verify.results",
     "localize": "tools.check.localize", "LocalizeResult": "tools.check.localize",
-    "compile_module": "compiler.module_build", "CompiledModule": "compiler.module_build",
-    "check_module": "tools.check.module_check", "localize_module": "tools.check.module_localize",
+    "CompiledModule": "compiler.module_build", "BuildSpec": "compiler.options", "ModuleSpec": "compiler.options",
+    "DebugOptions": "compiler.options", "localize_module": "tools.check.module_localize",
     "minimize_module": "tools.minimize.minimize", "load_weights": "tools.convert.convert",
     "read_inputs": "compiler.tensors", "write_inputs": "compiler.tensors",
 }
 
 __all__ = ["check", "CheckResult", "compile", "CompiledCase", "MtpError", "UsageError", "BuildError",
            "build", "load", "Artifact", "check_artifact", "BoundCase", "localize", "LocalizeResult",
-           "compile_module", "CompiledModule", "check_module", "localize_module", "minimize_module", "load_weights",
-           "read_inputs", "write_inputs"]
+           "CompiledModule", "BuildSpec", "ModuleSpec", "DebugOptions", "localize_module", "minimize_module",
+           "load_weights", "read_inputs", "write_inputs"]
 
 
 def __getattr__(name: str):

@@ -18,7 +18,7 @@ import threading
 import traceback
 import warnings
 
-from .compiler.options import BuildSpec, DebugOptions
+from .compiler.options import BuildSpec, DebugOptions, ModuleSpec
 from .contract.cases import CASES
 from .contract.checkpoint import LayoutName
 from .contract.presets import PRESETS
@@ -322,11 +322,11 @@ def _cmd_check_module(args) -> int:
     debug = _debug_options(args)
     with phase("import"):
         from .ir.module_sizes import parse_shapes
-        from .tools.check.module_check import check_module
+        from .tools.check.check import check
 
-    result = check_module(debug=debug, tolerance=ModuleTolerance(args.atol, args.rtol), report=args.report,
-                          profile=args.profile, shapes=parse_shapes(args.shape), seed=args.seed,
-                          nan_check=args.nan_check, **_module_options(args))
+    result = check(debug=debug, tolerance=ModuleTolerance(args.atol, args.rtol), report=args.report,
+                   profile=args.profile, shapes=parse_shapes(args.shape), seed=args.seed, nan_check=args.nan_check,
+                   **_module_options(args))
     _print_check(args, result)
     _print_reproducers(result)
     code = _check_exit(args, result)
@@ -479,17 +479,13 @@ def _cmd_check_prebuilt(args) -> int:
 def _cmd_build(args) -> int:
     if args.module:
         _refuse_case_options(args, "build")
-    spec, debug = (None if args.module else _build_spec(args)), _debug_options(args)  # refused before the imports
+    spec = ModuleSpec(args.module, args.target, args.schedule) if args.module else _build_spec(args)
+    debug = _debug_options(args)  # refused before the imports
     with phase("import"):
         from .artifact.export import build, describe
         from .verify.results import summary_table
 
-    if args.module:
-        from .artifact.module_artifact import build_module
-
-        built = build_module(args.out, debug=debug, force=args.force, check=args.check, **_module_options(args))
-    else:
-        built = build(args.out, spec, debug, arch=args.arch, force=args.force, check=args.check, seed=args.seed)
+    built = build(args.out, spec, debug, arch=args.arch, force=args.force, check=args.check, seed=args.seed)
     if built.check is not None:
         print(summary_table(built.check))
     if built.path is None:
@@ -638,15 +634,14 @@ def _cmd_bisect_module(args) -> int:
     if args.schedule_trace or args.func:
         raise UsageError("bisect --module bisects passes; --schedule-trace/--func apply to a case")
     debug = _debug_options(args)
-    from .tools.bisect.bisection import bisect_module_passes
+    from .tools.bisect.bisection import bisect_passes
 
-    result = bisect_module_passes(debug=debug.replace(dump_passes=None), search=args.search, **_module_options(args))
+    result = bisect_passes(debug=debug.replace(dump_passes=None), search=args.search, **_module_options(args))
     _print_bisect(result)
     if result.found and result.limits and args.dump_passes:
-        from .tools.check.module_check import check_module
+        from .tools.check.check import check
 
-        r = check_module(debug=debug.replace(bisect_limit=result.limits[1]), log=lambda *_: None,
-                         **_module_options(args))
+        r = check(debug=debug.replace(bisect_limit=result.limits[1]), log=lambda *_: None, **_module_options(args))
         stem = next(p.diff for p in r.pass_records if p.index == result.culprit["index"])
         print(f"dumps of the first failing build: {r.dump_dir} (the culprit's diff: {r.dump_dir}/{stem})")
     return 0 if result.found else 1
@@ -667,10 +662,9 @@ def _bench_spec(args) -> tuple[BuildSpec | None, tuple[str, ...]]:
                      vocab_shard=args.vocab_shard, schedule=args.schedule)
     spec.resolve()
     with phase("import"):
-        from .passes.target import resolve_target
         from .schedule.files import schedule_names
 
-    known = schedule_names(resolve_target(args.target))
+    known = schedule_names(spec.resolved_target)
     unknown = [s for s in compare if s not in known]
     if unknown:
         raise UsageError(f"--compare-schedules: unknown schedule {unknown[0]!r} for target {args.target}; choose "
@@ -692,14 +686,13 @@ def _cmd_bench_module(args) -> int:
         raise UsageError(f"{what}; {', '.join(given)} cannot apply")
     require_writable(args.json, "--json")
     with phase("import"):
-        from .tools.bench.bench import parse_peers
-        from .tools.bench.module_bench import ModuleBenchOptions, bench_module
+        from .tools.bench.bench import bench, parse_peers
+        from .tools.bench.module_bench import ModuleBenchOptions
 
     options = ModuleBenchOptions(rounds=args.rounds, threads=args.threads,
                                  **({"peers": parse_peers(args.peers)} if args.peers is not None else {}))
-    where = {"artifact": args.artifact} if prebuilt else {"target": args.target, "schedule": args.schedule}
-    result = bench_module(args.module, options=options, log=lambda line: print(line, file=sys.stderr, flush=True),
-                          **where)
+    where = {"artifact": args.artifact} if prebuilt else _module_options(args)
+    result = bench(options=options, log=lambda line: print(line, file=sys.stderr, flush=True), **where)
     print(result.table())
     if args.json:
         result.write_json(args.json)
@@ -708,22 +701,13 @@ def _cmd_bench_module(args) -> int:
     return 0
 
 
-def _is_module_artifact(path) -> bool:
-    """Whether ``path`` is a module file's artifact (a folder that is no artifact is refused by the case's path,
-    after its flags are)."""
-    from .artifact.manifest import read_manifest
-
-    try:
-        return "module" in read_manifest(path)
-    except UsageError:
-        return False
-
-
 def _cmd_bench(args) -> int:
     _refuse_checkpoint_options(args)
     if args.module and args.weights:
         raise UsageError("--weights replaces a case's weights; bench --module times your file's own")
-    if args.module or (args.artifact and _is_module_artifact(args.artifact)):
+    from .artifact.manifest import is_module_artifact
+
+    if args.module or (args.artifact and is_module_artifact(args.artifact)):
         return _cmd_bench_module(args)
     require_writable(args.json, "--json")
     require_writable(args.plot, "--plot")

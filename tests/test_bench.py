@@ -24,8 +24,9 @@ from mtp_tvm.contract.cases import CASES, STAGES
 from mtp_tvm.contract.presets import make_shapes
 from mtp_tvm.passes.target import resolve_target, usable_cores
 from mtp_tvm.support.errors import UsageError
-from mtp_tvm.tools.bench.bench import BENCH_CASES, PEERS, BenchOptions, bench, golden_mismatch, parse_tokens
+from mtp_tvm.tools.bench.bench import BENCH_CASES, PEERS, BenchOptions, bench, parse_tokens
 from mtp_tvm.tools.bench.peer_worker import peer_runner
+from mtp_tvm.tools.bench.race import golden_mismatch
 from mtp_tvm.tools.bench.stage_peers import STAGE_PEERS
 from mtp_tvm.tools.bench.worker import CLOSE_GRACE_S, OPENBLAS_SLOW_VARS, Worker, WorkerFailed
 from mtp_tvm.tools.measure.peaks import BF16_DOT, FMA, INT8_DOT, ProbePlan

@@ -197,7 +197,7 @@ def example_inputs():
 def every_dtype(tmp_path_factory):
     path = tmp_path_factory.mktemp("dtypes") / "every_dtype.py"
     path.write_text(f"DTYPES = {EVERY_DTYPE!r}\n" + EVERY_DTYPE_MODULE)
-    return mtp_tvm.compile_module(path)
+    return mtp_tvm.compile(path)
 
 
 @pytest.mark.slow  # builds a module of seven kernels

@@ -11,7 +11,8 @@ import pytest
 
 from mtp_tvm.cli import main
 from mtp_tvm.support.errors import UsageError
-from mtp_tvm.tools.bench.module_bench import ModuleBenchOptions, bench_module
+from mtp_tvm.tools.bench.bench import BenchOptions, bench
+from mtp_tvm.tools.bench.module_bench import ModuleBenchOptions
 
 REPO = Path(__file__).resolve().parent.parent
 TORCH_EXAMPLE = REPO / "examples" / "torch_mlp_block.py"
@@ -20,7 +21,7 @@ TVMSCRIPT_EXAMPLE = REPO / "examples" / "tvmscript_module.py"
 
 @pytest.mark.slow  # a build, torch.compile and two workers
 def test_bench_module_races_tvm_against_the_files_own_torch_model(tmp_path):
-    r = bench_module(TORCH_EXAMPLE, peers=("torch_eager", "torch_compile"), rounds=2)
+    r = bench(TORCH_EXAMPLE, peers=("torch_eager", "torch_compile"), rounds=2)
     assert list(r.median_ms) == ["tvm", "torch_eager", "torch_compile"] and not r.unavailable
     assert all(ms > 0 and len(r.samples_ms[n]) == 2 for n, ms in r.median_ms.items())
     assert len(set(r.workers.values())) == 3 and os.getpid() not in r.workers.values()
@@ -35,7 +36,7 @@ def test_bench_module_races_tvm_against_the_files_own_torch_model(tmp_path):
 
 @pytest.mark.slow  # a build and a worker
 def test_a_tvmscript_module_is_timed_alone_its_peers_unavailable_with_why():
-    r = bench_module(TVMSCRIPT_EXAMPLE, peers=("torch_eager",), rounds=1)
+    r = bench(TVMSCRIPT_EXAMPLE, peers=("torch_eager",), rounds=1)
     assert r.median_ms["tvm"] > 0 and r.median_ms["torch_eager"] is None
     assert "has no torch model" in r.unavailable["torch_eager"] and r.best_peer is None
 
@@ -57,6 +58,12 @@ def test_bench_module_user_errors_are_one_line_before_any_build(argv, message, c
 def test_bench_module_options_are_checked():
     with pytest.raises(UsageError, match="unknown peer 'numpy_fp32'"):
         ModuleBenchOptions(peers=("numpy_fp32",))
-    with pytest.raises(UsageError, match="unknown option"):
-        bench_module(TORCH_EXAMPLE, tokens=4)
+    with pytest.raises(UsageError, match=r"bench\(\) got unknown option\(s\) tokens \(a module file takes"):
+        bench(TORCH_EXAMPLE, tokens=4)
+    with pytest.raises(UsageError, match="weights apply to a case"):
+        bench(TORCH_EXAMPLE, weights={})
+    with pytest.raises(UsageError, match="takes ModuleBenchOptions, got BenchOptions"):
+        bench(module=str(TORCH_EXAMPLE), options=BenchOptions())
+    with pytest.raises(UsageError, match="without debugging options"):
+        bench(TORCH_EXAMPLE, dump_passes=True)
     assert ModuleBenchOptions(peers=("torch_compile", "torch_eager")).peers == ("torch_eager", "torch_compile")

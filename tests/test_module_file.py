@@ -229,10 +229,10 @@ def test_the_torch_example_passes_with_dumps_that_the_dumps_tools_read(tmp_path,
 
 @pytest.mark.slow  # over 1 s
 def test_a_generic_kernel_no_rule_covers_is_reported_as_unscheduled():
-    from mtp_tvm.tools.check.module_check import check_module
+    from mtp_tvm.tools.check.check import check
 
     lines = []
-    result = check_module(TORCH_EXAMPLE, log=lines.append)
+    result = check(TORCH_EXAMPLE, log=lines.append)
     assert result.passed
     assert "[schedule] no 'default' schedule covers layer_norm: lowered as written" in lines
 
@@ -241,9 +241,9 @@ def test_a_generic_kernel_no_rule_covers_is_reported_as_unscheduled():
 def test_the_tvmscript_example_passes_its_differential_check():
     import mtp_tvm
 
-    result = mtp_tvm.check_module(TVMSCRIPT_EXAMPLE)
+    result = mtp_tvm.check(TVMSCRIPT_EXAMPLE)
     assert result.passed and list(result.outputs) == ["output0"]
-    compiled = mtp_tvm.compile_module(TVMSCRIPT_EXAMPLE)
+    compiled = mtp_tvm.compile(TVMSCRIPT_EXAMPLE)
     import numpy as np
 
     x = {**compiled.make_inputs(), "x": np.ones((3, 64), "float32")}  # another row count: the size is symbolic
@@ -252,7 +252,7 @@ def test_the_tvmscript_example_passes_its_differential_check():
 
 @pytest.mark.slow  # over 1 s
 def test_a_model_with_ops_the_examples_do_not_use_works_unchanged(tmp_path):
-    from mtp_tvm.tools.check.module_check import check_module
+    from mtp_tvm.tools.check.check import check
 
     path = _file(tmp_path, """
         import torch
@@ -278,21 +278,21 @@ def test_a_model_with_ops_the_examples_do_not_use_works_unchanged(tmp_path):
             g = torch.Generator().manual_seed(0)
             return torch.randn(5, 4, 16, generator=g), torch.randint(0, 32, (5,), generator=g)
         """)
-    result = check_module(path, log=lambda *_: None)
+    result = check(path, log=lambda *_: None)
     assert result.passed, str(result)
     assert result.shapes == {"x": [5, 4, 16], "ids": [5]}
 
 
 @pytest.mark.slow  # over 1 s
 def test_debug_options_apply_to_a_module(tmp_path):
-    from mtp_tvm.tools.check.module_check import check_module
+    from mtp_tvm.tools.check.check import check
 
-    result = check_module(TVMSCRIPT_EXAMPLE, log=lambda *_: None, disable_passes=("FoldConstant",),
-                          dump_passes=str(tmp_path), dump_filter="Fuse", dump_func="main")
+    result = check(TVMSCRIPT_EXAMPLE, log=lambda *_: None, disable_passes=("FoldConstant",),
+                   dump_passes=str(tmp_path), dump_filter="Fuse", dump_func="main")
     assert result.passed and result.gate is not None
     assert any(r.name == "FoldConstant" and r.skipped for r in result.pass_records)
     with pytest.raises(UsageError, match="--disable-pass NoSuchPass: no pass of that name runs"):
-        check_module(TVMSCRIPT_EXAMPLE, log=lambda *_: None, disable_passes=("NoSuchPass",))
+        check(TVMSCRIPT_EXAMPLE, log=lambda *_: None, disable_passes=("NoSuchPass",))
 
 
 def test_the_broken_plugin_fails_the_check_and_the_mismatch_table_says_where(capsys):
@@ -374,8 +374,8 @@ def test_localize_module_refuses_what_only_a_case_has(capsys):
 def test_the_api_refuses_an_unknown_option():
     import mtp_tvm
 
-    with pytest.raises(UsageError, match=r"compile_module\(\) got unknown option\(s\) preset"):
-        mtp_tvm.compile_module(TVMSCRIPT_EXAMPLE, preset="tiny")
+    with pytest.raises(UsageError, match=r"compile\(\) got unknown option\(s\) preset \(a module file takes"):
+        mtp_tvm.compile(TVMSCRIPT_EXAMPLE, preset="tiny")
 
 
 @pytest.mark.slow

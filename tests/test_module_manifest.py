@@ -20,10 +20,10 @@ TVMSCRIPT_EXAMPLE = REPO / "examples" / "tvmscript_module.py"
 
 @pytest.fixture(scope="module")
 def module_artifact(tmp_path_factory) -> Path:
-    from mtp_tvm.artifact.module_artifact import build_module
+    import mtp_tvm
 
     out = tmp_path_factory.mktemp("module_artifact") / "art"
-    build_module(out, TVMSCRIPT_EXAMPLE, log=lambda *_: None)
+    mtp_tvm.build(out, TVMSCRIPT_EXAMPLE, log=lambda *_: None)
     return out
 
 

@@ -192,7 +192,7 @@ def test_the_users_forward_never_runs_in_this_process(tmp_path):
     file's own code runs only in the child that loads it (``support/user_process.py``), so it cannot decide them."""
     import os
 
-    from mtp_tvm import check_module, localize_module
+    from mtp_tvm import check, localize_module
 
     pids = tmp_path / "pids.txt"
     path = tmp_path / "pid_model.py"
@@ -202,7 +202,7 @@ def test_the_users_forward_never_runs_in_this_process(tmp_path):
                     "def example_inputs():\n    return (torch.randn(4, 8),)\n\n\n"
                     "def dynamic_shapes():\n    return ({0: torch.export.Dim('rows', min=2, max=16)},)\n")
     assert localize_module(path, **QUIET).passed
-    r = check_module(path, shapes={"x": (11, 8)}, seed=3, **QUIET)
+    r = check(path, shapes={"x": (11, 8)}, seed=3, **QUIET)
     assert r.passed and r.shapes == {"x": [11, 8]}
     ran_in = {int(p) for p in pids.read_text().split()}
     assert ran_in and os.getpid() not in ran_in  # the children ran it (export, eager); this process never did

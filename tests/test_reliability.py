@@ -13,6 +13,7 @@ import torch
 import mtp_tvm
 from mtp_tvm.compiler.tensors import to_numpy
 from mtp_tvm.contract.presets import make_shapes
+from mtp_tvm.tools.bisect.bisection import bisect_passes
 
 ENV = {**os.environ, "PYTHONPATH": os.getcwd()}
 RUN_ONCE = """
@@ -247,6 +248,7 @@ def test_cli_run_on_a_damaged_inputs_file_exits_2(compiled, tmp_path, capsys, co
 # ---- reliability at the edges --------------------------------------------------------------------------------------
 
 NO_LOG = dict(log=lambda *_: None)
+MODULE_FILE = str(Path(__file__).resolve().parent.parent / "examples" / "tvmscript_module.py")
 
 
 @pytest.mark.parametrize("call, message", [
@@ -276,15 +278,35 @@ NO_LOG = dict(log=lambda *_: None)
     (lambda: mtp_tvm.load(5), "artifact must be a path, got int 5"),
     (lambda: mtp_tvm.check_artifact(["a"]), "artifact must be a path, got list"),
     (lambda: mtp_tvm.check_artifact("nope", report=3, **NO_LOG), "report must be a file path, got int 3"),
+    # one verb for a case and a module file: an option of the other kind is refused by name
+    (lambda: mtp_tvm.check(MODULE_FILE, logits_tol={"atol": 1.0}, **NO_LOG),
+     r"check\(\): logits_tol cannot apply \(a module file runs on its example inputs"),
+    (lambda: mtp_tvm.check(MODULE_FILE, weights={}, perturb_logit=(0, 0, 0), **NO_LOG),
+     r"check\(\): perturb_logit, weights cannot apply"),
+    (lambda: mtp_tvm.check(MODULE_FILE, seed=3, **NO_LOG), "a seed draws inputs only at another --shape"),
+    (lambda: mtp_tvm.check(case="norm", preset="tiny", shapes={"x": (2, 8)}, **NO_LOG),
+     r"check\(\): shapes cannot apply \(a case is sized by its preset and tokens\)"),
+    (lambda: mtp_tvm.compile(MODULE_FILE, preset="tiny"),
+     r"compile\(\) got unknown option\(s\) preset \(a module file takes module, target, schedule\)"),
+    (lambda: mtp_tvm.build(None, mtp_tvm.BuildSpec(case="norm"), module=MODULE_FILE),
+     r"build\(\) got a case's BuildSpec and module="),
+    (lambda: mtp_tvm.check(5, **NO_LOG), r"check\(\) takes a BuildSpec, a ModuleSpec or a module file's path, got int"),
+    (lambda: mtp_tvm.localize(MODULE_FILE, against="schedule=none", **NO_LOG),
+     r"localize\(\) applies to a case, not a module file"),
+    (lambda: mtp_tvm.localize_module(case="norm", **NO_LOG), r"localize_module\(\) got unknown option\(s\) case"),
+    (lambda: mtp_tvm.localize_module(mtp_tvm.BuildSpec(), **NO_LOG),
+     r"localize_module\(\) applies to a module file, not a case"),
+    (lambda: mtp_tvm.compile(case="norm", preset="tiny", loaded=object()), "a case has none"),
+    (lambda: bisect_passes(MODULE_FILE, seed=1), "seed does not apply to its bisect"),
 ])
 def test_api_bad_arguments_are_usage_errors_before_anything_is_built(call, message, monkeypatch):
     """Issue 25 item 7: these raised TypeError/RuntimeError from deep inside, ``report=`` only after the check."""
-    from mtp_tvm.compiler import driver
+    from mtp_tvm.compiler import compiled
 
     def no_build(*_a, **_k):
         raise AssertionError("built before refusing the arguments")
 
-    monkeypatch.setattr(driver, "compile_through_phases", no_build)
+    monkeypatch.setattr(compiled, "compile_through_phases", no_build)
     with pytest.raises(mtp_tvm.UsageError, match=message):
         call()
 

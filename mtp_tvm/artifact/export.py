@@ -45,8 +45,10 @@ from ..artifact.manifest import (
     versions,
     write_manifest_json,
 )
+from ..artifact.module_artifact import module_identity
+from ..compiler.compiled import Compiled
 from ..compiler.driver import CompiledCase, compile
-from ..compiler.options import BuildSpec, DebugOptions, require_path, split_options
+from ..compiler.options import EITHER, DebugOptions, ModuleSpec, Spec, require_path, split_options
 from ..contract.cases import validate_seed
 from ..passes.codegen import write_assembly
 from ..passes.target import (
@@ -102,7 +104,7 @@ class Built:
     path: Path | None
     manifest: dict
     check: CheckResult | None = None
-    compiled: CompiledCase | None = dataclasses.field(default=None, repr=False)  # its dumps, pass records
+    compiled: Compiled | None = dataclasses.field(default=None, repr=False)  # its dumps, pass records
 
 
 def _require_device(target: Target) -> None:
@@ -242,7 +244,7 @@ def case_identity(compiled: CompiledCase, _folder: Path) -> dict:
             "shapes": s.as_dict(), "symbolic_dims": SYMBOLIC_DIMS}
 
 
-def _write_artifact(folder: Path, compiled: CompiledCase, archs: tuple[str, ...], identity) -> dict:
+def _write_artifact(folder: Path, compiled: Compiled, archs: tuple[str, ...], identity) -> dict:
     t0 = time.perf_counter()
     target = target_json(compiled.target)
     src = folder / SOURCE_DIR
@@ -264,9 +266,8 @@ def _write_artifact(folder: Path, compiled: CompiledCase, archs: tuple[str, ...]
         "inputs": {n: spec.as_dict() for n, spec in compiled.input_specs.items()},
         "outputs": {n: spec.as_dict() for n, spec in compiled.output_specs.items()},
         "target": target,
-        "schedule": {"name": str(getattr(compiled, "schedule", "none")),
-                     "trace_sha256": trace_sha256(getattr(compiled, "schedule_traces", {})),
-                     "unscheduled": list(getattr(compiled, "unscheduled", []))},
+        "schedule": {"name": compiled.schedule, "trace_sha256": trace_sha256(compiled.schedule_traces),
+                     "unscheduled": list(compiled.unscheduled)},
         "versions": versions(), "git": git_revision(),
         "library": {"file": lib.name, "format": lib.suffix[1:], "triple": triple, "bytes": lib.stat().st_size,
                     "sha256": sha256_file(lib)},
@@ -279,7 +280,7 @@ def _write_artifact(folder: Path, compiled: CompiledCase, archs: tuple[str, ...]
     }
 
 
-def export(compiled: CompiledCase, out: str | os.PathLike | None, archs: tuple[str, ...] = (), force: bool = False,
+def export(compiled: Compiled, out: str | os.PathLike | None, archs: tuple[str, ...] = (), force: bool = False,
            check: bool = False, seed: int = 0, log=print, identity=case_identity) -> Built:
     """Write ``compiled`` as an artifact folder ``out`` (None: build in a temporary folder and discard it).
     ``identity(compiled, folder)`` says what the binary is in the manifest (and may write files of its own into
@@ -306,13 +307,15 @@ def export(compiled: CompiledCase, out: str | os.PathLike | None, archs: tuple[s
     return Built(Path(out) if written else None, manifest, result, compiled)
 
 
-def build(out: str | os.PathLike | None, spec: BuildSpec | None = None, debug: DebugOptions | None = None, *,
-          arch: str | list[str] | None = None, force: bool = False, check: bool = False, seed: int = 0, log=print,
-          **options) -> Built:
-    """Compile ``spec`` (keywords: the fields of ``BuildSpec`` and ``DebugOptions``, as for ``compile``; for
-    CUDA, for every arch in ``arch``) and write it to ``out`` (see ``export``). Refuses an existing ``out``
-    before compiling, unless ``force``."""
-    spec, debug = split_options(spec, debug, options, "build")
+def build(out: str | os.PathLike | None, spec: Spec | str | os.PathLike | None = None,
+          debug: DebugOptions | None = None, *, arch: str | list[str] | None = None, force: bool = False,
+          check: bool = False, seed: int = 0, log=print, **options) -> Built:
+    """Compile ``spec`` (a case's ``BuildSpec``, or a module file: its path, a ``ModuleSpec`` or ``module=``;
+    keywords: the fields of the spec and of ``DebugOptions``, as for ``compile``; for CUDA, for every arch in
+    ``arch``) and write it to ``out`` (see ``export``); a module file's artifact also holds its example inputs
+    and reference outputs (``artifact.module_artifact``). Refuses an existing ``out`` before compiling, unless
+    ``force``."""
+    spec, debug = split_options(spec, debug, options, "build", EITHER)
     require_path("out", out, optional=True)
     archs = parse_archs(arch)
     spec = dataclasses.replace(spec, target=build_target(spec.target, archs))
@@ -320,8 +323,10 @@ def build(out: str | os.PathLike | None, spec: BuildSpec | None = None, debug: D
         refuse_existing(Path(out), force)
     if check:
         validate_seed(seed)
-        _require_device(spec.target)
-    return export(compile(spec, debug), out, archs=archs, force=force, check=check, seed=seed, log=log)
+        _require_device(spec.resolved_target)
+    identity = module_identity if isinstance(spec, ModuleSpec) else case_identity
+    return export(compile(spec, debug), out, archs=archs, force=force, check=check, seed=seed, log=log,
+                  identity=identity)
 
 
 def describe(built: Built) -> str:
@@ -339,6 +344,6 @@ def describe(built: Built) -> str:
                   f"{r['spill_store_bytes']}/{r['spill_load_bytes']}")
                  for k, per_arch in device["kernels"].items() for a, r in per_arch.items()]
         lines += text_table(rows, rule=False)
-    lines += [f"[passes] warning: {why}" for why in getattr(built.compiled, "idle_passes", [])]
+    lines += [f"[passes] warning: {why}" for why in (built.compiled.idle_passes if built.compiled else [])]
     lines.append(f"artifact: {built.path}" if built.path else "compile only: nothing written")
     return "\n".join(lines)

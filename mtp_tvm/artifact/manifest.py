@@ -197,6 +197,15 @@ def validate_manifest(m) -> list[str]:
     return out
 
 
+def is_module_artifact(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a module file's artifact (a folder that is no artifact is not: the case's path refuses
+    it, after its own options are checked)."""
+    try:
+        return "module" in read_manifest(path)
+    except UsageError:
+        return False
+
+
 def read_manifest(path: str | os.PathLike) -> dict:
     f = Path(path) / MANIFEST
     try:

@@ -1,5 +1,6 @@
-"""The artifact of a user's module file (``build --module FILE.py --out DIR``): the binary and manifest of a case's
-artifact, plus the file's example inputs (parameters included) and their reference outputs, so that ``run`` and
+"""What the artifact of a user's module file (``build("FILE.py", ...)``, ``build --module FILE.py --out DIR``) says
+it is (``module_identity``, the manifest's identity for ``artifact.export.build``): the binary and manifest of a
+case's artifact, plus the file's example inputs (parameters included) and their reference outputs, so that ``run`` and
 ``check --artifact`` need neither the file nor torch: the golden of a torch model can only be recomputed with the
 model, so it is computed once at build time and stored (``reference_outputs.npz``); the manifest records the
 file's path for the reader, not for use.
@@ -7,13 +8,10 @@ file's path for the reader, not for use.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-from ..artifact.export import Built, export, refuse_existing
 from ..artifact.module_reference import EXAMPLE_INPUTS, REFERENCE_OUTPUTS
-from ..compiler.module_build import CompiledModule, compile_module, split_module_options
-from ..compiler.options import DebugOptions, require_path
+from ..compiler.module_build import CompiledModule
 from ..compiler.tensors import write_npz
 from ..contract.presets import NO_PRESET
 from ..verify.module_golden import module_golden
@@ -33,15 +31,3 @@ def module_identity(compiled: CompiledModule, folder: Path) -> dict:
                        "returns_tuple": user.returns_tuple, "example_inputs": EXAMPLE_INPUTS,
                        "reference_outputs": REFERENCE_OUTPUTS, "reference": reference,
                        "dim_bounds": {d: list(b) for d, b in user.dim_bounds.items()}}}
-
-
-def build_module(out: str | os.PathLike | None, module=None, debug: DebugOptions | None = None, *,
-                 force: bool = False, check: bool = False, log=print, **options) -> Built:
-    """Compile the module file ``module`` (keywords: ``target``, ``schedule`` and the fields of ``DebugOptions``)
-    and write it to ``out`` with its example inputs and reference outputs (see ``artifact.export.export``)."""
-    spec, debug = split_module_options(module, None, debug, options, "build_module")
-    require_path("out", out, optional=True)
-    if out is not None:
-        refuse_existing(Path(out), force)
-    return export(compile_module(spec=spec, debug=debug), out, force=force, check=check, log=log,
-                  identity=module_identity)

@@ -1,14 +1,17 @@
-"""What to build and how to debug the build, as two frozen dataclasses that every command shares.
+"""What to build and how to debug the build, as frozen dataclasses that every command shares.
 
-``BuildSpec`` says *what* binary (case, target, sizes, schedule); ``DebugOptions`` says what to record or change
-while building it (dumps, timing, disabled passes, bisect limit, user passes). ``compile``, ``check``, ``build``,
-``bench``, ``bisect`` and the reproducer take them instead of re-listing the same keywords, and ``as_argv()``
-turns them back into the ``mtp-tvm`` flags that rebuild the same thing. A mistyped option is an error.
+``BuildSpec`` says *what* binary of a case (case, target, sizes, schedule), ``ModuleSpec`` the same of a user's
+module file (path, target, schedule); ``DebugOptions`` says what to record or change while building either (dumps,
+timing, disabled passes, bisect limit, user passes). ``compile``, ``check``, ``build``, ``bench``, ``bisect`` and
+the reproducer take them instead of re-listing the same keywords (``split_options``: either spec from keywords),
+and ``as_argv()`` turns them back into the ``mtp-tvm`` flags that rebuild the same thing. A mistyped option is an
+error. Both specs resolve their target once (``resolved_target``), on first use: reading them imports no TVM.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 from pathlib import Path
@@ -20,6 +23,8 @@ from ..ir.frontend_names import check_frontend
 from ..support.errors import UsageError
 
 if TYPE_CHECKING:  # the options are read before any command needs TVM (``mtp-tvm --help`` stays instant)
+    from tvm.target import Target
+
     from ..passes.plugins import ExtraPasses
 
 
@@ -50,8 +55,25 @@ def _optional_int(name: str, value, minimum: int) -> None:
              f"{name} must be an integer >= {minimum}, got {value!r}")
 
 
+class OnTarget:
+    """A spec's ``target`` as given ("llvm", "cuda", a target JSON object or string, or a ``Target``) and, as
+    ``resolved_target``, the typed ``Target`` every step of the build uses: resolved once, on first use (TVM is
+    imported then), so a spec stays cheap to make and to send to a worker process (which resolves its own)."""
+
+    target: Any
+
+    @functools.cached_property
+    def resolved_target(self) -> Target:
+        from ..passes.target import resolve_target
+
+        return resolve_target(self.target)
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "resolved_target"}
+
+
 @dataclasses.dataclass(frozen=True)
-class BuildSpec:
+class BuildSpec(OnTarget):
     """One binary: ``case`` for ``target`` at ``preset`` sizes through ``frontend``, scheduled by ``schedule``.
 
     ``tokens`` only sizes seeded inputs and static (tuned) builds: the token dim of a binary is symbolic.
@@ -104,6 +126,19 @@ class BuildSpec:
             if getattr(self, name) is not None:
                 argv += [f"--{name.replace('_', '-')}", str(getattr(self, name))]
         return argv + (["--cuda-graph"] if self.cuda_graph else [])
+
+
+@dataclasses.dataclass(frozen=True)
+class ModuleSpec(OnTarget):
+    """One binary of a user's module file: ``module`` (a path) for ``target``, scheduled by ``schedule``."""
+
+    module: str | os.PathLike
+    target: Any = "llvm"  # as BuildSpec's
+    schedule: str = "default"
+
+    def __post_init__(self):
+        require_path("module", self.module)
+        _require(isinstance(self.schedule, str), f"schedule must be a name, got {self.schedule!r}")
 
 
 DUMP_ENV = "MTP_TVM_DUMP"
@@ -193,17 +228,34 @@ class DebugOptions:
         return not isinstance(self.extra_passes, PassPlugin)
 
 
-_BUILD_FIELDS = {f.name for f in dataclasses.fields(BuildSpec)}
+_SPEC_FIELDS = {kind: {f.name for f in dataclasses.fields(kind)} for kind in (BuildSpec, ModuleSpec)}
 _DEBUG_FIELDS = {f.name for f in dataclasses.fields(DebugOptions)}
+CASES, MODULE_FILES, EITHER = (BuildSpec,), (ModuleSpec,), (BuildSpec, ModuleSpec)  # what a verb accepts
+Spec = BuildSpec | ModuleSpec
 
 
-def split_options(spec: BuildSpec | None, debug: DebugOptions | None, options: dict,
-                  where: str) -> tuple[BuildSpec, DebugOptions]:
-    """The keyword form of the API (``compile(case="tail", dump_passes=True)``) as the two dataclasses:
-    keywords override ``spec``/``debug``; an unknown keyword is an error naming it."""
-    unknown = sorted(set(options) - _BUILD_FIELDS - _DEBUG_FIELDS)
-    if unknown:
-        raise UsageError(f"{where}() got unknown option(s) {', '.join(unknown)}")
-    spec = dataclasses.replace(spec or BuildSpec(), **{k: v for k, v in options.items() if k in _BUILD_FIELDS})
+def split_options(spec: Spec | str | os.PathLike | None, debug: DebugOptions | None, options: dict, where: str,
+                  accepts: tuple[type, ...] = CASES) -> tuple[Spec, DebugOptions]:
+    """The keyword form of the API (``compile(case="tail", dump_passes=True)``, ``check("m.py", schedule="none")``)
+    as a spec and the debug options: keywords override ``spec``/``debug``; an unknown keyword is an error naming
+    it. ``spec`` a path, or a ``module=`` keyword, means a module file (``ModuleSpec``); otherwise a case
+    (``BuildSpec``). ``accepts``: which of the two the verb ``where`` takes."""
+    if isinstance(spec, (str, os.PathLike)):
+        spec = ModuleSpec(spec)
+    _require(spec is None or isinstance(spec, EITHER),
+             f"{where}() takes a BuildSpec, a ModuleSpec or a module file's path, got {type(spec).__name__}")
+    kind = type(spec) if spec is not None else (
+        ModuleSpec if "module" in options or accepts == MODULE_FILES else BuildSpec)
+    _require(kind in accepts, f"{where}() applies to {'a case' if BuildSpec in accepts else 'a module file'}, "
+                              f"not {'a module file' if kind is ModuleSpec else 'a case'}")
+    _require(kind is ModuleSpec or "module" not in options, f"{where}() got a case's BuildSpec and module=")
+    fields = _SPEC_FIELDS[kind]
+    unknown = sorted(set(options) - fields - _DEBUG_FIELDS)
+    _require(not unknown, f"{where}() got unknown option(s) {', '.join(unknown)}"
+                          + (" (a module file takes module, target, schedule)" if kind is ModuleSpec else ""))
+    _require(spec is not None or kind is BuildSpec or "module" in options,
+             f"{where}() needs the module file (a path to a .py file)")
+    base = spec or (ModuleSpec(options["module"]) if kind is ModuleSpec else BuildSpec())
+    spec = dataclasses.replace(base, **{k: v for k, v in options.items() if k in fields})
     debug = dataclasses.replace(debug or DebugOptions(), **{k: v for k, v in options.items() if k in _DEBUG_FIELDS})
     return spec, debug

@@ -4,7 +4,7 @@ with its default tolerances for the output's dtype unless the user gives ``atol`
 
 The reference of a torch model is the model run eagerly by torch (at another ``--shape``: its exported program, run
 by torch); that of a TVMScript module is the same module built for the CPU with no schedule and no optional pass (a
-differential check: ``compiler.module_build.reference_build``).
+differential check: ``reference_build``).
 """
 
 from __future__ import annotations
@@ -53,7 +53,6 @@ def module_golden(compiled: CompiledModule, inputs: dict | None = None) -> dict[
     schedule. On other ``inputs`` (``--shape``), a torch model's reference is its exported program run by torch
     in this process (the ATen graph TVM imported; the user's file is not run again, so it cannot decide the
     verdict), a TVMScript module's that reference build's."""
-    from ..compiler.module_build import reference_build
     from ..ir.module_file import TORCH, to_torch
 
     user = compiled.module_file
@@ -65,6 +64,17 @@ def module_golden(compiled: CompiledModule, inputs: dict | None = None) -> dict[
         out = user.program.module()(*(to_torch(inputs[name]) for name in user.activation_names))
     leaves, _ = torch.utils._pytree.tree_flatten(out)
     return {name: to_numpy(t) for name, t in zip(user.output_names, leaves)}
+
+
+def reference_build(compiled: CompiledModule) -> CompiledModule:
+    """The same module built for this CPU with no schedule and no optional pass: the golden of a TVMScript module
+    (a GPU has no unscheduled build: its kernels need threads bound, so a CUDA binary is checked against the CPU's)."""
+    from ..compiler.driver import compile_open
+    from ..compiler.options import DebugOptions
+    from ..schedule.files import NONE
+
+    spec = dataclasses.replace(compiled.spec, target="llvm", schedule=NONE)
+    return compile_open(spec, DebugOptions(bisect_limit=0), loaded=compiled.module_file)
 
 
 def check_outputs(name: str, shapes: dict, built: Provenance, actual: dict, expected: dict,

@@ -1,7 +1,7 @@
-"""``bench``: time a case's TVM build against what a user would run instead, TVM and each peer in a process of its
-own but side by side, at every T of a sweep, against this machine's roofline (``tools/measure/roofline.py``), and say
-why: the ISA the build targets, the FMA / dot-product instructions in each kernel's assembly, and the peak of
-the instruction the GEMMs run on.
+"""``bench``: time a case's TVM build (a module file's: ``module_bench.py``) against what a user would run instead,
+TVM and each peer in a process of its own but side by side, at every T of a sweep, against this machine's roofline
+(``tools/measure/roofline.py``), and say why: the ISA the build targets, the FMA / dot-product instructions in each
+kernel's assembly, and the peak of the instruction the GEMMs run on.
 
 What is timed (TVM and every peer compute the whole case, its stage chain, from the same seeded inputs):
 
@@ -69,55 +69,33 @@ import json
 import os
 import statistics
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ...artifact.manifest import manifest_spec, read_manifest
-from ...compiler.options import BuildSpec, split_options
+from ...artifact.manifest import is_module_artifact, manifest_spec, read_manifest
+from ...compiler.options import BuildSpec, ModuleSpec, split_options
 from ...compiler.tensors import to_numpy
 from ...contract.cases import TOKENS, Case, get_case
 from ...contract.presets import Shapes
 from ...ir.frontend_names import FRONTEND_NAMES
-from ...passes.target import is_gpu, require_runs_here, resolve_target, target_json, usable_cores
+from ...passes.target import is_gpu, require_runs_here, target_json, usable_cores
 from ...support.atomic_file import write_user_file
 from ...support.errors import UsageError
-from ...support.load_average import LoadWatch
 from ...support.text_table import text_table
 from ...support.timing import phase
-from ...verify.comparators import ratio_allclose
-from ...verify.tolerances import RatioTolerance
 from ..measure.peaks import FMA, Probes
 from ..measure.profile import Profile, ProfileOptions, profile_options
 from ..measure.roofline import bytes_moved, flops, gemm_work, roofline_ms, roofline_peak
+from .module_bench import ModuleBenchOptions, ModuleBenchResult, bench_module_file
 from .peer_worker import PEERS, PeerJob, peer_unavailable
+from .race import Race, check_race_counts, cold_cache, require_count
 from .tvm_worker import API, TVM, TvmJob
-from .worker import InputFiles, Ready, Worker, WorkerFailed
+from .worker import InputFiles
 
 BENCH_CASES = ("logits", "projection", "norm", "tail")  # every stage of each has peers (``STAGE_PEERS``)
-# BF16-level: peers round differently
-PEER_CHECK = ratio_allclose(RatioTolerance(atol=5e-2, rtol=5e-2, max_error_ratio=0.05))
-TIME_LIMIT_S = 600.0  # one timed batch; a worker silent this long is hung
 
 
 # ---- options ----------------------------------------------------------------------------------------------
-
-def require_count(name: str, value, optional: bool = False) -> None:
-    if optional and value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise UsageError(f"{name} must be an integer >= 1, got {value!r}")
-
-
-def check_race_counts(rounds, number, threads) -> None:
-    """A race's ``rounds``, calls per batch (``number``, None: sized) and threads per worker (None: every core),
-    checked: the threads become every worker's TVM_NUM_THREADS, so no more than this process may use."""
-    require_count("rounds", rounds)
-    require_count("number", number, optional=True)
-    require_count("threads", threads, optional=True)
-    if threads is not None and threads > usable_cores():
-        raise UsageError(f"threads must be at most the {usable_cores()} cores this process may use, got {threads}")
-
 
 @dataclasses.dataclass(frozen=True)
 class BenchOptions:
@@ -362,15 +340,6 @@ class BenchResult:
 
 # ---- the race ---------------------------------------------------------------------------------------------
 
-def golden_mismatch(actual, expected, where: str) -> str | None:
-    """Why an output is not the golden's (``PEER_CHECK``), or None; ``where``: the size it ran at ("at T=2")."""
-    c = PEER_CHECK(actual, expected)
-    if c.passed:
-        return None
-    return (f"wrong result {where}: {c.detail or f'{c.mismatches} of {c.numel} values'} off the golden "
-            f"beyond {c.comparator}, max abs diff {c.max_abs_diff:.3g}")
-
-
 def _figures(case: Case, s: Shapes, names: list[str], samples: dict[str, list[float]], unavailable: dict[str, str],
              peaks: dict[str, float] | None, bandwidth: float | None, used: set[str]) -> TokensFigures:
     """One T's figures; ``names``: TVM's builds and the peers, in the order the table shows them."""
@@ -403,88 +372,12 @@ def _portable_debug(debug):
     return dataclasses.replace(debug, extra_passes=None), plugin
 
 
-class Race:
-    """The workers of one bench: started, opened (imports done) and set up one after the other, their outputs
-    checked against the golden, then timed in rounds. A peer whose worker fails is dropped, unavailable at every
-    T from then on (its samples with it); the TVM worker's failure ends the bench."""
-
-    def __init__(self, folder: Path, threads: int, sweep: tuple[int, ...], running: contextlib.ExitStack,
-                 log: Callable[[str], None], where: Callable[[int], str] = "at T={}".format):
-        self.folder, self.threads, self.sweep, self.running, self.log = folder, threads, sweep, running, log
-        self.where = where  # a size of the sweep as a message names it
-        self.workers: dict[str, Worker] = {}
-        self.pids: dict[str, int] = {}
-        self.ready: dict[str, Ready] = {}
-        self.unavailable: dict[int, dict[str, str]] = {t: {} for t in sweep}
-        self.samples: dict[int, dict[str, list[float]]] = {t: {} for t in sweep}
-
-    def start(self, name: str, job, env: dict[str, str] | None = None) -> None:
-        self.workers[name] = Worker(name, job, self.threads, self.folder, env)
-        self.running.callback(self.workers[name].close)
-
-    @contextlib.contextmanager
-    def _dropping(self, name: str, when: str = ""):
-        try:
-            yield
-        except WorkerFailed as e:
-            if name == TVM:
-                raise
-            self.workers.pop(name)
-            for t in self.sweep:
-                self.unavailable[t][name] = e.summary + when
-                self.samples[t].pop(name, None)
-
-    def set_up(self) -> None:
-        """Every worker opened (so no import runs during another's setup), then set up in turn."""
-        for name, w in list(self.workers.items()):
-            with self._dropping(name):
-                self.pids[name] = w.opened()
-        self.log(f"bench: {len(self.pids)} workers started ({self.threads} threads each)")
-        for name, w in list(self.workers.items()):
-            t0 = time.perf_counter()
-            with self._dropping(name):
-                self.ready[name] = w.call("setup")
-                self.log(f"bench: {name} ready in {time.perf_counter() - t0:.1f} s")
-        for r in self.ready.values():
-            for name, per_t in r.unavailable.items():
-                for t, why in per_t.items():
-                    self.unavailable[t][name] = why
-
-    def check(self, golden: dict[int, object]) -> None:
-        """A build or peer whose output at T is not the golden's is not timed at T."""
-        for r in self.ready.values():
-            for name, per_t in r.outputs.items():
-                for t, out in per_t.items():
-                    why = golden_mismatch(out, golden[t], self.where(t))
-                    if why:
-                        self.unavailable[t][name] = why
-
-    def time(self, rounds: int, bandwidth: bool) -> tuple[dict, list[float]]:
-        """``rounds`` rounds, each asking TVM and every peer in turn at every T for a batch (and, with
-        ``bandwidth``, the TVM worker for a read-bandwidth sample first); the load around and during them
-        (``LoadWatch.report``), and the bandwidth samples."""
-        timed = [(name, worker) for worker, r in self.ready.items() for name in r.outputs]
-        load, bandwidths = LoadWatch.start(), []
-        for r in range(rounds):
-            self.log(f"bench: round {r + 1} of {rounds}")
-            if bandwidth:
-                bandwidths.append(self.workers[TVM].call("bandwidth_gbs", timeout=TIME_LIMIT_S))
-            for t in self.sweep:
-                for name, worker in timed:
-                    if name in self.unavailable[t]:
-                        continue
-                    with self._dropping(worker, " while timed"):
-                        w = self.workers[worker]
-                        self.samples[t].setdefault(name, []).append(w.call("time_ms", name, t, timeout=TIME_LIMIT_S))
-                        w.settle()
-            load.sample()
-        return load.report(), bandwidths
-
-
-def cold_cache(folder: Path, peer: str) -> dict[str, str]:
-    """An empty inductor (and Triton) cache of its own: a compiled peer's compile time is a cold compile's."""
-    return {"TORCHINDUCTOR_CACHE_DIR": str(folder / f"inductor-{peer}"),
-            "TRITON_CACHE_DIR": str(folder / f"triton-{peer}")}
+def _of_module_file(spec, options, keywords: dict) -> bool:
+    """Whether ``bench`` races a module file: its path, a ``ModuleSpec``, ``module=``, ``ModuleBenchOptions``, or a
+    module file's artifact (its manifest says so)."""
+    artifact = keywords.get("artifact", getattr(options, "artifact", None))
+    return (isinstance(spec, (str, os.PathLike, ModuleSpec)) or "module" in keywords
+            or isinstance(options, ModuleBenchOptions) or (artifact is not None and is_module_artifact(artifact)))
 
 
 def _tvm_target(spec: BuildSpec, options: BenchOptions) -> tuple[dict, bool]:
@@ -492,7 +385,7 @@ def _tvm_target(spec: BuildSpec, options: BenchOptions) -> tuple[dict, bool]:
     too: its weights are packed here). A prebuilt artifact's comes from its manifest: no compiler needed."""
     if options.artifact is not None:
         return spec.target, spec.target["kind"] == "cuda"
-    tgt = resolve_target(spec.target)
+    tgt = spec.resolved_target
     require_runs_here(tgt)
     return target_json(tgt), is_gpu(tgt)
 
@@ -648,14 +541,19 @@ def _result(plan: _Plan, timed: _Timed) -> BenchResult:
         measured_on=plan.remote or "here")
 
 
-def bench(spec: BuildSpec | None = None, options: BenchOptions | None = None, *,
-          log: Callable[[str], None] | None = None, weights: dict | None = None, **keywords) -> BenchResult:
+def bench(spec: BuildSpec | ModuleSpec | str | os.PathLike | None = None,
+          options: BenchOptions | ModuleBenchOptions | None = None, *, log: Callable[[str], None] | None = None,
+          weights: dict | None = None, **keywords) -> BenchResult | ModuleBenchResult:
     """Build ``spec`` (default: the ``logits`` case) and race it against its peers as ``options`` say; see the
     module docstring. Keywords are the fields of ``BuildSpec``, ``DebugOptions`` and ``BenchOptions`` (``tokens``
     is the sweep: an int or a sequence) and override ``spec``/``options``. ``log`` hears the progress (the
     compiles may take minutes).
     ``weights``: some or all of the case's weight inputs by name (``load_weights``) in place of the seeded ones,
-    for every contender.
+    for every peer.
+
+    A module file (its path, a ``ModuleSpec``, ``module=``, ``ModuleBenchOptions`` or ``artifact=`` a module
+    file's artifact) races its own torch model on its example inputs instead (``tools/bench/module_bench.py``:
+    keywords ``target``, ``schedule`` and the fields of ``ModuleBenchOptions``) -> ``ModuleBenchResult``.
 
     ``compare_schedules`` / ``compare_frontends``: one that cannot be built here is listed as unavailable, with
     why. ``profile``: also
@@ -663,6 +561,10 @@ def bench(spec: BuildSpec | None = None, options: BenchOptions | None = None, *,
     run folder when dumping). ``rpc``: the weights are packed here, so the target must run here too; the peers
     and the roofline probes run only here, so they are not measured then.
     """
+    if _of_module_file(spec, options, keywords):
+        if weights is not None:
+            raise UsageError("bench(): weights apply to a case (a module file runs on its example inputs); drop them")
+        return bench_module_file(spec, options, log=log, **keywords)
     options = dataclasses.replace(options or BenchOptions(),
                                   **{k: keywords.pop(k) for k in list(keywords) if k in _OPTION_FIELDS})
     plan = _plan(spec, options, keywords)  # plan -> inputs -> time -> result

@@ -1,6 +1,6 @@
-"""``bench --module FILE.py``: the user's own model as TVM builds it, timed against what they would run instead:
-the model eagerly in torch (``torch_eager``) and through ``torch.compile`` (inductor, ``freezing``, default and
-``max-autotune``), on the file's example inputs.
+"""``bench("FILE.py")``, ``bench --module FILE.py``: the user's own model as TVM builds it, timed against what they
+would run instead: the model eagerly in torch (``torch_eager``) and through ``torch.compile`` (inductor,
+``freezing``, default and ``max-autotune``), on the file's example inputs.
 
 The rules are ``bench``'s (``tools/bench/bench.py``): TVM and every peer in a worker process of its own with the same
 thread count, set up one after the other, checked before it is timed, timed side by side in rounds, medians reported,
@@ -13,7 +13,7 @@ compile times apart, the load average around the rounds. What differs:
 - **The peers run the file's own model**, ``model()`` with the parameters of the model the build exported
   (``state_dict``: a model that initialises randomly is still the same model), on the same example inputs.
 - **The reference** is the golden of ``check --module`` (torch eagerly, or a TVMScript module's unscheduled CPU
-  build); every output of TVM and of each peer must match it (``bench.PEER_CHECK``, BF16-level) before it is timed. A
+  build); every output of TVM and of each peer must match it (``race.PEER_CHECK``, BF16-level) before it is timed. A
   TVMScript module has no torch model: its peers are unavailable.
 - **The floor** is the memory term of a roofline: every input, parameter and output moved once at the bandwidth of
   a device copy sampled each round (a module's FLOPs are not counted).
@@ -32,15 +32,15 @@ from pathlib import Path
 
 import numpy as np
 
-from ...compiler.module_build import ModuleSpec
+from ...compiler.options import MODULE_FILES, DebugOptions, ModuleSpec, split_options
 from ...compiler.tensors import to_host
-from ...passes.target import is_gpu, require_runs_here, resolve_target, target_json, usable_cores
+from ...passes.target import is_gpu, require_runs_here, target_json, usable_cores
 from ...support.atomic_file import write_user_file
 from ...support.errors import UsageError
 from ...support.text_table import text_table
 from ...support.timing import phase
 from ...verify.comparators import flat_outputs
-from .bench import Race, check_race_counts, cold_cache
+from .race import Race, check_race_counts, cold_cache
 from .tvm_worker import TVM
 from .worker import EXAMPLE, InputFiles, Ready, calls_per_batch
 
@@ -172,27 +172,28 @@ class ModuleBenchResult:
 
 # ---- the race ---------------------------------------------------------------------------------------------
 
-def bench_module(module: str | os.PathLike | None = None, spec: ModuleSpec | None = None,
-                 options: ModuleBenchOptions | None = None, *, artifact: str | os.PathLike | None = None,
-                 log: Callable[[str], None] | None = None, **keywords) -> ModuleBenchResult:
-    """Build the module file ``module`` (keywords: ``target``, ``schedule``) and race it against its torch
-    peers as ``options`` say (keywords: its fields too); see the module docstring. ``artifact``: a module file's
-    artifact timed instead of a build, on its stored example inputs against its stored reference (it carries no
-    model: its peers are unavailable)."""
+def bench_module_file(spec: ModuleSpec | str | os.PathLike | None, options: ModuleBenchOptions | None = None, *,
+                      log: Callable[[str], None] | None = None, **keywords) -> ModuleBenchResult:
+    """``bench`` of a module file: build it (keywords: ``module``, ``target``, ``schedule``) and race it against
+    its torch peers as ``options`` say (keywords: its fields too); see the module docstring. ``artifact``: a
+    module file's artifact timed instead of a build, on its stored example inputs against its stored reference
+    (it carries no model: its peers are unavailable)."""
+    if options is not None and not isinstance(options, ModuleBenchOptions):
+        raise UsageError(f"bench of a module file takes ModuleBenchOptions, got {type(options).__name__}")
     option_fields = {f.name for f in dataclasses.fields(ModuleBenchOptions)}
     options = dataclasses.replace(options or ModuleBenchOptions(),
                                   **{k: keywords.pop(k) for k in list(keywords) if k in option_fields})
-    unknown = sorted(set(keywords) - {"target", "schedule"})
-    if unknown:
-        raise UsageError(f"bench_module() got unknown option(s) {', '.join(unknown)}")
-    if (module is None) == (artifact is None) or (artifact is not None and (spec is not None or keywords)):
-        raise UsageError("bench_module() takes a module file (with target, schedule) or a module artifact")
+    artifact = keywords.pop("artifact", None)
     if artifact is None:
-        spec = dataclasses.replace(spec or ModuleSpec(module), module=module, **keywords)
-        tgt = resolve_target(spec.target)
+        spec, debug = split_options(spec, None, keywords, "bench", MODULE_FILES)
+        if debug != DebugOptions():
+            raise UsageError("bench of a module file builds it without debugging options; drop them")
+    elif spec is not None or keywords:
+        raise UsageError("bench() takes a module file (with target, schedule) or a module artifact, not both")
     else:
         prebuilt = _prebuilt(Path(artifact))
-        spec, tgt = prebuilt.spec, prebuilt.target
+        spec = prebuilt.spec
+    tgt = spec.resolved_target
     require_runs_here(tgt)
     log = log or (lambda _message: None)
     threads = options.threads or usable_cores()
@@ -225,16 +226,14 @@ class _Build:
     moved: float
     seconds: float
     spec: ModuleSpec | None = None  # a prebuilt artifact's, from its manifest
-    target: object = None
 
 
 def _build(spec: ModuleSpec, folder: Path) -> _Build:
-    from ...artifact.module_artifact import build_module
+    from ...artifact.export import build
     from ...artifact.module_reference import REFERENCE_OUTPUTS
     from ...compiler.tensors import read_npz
 
-    built = build_module(folder / "artifact", module=spec.module, target=spec.target, schedule=spec.schedule,
-                         log=lambda *_: None)
+    built = build(folder / "artifact", spec, log=lambda *_: None)
     user = built.compiled.module_file
     outputs = built.manifest["outputs"]
     reference = read_npz(built.path / REFERENCE_OUTPUTS, {n: s["dtype"] for n, s in outputs.items()})
@@ -256,8 +255,7 @@ def _prebuilt(path: Path) -> _Build:
     moved = float(sum(a.nbytes for a in (*inputs.values(), *reference.values())))
     spec = ModuleSpec(m["module"]["path"], m["target"], m["schedule"]["name"])
     return _Build(path, None, m["module"]["path"], m["module"]["kind"], m["shapes"],
-                  flat_outputs([reference[n] for n in m["outputs"]]), moved, m["build"]["compile_seconds"], spec,
-                  resolve_target(m["target"]))
+                  flat_outputs([reference[n] for n in m["outputs"]]), moved, m["build"]["compile_seconds"], spec)
 
 
 def _start_peers(race: Race, user, options: ModuleBenchOptions, folder: Path, device: str, threads: int) -> None:

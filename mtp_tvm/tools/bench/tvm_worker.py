@@ -197,7 +197,7 @@ class TvmWorker:
 
     def profile(self, options: ProfileOptions, probes: Probes) -> Profile:
         """Every kernel of ``main`` at the build's T (the first of the sweep), into the run folder when dumping."""
-        from ...compiler.driver import finish_run
+        from ...compiler.compiled import finish_run
 
         compiled = self.builds[TVM]
         named = dict(zip(compiled.input_specs, self.arrays[compiled.shapes.tokens]))

@@ -2,9 +2,9 @@
 
 **Passes** (``bisect_passes``): LLVM's ``-opt-bisect-limit`` driven by the golden check. A probe with limit L
 builds with every optional pass numbered after L skipped (the required lowering still runs), runs the case on
-the seeded inputs and compares with torch. The candidates are the optional units (``pass_gate``) that changed
-the IR in the full build: one that changed nothing cannot matter, since a probe gives it the very module it saw
-in the full build.
+the seeded inputs and compares with torch (a module file: on its example inputs, against its reference). The
+candidates are the optional units (``pass_gate``) that changed the IR in the full build: one that changed nothing
+cannot matter, since a probe gives it the very module it saw in the full build.
 
 **Schedule steps** (``bisect_schedule``): the same search over the prefixes of an ``s_tir`` schedule trace,
 replayed instruction by instruction on the function entering the ``schedule`` phase; the candidates are the
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import sys
 from collections.abc import Callable, Mapping
 from enum import StrEnum
@@ -32,8 +33,7 @@ from tvm import s_tir
 from tvm.s_tir.schedule import Trace
 
 from ...compiler import driver
-from ...compiler.module_build import compile_module, split_module_options
-from ...compiler.options import BuildSpec, DebugOptions, split_options
+from ...compiler.options import EITHER, BuildSpec, DebugOptions, Spec, split_options
 from ...contract.cases import get_case
 from ...ir.module_file import load_module_file
 from ...passes.target import target_json
@@ -177,30 +177,24 @@ def _golden(spec: BuildSpec, seed: int) -> tuple[dict, dict]:
     return seeded_golden(get_case(spec.case), spec.shapes(), seed)
 
 
-def bisect_passes(spec: BuildSpec | None = None, debug: DebugOptions | None = None, *, seed: int = 0,
-                  tolerance: RatioTolerance | Mapping | None = None,
+def bisect_passes(spec: Spec | str | os.PathLike | None = None, debug: DebugOptions | None = None, *, seed: int = 0,
+                  tolerance: RatioTolerance | ModuleTolerance | Mapping | None = None,
                   search: BisectSearch | str = BisectSearch.BINARY, progress=None, **options) -> BisectResult:
-    """Name the first optional pass after which the golden check fails (see the module docstring)."""
-    spec, debug = split_options(spec, debug, options, "bisect_passes")
-    tolerance, search = RatioTolerance.of(tolerance), BisectSearch.parse(search, "search")
+    """Name the first optional pass after which the golden check fails (see the module docstring), of a case
+    (``BuildSpec``: its seeded inputs of ``seed`` against torch) or of a module file (its path, a ``ModuleSpec``
+    or ``module=``: its example inputs against its reference, computed once; ``tolerance`` a ``ModuleTolerance``)
+    as ``check`` judges it. Keywords as for ``compile``."""
+    spec, debug = split_options(spec, debug, options, "bisect_passes", EITHER)
+    search = BisectSearch.parse(search, "search")
     if debug.bisect_limit is not None:
         raise UsageError("bisect chooses the bisect limit itself; drop it")
-    golden = _golden(spec, seed)
-    return _bisect_gate(lambda d: driver.compile(spec, d),
-                        lambda build: _verdict(build, golden, seed, tolerance), debug, search, progress)
-
-
-def bisect_module_passes(module=None, debug: DebugOptions | None = None, *,
-                         search: BisectSearch | str = BisectSearch.BINARY, progress=None,
-                         tolerance: ModuleTolerance | Mapping | None = None, **options) -> BisectResult:
-    """``bisect_passes`` for a user's module file (``--module``): its check is ``tools.check.module_check``'s, the
-    reference computed once."""
-    spec, debug = split_module_options(module, None, debug, options, "bisect_module_passes")
-    if debug.bisect_limit is not None:
-        raise UsageError("bisect chooses the bisect limit itself; drop it")
-    tolerance, search = ModuleTolerance.of(tolerance), BisectSearch.parse(search, "search")
-    user = load_module_file(spec.module)
-    expected = {}
+    if isinstance(spec, BuildSpec):
+        tolerance, golden = RatioTolerance.of(tolerance), _golden(spec, seed)
+        return _bisect_gate(lambda d: driver.compile(spec, d),
+                            lambda build: _verdict(build, golden, seed, tolerance), debug, search, progress)
+    if seed:
+        raise UsageError("a module file runs on its example_inputs(): seed does not apply to its bisect")
+    tolerance, loaded, expected = ModuleTolerance.of(tolerance), load_module_file(spec.module), {}
 
     def verdict(build) -> tuple[Verdict, str]:
         try:
@@ -212,7 +206,7 @@ def bisect_module_passes(module=None, debug: DebugOptions | None = None, *,
         result = golden_check_module(c, tolerance, lambda *_: None, expected)
         return (Verdict.PASS, "") if result.passed else (Verdict.FAIL, "fails: " + ", ".join(result.failed_outputs))
 
-    return _bisect_gate(lambda d: compile_module(spec=spec, debug=d, loaded=user), verdict, debug, search, progress)
+    return _bisect_gate(lambda d: driver.compile(spec, d, loaded=loaded), verdict, debug, search, progress)
 
 
 def _bisect_gate(build: Callable[[DebugOptions], object], verdict_of: Callable[[Callable], tuple[str, str]],

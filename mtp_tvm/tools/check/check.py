@@ -1,5 +1,7 @@
-"""``check``: the main job. Build a case, run it on seeded inputs, golden-check every stage output against
-torch, and leave a reproducer when it fails."""
+"""``check``: the main job. Build a case or a module file, run it (a case on seeded inputs, a module file on its
+example inputs), golden-check every output (a case's stages against torch, a module file against its reference:
+``module_check``), and leave a reproducer when it fails. The build, the debugging options, the profile, the NaN
+check, the run folder's verdict and the report are the same for both."""
 
 from __future__ import annotations
 
@@ -8,11 +10,12 @@ import dataclasses
 import os
 from collections.abc import Mapping
 
-from ...compiler.driver import compile_open, finish_run
-from ...compiler.options import BuildSpec, DebugOptions, split_options
+from ...compiler.compiled import Compiled, finish_run
+from ...compiler.driver import CompiledCase, compile_open
+from ...compiler.options import EITHER, BuildSpec, DebugOptions, ModuleSpec, Spec, split_options
 from ...compiler.runtime import threads_wanted
 from ...instrument.run_folder import retention, update_index
-from ...passes.target import require_runs_here, resolve_target, target_json
+from ...passes.target import require_runs_here, target_json
 from ...support.errors import MtpError, UsageError
 from ...support.timing import phase
 from ...verify.golden_check import (
@@ -25,47 +28,119 @@ from ...verify.golden_check import (
     validate_check_args,
 )
 from ...verify.results import CheckResult, ProfileReport
-from ...verify.tolerances import LogitsTolerance, RatioTolerance
+from ...verify.tolerances import LogitsTolerance, ModuleTolerance, RatioTolerance
 from ..measure.profile import ProfileOptions, profile_options, write_to_run_folder
 from ..measure.profile import profile as profile_main
 from .kernel_calls import nan_origin, record
 from .kernel_repro import KERNEL_REPRO_DIR
 from .localize import localize_failure
+from .module_check import ModuleCheck
 from .repro import write_repro
 
 
-def check(spec: BuildSpec | None = None, debug: DebugOptions | None = None, *, seed: int = 0,
-          report: str | os.PathLike | None = None, tolerance: RatioTolerance | Mapping | None = None,
+def check(spec: Spec | str | os.PathLike | None = None, debug: DebugOptions | None = None, *, seed: int = 0,
+          report: str | os.PathLike | None = None, tolerance: RatioTolerance | ModuleTolerance | Mapping | None = None,
           logits_tol: LogitsTolerance | Mapping | None = None, perturb_logit: tuple | None = None,
-          profile: bool | ProfileOptions = False, nan_check: bool = False, weights: Mapping | None = None, log=print,
-          **options) -> CheckResult:
-    """Build ``spec`` (keywords: the fields of ``BuildSpec`` and ``DebugOptions``, as for ``compile``), run it on
-    inputs drawn from ``seed``, and compare each stage with its torch golden.
+          shapes: Mapping | None = None, profile: bool | ProfileOptions = False, nan_check: bool = False,
+          weights: Mapping | None = None, log=print, **options) -> CheckResult:
+    """Build ``spec`` (keywords: the fields of its spec and of ``DebugOptions``, as for ``compile``), run it and
+    compare its outputs with their golden: a case (``BuildSpec``) on inputs drawn from ``seed``, each stage against
+    torch; a module file (its path, a ``ModuleSpec`` or ``module=``) on its ``example_inputs()`` against its
+    reference (torch eagerly, or the module built for the CPU with no schedule and no optional pass), as
+    ``torch.testing.assert_close`` with its default tolerances per dtype.
 
-    ``tolerance``: every output's ``ratio_allclose`` (a ``RatioTolerance``, or a dict of some of its fields).
-    For the LM-head cases: ``logits_tol`` (a ``LogitsTolerance`` or a dict of some of its fields: atol, rtol,
-    max_error_ratio, max_e2e_abs_diff), ``perturb_logit=(owner, row, col[, delta])`` adds delta (default 1.0) to
-    one device logit before the comparison. When the check fails (and no perturbation caused it), a reproducer
-    is written to ``repro/`` in the run folder (a new one under ``dumps/`` when not dumping). ``profile`` (True
-    or ``ProfileOptions``): time every kernel of ``main`` afterwards (``tools/measure/profile.py``) into
-    ``result.profile``, and ``profile.json`` into the run folder when dumping. ``nan_check``: name the first
-    kernel call whose output holds NaN/Inf (``result.nan_origin``). ``weights``: some or all of the case's
-    weight inputs by name (``load_weights``) in place of the seeded ones, the golden computed on them. A failing
-    check that dumps also compares
-    every kernel call with a ``schedule=none`` build and writes ``kernel_repro/`` beside ``repro/``
-    (``tools/check/localize.py``).
+    ``tolerance``: a case's every output's ``ratio_allclose`` (a ``RatioTolerance``, or a dict of some of its
+    fields); a module file's ``ModuleTolerance`` (or a dict with ``atol``/``rtol``). For the LM-head cases:
+    ``logits_tol`` (a ``LogitsTolerance`` or a dict of some of its fields: atol, rtol, max_error_ratio,
+    max_e2e_abs_diff), ``perturb_logit=(owner, row, col[, delta])`` adds delta (default 1.0) to one device logit
+    before the comparison. ``weights``: some or all of a case's weight inputs by name (``load_weights``) in place
+    of the seeded ones, the golden computed on them. ``shapes`` (a module file: input name -> shape, within
+    ``dynamic_shapes()``'s bounds): run and compare at that size instead, on inputs drawn from ``seed``, the
+    reference recomputed there (a torch model's by its exported program: ``verify.module_golden``).
+
+    When the check fails (and no perturbation caused it), a reproducer is written to ``repro/`` in the run folder
+    (a new one under ``dumps/`` when not dumping). ``profile`` (True or ``ProfileOptions``): time every kernel of
+    ``main`` afterwards (``tools/measure/profile.py``) into ``result.profile``, and ``profile.json`` into the run
+    folder when dumping. ``nan_check``: name the first kernel call whose output holds NaN/Inf
+    (``result.nan_origin``). A failing check that dumps also compares every kernel call with a ``schedule=none``
+    build and writes ``kernel_repro/`` beside ``repro/`` (``tools/check/localize.py``, ``module_localize.py``).
     """
-    spec, debug = split_options(spec, debug, options, "check")
+    spec, debug = split_options(spec, debug, options, "check", EITHER)
     validate_check_args(seed, report, log)
-    golden_options = _golden_options(spec, seed, RatioTolerance.of(tolerance), logits_tol, perturb_logit)
+    if isinstance(spec, ModuleSpec):
+        _refuse_given("a module file runs on its example inputs against its reference", logits_tol=logits_tol,
+                      perturb_logit=perturb_logit, weights=weights)
+        judge = ModuleCheck.of(spec, tolerance, shapes, seed)
+    else:
+        _refuse_given("a case is sized by its preset and tokens", shapes=shapes)
+        judge = CaseCheck(spec, _golden_options(spec, seed, RatioTolerance.of(tolerance), logits_tol, perturb_logit),
+                          weights)
     threads_wanted()  # a bad TVM_NUM_THREADS fails before the build, not after it
     profiling = profile_options(profile)
-    require_runs_here(resolve_target(spec.target))
-    log(f"[BUILD] case={spec.case} preset={spec.preset} frontend={spec.frontend} schedule={spec.schedule}")
-    compiled = compile_open(spec, debug)
+    require_runs_here(spec.resolved_target)
+    compiled = judge.build(debug, log)
     with checking(compiled):
-        result = _check_built(compiled, debug, golden_options, profiling, nan_check, log, weights)
+        result = _check_built(compiled, judge, debug, profiling, nan_check, log)
     return close_check(compiled, result, report, log)
+
+
+def _refuse_given(why: str, **given) -> None:
+    """Keywords of ``check`` for the other kind of build: refused, naming them, rather than ignored."""
+    named = [name for name, value in given.items() if value is not None]
+    if named:
+        raise UsageError(f"check(): {', '.join(named)} cannot apply ({why}); drop "
+                         + ("it" if len(named) == 1 else "them"))
+
+
+@dataclasses.dataclass
+class CaseCheck:
+    """How a case is checked (``GoldenOptions``, the weights given); the seeded inputs and goldens are drawn once
+    it is built (``golden``). ``ModuleCheck`` is a module file's."""
+
+    spec: BuildSpec
+    options: GoldenOptions
+    weights: Mapping | None
+    golden: tuple[dict, dict] | None = None
+
+    @property
+    def seed(self) -> int:
+        return self.options.seed
+
+    @property
+    def inputs(self) -> dict:
+        return self.golden[0]
+
+    def build(self, debug: DebugOptions, log) -> CompiledCase:
+        s = self.spec
+        log(f"[BUILD] case={s.case} preset={s.preset} frontend={s.frontend} schedule={s.schedule}")
+        return compile_open(s, debug)
+
+    def verdict(self, compiled: CompiledCase, log) -> CheckResult:
+        c, s = compiled.case, compiled.shapes
+        self.golden = seeded_golden(c, s, self.seed, self.weights)
+        built = Provenance(target_json(compiled.target), compiled.frontend, compiled.schedule,
+                           compiled.build_seconds, compiled.dump_dir)
+        return golden_check(compiled.run, c, s, built, self.options, golden=self.golden, log=log)
+
+    def reproducers(self, compiled: CompiledCase, result: CheckResult, dump_root, log) -> dict:
+        """A failing check's reproducers as ``CheckResult`` fields: ``repro/`` (or why none), and with dumps
+        ``kernel_repro/`` (the first kernel call that differs from a ``schedule=none`` build); none when a
+        perturbation made it fail."""
+        if self.options.perturbation is not None:
+            return {}
+        found = {}
+        try:
+            found["repro_dir"] = str(write_repro(compiled, *self.golden, self.options, result, dump_root))
+        except (UsageError, OSError) as e:  # the failure is the news: report it (exit 1), and why no reproducer
+            found["repro_error"] = str(e) if isinstance(e, UsageError) else f"{e.strerror}: {e.filename}"
+        if compiled.dump_dir is not None:
+            log("[LOCALIZE] every kernel call against schedule=none")
+            try:
+                found["kernel_repro_dir"] = localize_failure(compiled, self.seed,
+                                                             self.options.tolerance).kernel_repro_dir
+            except (MtpError, OSError) as e:
+                log(f"[LOCALIZE] no kernel reproducer: {e}")
+        return found
 
 
 def _golden_options(spec: BuildSpec, seed: int, tolerance: RatioTolerance, logits_tol, perturb_logit) -> GoldenOptions:
@@ -109,28 +184,24 @@ def close_check(compiled, result: CheckResult, report: str | os.PathLike | None,
     return result
 
 
-def _check_built(compiled, debug: DebugOptions, options: GoldenOptions, profiling: ProfileOptions | None,
-                 nan_check: bool, log, weights: Mapping | None = None) -> CheckResult:
-    """The golden check of a fresh build with its profile, NaN origin and reproducers, made once; its verdict
-    in the run's index."""
-    c, s = compiled.case, compiled.shapes
+def _check_built(compiled: Compiled, judge: CaseCheck | ModuleCheck, debug: DebugOptions,
+                 profiling: ProfileOptions | None, nan_check: bool, log) -> CheckResult:
+    """The golden check of a fresh build (a case's or a module file's, as ``judge`` says) with its profile, NaN
+    origin and reproducers, made once; its verdict in the run's index."""
     log_schedule_gaps(compiled, log)
-    golden = seeded_golden(c, s, options.seed, weights)
-    built = Provenance(target_json(compiled.target), compiled.frontend, compiled.schedule, compiled.build_seconds,
-                       compiled.dump_dir)
-    verdict = golden_check(compiled.run, c, s, built, options, golden=golden, log=log)
-    nan = {"nan_checked": True, "nan_origin": nan_origin(record(compiled, golden[0]))} if nan_check else {}
+    verdict = judge.verdict(compiled, log)
+    inputs = judge.inputs
+    nan = {"nan_checked": True, "nan_origin": nan_origin(record(compiled, inputs))} if nan_check else {}
     result = dataclasses.replace(
         verdict, gate=compiled.gate, pass_records=compiled.pass_records,
-        profile=None if profiling is None else profile_into_run(compiled, golden[0], profiling, log), **nan)
+        profile=None if profiling is None else profile_into_run(compiled, inputs, profiling, log), **nan)
     with phase("dumps"):
-        if not result.passed and options.perturbation is None:
-            result = dataclasses.replace(result, **_reproducers(compiled, result, golden, options, debug.dump_root,
-                                                                log))
+        if not result.passed:
+            result = dataclasses.replace(result, **judge.reproducers(compiled, result, debug.dump_root, log))
         if compiled.dump_dir is not None:
             repro = os.path.relpath(result.repro_dir, compiled.dump_dir) if result.repro_dir else None
             kernel = {"kernel_repro": KERNEL_REPRO_DIR} if result.kernel_repro_dir else {}
-            update_index(compiled.dump_dir, check={"passed": result.passed, "seed": options.seed,
+            update_index(compiled.dump_dir, check={"passed": result.passed, "seed": judge.seed,
                                                    "failed_outputs": result.failed_outputs, "repro": repro, **kernel})
     return result
 
@@ -155,21 +226,4 @@ def profile_into_run(compiled, inputs: dict, profiling: ProfileOptions, log) -> 
         found = profile_main(compiled, inputs, profiling)
     if compiled.dump_dir is not None:
         write_to_run_folder(found, compiled.dump_dir)
-    return found
-
-
-def _reproducers(compiled, result: CheckResult, golden, options: GoldenOptions, dump_root, log) -> dict:
-    """A failing check's reproducers as ``CheckResult`` fields: ``repro/`` (or why none), and with dumps
-    ``kernel_repro/`` (the first kernel call that differs from a ``schedule=none`` build)."""
-    found = {}
-    try:
-        found["repro_dir"] = str(write_repro(compiled, *golden, options, result, dump_root))
-    except (UsageError, OSError) as e:  # the failure is the news: report it (exit 1), and why no reproducer
-        found["repro_error"] = str(e) if isinstance(e, UsageError) else f"{e.strerror}: {e.filename}"
-    if compiled.dump_dir is not None:
-        log("[LOCALIZE] every kernel call against schedule=none")
-        try:
-            found["kernel_repro_dir"] = localize_failure(compiled, options.seed, options.tolerance).kernel_repro_dir
-        except (MtpError, OSError) as e:
-            log(f"[LOCALIZE] no kernel reproducer: {e}")
     return found

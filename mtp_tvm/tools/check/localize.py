@@ -26,13 +26,14 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ...compiler.driver import CompiledCase, compile, compile_open, finish_run
+from ...compiler.compiled import finish_run
+from ...compiler.driver import CompiledCase, compile, compile_open
 from ...compiler.options import BuildSpec, DebugOptions, split_options
 from ...contract.cases import validate_seed
 from ...instrument.run_folder import update_index
 from ...ir.model import FRONTENDS
 from ...passes.plugins import load_pass_plugin
-from ...passes.target import require_runs_here, resolve_target
+from ...passes.target import require_runs_here
 from ...schedule.files import kernel_of, validate_schedule
 from ...support.atomic_file import write_user_file
 from ...support.errors import UsageError
@@ -94,7 +95,7 @@ class Against:
         if hasattr(ref, "frontend") and ref.frontend not in FRONTENDS:
             raise UsageError(f"--against frontend={ref.frontend}: choose one of {', '.join(FRONTENDS)}")
         try:
-            validate_schedule(ref.schedule, resolve_target(ref.target))
+            validate_schedule(ref.schedule, ref.resolved_target)
             plugin = load_pass_plugin(self.pass_plugin) if self.pass_plugin else None
         except UsageError as e:
             raise UsageError(f"--against {self}: {e}") from None
@@ -360,8 +361,8 @@ def localize(spec: BuildSpec | None = None, debug: DebugOptions | None = None, *
     against = against if isinstance(against, Against) else Against.parse(against)
     opts = LocalizeOptions(against, seed, RatioTolerance.of(tolerance), max_mb)
     ref_spec, ref_debug = against.reference(spec)
-    require_runs_here(resolve_target(spec.target))
-    require_runs_here(resolve_target(ref_spec.target))
+    require_runs_here(spec.resolved_target)
+    require_runs_here(ref_spec.resolved_target)
     log(f"[BUILD] reference ({against}): frontend={ref_spec.frontend} schedule={ref_spec.schedule}")
     reference = compile(ref_spec, ref_debug)
     log(f"[BUILD] test: case={spec.case} preset={spec.preset} frontend={spec.frontend} schedule={spec.schedule}")

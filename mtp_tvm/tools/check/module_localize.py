@@ -23,12 +23,13 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from ...compiler.module_build import CompiledModule, ModuleSpec, compile_module, split_module_options
-from ...compiler.options import DebugOptions
+from ...compiler.driver import compile
+from ...compiler.module_build import CompiledModule
+from ...compiler.options import MODULE_FILES, DebugOptions, ModuleSpec, split_options
 from ...compiler.tensors import dtype_name, to_numpy
 from ...ir.graph_nodes import GraphNode, node_values
 from ...ir.module_file import TORCH, load_module_file, to_torch
-from ...passes.target import require_runs_here, resolve_target
+from ...passes.target import require_runs_here
 from ...support.atomic_file import write_user_file
 from ...support.errors import UsageError
 from ...support.text_table import text_table
@@ -208,21 +209,22 @@ def compare_with_torch(compiled: CompiledModule, tolerance: ModuleTolerance) -> 
                                 nan_origin(calls))
 
 
-def localize_module(module=None, debug: DebugOptions | None = None, *, spec: ModuleSpec | None = None,
+def localize_module(module: str | os.PathLike | ModuleSpec | None = None, debug: DebugOptions | None = None, *,
                     against: str | Against | None = None, tolerance: ModuleTolerance | Mapping | None = None,
                     kernel_repro: bool = True, log=print, **options) -> ModuleLocalizeResult | LocalizeResult:
-    """Build the module file ``module`` (keywords as for ``compile_module``) and name the first op whose value
-    differs from eager torch's beyond ``tolerance`` (as ``check_module``'s). With ``against`` (as ``localize``'s:
-    another target, schedule or pass set) compare two TVM builds kernel by kernel instead, as ``localize`` does
-    for a case (``tools/localize.py``, ``kernel_repro/`` for the first differing call)."""
-    spec, debug = split_module_options(module, spec, debug, options, "localize_module")
+    """Build the module file ``module`` (a path or a ``ModuleSpec``; keywords as for ``compile``) and name the
+    first op whose value differs from eager torch's beyond ``tolerance`` (as ``check``'s of a module file). With
+    ``against`` (as ``localize``'s: another target, schedule or pass set) compare two TVM builds kernel by kernel
+    instead, as ``localize`` does for a case (``tools/check/localize.py``, ``kernel_repro/`` for the first
+    differing call)."""
+    spec, debug = split_options(module, debug, options, "localize_module", MODULE_FILES)
     tolerance = ModuleTolerance.of(tolerance)
     if against is not None:
         return _against_build(spec, debug, against if isinstance(against, Against) else Against.parse(against),
                               tolerance, kernel_repro, log)
-    require_runs_here(resolve_target(spec.target))
+    require_runs_here(spec.resolved_target)
     log(f"[BUILD] module={spec.module} schedule={spec.schedule}")
-    compiled = compile_module(spec=spec, debug=debug)
+    compiled = compile(spec, debug)
     log("[RUN] example inputs: every kernel call, and torch node by node")
     return compare_with_torch(compiled, tolerance)
 
@@ -230,13 +232,13 @@ def localize_module(module=None, debug: DebugOptions | None = None, *, spec: Mod
 def _against_build(spec: ModuleSpec, debug: DebugOptions, against: Against, tolerance: ModuleTolerance,
                    kernel_repro: bool, log) -> LocalizeResult:
     ref_spec, ref_debug = against.reference(spec)
-    require_runs_here(resolve_target(spec.target))
-    require_runs_here(resolve_target(ref_spec.target))
+    require_runs_here(spec.resolved_target)
+    require_runs_here(ref_spec.resolved_target)
     user = load_module_file(spec.module)
     log(f"[BUILD] reference ({against}): schedule={ref_spec.schedule}")
-    reference = compile_module(spec=ref_spec, debug=ref_debug, loaded=user)
+    reference = compile(ref_spec, ref_debug, loaded=user)
     log(f"[BUILD] test: module={spec.module} schedule={spec.schedule}")
-    test = compile_module(spec=spec, debug=debug, loaded=user)
+    test = compile(spec, debug, loaded=user)
     log("[RUN] example inputs: every kernel call of both builds")
     options = LocalizeOptions(against)
     result = compare_builds(test, reference, options, lambda a, e: assert_close(a, e, tolerance))
@@ -252,7 +254,7 @@ def localize_module_failure(test: CompiledModule, tolerance: ModuleTolerance) ->
     ``kernel_repro/`` for the first differing call."""
     options = LocalizeOptions(Against(schedule="none"))
     ref_spec, ref_debug = options.against.reference(test.spec)
-    reference = compile_module(spec=ref_spec, debug=ref_debug, loaded=test.module_file)
+    reference = compile(ref_spec, ref_debug, loaded=test.module_file)
     result = compare_builds(test, reference, options, lambda a, e: assert_close(a, e, tolerance))
     if result.first is not None:
         result = dataclasses.replace(result, kernel_repro_dir=str(write_kernel_repro(result, test, reference,

@@ -196,7 +196,7 @@ def _rerun(folder: Path, log) -> int:
     shapes = make_shapes(spec["preset"], spec["tokens"], spec["vocab_shard"], spec["owners"], spec["tp"])
     ex, target, seconds = rebuild_lowering(folder, spec)
     asked = BuildSpec(case.name, target, shapes.preset.name, spec["frontend"], schedule=spec.get("schedule", "default"))
-    compiled = CompiledCase(case, shapes, target, ex, seconds, spec=asked)
+    compiled = CompiledCase(case, shapes, asked, target=target, executable=ex, build_seconds=seconds)
     inputs = read_npz(folder / "inputs.npz", spec["inputs"])
     expected = read_npz(folder / "expected.npz", spec["outputs"])
     built = Provenance(spec["target"], asked.frontend, asked.schedule, compiled.build_seconds)

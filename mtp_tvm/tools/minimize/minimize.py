@@ -25,12 +25,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ...compiler.module_build import ModuleSpec, compile_module, split_module_options
-from ...compiler.options import DebugOptions
+from ...compiler.driver import compile
+from ...compiler.options import MODULE_FILES, DebugOptions, ModuleSpec, split_options
 from ...compiler.tensors import to_numpy
 from ...ir.graph_nodes import ExportedGraph, node_values
 from ...ir.module_file import TORCH, load_module_file, to_torch
-from ...passes.target import require_runs_here, resolve_target
+from ...passes.target import require_runs_here
 from ...support.atomic_file import write_user_file
 from ...support.errors import MtpError, UsageError
 from ...support.lazy import lazy_module
@@ -161,18 +161,18 @@ def _ancestors(graph: ExportedGraph, name: str) -> list[str]:
     return [n for n in graph.nodes if n in seen]
 
 
-def minimize_module(module=None, debug: DebugOptions | None = None, *, spec: ModuleSpec | None = None,
+def minimize_module(module: str | Path | ModuleSpec | None = None, debug: DebugOptions | None = None, *,
                     tolerance: ModuleTolerance | Mapping | None = None, out: str | Path | None = None,
                     log=print, **options) -> MinimizeResult:
-    """Cut the module file ``module``'s exported graph down to the smallest piece whose ``check_module`` (same
+    """Cut the module file ``module``'s exported graph down to the smallest piece whose ``check`` (same
     keywords: ``target``, ``schedule``, the fields of ``DebugOptions``; ``tolerance``) still fails, and write it to
     ``out`` (default ``<file>_min.py`` in the current folder) as a module file."""
-    spec, debug = split_module_options(module, spec, debug, options, "minimize_module")
+    spec, debug = split_options(module, debug, options, "minimize_module", MODULE_FILES)
     tolerance = ModuleTolerance.of(tolerance)
     out = Path(out) if out is not None else Path.cwd() / f"{Path(spec.module).stem}_min.py"
     if out.suffix != ".py":
         raise UsageError(f"--out {out}: a module file must end in .py")
-    require_runs_here(resolve_target(spec.target))
+    require_runs_here(spec.resolved_target)
     t0 = time.perf_counter()
     user = load_module_file(spec.module)
     if user.kind != TORCH or user.graph is None:
@@ -200,7 +200,7 @@ def minimize_module(module=None, debug: DebugOptions | None = None, *, spec: Mod
             try:
                 path.write_text(piece_source(graph, keep, values, user.path.name, described))
                 piece = load_module_file(path)  # checked as check --module does, without its reproducers
-                built = compile_module(spec=dataclasses.replace(spec, module=path), debug=trying, loaded=piece)
+                built = compile(dataclasses.replace(spec, module=path), trying, loaded=piece)
                 result = golden_check_module(built, tolerance, quiet)
             except (NotAPiece, MtpError) as e:
                 log(f"[MINIMIZE] try {tries}: {len(keep)} ops: not a failing piece ({e})")
@@ -209,7 +209,7 @@ def minimize_module(module=None, debug: DebugOptions | None = None, *, spec: Mod
             return not result.passed
 
         log(f"[BUILD] module={spec.module}: localize the first op that differs from torch")
-        first = compare_with_torch(compile_module(spec=spec, debug=debug, loaded=user), tolerance).first
+        first = compare_with_torch(compile(spec, debug, loaded=user), tolerance).first
         start, where = list(graph.nodes), "the whole graph"
         if first is not None:
             start, where = _ancestors(graph, first.node.name), f"{first.node.name} and what it depends on"

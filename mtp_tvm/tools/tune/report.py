@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from ...compiler.options import BuildSpec
-from ...passes.target import resolve_target, runs_here
+from ...passes.target import runs_here
 from ...schedule.files import DEFAULT, TUNED
 from ...support.text_table import text_table
 
@@ -64,18 +64,17 @@ def end_to_end(spec: BuildSpec, module: str | None = None, remote: bool = False,
     if elsewhere is not None:
         return EndToEnd({}, f"the records are in {elsewhere}, which a tuned build does not read (it reads <tuned "
                             "root>/<target>/<case>, the root $MTP_TVM_TUNED_ROOT or schedules/tuned/): not timed")
-    if not runs_here(resolve_target(spec.target)):
+    if not runs_here(spec.resolved_target):
         return EndToEnd({}, f"a {spec.target} build does not run here")
-    from ...compiler.driver import compile as compile_case
-    from ...compiler.module_build import compile_module
+    from ...compiler.driver import compile
 
     ms = {}
     for schedule in (DEFAULT, TUNED):
         if module is not None:
-            compiled = compile_module(module, target=spec.target, schedule=schedule)
+            compiled = compile(module, target=spec.target, schedule=schedule)
             inputs = compiled.module_file.examples
         else:
-            compiled = compile_case(dataclasses.replace(spec, schedule=schedule))
+            compiled = compile(dataclasses.replace(spec, schedule=schedule))
             inputs = compiled.make_inputs()
         ms[schedule] = _median_ms(compiled, inputs)
     return EndToEnd(ms)

@@ -305,14 +305,12 @@ def tune(spec: BuildSpec | None = None, options: TuneOptions | None = None, *,
     that module file's on the spec's target) as ``options`` say; warm-starts from the database in the work dir.
     The hand schedule of a kernel without records is measured and committed first. Keywords are the fields of
     ``BuildSpec`` and ``TuneOptions`` and override ``spec``/``options``."""
-    from ...passes.target import resolve_target
-
     options = dataclasses.replace(options or TuneOptions(),
                                   **{k: keywords.pop(k) for k in list(keywords) if k in _OPTION_FIELDS})
     spec, debug = split_options(spec, None, keywords, "tune")
     if debug != DebugOptions():
         raise UsageError("tune builds its kernels alone: debugging options do not apply")
-    tgt = resolve_target(spec.target)
+    tgt = spec.resolved_target
     if tgt.kind.name == "llvm" and "num-cores" not in tgt.export():
         raise UsageError("MetaSchedule needs the llvm target's num-cores; use --target llvm or set it in the JSON")
     name, kernels_of = _kernels_of(spec, options)

@@ -1,0 +1,133 @@
+"""The race of a bench, a case's (``bench.py``) or a module file's (``module_bench.py``): TVM and every peer in a
+worker process of its own (``worker.py``), started, set up one after the other, checked against the golden
+(``PEER_CHECK``, BF16-level) before they are timed side by side in rounds, the load watched around them; a peer
+whose worker fails is dropped with why. ``check_race_counts``: the rounds, calls per batch and threads checked."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from ...passes.target import usable_cores
+from ...support.errors import UsageError
+from ...support.load_average import LoadWatch
+from ...verify.comparators import ratio_allclose
+from ...verify.tolerances import RatioTolerance
+from .tvm_worker import TVM
+from .worker import Ready, Worker, WorkerFailed
+
+# BF16-level: peers round differently
+PEER_CHECK = ratio_allclose(RatioTolerance(atol=5e-2, rtol=5e-2, max_error_ratio=0.05))
+TIME_LIMIT_S = 600.0  # one timed batch; a worker silent this long is hung
+
+
+def require_count(name: str, value, optional: bool = False) -> None:
+    if optional and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UsageError(f"{name} must be an integer >= 1, got {value!r}")
+
+
+def check_race_counts(rounds, number, threads) -> None:
+    """A race's ``rounds``, calls per batch (``number``, None: sized) and threads per worker (None: every core),
+    checked: the threads become every worker's TVM_NUM_THREADS, so no more than this process may use."""
+    require_count("rounds", rounds)
+    require_count("number", number, optional=True)
+    require_count("threads", threads, optional=True)
+    if threads is not None and threads > usable_cores():
+        raise UsageError(f"threads must be at most the {usable_cores()} cores this process may use, got {threads}")
+
+
+def golden_mismatch(actual, expected, where: str) -> str | None:
+    """Why an output is not the golden's (``PEER_CHECK``), or None; ``where``: the size it ran at ("at T=2")."""
+    c = PEER_CHECK(actual, expected)
+    if c.passed:
+        return None
+    return (f"wrong result {where}: {c.detail or f'{c.mismatches} of {c.numel} values'} off the golden "
+            f"beyond {c.comparator}, max abs diff {c.max_abs_diff:.3g}")
+
+
+class Race:
+    """The workers of one bench: started, opened (imports done) and set up one after the other, their outputs
+    checked against the golden, then timed in rounds. A peer whose worker fails is dropped, unavailable at every
+    T from then on (its samples with it); the TVM worker's failure ends the bench."""
+
+    def __init__(self, folder: Path, threads: int, sweep: tuple[int, ...], running: contextlib.ExitStack,
+                 log: Callable[[str], None], where: Callable[[int], str] = "at T={}".format):
+        self.folder, self.threads, self.sweep, self.running, self.log = folder, threads, sweep, running, log
+        self.where = where  # a size of the sweep as a message names it
+        self.workers: dict[str, Worker] = {}
+        self.pids: dict[str, int] = {}
+        self.ready: dict[str, Ready] = {}
+        self.unavailable: dict[int, dict[str, str]] = {t: {} for t in sweep}
+        self.samples: dict[int, dict[str, list[float]]] = {t: {} for t in sweep}
+
+    def start(self, name: str, job, env: dict[str, str] | None = None) -> None:
+        self.workers[name] = Worker(name, job, self.threads, self.folder, env)
+        self.running.callback(self.workers[name].close)
+
+    @contextlib.contextmanager
+    def _dropping(self, name: str, when: str = ""):
+        try:
+            yield
+        except WorkerFailed as e:
+            if name == TVM:
+                raise
+            self.workers.pop(name)
+            for t in self.sweep:
+                self.unavailable[t][name] = e.summary + when
+                self.samples[t].pop(name, None)
+
+    def set_up(self) -> None:
+        """Every worker opened (so no import runs during another's setup), then set up in turn."""
+        for name, w in list(self.workers.items()):
+            with self._dropping(name):
+                self.pids[name] = w.opened()
+        self.log(f"bench: {len(self.pids)} workers started ({self.threads} threads each)")
+        for name, w in list(self.workers.items()):
+            t0 = time.perf_counter()
+            with self._dropping(name):
+                self.ready[name] = w.call("setup")
+                self.log(f"bench: {name} ready in {time.perf_counter() - t0:.1f} s")
+        for r in self.ready.values():
+            for name, per_t in r.unavailable.items():
+                for t, why in per_t.items():
+                    self.unavailable[t][name] = why
+
+    def check(self, golden: dict[int, object]) -> None:
+        """A build or peer whose output at T is not the golden's is not timed at T."""
+        for r in self.ready.values():
+            for name, per_t in r.outputs.items():
+                for t, out in per_t.items():
+                    why = golden_mismatch(out, golden[t], self.where(t))
+                    if why:
+                        self.unavailable[t][name] = why
+
+    def time(self, rounds: int, bandwidth: bool) -> tuple[dict, list[float]]:
+        """``rounds`` rounds, each asking TVM and every peer in turn at every T for a batch (and, with
+        ``bandwidth``, the TVM worker for a read-bandwidth sample first); the load around and during them
+        (``LoadWatch.report``), and the bandwidth samples."""
+        timed = [(name, worker) for worker, r in self.ready.items() for name in r.outputs]
+        load, bandwidths = LoadWatch.start(), []
+        for r in range(rounds):
+            self.log(f"bench: round {r + 1} of {rounds}")
+            if bandwidth:
+                bandwidths.append(self.workers[TVM].call("bandwidth_gbs", timeout=TIME_LIMIT_S))
+            for t in self.sweep:
+                for name, worker in timed:
+                    if name in self.unavailable[t]:
+                        continue
+                    with self._dropping(worker, " while timed"):
+                        w = self.workers[worker]
+                        self.samples[t].setdefault(name, []).append(w.call("time_ms", name, t, timeout=TIME_LIMIT_S))
+                        w.settle()
+            load.sample()
+        return load.report(), bandwidths
+
+
+def cold_cache(folder: Path, peer: str) -> dict[str, str]:
+    """An empty inductor (and Triton) cache of its own: a compiled peer's compile time is a cold compile's."""
+    return {"TORCHINDUCTOR_CACHE_DIR": str(folder / f"inductor-{peer}"),
+            "TRITON_CACHE_DIR": str(folder / f"triton-{peer}")}
