@@ -16,6 +16,7 @@ def test_a_spec_resolves_its_target_once_and_travels_without_it():
     again = pickle.loads(pickle.dumps(spec))  # to a worker process: it resolves its own
     assert again == spec and "resolved_target" not in again.__dict__
     assert ModuleSpec("m.py", target="cuda").resolved_target.kind.name == "cuda"
+    assert split_options(spec, None, {}, "check", EITHER)[0] is spec  # a verb keeps the spec it was given
 
 
 def test_split_options_tells_a_module_file_from_a_case():

@@ -256,6 +256,7 @@ def split_options(spec: Spec | str | os.PathLike | None, debug: DebugOptions | N
     _require(spec is not None or kind is BuildSpec or "module" in options,
              f"{where}() needs the module file (a path to a .py file)")
     base = spec or (ModuleSpec(options["module"]) if kind is ModuleSpec else BuildSpec())
-    spec = dataclasses.replace(base, **{k: v for k, v in options.items() if k in fields})
+    changes = {k: v for k, v in options.items() if k in fields}
+    spec = dataclasses.replace(base, **changes) if changes else base  # the same spec: its target resolved once
     debug = dataclasses.replace(debug or DebugOptions(), **{k: v for k, v in options.items() if k in _DEBUG_FIELDS})
     return spec, debug
