@@ -1,7 +1,7 @@
 """Run folders: where a dumping build writes, one new folder per build under ``dumps/`` (or ``$MTP_TVM_DUMPS``),
 named ``<case>-<target>-<YYYYmmdd-HHMMSS>-<id>`` so concurrent processes never share one; ``index.json`` is its
 table of contents and ``complete`` is written last, once its process will not write to it again (a check after
-its verdict: ``compiler.driver.finish_run``). Folders do not grow without bound: a dumping build keeps the
+its verdict: ``compiler.compiled.finish_run``). Folders do not grow without bound: a dumping build keeps the
 newest ``retention()`` complete runs of its root (default 20), never one still being written or marked kept.
 
 A build's folder is written by ``RunWriter`` from what the pass recorder (``instrument/recorder.py``) kept:
