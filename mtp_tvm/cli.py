@@ -701,13 +701,19 @@ def _cmd_bench_module(args) -> int:
     return 0
 
 
+def _is_module_artifact(path) -> bool:
+    """``artifact.manifest.is_module_artifact``, imported only when an artifact is given (the manifest's module
+    imports TVM)."""
+    from .artifact.manifest import is_module_artifact
+
+    return is_module_artifact(path)
+
+
 def _cmd_bench(args) -> int:
     _refuse_checkpoint_options(args)
     if args.module and args.weights:
         raise UsageError("--weights replaces a case's weights; bench --module times your file's own")
-    from .artifact.manifest import is_module_artifact
-
-    if args.module or (args.artifact and is_module_artifact(args.artifact)):
+    if args.module or (args.artifact and _is_module_artifact(args.artifact)):
         return _cmd_bench_module(args)
     require_writable(args.json, "--json")
     require_writable(args.plot, "--plot")
