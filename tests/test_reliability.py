@@ -221,7 +221,8 @@ def test_cli_round_two_errors_are_one_line(argv, message, capsys, tmp_path):
 
 
 def test_func_is_bisects_option_not_the_cli_dispatch():
-    from mtp_tvm.cli import _cmd_bisect, build_parser
+    from mtp_tvm.cli import build_parser
+    from mtp_tvm.cli.bisect import _cmd_bisect
 
     args = build_parser().parse_args(["bisect", "--func", "lm_head_logits"])
     assert args.func == "lm_head_logits" and args.handler is _cmd_bisect
