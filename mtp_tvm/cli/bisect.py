@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 
+from ..compiler.options import DebugOptions
 from ..support.errors import UsageError
+from ..support.flags import flag_names
 from ..tools.bisect.search import BisectSearch
-from .common import add_build_args, build_spec, debug_options, module_options, refuse_case_options
+from .common import add_build_args, build_spec, debug_options, given_flags, module_options, refuse_case_options
 
 
 def _cmd_bisect(args) -> int:
@@ -15,11 +17,13 @@ def _cmd_bisect(args) -> int:
     spec, debug = build_spec(args), debug_options(args)
     from ..tools.bisect.bisection import bisect_passes, bisect_schedule
 
-    if debug.bisect_limit is not None:
-        raise UsageError("bisect chooses the --bisect-limit itself; drop it")
     if args.func and not args.schedule_trace:
         raise UsageError("--func names the PrimFunc of a --schedule-trace; give the trace, or drop --func")
     if args.schedule_trace:
+        passes = given_flags(args, flag_names(DebugOptions, "debug"))  # a trace's steps are bisected, not passes
+        if passes:
+            raise UsageError(f"--schedule-trace bisects a trace's steps, so {', '.join(passes)} cannot apply; "
+                             "drop them")
         if not args.func:
             raise UsageError("--schedule-trace needs --func NAME (the PrimFunc the trace schedules)")
         try:
@@ -28,21 +32,18 @@ def _cmd_bisect(args) -> int:
             raise UsageError(f"cannot read schedule trace {args.schedule_trace}: {e.strerror}") from None
         result = bisect_schedule(args.func, text, spec, seed=args.seed, search=args.search)
     else:
-        result = bisect_passes(spec, debug.replace(dump_passes=None), seed=args.seed, search=args.search)
-    _print_bisect(result)
-    if result.found and result.limits and args.dump_passes:
-        from ..tools.check.check import check
-
-        r = check(spec, debug.replace(bisect_limit=result.limits[1]), seed=args.seed, log=lambda *_: None)
-        stem = next(p.diff for p in r.pass_records if p.index == result.culprit["index"])
-        print(f"dumps of the first failing build: {r.dump_dir} (the culprit's diff: {r.dump_dir}/{stem})")
-    return 0 if result.found else 1
+        result = bisect_passes(spec, debug, seed=args.seed, search=args.search)
+    return _print_bisect(result)
 
 
-def _print_bisect(result) -> None:
+def _print_bisect(result) -> int:
+    """A bisect's verdict, the first failing build's dumps when asked, and the exit code: 0 found, 1 not."""
     kinds = "passes" if result.kind == "pass" else result.kind + "s"
     print(f"bisect over {result.candidates} candidate {kinds}, {len(result.probes)} builds (search: {result.search})")
     print(("FOUND " if result.found else "NOT FOUND: ") + result.message)
+    if result.dump_dir:
+        print(f"dumps of the first failing build: {result.dump_dir} (the culprit's diff: {result.culprit_diff})")
+    return 0 if result.found else 1
 
 
 def _cmd_bisect_module(args) -> int:
@@ -53,16 +54,7 @@ def _cmd_bisect_module(args) -> int:
     debug = debug_options(args)
     from ..tools.bisect.bisection import bisect_module_passes
 
-    result = bisect_module_passes(debug=debug.replace(dump_passes=None), search=args.search, **module_options(args))
-    _print_bisect(result)
-    if result.found and result.limits and args.dump_passes:
-        from ..tools.check.module_check import check_module
-
-        r = check_module(debug=debug.replace(bisect_limit=result.limits[1]), log=lambda *_: None,
-                         **module_options(args))
-        stem = next(p.diff for p in r.pass_records if p.index == result.culprit["index"])
-        print(f"dumps of the first failing build: {r.dump_dir} (the culprit's diff: {r.dump_dir}/{stem})")
-    return 0 if result.found else 1
+    return _print_bisect(bisect_module_passes(debug=debug, search=args.search, **module_options(args)))
 
 
 def add_bisect_command(sub, common: argparse.ArgumentParser) -> None:
