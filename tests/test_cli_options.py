@@ -62,7 +62,7 @@ def _value(action: argparse.Action, default) -> list[str]:
         return [next(str(c) for c in action.choices if c != default)]
     if action.type in (int, float):
         return ["3"]
-    return ["x1.py" if action.dest in ("module", "pass_plugin") else "x1"]
+    return ["x1.py" if action.dest in ("module", "extra_passes") else "x1"]
 
 
 def _walk():

@@ -5,15 +5,19 @@ from __future__ import annotations
 import argparse
 import os
 
+from ..compiler.options import BuildSpec
 from ..support.errors import UsageError
+from ..support.flags import add_flags
 from ..support.timing import phase, time_line
 from .common import (
+    SEED,
     add_arch_arg,
     add_build_args,
     add_shape_arg,
     add_weights_arg,
     build_spec,
     debug_options,
+    given_flags,
     load_weights,
     module_options,
     print_debug_footer,
@@ -53,7 +57,7 @@ def _cmd_run(args) -> int:
         raise UsageError(f"--out {args.out} is the --inputs file; write the outputs elsewhere")
     if args.inputs is None and args.random_inputs is None:
         raise UsageError("give --inputs IN.npz (make one with `mtp-tvm inputs`) or --random-inputs")
-    if args.random_inputs is None and (args.seed is not None or args.tokens is not None or args.shape):
+    if args.random_inputs is None and given_flags(args, ("seed", "tokens", "shape")):
         raise UsageError("--seed, --tokens and --shape size the seeded inputs of --random-inputs; drop them with "
                          "--inputs")
     from ..artifact.load import load
@@ -73,7 +77,7 @@ def _cmd_run(args) -> int:
     else:
         from ..ir.module_sizes import parse_shapes
 
-        inputs = artifact.make_inputs(tokens=args.tokens, seed=args.seed or 0, shapes=parse_shapes(args.shape))
+        inputs = artifact.make_inputs(tokens=args.tokens, seed=args.seed, shapes=parse_shapes(args.shape))
         if args.shape:
             print("at --shape: no stored reference fits this size, so nothing is checked (check --module "
                   "FILE.py --shape recomputes the golden there)")
@@ -98,7 +102,7 @@ def add_build_command(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true", help="replace DIR if it is an existing artifact")
     p.add_argument("--check", action="store_true",
                    help="golden-check the written artifact before committing it; the result goes in its manifest")
-    p.add_argument("--seed", type=int, default=0, help="input seed for --check (default 0)")
+    SEED.add_to(p, "input seed for --check")
     p.set_defaults(handler=_cmd_build)
 
 
@@ -110,9 +114,9 @@ def add_run_command(sub, common: argparse.ArgumentParser) -> None:
     group.add_argument("--inputs", metavar="IN.npz", help="one array per input name (mtp-tvm inputs writes one)")
     group.add_argument("--random-inputs", action="store_const", const=True, default=None,
                        help="the seeded inputs check draws (--seed, --tokens)")
-    p.add_argument("--seed", type=int, default=None, help="with --random-inputs: input seed (default 0)")
-    p.add_argument("--tokens", type=int, default=None,
-                   help="with --random-inputs: token count T (default: the artifact's)")
+    SEED.add_to(p, "with --random-inputs: input seed")
+    add_flags(p, BuildSpec, only=("tokens",), help={"tokens": "with --random-inputs: token count T (default: the "
+                                                               "artifact's)"})
     add_shape_arg(p, "with --random-inputs, a module file's artifact: ")
     p.add_argument("--out", metavar="OUT.npz", help="where to write the outputs (without it: shapes and dtypes only)")
     p.add_argument("--allow-failed", action="store_true",

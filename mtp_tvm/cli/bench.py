@@ -13,6 +13,7 @@ from .common import (
     DEFAULTS,
     add_module_arg,
     add_profile_arg,
+    add_rpc_args,
     add_schedule_arg,
     add_spec_args,
     add_target_args,
@@ -157,9 +158,7 @@ def add_bench_command(sub, common: argparse.ArgumentParser) -> None:
                    help="also time TVM built from these frontends in the same rounds, e.g. torch,tir (the case "
                         "imported from torch.export against the hand-written kernels)")
     p.add_argument("--json", default=None, metavar="FILE", help="write the figures as JSON")
-    p.add_argument("--rpc-tracker", default=None, metavar="HOST:PORT",
-                   help="time TVM on a server of this TVM RPC tracker (as tune measures); peers are not timed then")
-    p.add_argument("--rpc-key", default="mtp", help="device key registered with the tracker (default mtp)")
+    add_rpc_args(p, "time TVM on a server of this TVM RPC tracker (as tune measures); peers are not timed then")
     p.add_argument("--api", action="store_true",
                    help="also time the public API path beside the kernel (tvm:api): bound.run on activations "
                         "already on the binary's device (torch tensors), outputs left there")

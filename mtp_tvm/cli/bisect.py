@@ -8,7 +8,7 @@ from ..compiler.options import DebugOptions
 from ..support.errors import UsageError
 from ..support.flags import flag_names
 from ..tools.bisect.search import BisectSearch
-from .common import add_build_args, build_spec, debug_options, given_flags, module_options, refuse_case_options
+from .common import SEED, add_build_args, build_spec, debug_options, given_flags, module_options, refuse_case_options
 
 
 def _cmd_bisect(args) -> int:
@@ -62,7 +62,7 @@ def add_bisect_command(sub, common: argparse.ArgumentParser) -> None:
                                                         "golden check fails (also "
                        "of a --module FILE.py)")
     add_build_args(p)
-    p.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
+    SEED.add_to(p)
     p.add_argument("--search", choices=BisectSearch.names(), default=BisectSearch.BINARY.value,
                    help="binary: log2(n) builds, exact when failure is monotone; linear: every prefix")
     p.add_argument("--schedule-trace", metavar="FILE",

@@ -9,7 +9,7 @@ from ..contract.cases import CASES
 from ..contract.presets import PRESETS
 from ..support.atomic_file import require_writable
 from ..support.flags import add_flags, options_from
-from .common import DEFAULTS, add_spec_args, refuse_build_flags
+from .common import SEED, add_spec_args, refuse_build_flags
 
 
 def _cmd_inputs(args) -> int:
@@ -56,7 +56,7 @@ def add_inputs_command(sub, common: argparse.ArgumentParser) -> None:
                                                         "--inputs")
     add_spec_args(p)
     add_flags(p, BuildSpec, only=("tokens",))
-    p.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
+    SEED.add_to(p)
     p.add_argument("--artifact", default=None, metavar="DIR",
                    help="the inputs of this artifact (its case and sizes; --tokens and --seed still apply)")
     p.add_argument("--out", required=True, metavar="IN.npz", help="the .npz to write")
@@ -66,7 +66,6 @@ def add_inputs_command(sub, common: argparse.ArgumentParser) -> None:
 
 def add_list_command(sub, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("list", parents=[common], help="list cases, every tensor's shape and dtype, and presets")
-    p.add_argument("--preset", default=DEFAULTS.preset,
-                   help=f"the sizes to show: one of {', '.join(PRESETS)} (default {DEFAULTS.preset})")
-    p.add_argument("--vocab-shard", type=int, default=None, help="vocab shard columns (default 512)")
+    add_flags(p, BuildSpec, only=("preset", "vocab_shard"), help={"preset": f"the sizes to show: one of "
+                                                                       f"{', '.join(PRESETS)}"})
     p.set_defaults(handler=_cmd_list)

@@ -42,7 +42,7 @@ from .common import (
 
 def _add_lm_head_check_args(p: argparse.ArgumentParser) -> None:
     """The LM-head logits comparator's options (cases lm-head, tail-lm-head; spec §3.3)."""
-    MAX_ERROR_RATIO.add_to(p, default=None)
+    MAX_ERROR_RATIO.add_to(p)
     p.add_argument("--atol", type=float, default=None, help="LM-head logits absolute tolerance (default 0.01); with "
                                                             "--module: every output's "
                    "(default torch.testing.assert_close's for its dtype)")
@@ -50,7 +50,7 @@ def _add_lm_head_check_args(p: argparse.ArgumentParser) -> None:
                                                             "--module: every output's "
                    "(default torch.testing.assert_close's for its dtype)")
     for flag in (MAX_E2E_ABS_DIFF, PERTURB_LOGIT):
-        flag.add_to(p, default=None)
+        flag.add_to(p)
 
 
 def _cmd_check(args) -> int:
@@ -216,16 +216,16 @@ def add_check_command(sub, common: argparse.ArgumentParser) -> None:
                                                        "stage (--module FILE.py: "
                        "your own model against torch or its unoptimised build)")
     add_build_args(p)
-    SEED.add_to(p, default=0)
+    SEED.add_to(p)
     p.add_argument("--report", default=None, metavar="FILE", help="write the result as JSON")
     add_arch_arg(p)
     _add_lm_head_check_args(p)
     p.add_argument("--artifact", default=None, metavar="DIR",
                    help="golden-check a prebuilt artifact on fresh seeded inputs (a --module artifact: its stored "
                         "example inputs and reference outputs), without compiling")
-    COMPILE_ONLY.add_to(p, default=False)
+    COMPILE_ONLY.add_to(p)
     add_profile_arg(p)
-    NAN_CHECK.add_to(p, default=False)
+    NAN_CHECK.add_to(p)
     add_shape_arg(p, "with --module: ")
     add_weights_arg(p)
     p.set_defaults(handler=_cmd_check)
@@ -243,7 +243,7 @@ def add_localize_command(sub, common: argparse.ArgumentParser) -> None:
                    help="--module against torch: every op's absolute tolerance (default assert_close's per dtype)")
     p.add_argument("--rtol", type=float, default=None,
                    help="--module against torch: every op's relative tolerance (default assert_close's per dtype)")
-    p.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
+    SEED.add_to(p)
     p.add_argument("--localize-max-mb", type=float, default=None, metavar="MB",
                    help="keep at most MB of recorded tensors at once (oldest calls compared and dropped first)")
     p.add_argument("--report", default=None, metavar="FILE", help="write the result as JSON")

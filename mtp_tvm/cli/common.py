@@ -9,10 +9,10 @@ import dataclasses
 import sys
 
 from ..compiler.options import BuildSpec, DebugOptions
-from ..contract.checkpoint import LayoutName
 from ..support.errors import UsageError
 from ..support.flags import Flag, add_flags, flag_names, flags, options_from
 from ..support.timing import phase, time_line
+from ..tools.convert.convert import WeightSource  # no TVM, no torch: the parser reads its declarations
 from ..verify.tolerances import ModuleTolerance
 
 
@@ -53,19 +53,21 @@ DEFAULTS = BuildSpec()  # the one table of build defaults: every command's flags
 
 # the command-level flags that describe a case or come from an artifact's manifest (the rest: BuildSpec's and
 # DebugOptions' fields, declared with them)
-SEED = Flag("seed", "input seed (default 0)", type=int, default=0, groups=("case",))
-ARCH = Flag("arch", "with --target cuda: sm_80, sm_90, or both comma-separated (default sm_90)", metavar="SM",
+SEED = Flag("seed", "input seed", type=int, metavar="S", default=0, groups=("case",))
+ARCH = Flag("arch", "with --target cuda: sm_80, sm_90, or both comma-separated", metavar="SM", shown="sm_90",
             groups=("case", "manifest"))
 COMPILE_ONLY = Flag("compile_only", "build the target binary (CUDA device code included) and stop: no inputs, no "
                     "run", groups=("case", "manifest"))
 NAN_CHECK = Flag("nan_check", "name the first kernel call whose output holds NaN/Inf while its inputs held none",
                  groups=("case",))
-MAX_ERROR_RATIO = Flag("max_error_ratio", "LM-head logits outlier budget (default 0.01)", type=float,
+MAX_ERROR_RATIO = Flag("max_error_ratio", "LM-head logits outlier budget", type=float, metavar="R", shown="0.01",
                        groups=("case",))
-MAX_E2E_ABS_DIFF = Flag("max_e2e_abs_diff", "LM-head logits end-to-end guard against the CPU golden (default 0.5)",
-                        type=float, groups=("case",))
+MAX_E2E_ABS_DIFF = Flag("max_e2e_abs_diff", "LM-head logits end-to-end guard against the CPU golden, max "
+                        "|logit - CPU golden|", type=float, metavar="G", shown="0.5", groups=("case",))
 PERTURB_LOGIT = Flag("perturb_logit", "debugging: add DELTA (default 1.0) to one device logit before the "
                      "comparison", metavar="OWNER,ROW,COL[,DELTA]", groups=("case",))
+RPC_TRACKER = Flag("rpc_tracker", "", metavar="HOST:PORT")  # help: the command's
+RPC_KEY = Flag("rpc_key", "device key registered with the tracker", metavar="KEY", default="mtp")
 COMMAND_FLAGS = (SEED, ARCH, COMPILE_ONLY, NAN_CHECK, MAX_ERROR_RATIO, MAX_E2E_ABS_DIFF, PERTURB_LOGIT)
 
 # what a case is made of, meaningless for --module (its file says it all)
@@ -75,6 +77,8 @@ MANIFEST_OPTIONS = (flag_names(BuildSpec, "manifest") + flag_names(DebugOptions,
                     + flag_names(COMMAND_FLAGS, "manifest"))
 # the compile-time debugging options (besides --dump-passes), meaningless for a prebuilt artifact
 DEBUG_OPTIONS = flag_names(DebugOptions, "debug")
+# how a checkpoint is read, meaningless without --weights
+CHECKPOINT_OPTIONS = flag_names(WeightSource, "checkpoint")
 
 
 def add_spec_args(p: argparse.ArgumentParser, case_help: str | None = None, sizes: bool = True) -> None:
@@ -170,14 +174,8 @@ def add_arch_arg(p: argparse.ArgumentParser) -> None:
 
 
 def add_checkpoint_args(p: argparse.ArgumentParser) -> None:
-    """How a DeepSeek checkpoint is read and converted (convert, and --weights of check, run, bench)."""
-    p.add_argument("--rank", type=int, default=None, help="the TP rank whose LM-head rows are read (default 0)")
-    p.add_argument("--layout", choices=LayoutName.names(), default=None,
-                   help="the checkpoint's layout (default: found from its tensor names)")
-    p.add_argument("--calibration", metavar="FILE.npz", default=None,
-                   help="SmoothQuant from these activations (hidden_states, prev_hidden_states [N, D]; mtp-tvm inputs "
-                        "writes such a file); default: smoothing ones")
-    p.add_argument("--alpha", type=float, default=None, help="SmoothQuant's migration strength (default 0.5)")
+    """How a DeepSeek checkpoint is read and converted (``WeightSource``'s fields; --weights of check, run, bench)."""
+    add_flags(p, WeightSource, only=CHECKPOINT_OPTIONS)
 
 
 def add_weights_arg(p: argparse.ArgumentParser) -> None:
@@ -189,7 +187,7 @@ def add_weights_arg(p: argparse.ArgumentParser) -> None:
 
 def refuse_checkpoint_options(args) -> None:
     """The checkpoint options without ``--weights``: a one-line error, not a silent no-op."""
-    given = [f"--{o}" for o in CHECKPOINT_OPTIONS if getattr(args, o) is not None]
+    given = given_flags(args, CHECKPOINT_OPTIONS)
     if given and args.weights is None:
         raise UsageError(f"{', '.join(given)} read a checkpoint: give --weights CKPT")
 
@@ -201,16 +199,8 @@ def load_weights(args, case: str, preset: str | None, tp: int | None = None, own
         return None
     from ..tools.convert.convert import WeightSource, load
 
-    source = WeightSource(args.weights, case, preset, tp, owners=owners, **checkpoint_options(args))
+    source = options_from(args, WeightSource, path=args.weights, case=case, preset=preset, tp=tp, owners=owners)
     return load(source, log=lambda line: print(line, file=sys.stderr, flush=True))
-
-
-CHECKPOINT_OPTIONS = ("rank", "layout", "calibration", "alpha")
-
-
-def checkpoint_options(args) -> dict:
-    """``add_checkpoint_args``'s flags as ``WeightSource`` fields (those given)."""
-    return {o: getattr(args, o) for o in CHECKPOINT_OPTIONS if getattr(args, o) is not None}
 
 
 def sized_for_weights(spec: BuildSpec, loaded) -> BuildSpec:
@@ -241,6 +231,12 @@ def check_exit(args, result) -> int:
     if args.report:
         print(f"report: {args.report}")
     return 0 if result.passed else 1
+
+
+def add_rpc_args(p: argparse.ArgumentParser, tracker_help: str) -> None:
+    """``--rpc-tracker`` and ``--rpc-key``: the ``rpc`` of ``TuneOptions`` and ``BenchOptions``."""
+    RPC_TRACKER.add_to(p, tracker_help)
+    RPC_KEY.add_to(p)
 
 
 def rpc_of(args) -> tuple[str, str] | None:

@@ -6,22 +6,21 @@ import argparse
 import sys
 
 from ..compiler.options import BuildSpec
-from ..schedule.tune_space import TuneSpace
-from .common import add_module_arg, add_spec_args, add_target_args, refuse_case_options, rpc_of
+from ..support.flags import add_flags, options_from
+from ..tools.tune.options import TuneOptions
+from .common import add_module_arg, add_rpc_args, add_spec_args, add_target_args, refuse_case_options, rpc_of
 
 
 def _cmd_tune(args) -> int:
-    spec = BuildSpec(case=args.case, target=args.target, preset=args.preset, frontend=args.frontend,
-                     vocab_shard=args.vocab_shard)
+    spec = options_from(args, BuildSpec)
     if args.module:
         refuse_case_options(args, keep=("seed",))  # the search's seed
     else:
         spec.resolve()
-    from ..tools.tune.tune import TuneOptions, tune
-
     rpc = rpc_of(args)
-    options = TuneOptions(trials=args.trials, work_dir=args.work_dir, seed=args.seed, rpc=rpc, space=args.space,
-                          module=args.module)
+    options = options_from(args, TuneOptions, rpc=rpc, module=args.module)
+    from ..tools.tune.tune import tune
+
     r = tune(spec, options, log=lambda line: print(line, file=sys.stderr))
     print(f"tuned {args.module or args.case} for {args.target}: {r.trials} trials in {r.seconds:.0f}s "
           f"({r.seconds_per_trial:.2f} s/trial){' (interrupted)' if r.interrupted else ''} -> {r.work_dir}")
@@ -41,12 +40,6 @@ def add_tune_command(sub, common: argparse.ArgumentParser) -> None:
     add_module_arg(p)
     add_spec_args(p, sizes=False)
     add_target_args(p)
-    p.add_argument("--space", choices=TuneSpace.names(), default=TuneSpace.BOTH.value,
-                   help="design spaces: our hand rules with sampled knobs, MetaSchedule's generic rules, or both "
-                        "(default both)")
-    p.add_argument("--trials", type=int, default=64, help="trials over all kernels (default 64)")
-    p.add_argument("--work-dir", default=None, help="database folder (default schedules/tuned/<target>/<case>)")
-    p.add_argument("--seed", type=int, default=0, help="search seed (default 0)")
-    p.add_argument("--rpc-tracker", default=None, metavar="HOST:PORT", help="measure on a TVM RPC tracker's servers")
-    p.add_argument("--rpc-key", default="mtp", help="device key registered with the tracker (default mtp)")
+    add_flags(p, TuneOptions)
+    add_rpc_args(p, "measure on a TVM RPC tracker's servers")
     p.set_defaults(handler=_cmd_tune)

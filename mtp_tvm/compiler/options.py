@@ -80,20 +80,20 @@ class BuildSpec:
     case: str = option("tail", help=f"one of: {', '.join(CASES)}", metavar="CASE", groups=("case", "manifest"))
     target: Any = option("llvm", help="llvm, cuda, or a target JSON object", metavar="TARGET", text=_target_text,
                          groups=("manifest",))  # "llvm", "cuda", a target JSON dict, or a tvm Target
-    preset: str = option("flash", help=f"one of: {', '.join(PRESETS)}", metavar="PRESET",
+    preset: str = option("flash", help=f"one of: {', '.join(PRESETS)}", metavar="P",
                          groups=("case", "manifest"))
-    frontend: str = option("tir", help=f"one of: {', '.join(FRONTEND_NAMES)}", metavar="FRONTEND",
+    frontend: str = option("tir", help=f"one of: {', '.join(FRONTEND_NAMES)}", metavar="F",
                            groups=("case", "manifest"))
-    tokens: int | None = option(None, help="token count T (default: the preset's B*S = 8)", type=int,
-                                metavar="TOKENS", groups=("case",))
-    vocab_shard: int | None = option(None, help="vocab shard columns (default 512)", type=int, metavar="VOCAB_SHARD",
+    tokens: int | None = option(None, help="token count T", shown="the preset's B*S = 8", type=int,
+                                metavar="T", groups=("case",))
+    vocab_shard: int | None = option(None, help="vocab shard columns", shown="512", type=int, metavar="V",
                                      groups=("case", "manifest"))
     schedule: str = option("default", help="default (the hand schedules in schedules/), none (plain lowering, CPU), "
                            "dlight (CUDA), tuned, or another name a schedule file defines", metavar="NAME",
                            groups=("manifest",))
-    owners: int | None = option(None, help="LM head: token owners (EP ranks) 2, 4 or 8 (default 2)", type=int,
-                                metavar="OWNERS", groups=("case", "manifest"))
-    tp: int | None = option(None, help="LM head: TP degree 2, 4, 8 or 16; VOCAB = TP x vocab shard (default 2)",
+    owners: int | None = option(None, help="LM head: token owners (EP ranks) 2, 4 or 8", shown="2", type=int,
+                                metavar="O", groups=("case", "manifest"))
+    tp: int | None = option(None, help="LM head: TP degree 2, 4, 8 or 16; VOCAB = TP x vocab shard", shown="2",
                             type=int, metavar="TP", groups=("case", "manifest"))
     cuda_graph: bool = option(False, help="CUDA: replay main's kernels as CUDA graphs captured once per token count "
                               f"(at most {CUDA_GRAPH_ROWS} token rows)", groups=("case", "manifest"))

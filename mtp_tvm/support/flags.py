@@ -16,7 +16,9 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 _MISSING = dataclasses.MISSING
-GROUPS = ("case", "manifest", "debug")  # what an option describes: refused with --module / --artifact
+# what an option describes: refused with --module ("case") or --artifact ("manifest", "debug"), or without
+# --weights ("checkpoint")
+GROUPS = ("case", "manifest", "debug", "checkpoint")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,7 +26,7 @@ class Flag:
     """One command-line option: ``dest`` the field (or keyword) it sets; ``repeat`` appends to a tuple;
     ``optional_value`` the value of the bare flag when its value may be left out (``--dump-passes [DIR]``);
     ``text`` its value as the flag's word (None: no flag restates it); ``groups`` of ``GROUPS``; ``aliases``
-    older spellings the parser still accepts."""
+    older spellings the parser still accepts; ``shown`` what an unset default stands for."""
 
     dest: str
     help: str
@@ -37,6 +39,7 @@ class Flag:
     groups: frozenset[str] = frozenset()
     default: Any = None  # a keyword's own default (a field's is the field's)
     aliases: tuple[str, ...] = ()  # older spellings still accepted
+    shown: str | None = None  # what an unset (None) default means, for the help: "512", "the preset's"
 
     def __post_init__(self):
         unknown = set(self.groups) - set(GROUPS)
@@ -57,8 +60,11 @@ class Flag:
         return self.type is None and self.metavar is None and self.choices is None and not self.repeat
 
     def add_to(self, parser, help: str | None = None, default: Any = _MISSING) -> None:
-        """Add this flag to an argparse parser, its default ``default`` (else its own)."""
-        kwargs: dict[str, Any] = {"dest": self.dest, "help": help or self.help,
+        """Add this flag to an argparse parser, its default ``default`` (else its own), named in its help."""
+        help = help or self.help
+        if self.default_text and "default" not in help:
+            help += f" (default {self.default_text})"
+        kwargs: dict[str, Any] = {"dest": self.dest, "help": help,
                                   "default": self.default if default is _MISSING else default}
         if self.switch and self.optional_value is None:
             kwargs["action"] = "store_true"
@@ -71,6 +77,14 @@ class Flag:
                 if getattr(self, key) is not None:
                     kwargs[key] = getattr(self, key)
         parser.add_argument(self.name, *self.aliases, **kwargs)
+
+    @property
+    def default_text(self) -> str | None:
+        """The default as the help names it (None: off, nothing to name)."""
+        if self.shown is not None:
+            return self.shown
+        unset = self.default is None or self.default is False or self.default == ()  # 0 is a default, not off
+        return None if unset else (self.words(self.default) or [str(self.default)])[-1]
 
     def words(self, value) -> list[str]:
         """The flags that restate ``value`` ([] for an unset one: None, False, empty)."""
@@ -113,13 +127,10 @@ def flag_names(cls_or_flags, group: str) -> tuple[str, ...]:
 def add_flags(parser, cls, only: Iterable[str] | None = None, skip: Iterable[str] = (),
               help: dict[str, str] | None = None) -> None:
     """Add ``cls``'s flags (``only`` those, less ``skip``) to ``parser``; ``help`` replaces a flag's help text
-    where a command uses it in its own way. The field's default is named in the help."""
+    where a command uses it in its own way."""
     for name, f in flags(cls).items():
         if (only is None or name in only) and name not in skip:
-            text = (help or {}).get(name) or f.help
-            if f.default not in (None, False, ()) and "default" not in text:
-                text += f" (default {f.words(f.default)[-1] if f.words(f.default) else f.default})"
-            f.add_to(parser, text)
+            f.add_to(parser, (help or {}).get(name))
 
 
 def options_from(args, cls, **overrides):
