@@ -68,10 +68,7 @@ def _cmd_run(args) -> int:
     if args.weights is not None:  # a case's artifact (a module file's has no case to size weights by)
         case, shapes = artifact.sized()
         loaded = load_weights(args, case.name, shapes.preset.name, shapes.tp, shapes.owners)
-        if loaded.shapes.vocab_shard != shapes.vocab_shard:
-            raise UsageError(f"{args.artifact} was built for vocab shard {shapes.vocab_shard}; the weights' LM-head "
-                             f"shard has {loaded.shapes.vocab_shard} rows (build with --vocab-shard "
-                             f"{loaded.shapes.vocab_shard})")
+        loaded.require_fits(shapes, args.artifact)
     if args.inputs is not None:
         inputs = read_npz(args.inputs, {n: t.dtype for n, t in artifact.input_specs.items()})
     else:

@@ -8,6 +8,7 @@ import sys
 from ..compiler.options import BuildSpec
 from ..support.atomic_file import require_writable
 from ..support.errors import UsageError
+from ..support.flags import options_from
 from ..support.timing import phase, time_line
 from .common import (
     DEFAULTS,
@@ -25,29 +26,17 @@ from .common import (
     refuse_case_options,
     refuse_checkpoint_options,
     rpc_of,
-    sized_for_weights,
 )
 
 
-def _bench_spec(args) -> tuple[BuildSpec | None, tuple[str, ...]]:
-    """What ``bench`` builds (None: the ``--artifact`` it times) and the other schedules it compares, checked."""
-    compare = comma_list(args.compare_schedules)
+def _bench_spec(args) -> BuildSpec | None:
+    """What ``bench`` builds, checked before TVM loads (None: the ``--artifact`` it times)."""
     if args.artifact:
         refuse_build_flags(args)
-        return None, compare  # BenchOptions refuses --compare-schedules with an artifact
-    spec = BuildSpec(case=args.case, target=args.target, preset=args.preset, frontend=args.frontend,
-                     vocab_shard=args.vocab_shard, schedule=args.schedule)
+        return None
+    spec = options_from(args, BuildSpec, tokens=None)  # bench's --tokens is BenchOptions' sweep
     spec.resolve()
-    with phase("import"):
-        from ..passes.target import resolve_target
-        from ..schedule.files import schedule_names
-
-    known = schedule_names(resolve_target(args.target))
-    unknown = [s for s in compare if s not in known]
-    if unknown:
-        raise UsageError(f"--compare-schedules: unknown schedule {unknown[0]!r} for target {args.target}; choose "
-                         f"from {', '.join(known)}")
-    return spec, compare
+    return spec
 
 
 def _cmd_bench_module(args) -> int:
@@ -99,18 +88,18 @@ def _cmd_bench(args) -> int:
         return _cmd_bench_module(args)
     require_writable(args.json, "--json")
     require_writable(args.plot, "--plot")
-    spec, compare = _bench_spec(args)
-    if args.artifact and args.weights:
+    spec = _bench_spec(args)
+    if args.artifact and args.weights:  # bench refuses both, but the weights are read by the case of a build
         raise UsageError("--weights replaces the weights of a build; bench an artifact on its seeded weights, or "
                          "drop --artifact")
     loaded = load_weights(args, spec.case, spec.preset) if spec is not None else None
     if loaded is not None:
-        spec = sized_for_weights(spec, loaded)
+        spec = loaded.sized(spec)
     with phase("import"):
         from ..tools.bench.bench import BenchOptions, bench, parse_peers, parse_tokens
 
     options = BenchOptions(tokens=parse_tokens(args.tokens) if args.tokens else (), rounds=args.rounds,
-                           threads=args.threads, compare_schedules=compare,
+                           threads=args.threads, compare_schedules=comma_list(args.compare_schedules),
                            compare_frontends=comma_list(args.compare_frontends), profile=args.profile,
                            rpc=rpc_of(args),
                            artifact=args.artifact, api=args.api,

@@ -36,7 +36,6 @@ from .common import (
     print_reproducers,
     refuse_case_options,
     refuse_checkpoint_options,
-    sized_for_weights,
 )
 
 
@@ -69,7 +68,7 @@ def _cmd_check(args) -> int:
     spec, debug = build_spec(args), debug_options(args)
     loaded = load_weights(args, spec.case, spec.preset, spec.tp, spec.owners)
     if loaded is not None:
-        spec = sized_for_weights(spec, loaded)
+        spec = loaded.sized(spec)
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(LogitsTolerance)
              if getattr(args, f.name) is not None}
     with phase("import"):

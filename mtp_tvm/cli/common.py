@@ -5,7 +5,6 @@ debugging footer."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 
 from ..compiler.options import BuildSpec, DebugOptions
@@ -201,15 +200,6 @@ def load_weights(args, case: str, preset: str | None, tp: int | None = None, own
 
     source = options_from(args, WeightSource, path=args.weights, case=case, preset=preset, tp=tp, owners=owners)
     return load(source, log=lambda line: print(line, file=sys.stderr, flush=True))
-
-
-def sized_for_weights(spec: BuildSpec, loaded) -> BuildSpec:
-    """``spec`` with the LM-head sizes of the weights (a TP shard's rows are the vocab shard)."""
-    s = loaded.shapes
-    if spec.vocab_shard not in (None, s.vocab_shard):
-        raise UsageError(f"--vocab-shard {spec.vocab_shard}: the weights' LM-head shard has {s.vocab_shard} rows "
-                         f"(tp {s.tp}); drop --vocab-shard")
-    return dataclasses.replace(spec, vocab_shard=s.vocab_shard, tp=s.tp, owners=s.owners)
 
 
 def print_reproducers(result) -> None:

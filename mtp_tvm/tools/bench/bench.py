@@ -80,6 +80,7 @@ from ...contract.cases import TOKENS, Case, get_case
 from ...contract.presets import Shapes
 from ...ir.frontend_names import FRONTEND_NAMES
 from ...passes.target import is_gpu, require_runs_here, resolve_target, target_json, usable_cores
+from ...schedule.files import schedule_names
 from ...support.atomic_file import write_user_file
 from ...support.errors import UsageError
 from ...support.load_average import LoadWatch
@@ -487,6 +488,18 @@ def cold_cache(folder: Path, peer: str) -> dict[str, str]:
             "TRITON_CACHE_DIR": str(folder / f"triton-{peer}")}
 
 
+def _check_compare_schedules(spec: BuildSpec, options: BenchOptions) -> None:
+    """An unknown name in ``compare_schedules`` is a typo, refused before anything is built."""
+    if not options.compare_schedules:
+        return
+    known = schedule_names(resolve_target(spec.target))
+    unknown = [s for s in options.compare_schedules if s not in known]
+    if unknown:
+        where = spec.target if isinstance(spec.target, str) else resolve_target(spec.target).kind.name
+        raise UsageError(f"compare_schedules: unknown schedule {unknown[0]!r} for target {where}; choose from "
+                         f"{', '.join(known)}")
+
+
 def _tvm_target(spec: BuildSpec, options: BenchOptions) -> tuple[dict, bool]:
     """(the target as JSON, whether it is a GPU) of the TVM build, refused unless it runs here (under RPC
     too: its weights are packed here). A prebuilt artifact's comes from its manifest: no compiler needed."""
@@ -549,6 +562,7 @@ def _plan(spec: BuildSpec | None, options: BenchOptions, keywords: dict) -> _Pla
         raise UsageError("--profile times kernels here; it cannot go with --rpc-tracker")
     portable, plugin = _portable_debug(debug)
     target, gpu = _tvm_target(spec, options)
+    _check_compare_schedules(spec, options)
     spec = dataclasses.replace(spec, tokens=sweep[0],
                                target=spec.target if isinstance(spec.target, (str, dict)) else target)
     return _Plan(spec, portable, plugin, options, case, shapes, target, gpu, options.threads or usable_cores(),
@@ -665,6 +679,9 @@ def bench(spec: BuildSpec | None = None, options: BenchOptions | None = None, *,
     """
     options = dataclasses.replace(options or BenchOptions(),
                                   **{k: keywords.pop(k) for k in list(keywords) if k in _OPTION_FIELDS})
+    if weights is not None and options.artifact is not None:
+        raise UsageError("weights replace the weights of a build; bench an artifact on its seeded weights, or drop "
+                         "artifact")
     plan = _plan(spec, options, keywords)  # plan -> inputs -> time -> result
     with tempfile.TemporaryDirectory(prefix="mtp-bench-") as tmp, contextlib.ExitStack() as running:
         inputs = _write_inputs(plan, Path(tmp), weights)

@@ -142,6 +142,21 @@ class Loaded:
     rank: int = 0
     calibration: dict | None = None
 
+    def sized(self, spec):
+        """``spec`` (a ``BuildSpec``) with the LM-head sizes of these weights (a TP shard's rows are the vocab
+        shard); a vocab shard of its own that differs is refused."""
+        s = self.shapes
+        if spec.vocab_shard not in (None, s.vocab_shard):
+            raise UsageError(f"vocab shard {spec.vocab_shard}: the weights' LM-head shard has {s.vocab_shard} rows "
+                             f"(tp {s.tp}); drop the vocab shard")
+        return dataclasses.replace(spec, vocab_shard=s.vocab_shard, tp=s.tp, owners=s.owners)
+
+    def require_fits(self, shapes: Shapes, built: str) -> None:
+        """Refuse running these weights in ``built`` (an artifact) made for another vocab shard."""
+        if shapes.vocab_shard != self.shapes.vocab_shard:
+            raise UsageError(f"{built} was built for vocab shard {shapes.vocab_shard}; the weights' LM-head shard "
+                             f"has {self.shapes.vocab_shard} rows (build with --vocab-shard {self.shapes.vocab_shard})")
+
 
 def load(source: WeightSource, log: Callable[[str], None] | None = None) -> Loaded:
     """``source``'s weights for its case: a converted file read by name, a checkpoint converted."""
