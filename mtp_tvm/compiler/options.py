@@ -45,7 +45,7 @@ def _target_text(target) -> str:
 
 
 def _plugin_text(passes) -> str | None:
-    """``--pass-plugin``'s word: the file of a loaded plugin; None for passes given as Python objects."""
+    """``--extra-passes``' word: the file of a loaded plugin; None for passes given as Python objects."""
     from ..passes.plugins import PassPlugin
 
     return str(passes.path) if isinstance(passes, PassPlugin) else None

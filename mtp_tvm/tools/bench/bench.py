@@ -399,7 +399,7 @@ def _portable_debug(debug):
     """``DebugOptions`` as they travel to the TVM worker: user passes only as a plugin file's path."""
     if debug.api_only_passes:
         raise UsageError("bench builds in a worker process: give extra passes as a pass plugin file "
-                         "(--pass-plugin FILE, or DebugOptions(extra_passes=load_pass_plugin(FILE)))")
+                         "(--extra-passes FILE, or DebugOptions(extra_passes=load_pass_plugin(FILE)))")
     plugin = None if debug.extra_passes is None else str(debug.extra_passes.path)
     return dataclasses.replace(debug, extra_passes=None), plugin
 
