@@ -91,8 +91,7 @@ def _cmd_run(args) -> int:
 
 def add_build_command(sub, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("build", parents=[common], help="build a case (or --module FILE.py) into an artifact folder: "
-                                                       "library, generated "
-                       "source, manifest")
+                       "library, generated source, manifest")
     add_build_args(p)
     add_arch_arg(p)
     p.add_argument("--out", required=True, metavar="DIR", help="the artifact folder to create")
@@ -104,16 +103,16 @@ def add_build_command(sub, common: argparse.ArgumentParser) -> None:
 
 
 def add_run_command(sub, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("run", parents=[common], help="run an artifact on named inputs from an .npz file, or on "
-                                                     "seeded ones")
+    p = sub.add_parser("run", parents=[common],
+                       help="run an artifact on named inputs from an .npz file, or on seeded ones")
     p.add_argument("artifact", metavar="DIR", help="an artifact folder written by build")
     group = p.add_mutually_exclusive_group()
     group.add_argument("--inputs", metavar="IN.npz", help="one array per input name (mtp-tvm inputs writes one)")
     group.add_argument("--random-inputs", action="store_const", const=True, default=None,
                        help="the seeded inputs check draws (--seed, --tokens)")
     SEED.add_to(p, "with --random-inputs: input seed")
-    add_flags(p, BuildSpec, only=("tokens",), help={"tokens": "with --random-inputs: token count T (default: the "
-                                                               "artifact's)"})
+    add_flags(p, BuildSpec, only=("tokens",),
+              help={"tokens": "with --random-inputs: token count T (default: the artifact's)"})
     add_shape_arg(p, "with --random-inputs, a module file's artifact: ")
     p.add_argument("--out", metavar="OUT.npz", help="where to write the outputs (without it: shapes and dtypes only)")
     p.add_argument("--allow-failed", action="store_true",

@@ -121,8 +121,7 @@ def _cmd_bench(args) -> int:
 
 def add_bench_command(sub, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("bench", parents=[common], help="time a case against torch (eager, torch.compile) and numpy, "
-                                                       "each in its own "
-                                     "process, side by side, at every T, against the measured roofline")
+                       "each in its own process, side by side, at every T, against the measured roofline")
     add_spec_args(p, f"logits, projection, norm or tail (default {DEFAULTS.case})", sizes=False)
     add_target_args(p)
     add_schedule_arg(p)

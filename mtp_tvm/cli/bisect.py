@@ -59,8 +59,7 @@ def _cmd_bisect_module(args) -> int:
 
 def add_bisect_command(sub, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("bisect", parents=[common], help="name the first pass (or schedule step) after which the "
-                                                        "golden check fails (also "
-                       "of a --module FILE.py)")
+                       "golden check fails (also of a --module FILE.py)")
     add_build_args(p)
     SEED.add_to(p)
     p.add_argument("--search", choices=BisectSearch.names(), default=BisectSearch.BINARY.value,

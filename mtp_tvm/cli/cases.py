@@ -52,8 +52,8 @@ def _cmd_list(args) -> int:
 
 
 def add_inputs_command(sub, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("inputs", parents=[common], help="write the seeded inputs check draws, as an .npz for run "
-                                                        "--inputs")
+    p = sub.add_parser("inputs", parents=[common],
+                       help="write the seeded inputs check draws, as an .npz for run --inputs")
     add_spec_args(p)
     add_flags(p, BuildSpec, only=("tokens",))
     SEED.add_to(p)

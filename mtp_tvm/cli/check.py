@@ -42,12 +42,10 @@ from .common import (
 def _add_lm_head_check_args(p: argparse.ArgumentParser) -> None:
     """The LM-head logits comparator's options (cases lm-head, tail-lm-head; spec §3.3)."""
     MAX_ERROR_RATIO.add_to(p)
-    p.add_argument("--atol", type=float, default=None, help="LM-head logits absolute tolerance (default 0.01); with "
-                                                            "--module: every output's "
-                   "(default torch.testing.assert_close's for its dtype)")
-    p.add_argument("--rtol", type=float, default=None, help="LM-head logits relative tolerance (default 0.01); with "
-                                                            "--module: every output's "
-                   "(default torch.testing.assert_close's for its dtype)")
+    for bound in ("absolute", "relative"):
+        p.add_argument(f"--{bound[0]}tol", type=float, default=None,
+                       help=f"LM-head logits {bound} tolerance (default 0.01); with --module: every output's (default "
+                            "torch.testing.assert_close's for its dtype)")
     for flag in (MAX_E2E_ABS_DIFF, PERTURB_LOGIT):
         flag.add_to(p)
 
@@ -212,8 +210,7 @@ def _cmd_check_prebuilt(args) -> int:
 
 def add_check_command(sub, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("check", parents=[common], help="build a case, run it on seeded inputs, golden-check every "
-                                                       "stage (--module FILE.py: "
-                       "your own model against torch or its unoptimised build)")
+                       "stage (--module FILE.py: your own model against torch or its unoptimised build)")
     add_build_args(p)
     SEED.add_to(p)
     p.add_argument("--report", default=None, metavar="FILE", help="write the result as JSON")

@@ -32,13 +32,13 @@ def add_convert_command(sub, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("convert", parents=[common], help="a DeepSeek checkpoint's MTP weights as a case's W8A8 "
                        "weight inputs (one safetensors file), with the conversion's error against the checkpoint's "
                        "own FP8 math")
-    p.add_argument("checkpoint", metavar="CKPT", help="a checkpoint folder (shards and model.safetensors.index.json) "
-                                                      "or file")
+    p.add_argument("checkpoint", metavar="CKPT",
+                   help="a checkpoint folder (shards and model.safetensors.index.json) or file")
     add_flags(p, WeightSource)
     SEED.add_to(p, "seed of the projection's activations without --calibration")
     add_flags(p, BuildSpec, only=("tokens",), help={"tokens": "token count of those activations"})
-    p.add_argument("--atol", type=float, default=None, help="the projection's absolute tolerance (default 0.03 x the "
-                                                            "reference's RMS)")
+    p.add_argument("--atol", type=float, default=None,
+                   help="the projection's absolute tolerance (default 0.03 x the reference's RMS)")
     p.add_argument("--rtol", type=float, default=None, help="the projection's relative tolerance (default 0.03)")
     MAX_ERROR_RATIO.add_to(p, "the projection's outlier budget (default 0.02)")
     p.add_argument("--out", required=True, metavar="FILE.safetensors", help="the converted weights to write")

@@ -43,13 +43,13 @@ def add_dumps_command(sub, common: argparse.ArgumentParser) -> None:
     q.add_argument("--func", metavar="NAME", help="only this function (of PASS's module, or with --history)")
     q.add_argument("--history", action="store_true",
                    help="with --func: every pass that changed the function, its diffs in order")
-    q = dsub.add_parser("compare", parents=[common], help="two runs pass by pass: where they diverge, and their "
-                                                          "generated code")
+    q = dsub.add_parser("compare", parents=[common],
+                        help="two runs pass by pass: where they diverge, and their generated code")
     q.add_argument("a", metavar="RUN_A", help="run folder, its name, a unique prefix, or 'latest'")
     q.add_argument("b", metavar="RUN_B", help="run folder, its name, a unique prefix, or 'latest'")
     q.add_argument("--html", metavar="OUT.html", help="also write the comparison as one self-contained page")
-    q = dsub.add_parser("prune", parents=[common], help="remove old complete runs (never one being written or marked "
-                                                        "kept)")
+    q = dsub.add_parser("prune", parents=[common],
+                        help="remove old complete runs (never one being written or marked kept)")
     q.add_argument("--keep", type=int, default=None, metavar="N", help="keep the newest N complete runs")
     q.add_argument("--older-than", default=None, metavar="AGE",
                    help="remove complete runs finished more than AGE ago: a number with d, h or m (7d, 12h)")
