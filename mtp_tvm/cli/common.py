@@ -44,7 +44,7 @@ class Parser(argparse.ArgumentParser):
 
 def given_flags(args, names) -> list[str]:
     """The flags among dests ``names`` that the user gave (``Parser``), spelt as on the command line."""
-    known = {**{n: f.name for cls in (BuildSpec, DebugOptions) for n, f in flags(cls).items()}}
+    known = {n: f.name for cls in (BuildSpec, DebugOptions) for n, f in flags(cls).items()}
     return [known.get(n, "--" + n.replace("_", "-")) for n in names if n in args.given]
 
 
@@ -196,7 +196,7 @@ def load_weights(args, case: str, preset: str | None, tp: int | None = None, own
     without it."""
     if args.weights is None:
         return None
-    from ..tools.convert.convert import WeightSource, load
+    from ..tools.convert.convert import load
 
     source = options_from(args, WeightSource, path=args.weights, case=case, preset=preset, tp=tp, owners=owners)
     return load(source, log=lambda line: print(line, file=sys.stderr, flush=True))
@@ -240,7 +240,7 @@ def rpc_of(args) -> tuple[str, str] | None:
 
 def refuse_build_flags(args) -> None:
     """``--artifact`` takes what was built from the artifact's manifest: a build flag set beside it is an error."""
-    given = given_flags(args, [o for o in flag_names(BuildSpec, "manifest") if o != "cuda_graph"])
+    given = given_flags(args, flag_names(BuildSpec, "manifest"))
     if given:
         raise UsageError(f"--artifact takes {', '.join(given)} from the artifact's manifest; drop them")
 

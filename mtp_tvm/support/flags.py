@@ -124,12 +124,11 @@ def flag_names(cls_or_flags, group: str) -> tuple[str, ...]:
     return tuple(f.dest for f in found if group in f.groups)
 
 
-def add_flags(parser, cls, only: Iterable[str] | None = None, skip: Iterable[str] = (),
-              help: dict[str, str] | None = None) -> None:
-    """Add ``cls``'s flags (``only`` those, less ``skip``) to ``parser``; ``help`` replaces a flag's help text
-    where a command uses it in its own way."""
+def add_flags(parser, cls, only: Iterable[str] | None = None, help: dict[str, str] | None = None) -> None:
+    """Add ``cls``'s flags (``only`` those) to ``parser``; ``help`` replaces a flag's help text where a command
+    uses it in its own way."""
     for name, f in flags(cls).items():
-        if (only is None or name in only) and name not in skip:
+        if only is None or name in only:
             f.add_to(parser, (help or {}).get(name))
 
 
