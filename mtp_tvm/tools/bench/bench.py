@@ -80,7 +80,6 @@ from ...contract.cases import TOKENS, Case, get_case
 from ...contract.presets import Shapes
 from ...ir.frontend_names import FRONTEND_NAMES
 from ...passes.target import is_gpu, require_runs_here, resolve_target, target_json, usable_cores
-from ...schedule.files import schedule_names
 from ...support.atomic_file import write_user_file
 from ...support.errors import UsageError
 from ...support.load_average import LoadWatch
@@ -492,6 +491,9 @@ def _check_compare_schedules(spec: BuildSpec, options: BenchOptions) -> None:
     """An unknown name in ``compare_schedules`` is a typo, refused before anything is built."""
     if not options.compare_schedules:
         return
+    from ...schedule.files import schedule_names  # the compiler's schedules: a prebuilt artifact's bench (TVM's
+    # runtime alone) never loads them
+
     known = schedule_names(resolve_target(spec.target))
     unknown = [s for s in options.compare_schedules if s not in known]
     if unknown:
