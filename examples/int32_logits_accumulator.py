@@ -1,4 +1,4 @@
-"""A deliberately broken pass, for ``--pass-plugin examples/int32_logits_accumulator.py``.
+"""A deliberately broken pass, for ``--extra-passes examples/int32_logits_accumulator.py``.
 
 ``Int32LogitsAccumulator`` gives the LM head the W8A8 projection's accumulator: it caches the ``logits``
 block's output in a local buffer and makes that buffer INT32, the right type for the INT8 GEMMs but not for

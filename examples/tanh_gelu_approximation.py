@@ -1,4 +1,4 @@
-"""A deliberately broken pass for any module file, for ``--pass-plugin examples/tanh_gelu_approximation.py``.
+"""A deliberately broken pass for any module file, for ``--extra-passes examples/tanh_gelu_approximation.py``.
 
 ``TanhGeluApproximation`` is a "fast GELU": it replaces every exact ``R.nn.gelu`` (erf) with the tanh
 approximation before legalisation. The two differ by up to ~1e-3, far outside ``torch.testing.assert_close``'s

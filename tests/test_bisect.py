@@ -2,6 +2,7 @@
 
 import importlib.util
 import io
+from pathlib import Path
 
 import pytest
 import tvm
@@ -57,14 +58,19 @@ def test_binary_search_falls_back_to_linear_when_a_probe_cannot_build():
 
 
 @pytest.mark.slow  # over 10 s on 2 cores
-def test_pass_bisect_names_exactly_the_broken_pass():
+def test_pass_bisect_names_exactly_the_broken_pass(tmp_path):
     # The Relax frontend's LM-head kernel is `matmul1`; put the broken pass between FuseOps and the TIR passes
     # so that there are optional candidates on both sides of it.
     broken = _example().int32_accumulator("matmul1", "matmul")
     progress = io.StringIO()
     r = bisect_passes(case="tail", preset="tiny", frontend="relax", extra_passes={"schedule": [broken]},
-                      progress=progress)
+                      progress=progress, dump_passes=tmp_path)
     assert r.found and r.culprit["name"] == "Int32LogitsAccumulator" and r.culprit["phase"] == "schedule"
+    # the probes do not dump; the first failing build is checked again with its dumps: one run folder, whose
+    # culprit's diff the result names (the CLI prints it)
+    assert [p.name for p in tmp_path.iterdir()] == [Path(r.dump_dir).name]
+    assert Path(r.culprit_diff).is_file() and Path(r.culprit_diff).parent == Path(r.dump_dir)
+    assert "Int32LogitsAccumulator" in Path(r.culprit_diff).name
     assert r.candidates >= 3 and len(r.probes) < r.candidates + 1  # binary: fewer builds than candidates
     good, bad = r.limits
     assert bad == r.culprit["index"] and good < bad

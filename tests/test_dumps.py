@@ -95,7 +95,7 @@ def test_timing_outlives_the_pass_context_self_within_inclusive(relax_run):
 
 @pytest.mark.slow  # over 1 s: two builds with dumps
 def test_only_changed_and_two_runs_never_share_a_folder(tmp_path):
-    a = mtp_tvm.compile(case="logits", preset="tiny", dump_passes=tmp_path, only_changed=True).dump_dir
+    a = mtp_tvm.compile(case="logits", preset="tiny", dump_passes=tmp_path, dump_only_changed=True).dump_dir
     b = mtp_tvm.compile(case="logits", preset="tiny", dump_passes=tmp_path).dump_dir
     assert a != b
     ia, ib = (_index(r)["passes"] for r in (a, b))

@@ -11,7 +11,7 @@ from mtp_tvm.cli import main
 @pytest.fixture(scope="module")
 def root(tmp_path_factory):
     root = tmp_path_factory.mktemp("dumps")
-    mtp_tvm.compile(case="logits", preset="tiny", frontend="relax", dump_passes=root, only_changed=True)
+    mtp_tvm.compile(case="logits", preset="tiny", frontend="relax", dump_passes=root, dump_only_changed=True)
     return root
 
 

@@ -8,7 +8,7 @@ import mtp_tvm
 
 PACKAGE = Path(mtp_tvm.__file__).parent
 LAYERS = ("support", "contract", "ir", "passes", "schedule", "instrument", "compiler", "verify", "artifact", "tools")
-TOP = len(LAYERS)  # cli.py, __init__.py, __main__.py: the public surface, above every layer
+TOP = len(LAYERS)  # cli/, __init__.py, __main__.py: the public surface, above every layer
 # tools/ in wings, one per command, each importing only from itself and the wings before it (remote: TVM RPC,
 # shared by tune and bench)
 TOOL_WINGS = ("remote", "convert", "measure", "dumps", "check", "minimize", "bisect", "tune", "bench")
@@ -64,7 +64,8 @@ def test_every_import_of_the_package_names_a_module_that_exists():
 
 
 def test_every_module_lives_in_a_layer():
-    stray = [m for m in _graph() if _layer(m) == TOP and m not in ("mtp_tvm", "mtp_tvm.cli", "mtp_tvm.__main__")]
+    stray = [m for m in _graph() if _layer(m) == TOP and m not in ("mtp_tvm", "mtp_tvm.__main__", "mtp_tvm.cli")
+             and not m.startswith("mtp_tvm.cli.")]
     assert stray == [], f"modules outside the layer folders {LAYERS}: {stray}"
 
 
@@ -141,3 +142,12 @@ def test_the_wing_rule_sees_a_violation(monkeypatch):
     monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: "from ..bench.bench import bench\n"
                         if self == planted else original_read(self, *a, **k))
     assert _later_wing_imports(_graph()) == ["mtp_tvm.tools.measure._planted imports mtp_tvm.tools.bench.bench"]
+
+
+def test_cli_wings_share_only_common():
+    """cli/ mirrors the tools: each wing (check, bisect, bench, ...) imports the shared ``cli.common`` and the
+    API below, never another wing; only ``cli/__init__`` assembles them."""
+    crossing = [f"{m} imports {t}" for m, targets in _graph().items()
+                if m.startswith("mtp_tvm.cli.") and m != "mtp_tvm.cli.common"
+                for t in targets if t.startswith("mtp_tvm.cli") and t != "mtp_tvm.cli.common"]
+    assert crossing == []

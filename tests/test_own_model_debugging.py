@@ -141,7 +141,7 @@ def test_a_failing_module_check_writes_a_reproducer_that_fails_alone(tmp_path, m
     assert main(["check", "--module", str(BLOCK), "--pass-plugin", str(FP16_NORM)]) == 1
     line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("reproducer: "))
     folder = Path(line.split()[1])
-    assert "--pass-plugin" in (folder / "command.txt").read_text()
+    assert "--extra-passes" in (folder / "command.txt").read_text()
     assert rerun(folder, **QUIET) == 1  # REPRODUCED, without the plugin
 
 

@@ -113,11 +113,12 @@ def test_an_extra_passes_function_that_exits_is_a_usage_error():
 
 def test_systemexit_from_a_handler_never_reads_as_success(monkeypatch, capsys):
     from mtp_tvm import cli
+    from mtp_tvm.cli import cases
 
     def exits(_args):
         raise SystemExit(0)
 
-    monkeypatch.setattr(cli, "_cmd_list", exits)
+    monkeypatch.setattr(cases, "_cmd_list", exits)
     assert cli.main(["list"]) == 2
     assert "user code called sys.exit(0) during list" in capsys.readouterr().err
 

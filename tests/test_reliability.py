@@ -202,7 +202,7 @@ def test_ctrl_c_exits_130_and_never_leaves_a_half_written_run_marked_complete(tm
      "--dump-func nope: no function of that name"),
     (["check", "--case", "logits", "--preset", "tiny", "--pass-plugin", "{tmp}/passes.txt"], "is not a Python file"),
     (["bench", "--case", "logits", "--preset", "tiny", "--compare-schedules", "none,fastest"],
-     "--compare-schedules: unknown schedule 'fastest'"),
+     "compare_schedules: unknown schedule 'fastest'"),
     pytest.param(["tune", "--work-dir", "{tmp}/passes.txt", "--trials", "1"], "as the tuning work dir",
                  marks=pytest.mark.slow),  # tune starts its runner's worker process, which imports TVM
     (["tune", "--rpc-tracker", "127.0.0.1:1", "--trials", "1", "--work-dir", "{tmp}/db"],
@@ -222,7 +222,8 @@ def test_cli_round_two_errors_are_one_line(argv, message, capsys, tmp_path):
 
 
 def test_func_is_bisects_option_not_the_cli_dispatch():
-    from mtp_tvm.cli import _cmd_bisect, build_parser
+    from mtp_tvm.cli import build_parser
+    from mtp_tvm.cli.bisect import _cmd_bisect
 
     args = build_parser().parse_args(["bisect", "--func", "lm_head_logits"])
     assert args.func == "lm_head_logits" and args.handler is _cmd_bisect

@@ -30,9 +30,8 @@ def test_a_failing_check_writes_the_reproducer_into_its_run_folder(failing):
                                                        "repro.json", "repro.py", "target.json"]
     assert json.loads((repro / "target.json").read_text())["kind"] == "llvm"
     command = (repro / "command.txt").read_text()
-    assert command.startswith("mtp-tvm check --case tail --target llvm --preset tiny --frontend tir "
-                              "--schedule default --tokens 8 "
-                              "--vocab-shard 512 --owners 2 --tp 2 --seed 3 --pass-plugin ")
+    assert command.startswith("mtp-tvm check --case tail --target llvm --preset tiny --frontend tir --tokens 8 "
+                              "--vocab-shard 512 --schedule default --owners 2 --tp 2 --seed 3 --extra-passes ")
     assert "Int32LogitsAccumulator" not in (repro / "module.py").read_text()  # a module, not a pipeline
     assert '"int32"' in (repro / "module.py").read_text()  # ... with the broken pass's effect in it
     index = json.loads((Path(failing.dump_dir) / "index.json").read_text())

@@ -128,7 +128,7 @@ class _Build:
 def _prepare(name: str, tgt: Target, applier: ApplySchedules, debug: DebugOptions, meta: dict) -> _Build:
     extra = resolve_extra_passes(debug.extra_passes, tgt)
     gate = PassGate.for_target(tgt, debug.disable_passes, debug.bisect_limit, extra_pass_names(extra))
-    dump = DumpOptions(debug.dump_root, debug.only_changed, debug.dump_filter, debug.dump_func,
+    dump = DumpOptions(debug.dump_root, debug.dump_only_changed, debug.dump_filter, debug.dump_func,
                        debug.dump_nested) if debug.dump_passes else None
     if dump:
         retention()  # a bad MTP_TVM_DUMPS_KEEP fails before the build

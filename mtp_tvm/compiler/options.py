@@ -17,10 +17,11 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..contract.cases import Case, get_case
-from ..contract.presets import Shapes, make_shapes
-from ..ir.frontend_names import check_frontend
+from ..contract.cases import CASES, Case, get_case
+from ..contract.presets import PRESETS, Shapes, make_shapes
+from ..ir.frontend_names import FRONTEND_NAMES, check_frontend
 from ..support.errors import UsageError
+from ..support.flags import as_argv, option
 
 if TYPE_CHECKING:  # the options are read before any command needs TVM (``mtp-tvm --help`` stays instant)
     from tvm.target import Target
@@ -37,6 +38,22 @@ def check_graph_rows(bound: dict[str, int], owner: str) -> None:
     over = {dim: size for dim, size in bound.items() if size > CUDA_GRAPH_ROWS}
     _require(not over, f"{owner} was built with cuda_graph for at most {CUDA_GRAPH_ROWS} token rows, got "
                        + ", ".join(f"{d}={v}" for d, v in over.items()) + "; build without --cuda-graph for more")
+
+
+def _target_text(target) -> str:
+    """A target as ``--target``'s word: its name, or its JSON."""
+    if isinstance(target, str):
+        return target
+    from ..passes.target import target_json
+
+    return json.dumps(target if isinstance(target, dict) else target_json(target))
+
+
+def _plugin_text(passes) -> str | None:
+    """``--extra-passes``' word: the file of a loaded plugin; None for passes given as Python objects."""
+    from ..passes.plugins import PassPlugin
+
+    return str(passes.path) if isinstance(passes, PassPlugin) else None
 
 
 def _require(ok: bool, message: str) -> None:
@@ -82,16 +99,26 @@ class BuildSpec(OnTarget):
     CUDA graphs, captured once per token count by the runtime (``vm.builtin.cuda_graph``); those buffers are
     planned for at most ``CUDA_GRAPH_ROWS`` tokens (per owner for the LM head), so the binary refuses more."""
 
-    case: str = "tail"
-    target: Any = "llvm"  # "llvm", "cuda", a target JSON dict, or a tvm Target
-    preset: str = "flash"
-    frontend: str = "tir"
-    tokens: int | None = None
-    vocab_shard: int | None = None
-    schedule: str = "default"
-    owners: int | None = None
-    tp: int | None = None
-    cuda_graph: bool = False
+    case: str = option("tail", help=f"one of: {', '.join(CASES)}", metavar="CASE", groups=("case", "manifest"))
+    target: Any = option("llvm", help="llvm, cuda, or a target JSON object", metavar="TARGET", text=_target_text,
+                         groups=("manifest",))  # "llvm", "cuda", a target JSON dict, or a tvm Target
+    preset: str = option("flash", help=f"one of: {', '.join(PRESETS)}", metavar="P",
+                         groups=("case", "manifest"))
+    frontend: str = option("tir", help=f"one of: {', '.join(FRONTEND_NAMES)}", metavar="F",
+                           groups=("case", "manifest"))
+    tokens: int | None = option(None, help="token count T", shown="the preset's B*S = 8", type=int,
+                                metavar="T", groups=("case",))
+    vocab_shard: int | None = option(None, help="vocab shard columns", shown="512", type=int, metavar="V",
+                                     groups=("case", "manifest"))
+    schedule: str = option("default", help="default (the hand schedules in schedules/), none (plain lowering, CPU), "
+                           "dlight (CUDA), tuned, or another name a schedule file defines", metavar="NAME",
+                           groups=("manifest",))
+    owners: int | None = option(None, help="LM head: token owners (EP ranks) 2, 4 or 8", shown="2", type=int,
+                                metavar="O", groups=("case", "manifest"))
+    tp: int | None = option(None, help="LM head: TP degree 2, 4, 8 or 16; VOCAB = TP x vocab shard", shown="2",
+                            type=int, metavar="TP", groups=("case", "manifest"))
+    cuda_graph: bool = option(False, help="CUDA: replay main's kernels as CUDA graphs captured once per token count "
+                              f"(at most {CUDA_GRAPH_ROWS} token rows)", groups=("case", "manifest"))
 
     def __post_init__(self):  # sizes are checked against the preset by ``contract.presets.make_shapes``
         for name in ("case", "preset", "frontend", "schedule"):
@@ -115,17 +142,7 @@ class BuildSpec(OnTarget):
     def as_argv(self, target_flag: str | None = None) -> list[str]:
         """The ``mtp-tvm`` flags of this spec (sizes left at their default are omitted); ``target_flag``
         replaces the target's spelling (e.g. the JSON of a resolved target)."""
-        from ..passes.target import target_json
-
-        target = target_flag if target_flag is not None else (
-            self.target if isinstance(self.target, str) else
-            json.dumps(self.target if isinstance(self.target, dict) else target_json(self.target)))
-        argv = ["--case", self.case, "--target", target, "--preset", self.preset, "--frontend", self.frontend,
-                "--schedule", self.schedule]
-        for name in ("tokens", "vocab_shard", "owners", "tp"):
-            if getattr(self, name) is not None:
-                argv += [f"--{name.replace('_', '-')}", str(getattr(self, name))]
-        return argv + (["--cuda-graph"] if self.cuda_graph else [])
+        return as_argv(self, **({} if target_flag is None else {"target": target_flag}))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,21 +164,31 @@ DUMP_ENV = "MTP_TVM_DUMP"
 @dataclasses.dataclass(frozen=True)
 class DebugOptions:
     """Debugging a build. ``dump_passes``: True dumps every pass into a new folder under ``dumps/``, a path dumps
-    under it (``only_changed``, ``dump_filter`` regex on pass names, ``dump_func`` one function, ``dump_nested``
+    under it (``dump_only_changed``, ``dump_filter`` regex on pass names, ``dump_func`` one function, ``dump_nested``
     also the passes run inside another pass, FoldConstant's inner TIR pipelines: folded under it by default);
     ``time_passes`` keeps per-pass records (time, changed); ``disable_passes`` skips passes by name;
     ``bisect_limit`` N skips every optional pass numbered after N; ``extra_passes`` ({phase: [Pass]}, a
-    callable of the target, or a loaded ``--pass-plugin`` file) adds user passes to an optimizing phase."""
+    callable of the target, or a loaded ``--extra-passes`` file) adds user passes to an optimizing phase."""
 
-    dump_passes: bool | str | os.PathLike | None = None
-    only_changed: bool = False
-    dump_filter: str | None = None
-    dump_func: str | None = None
-    dump_nested: bool = False
-    time_passes: bool = False
-    disable_passes: tuple[str, ...] = ()
-    bisect_limit: int | None = None
-    extra_passes: ExtraPasses | None = dataclasses.field(default=None, compare=False)
+    dump_passes: bool | str | os.PathLike | None = option(
+        None, help="dump the IR after every pass into a new run folder under DIR (default dumps/)", metavar="DIR",
+        optional_value=True, groups=("manifest",))
+    dump_only_changed: bool = option(False, help="dump files only for passes that changed the IR", groups=("debug",))
+    dump_filter: str | None = option(None, help="dump files only for passes whose name matches REGEX",
+                                     metavar="REGEX", groups=("debug",))
+    dump_func: str | None = option(None, help="dump (and compare) only function NAME, not the whole module",
+                                   metavar="NAME", groups=("debug",))
+    dump_nested: bool = option(False, help="also dump the passes run inside another pass (FoldConstant's TIR "
+                               "pipeline per folded constant, FuseTIR's helpers); by default they are folded under "
+                               "it, in the index only", groups=("debug",))
+    time_passes: bool = option(False, help="print the passes taking the most time", groups=("debug",))
+    disable_passes: tuple[str, ...] = option((), help="do not run pass NAME (repeatable; names as in the dump index)",
+                                             metavar="NAME", repeat=True, groups=("debug",))
+    bisect_limit: int | None = option(None, help="run passes 1..N, then only required ones (LLVM's "
+                                      "-opt-bisect-limit)", type=int, metavar="N", groups=("debug",))
+    extra_passes: ExtraPasses | None = option(
+        None, help="a Python file whose passes(target) returns {phase: [passes]} to add to the pipeline (a pass "
+        "plugin)", metavar="FILE", text=_plugin_text, aliases=("--pass-plugin",), compare=False, groups=("debug",))
 
     def __post_init__(self):
         _require(not isinstance(self.disable_passes, (str, bytes)),
@@ -172,7 +199,7 @@ class DebugOptions:
         object.__setattr__(self, "disable_passes", tuple(self.disable_passes))
         _require(all(isinstance(n, str) for n in self.disable_passes),
                  f"disable_passes takes pass names, got {self.disable_passes!r}")
-        for name in ("only_changed", "dump_nested", "time_passes"):
+        for name in ("dump_only_changed", "dump_nested", "time_passes"):
             value = getattr(self, name)
             _require(isinstance(value, bool), f"{name} must be True or False, got {value!r}")
         for name in ("dump_filter", "dump_func"):
@@ -201,31 +228,12 @@ class DebugOptions:
     def as_argv(self) -> list[str]:
         """The ``mtp-tvm`` flags of these options. Passes given as Python objects have no flag: the caller
         says so (``api_only_passes``)."""
-        from ..passes.plugins import PassPlugin
-
-        argv: list[str] = []
-        if self.dump_passes:
-            argv += ["--dump-passes"] + ([] if self.dump_passes is True else [str(self.dump_passes)])
-        argv += ["--dump-only-changed"] if self.only_changed else []
-        argv += ["--dump-filter", self.dump_filter] if self.dump_filter else []
-        argv += ["--dump-func", self.dump_func] if self.dump_func else []
-        argv += ["--dump-nested"] if self.dump_nested else []
-        argv += ["--time-passes"] if self.time_passes else []
-        for name in self.disable_passes:
-            argv += ["--disable-pass", name]
-        argv += ["--bisect-limit", str(self.bisect_limit)] if self.bisect_limit is not None else []
-        if isinstance(self.extra_passes, PassPlugin):
-            argv += ["--pass-plugin", str(self.extra_passes.path)]
-        return argv
+        return as_argv(self)
 
     @property
     def api_only_passes(self) -> bool:
         """Whether user passes were given as Python objects, which no command-line flag can restate."""
-        if self.extra_passes is None:
-            return False
-        from ..passes.plugins import PassPlugin
-
-        return not isinstance(self.extra_passes, PassPlugin)
+        return self.extra_passes is not None and _plugin_text(self.extra_passes) is None
 
 
 _SPEC_FIELDS = {kind: {f.name for f in dataclasses.fields(kind)} for kind in (BuildSpec, ModuleSpec)}

@@ -118,7 +118,7 @@ class Runnable:
             vm = VirtualMachine(module, device)
             if not vm.module.implements_function("main"):  # e.g. a user pass returned an empty module
                 raise BuildError(f"{name} has no function 'main' to run: a pass of the build removed it "
-                                 "(check the extra passes or --pass-plugin)")
+                                 "(check the extra passes: extra_passes, --extra-passes)")
             self._vm = vm
         return self._vm
 

@@ -1,4 +1,4 @@
-"""User passes in the pipeline: ``extra_passes`` of ``compile()``/``check()``, or ``--pass-plugin FILE``.
+"""User passes in the pipeline: ``extra_passes`` of ``compile()``/``check()``, or ``--extra-passes FILE``.
 
 A plugin is a Python file defining ``passes(target) -> {phase: [tvm.transform.Pass, ...]}`` (LLVM's
 ``-load-pass-plugin``). Its passes run first in their phase, one of the optimizing phases (``legalize``,

@@ -367,7 +367,7 @@ def _portable_debug(debug):
     """``DebugOptions`` as they travel to the TVM worker: user passes only as a plugin file's path."""
     if debug.api_only_passes:
         raise UsageError("bench builds in a worker process: give extra passes as a pass plugin file "
-                         "(--pass-plugin FILE, or DebugOptions(extra_passes=load_pass_plugin(FILE)))")
+                         "(--extra-passes FILE, or DebugOptions(extra_passes=load_pass_plugin(FILE)))")
     plugin = None if debug.extra_passes is None else str(debug.extra_passes.path)
     return dataclasses.replace(debug, extra_passes=None), plugin
 
@@ -378,6 +378,21 @@ def _of_module_file(spec, options, keywords: dict) -> bool:
     artifact = keywords.get("artifact", getattr(options, "artifact", None))
     return (isinstance(spec, (str, os.PathLike, ModuleSpec)) or "module" in keywords
             or isinstance(options, ModuleBenchOptions) or (artifact is not None and is_module_artifact(artifact)))
+
+
+def _check_compare_schedules(spec: BuildSpec, options: BenchOptions) -> None:
+    """An unknown name in ``compare_schedules`` is a typo, refused before anything is built."""
+    if not options.compare_schedules:
+        return
+    from ...schedule.files import schedule_names  # the compiler's schedules: a prebuilt artifact's bench (TVM's
+    # runtime alone) never loads them
+
+    known = schedule_names(spec.resolved_target)
+    unknown = [s for s in options.compare_schedules if s not in known]
+    if unknown:
+        where = spec.target if isinstance(spec.target, str) else spec.resolved_target.kind.name
+        raise UsageError(f"compare_schedules: unknown schedule {unknown[0]!r} for target {where}; choose from "
+                         f"{', '.join(known)}")
 
 
 def _tvm_target(spec: BuildSpec, options: BenchOptions) -> tuple[dict, bool]:
@@ -442,6 +457,7 @@ def _plan(spec: BuildSpec | None, options: BenchOptions, keywords: dict) -> _Pla
         raise UsageError("--profile times kernels here; it cannot go with --rpc-tracker")
     portable, plugin = _portable_debug(debug)
     target, gpu = _tvm_target(spec, options)
+    _check_compare_schedules(spec, options)
     spec = dataclasses.replace(spec, tokens=sweep[0],
                                target=spec.target if isinstance(spec.target, (str, dict)) else target)
     return _Plan(spec, portable, plugin, options, case, shapes, target, gpu, options.threads or usable_cores(),
@@ -567,6 +583,9 @@ def bench(spec: BuildSpec | ModuleSpec | str | os.PathLike | None = None,
         return bench_module_file(spec, options, log=log, **keywords)
     options = dataclasses.replace(options or BenchOptions(),
                                   **{k: keywords.pop(k) for k in list(keywords) if k in _OPTION_FIELDS})
+    if weights is not None and options.artifact is not None:
+        raise UsageError("weights replace the weights of a build; bench an artifact on its seeded weights, or drop "
+                         "artifact")
     plan = _plan(spec, options, keywords)  # plan -> inputs -> time -> result
     with tempfile.TemporaryDirectory(prefix="mtp-bench-") as tmp, contextlib.ExitStack() as running:
         inputs = _write_inputs(plan, Path(tmp), weights)

@@ -78,6 +78,8 @@ class BisectResult:
     candidates: int
     probes: list[Probe]
     limits: tuple[int, int] | None = None  # pass bisect: (last passing, first failing) --bisect-limit
+    dump_dir: str | None = None  # with dump_passes: the run folder of the first failing build, re-checked
+    culprit_diff: str | None = None  # ... and the culprit's diff in it
 
     @property
     def found(self) -> bool:
@@ -188,10 +190,16 @@ def bisect_passes(spec: Spec | str | os.PathLike | None = None, debug: DebugOpti
     search = BisectSearch.parse(search, "search")
     if debug.bisect_limit is not None:
         raise UsageError("bisect chooses the bisect limit itself; drop it")
+
+    def recheck(d: DebugOptions):
+        from ..check.check import check
+
+        return check(spec, d, seed=seed, tolerance=tolerance, log=lambda *_: None)
+
     if isinstance(spec, BuildSpec):
         tolerance, golden = RatioTolerance.of(tolerance), _golden(spec, seed)
         return _bisect_gate(lambda d: driver.compile(spec, d),
-                            lambda build: _verdict(build, golden, seed, tolerance), debug, search, progress)
+                            lambda build: _verdict(build, golden, seed, tolerance), debug, search, progress, recheck)
     if seed:
         raise UsageError("a module file runs on its example_inputs(): seed does not apply to its bisect")
     tolerance, loaded, expected = ModuleTolerance.of(tolerance), load_module_file(spec.module), {}
@@ -206,13 +214,17 @@ def bisect_passes(spec: Spec | str | os.PathLike | None = None, debug: DebugOpti
         result = golden_check_module(c, tolerance, lambda *_: None, expected)
         return (Verdict.PASS, "") if result.passed else (Verdict.FAIL, "fails: " + ", ".join(result.failed_outputs))
 
-    return _bisect_gate(lambda d: driver.compile(spec, d, loaded=loaded), verdict, debug, search, progress)
+    return _bisect_gate(lambda d: driver.compile(spec, d, loaded=loaded), verdict, debug, search, progress, recheck)
 
 
 def _bisect_gate(build: Callable[[DebugOptions], object], verdict_of: Callable[[Callable], tuple[str, str]],
-                 debug: DebugOptions, search: BisectSearch, progress) -> BisectResult:
+                 debug: DebugOptions, search: BisectSearch, progress,
+                 recheck: Callable[[DebugOptions], object]) -> BisectResult:
     """The pass bisect of ``bisect_passes``: ``build(debug)`` makes a binary, ``verdict_of(lambda: binary)``
-    judges it ("pass", "fail" or "error", and a detail)."""
+    judges it ("pass", "fail" or "error", and a detail). The probes never dump; with ``debug.dump_passes`` the
+    first failing build is checked again by ``recheck(debug)`` with its dumps, and the result names its run
+    folder and the culprit's diff there."""
+    dumps, debug = debug.dump_passes, debug.replace(dump_passes=None)
     reference = build(debug.replace(time_passes=True))
     verdict, detail = verdict_of(lambda: reference)
     records = reference.pass_records
@@ -235,9 +247,15 @@ def _bisect_gate(build: Callable[[DebugOptions], object], verdict_of: Callable[[
         return BisectResult("pass", None, how, search, len(candidates), probes)
     bad = candidates[culprit - 1]
     good = candidates[culprit - 2].index if culprit > 1 else 0
+    dump_dir = diff = None
+    if dumps:
+        failing = recheck(debug.replace(dump_passes=dumps, bisect_limit=bad.index))
+        dump_dir = failing.dump_dir
+        diff = next((f"{dump_dir}/{p.diff}" for p in failing.pass_records if p.index == bad.index and p.diff), None)
     return BisectResult("pass", {"index": bad.index, "phase": bad.phase, "name": bad.name},
                         f"first failing pass: {bad.label} (--bisect-limit {good} passes, "
-                        f"--bisect-limit {bad.index} fails)", how, len(candidates), probes, (good, bad.index))
+                        f"--bisect-limit {bad.index} fails)", how, len(candidates), probes, (good, bad.index),
+                        dump_dir, diff)
 
 
 # ---- schedule steps ----------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 test and a reference (``--against KEY=VALUE,...``), both run on the same seeded inputs, and every kernel call's
 outputs are compared (``tools/check/kernel_calls.py`` records them).
 
-The reference is a clean baseline: it drops the test build's debugging changes (``--pass-plugin``,
+The reference is a clean baseline: it drops the test build's debugging changes (``--extra-passes``,
 ``--disable-pass``, ``--bisect-limit``) unless ``--against`` names them. Calls are aligned by kernel name and
 order: names compared without what only renames a kernel (a dtype suffix, the ``_prepacked`` of weight packing,
 TVM's numbering), and only calls with the same output shapes and dtypes partner; calls without a partner (other

@@ -116,7 +116,7 @@ def _rerun(folder: Path, log) -> int:
 
 def module_command(compiled, shapes: dict | None, seed: int, tolerance: ModuleTolerance) -> list[str]:
     """The ``mtp-tvm check --module`` argv that rebuilds and rechecks this build."""
-    debug = dataclasses.replace(compiled.debug, dump_passes=None, only_changed=False, dump_filter=None,
+    debug = dataclasses.replace(compiled.debug, dump_passes=None, dump_only_changed=False, dump_filter=None,
                                 dump_func=None, time_passes=False)
     argv = ["mtp-tvm", "check", "--module", str(compiled.module_file.path), "--schedule", compiled.schedule,
             "--target", json.dumps(target_json(compiled.target)), *debug.as_argv()]

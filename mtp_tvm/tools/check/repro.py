@@ -89,7 +89,7 @@ def cli_command(compiled, options: GoldenOptions) -> str:
     short = next((n for n in ("llvm", "cuda") if target_json(resolve_target(n)) == tj), None)
     s = compiled.shapes
     spec = dataclasses.replace(compiled.spec, tokens=s.tokens, vocab_shard=s.vocab_shard, owners=s.owners, tp=s.tp)
-    debug = dataclasses.replace(compiled.debug, dump_passes=None, only_changed=False, dump_filter=None,
+    debug = dataclasses.replace(compiled.debug, dump_passes=None, dump_only_changed=False, dump_filter=None,
                                 dump_func=None, time_passes=False)
     argv = ["mtp-tvm", "check", *spec.as_argv(short or json.dumps(tj)), "--seed", str(options.seed),
             *debug.as_argv()]

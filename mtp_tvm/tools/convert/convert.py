@@ -13,8 +13,8 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from ...contract.cases import get_case
-from ...contract.checkpoint import Checkpoint, find_layout, read_header
+from ...contract.cases import CASES, get_case
+from ...contract.checkpoint import Checkpoint, LayoutName, find_layout, read_header
 from ...contract.convert_weights import (
     CALIBRATION_INPUTS,
     MatrixError,
@@ -27,6 +27,7 @@ from ...contract.convert_weights import (
 from ...contract.presets import DEFAULT_TP, PRESETS, Shapes, make_shapes, tp_vocab_shard
 from ...support.atomic_file import write_user_file
 from ...support.errors import UsageError
+from ...support.flags import option
 from ...support.lazy import lazy_module
 from ...support.text_table import text_table
 from ...verify.comparators import Comparison, ratio_allclose
@@ -50,14 +51,21 @@ class WeightSource:
     for SmoothQuant with ``alpha`` (None: smoothing ones)."""
 
     path: str | os.PathLike
-    case: str = "tail"
-    preset: str | None = None
-    tp: int | None = None
-    rank: int | None = None
-    owners: int | None = None
-    layout: str | None = None
-    calibration: str | os.PathLike | None = None
-    alpha: float = 0.5
+    case: str = option("tail", help=f"whose weight inputs to write: one of {', '.join(CASES)}", metavar="CASE")
+    preset: str | None = option(None, help=f"one of: {', '.join(PRESETS)}", metavar="P",
+                                shown="the checkpoint's hidden size decides")
+    tp: int | None = option(None, help="TP degree of the LM head: the rank's rows are vocab / TP", shown="2",
+                            type=int, metavar="TP")
+    rank: int | None = option(None, help="the TP rank whose LM-head rows are read", shown="0", type=int, metavar="R",
+                              groups=("checkpoint",))
+    owners: int | None = option(None, help="LM head: token owners 2, 4 or 8", shown="2", type=int, metavar="O")
+    layout: str | None = option(None, help="the checkpoint's layout", shown="found from its tensor names",
+                                choices=LayoutName.names(), groups=("checkpoint",))
+    calibration: str | os.PathLike | None = option(
+        None, help="SmoothQuant from these activations (hidden_states, prev_hidden_states [N, D]; mtp-tvm inputs "
+        "writes such a file)", shown="smoothing ones", metavar="FILE.npz", groups=("checkpoint",))
+    alpha: float = option(0.5, help="SmoothQuant's migration strength", type=float, metavar="A",
+                          groups=("checkpoint",))
 
     def __post_init__(self):
         get_case(self.case)
@@ -133,6 +141,21 @@ class Loaded:
     bytes_read: int = 0
     rank: int = 0
     calibration: dict | None = None
+
+    def sized(self, spec):
+        """``spec`` (a ``BuildSpec``) with the LM-head sizes of these weights (a TP shard's rows are the vocab
+        shard); a vocab shard of its own that differs is refused."""
+        s = self.shapes
+        if spec.vocab_shard not in (None, s.vocab_shard):
+            raise UsageError(f"vocab shard {spec.vocab_shard}: the weights' LM-head shard has {s.vocab_shard} rows "
+                             f"(tp {s.tp}); drop the vocab shard")
+        return dataclasses.replace(spec, vocab_shard=s.vocab_shard, tp=s.tp, owners=s.owners)
+
+    def require_fits(self, shapes: Shapes, built: str) -> None:
+        """Refuse running these weights in ``built`` (an artifact) made for another vocab shard."""
+        if shapes.vocab_shard != self.shapes.vocab_shard:
+            raise UsageError(f"{built} was built for vocab shard {shapes.vocab_shard}; the weights' LM-head shard "
+                             f"has {self.shapes.vocab_shard} rows (build with --vocab-shard {self.shapes.vocab_shard})")
 
 
 def load(source: WeightSource, log: Callable[[str], None] | None = None) -> Loaded:

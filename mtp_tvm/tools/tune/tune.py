@@ -57,6 +57,7 @@ from ...schedule.tuned import (
 from ...support.errors import BuildError, UsageError, last_line
 from ...support.folder_lock import folder_lock
 from ..remote import parse_tracker, require_tracker
+from .options import TuneOptions
 
 _INTRINSICS = "tvm.s_tir.tensor_intrin"
 
@@ -274,26 +275,6 @@ def _measure(schedules: list, target: Target, builder, runner) -> list[tuple[lis
         results.append(BuildError(f"a hand point does not run in the tuner: {last_line(result.error_msg)}")
                        if result.error_msg else ([float(t) for t in result.run_secs], args))
     return results
-
-
-@dataclasses.dataclass(frozen=True)
-class TuneOptions:
-    """How ``tune`` searches (what it tunes is a ``BuildSpec``): ``trials`` in all, hand points included;
-    ``work_dir`` the database folder (None: ``schedule.tuned.tuned_dir``), warm-started from; ``seed`` of the
-    search; ``rpc = (HOST:PORT, key)`` measure on a TVM RPC tracker's servers; ``space`` a ``TuneSpace`` (or its name);
-    ``module`` a module file (``--module FILE.py``) whose kernels are tuned instead of the spec's case."""
-
-    trials: int = 64
-    work_dir: str | os.PathLike | None = None
-    seed: int = 0
-    rpc: tuple[str, str] | None = None
-    space: TuneSpace = TuneSpace.BOTH
-    module: str | os.PathLike | None = None
-
-    def __post_init__(self):
-        if isinstance(self.trials, bool) or not isinstance(self.trials, int) or self.trials < 1:
-            raise UsageError(f"trials must be a positive integer, got {self.trials!r}")
-        object.__setattr__(self, "space", TuneSpace.parse(self.space, "space"))
 
 
 _OPTION_FIELDS = {f.name for f in dataclasses.fields(TuneOptions)}

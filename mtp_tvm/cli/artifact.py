@@ -1,0 +1,116 @@
+"""``build`` and ``run``: an artifact folder written, and run on named or seeded inputs (``artifact/``)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from ..compiler.options import BuildSpec, ModuleSpec
+from ..support.errors import UsageError
+from ..support.flags import add_flags
+from ..support.timing import phase, time_line
+from .common import (
+    SEED,
+    add_arch_arg,
+    add_build_args,
+    add_shape_arg,
+    add_weights_arg,
+    build_spec,
+    debug_options,
+    given_flags,
+    load_weights,
+    print_debug_footer,
+    refuse_case_options,
+    refuse_checkpoint_options,
+)
+
+
+def _cmd_build(args) -> int:
+    if args.module:
+        refuse_case_options(args)
+    spec = ModuleSpec(args.module, args.target, args.schedule) if args.module else build_spec(args)
+    debug = debug_options(args)  # refused before the imports
+    with phase("import"):
+        from ..artifact.export import build, describe
+        from ..verify.results import summary_table
+
+    built = build(args.out, spec, debug, arch=args.arch, force=args.force, check=args.check, seed=args.seed)
+    if built.check is not None:
+        print(summary_table(built.check))
+    if built.path is None:
+        print(f"the artifact FAILED its golden check: nothing was written ({args.out} is as it was)")
+    else:
+        print(describe(built))
+    print_debug_footer(args, built.compiled.pass_records, built.compiled.gate, built.compiled.dump_dir)
+    print(time_line())
+    return 0 if built.check is None or built.check.passed else 1
+
+
+def _cmd_run(args) -> int:
+    refuse_checkpoint_options(args)
+    if args.inputs is not None and args.out and os.path.realpath(args.out) == os.path.realpath(args.inputs):
+        raise UsageError(f"--out {args.out} is the --inputs file; write the outputs elsewhere")
+    if args.inputs is None and args.random_inputs is None:
+        raise UsageError("give --inputs IN.npz (make one with `mtp-tvm inputs`) or --random-inputs")
+    if args.random_inputs is None and given_flags(args, ("seed", "tokens", "shape")):
+        raise UsageError("--seed, --tokens and --shape size the seeded inputs of --random-inputs; drop them with "
+                         "--inputs")
+    from ..artifact.load import load
+    from ..compiler.tensors import read_npz, write_npz
+
+    artifact = load(args.artifact, allow_failed=args.allow_failed)
+    loaded = None
+    if args.weights is not None:  # a case's artifact (a module file's has no case to size weights by)
+        case, shapes = artifact.sized()
+        loaded = load_weights(args, case.name, shapes.preset.name, shapes.tp, shapes.owners)
+        loaded.require_fits(shapes, args.artifact)
+    if args.inputs is not None:
+        inputs = read_npz(args.inputs, {n: t.dtype for n, t in artifact.input_specs.items()})
+    else:
+        from ..ir.module_sizes import parse_shapes
+
+        inputs = artifact.make_inputs(tokens=args.tokens, seed=args.seed, shapes=parse_shapes(args.shape))
+        if args.shape:
+            print("at --shape: no stored reference fits this size, so nothing is checked (check --module "
+                  "FILE.py --shape recomputes the golden there)")
+    if loaded is not None:
+        inputs = {**inputs, **loaded.weights}
+    outputs = artifact.run(inputs)
+    if args.out:
+        write_npz(args.out, outputs)
+    for name, a in outputs.items():
+        print(f"{name:20s} {str(a.shape):16s} {a.dtype}")
+    print(f"outputs: {args.out}" if args.out else "outputs: not written (--out OUT.npz keeps them)")
+    return 0
+
+
+def add_build_command(sub, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("build", parents=[common], help="build a case (or --module FILE.py) into an artifact folder: "
+                       "library, generated source, manifest")
+    add_build_args(p)
+    add_arch_arg(p)
+    p.add_argument("--out", required=True, metavar="DIR", help="the artifact folder to create")
+    p.add_argument("--force", action="store_true", help="replace DIR if it is an existing artifact")
+    p.add_argument("--check", action="store_true",
+                   help="golden-check the written artifact before committing it; the result goes in its manifest")
+    SEED.add_to(p, "input seed for --check")
+    p.set_defaults(handler=_cmd_build)
+
+
+def add_run_command(sub, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("run", parents=[common],
+                       help="run an artifact on named inputs from an .npz file, or on seeded ones")
+    p.add_argument("artifact", metavar="DIR", help="an artifact folder written by build")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--inputs", metavar="IN.npz", help="one array per input name (mtp-tvm inputs writes one)")
+    group.add_argument("--random-inputs", action="store_const", const=True, default=None,
+                       help="the seeded inputs check draws (--seed, --tokens)")
+    SEED.add_to(p, "with --random-inputs: input seed")
+    add_flags(p, BuildSpec, only=("tokens",),
+              help={"tokens": "with --random-inputs: token count T (default: the artifact's)"})
+    add_shape_arg(p, "with --random-inputs, a module file's artifact: ")
+    p.add_argument("--out", metavar="OUT.npz", help="where to write the outputs (without it: shapes and dtypes only)")
+    p.add_argument("--allow-failed", action="store_true",
+                   help="run an artifact even though its recorded golden check failed")
+    add_weights_arg(p)
+    p.set_defaults(handler=_cmd_run)

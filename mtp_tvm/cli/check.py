@@ -1,0 +1,269 @@
+"""``check``, ``localize`` and ``minimize``: the golden check of a case, a module file or an artifact, and its
+follow-ups (``tools/check``, ``tools/minimize``)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+
+from ..support.atomic_file import require_writable
+from ..support.errors import UsageError
+from ..support.timing import phase, time_line
+from ..verify.tolerances import LogitsTolerance, ModuleTolerance
+from .common import (
+    COMPILE_ONLY,
+    DEBUG_OPTIONS,
+    MANIFEST_OPTIONS,
+    MAX_E2E_ABS_DIFF,
+    MAX_ERROR_RATIO,
+    NAN_CHECK,
+    PERTURB_LOGIT,
+    SEED,
+    add_arch_arg,
+    add_build_args,
+    add_profile_arg,
+    add_shape_arg,
+    add_weights_arg,
+    build_spec,
+    check_exit,
+    debug_options,
+    given_flags,
+    load_weights,
+    module_options,
+    module_tolerance,
+    print_debug_footer,
+    print_reproducers,
+    refuse_case_options,
+    refuse_checkpoint_options,
+)
+
+
+def _add_lm_head_check_args(p: argparse.ArgumentParser) -> None:
+    """The LM-head logits comparator's options (cases lm-head, tail-lm-head; spec §3.3)."""
+    MAX_ERROR_RATIO.add_to(p)
+    for bound in ("absolute", "relative"):
+        p.add_argument(f"--{bound[0]}tol", type=float, default=None,
+                       help=f"LM-head logits {bound} tolerance (default 0.01); with --module: every output's (default "
+                            "torch.testing.assert_close's for its dtype)")
+    for flag in (MAX_E2E_ABS_DIFF, PERTURB_LOGIT):
+        flag.add_to(p)
+
+
+def _cmd_check(args) -> int:
+    refuse_checkpoint_options(args)
+    if (args.module or args.artifact or args.compile_only) and args.weights:
+        raise UsageError("--weights golden-checks a fresh build of a case on those weights; drop --module, --artifact "
+                         "and --compile-only (run ARTIFACT --weights runs an artifact on them)")
+    if args.module and args.artifact:
+        raise UsageError("--artifact checks the module file's artifact on what it stores; drop --module")
+    if args.module:
+        return _cmd_check_module(args)
+    if args.shape:
+        raise UsageError("--shape sizes a module file's inputs (check --module FILE.py); a case takes --tokens")
+    if args.artifact or args.compile_only:
+        return _cmd_check_prebuilt(args)
+    spec, debug = build_spec(args), debug_options(args)
+    loaded = load_weights(args, spec.case, spec.preset, spec.tp, spec.owners)
+    if loaded is not None:
+        spec = loaded.sized(spec)
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(LogitsTolerance)
+             if getattr(args, f.name) is not None}
+    with phase("import"):
+        from ..artifact.export import build_target, parse_archs
+        from ..tools.check.check import check
+
+    result = check(dataclasses.replace(spec, target=build_target(args.target, parse_archs(args.arch))), debug,
+                   seed=args.seed, report=args.report, logits_tol=LogitsTolerance(**given) if given else None,
+                   perturb_logit=parse_logit_perturbation(args.perturb_logit) if args.perturb_logit else None,
+                   profile=args.profile, nan_check=args.nan_check,
+                   weights=None if loaded is None else loaded.weights)
+    _print_check(args, result)
+    if result.profile is not None and result.dump_dir:
+        print(f"profile: {result.dump_dir}/profile.json")
+    print_reproducers(result)
+    code = check_exit(args, result)
+    print(time_line())
+    return code
+
+
+def _print_check(args, result) -> None:
+    """A check's verdict table, its NaN origin and profile when asked, the debugging footer."""
+    from ..verify.results import summary_table
+
+    print(summary_table(result))
+    if result.nan_checked:
+        print(result.nan_origin.describe() if result.nan_origin else "NaN/Inf: none in any kernel call's output")
+    if result.profile is not None:
+        print(result.profile.table())
+    print_debug_footer(args, result.pass_records, result.gate, result.dump_dir)
+
+
+def _cmd_check_module(args) -> int:
+    """``check --module FILE.py``: the user's own model against its reference (``tools.check.check``)."""
+    refuse_case_options(args, keep=("seed", "nan_check"))
+    debug = debug_options(args)
+    with phase("import"):
+        from ..ir.module_sizes import parse_shapes
+        from ..tools.check.check import check
+
+    result = check(debug=debug, tolerance=ModuleTolerance(args.atol, args.rtol), report=args.report,
+                   profile=args.profile, shapes=parse_shapes(args.shape), seed=args.seed, nan_check=args.nan_check,
+                   **module_options(args))
+    _print_check(args, result)
+    print_reproducers(result)
+    code = check_exit(args, result)
+    print(time_line())
+    return code
+
+
+def _cmd_localize(args) -> int:
+    require_writable(args.report, "--report")
+    if args.module:
+        return _cmd_localize_module(args)
+    if args.against is None:
+        raise UsageError("localize of a case needs --against KEY=VALUE (the reference build, e.g. schedule=none)")
+    if args.atol is not None or args.rtol is not None:
+        raise UsageError("--atol/--rtol apply to localize --module against torch; a case uses its own tolerance")
+    spec, debug = build_spec(args), debug_options(args)
+    with phase("import"):
+        from ..tools.check.localize import localize
+
+    result = localize(spec, debug, against=args.against, seed=args.seed,
+                      max_mb=args.localize_max_mb, log=lambda line: print(line, file=sys.stderr))
+    return _localize_verdict(args, result)
+
+
+def _localize_verdict(args, result) -> int:
+    """A localize's table, its JSON report when asked, and its exit code: 0 nothing differs, 1 something does."""
+    print(result.table())
+    if args.report:
+        result.write_json(args.report)
+        print(f"report: {args.report}")
+    return 0 if result.passed else 1
+
+
+def _cmd_localize_module(args) -> int:
+    """``localize --module FILE.py``: the first op that differs from eager torch (or, ``--against``, the first
+    kernel call that differs from another build's)."""
+    refuse_case_options(args)
+    debug = debug_options(args)
+    if args.localize_max_mb is not None:
+        raise UsageError("--localize-max-mb applies to a case; a module file's calls are compared at its example "
+                         "size in one run")
+    with phase("import"):
+        from ..tools.check.module_localize import localize_module
+
+    result = localize_module(debug=debug, against=args.against, tolerance=module_tolerance(args),
+                             log=lambda line: print(line, file=sys.stderr), **module_options(args))
+    return _localize_verdict(args, result)
+
+
+def _cmd_minimize(args) -> int:
+    """``minimize --module FILE.py``: the smallest failing piece of the file's graph (``tools.minimize``)."""
+    if not args.module:
+        raise UsageError("minimize cuts your own model: give --module FILE.py")
+    refuse_case_options(args)
+    require_writable(args.out, "--out")
+    debug = debug_options(args)
+    with phase("import"):
+        from ..tools.minimize.minimize import minimize_module
+
+    result = minimize_module(debug=debug, tolerance=module_tolerance(args), out=args.out,
+                             log=lambda line: print(line, file=sys.stderr), **module_options(args))
+    print(result.summary())
+    print(time_line())
+    return 0
+
+
+def _cmd_check_prebuilt(args) -> int:
+    """``check --compile-only`` (build the artifact, discard it) and ``check --artifact DIR`` (no compile)."""
+    for flag, given, what in (("--profile", args.profile, "times"), ("--nan-check", args.nan_check, "searches")):
+        if given:  # both run a fresh build's kernels one by one
+            raise UsageError(f"{flag} {what} a fresh build's kernels; drop --artifact/--compile-only")
+    unused = given_flags(args, ("max_error_ratio", "atol", "rtol", "max_e2e_abs_diff", "perturb_logit",
+                                          *(("seed", "report") if not args.artifact else ())))
+    if unused:
+        what = "--artifact checks with the default tolerances" if args.artifact else "--compile-only runs no check"
+        raise UsageError(f"{what}, so {', '.join(unused)} cannot apply; drop them")
+    if args.compile_only and not args.artifact:
+        spec, debug = build_spec(args), debug_options(args)
+        from ..artifact.export import build, describe
+
+        built = build(None, spec, debug, arch=args.arch)
+        print(describe(built))
+        print_debug_footer(args, built.compiled.pass_records, built.compiled.gate, built.compiled.dump_dir)
+        return 0
+    if given_flags(args, MANIFEST_OPTIONS):
+        raise UsageError(f"--artifact takes {', '.join(given_flags(args, MANIFEST_OPTIONS))} from the artifact's "
+                         "manifest; drop them")
+    if given_flags(args, DEBUG_OPTIONS):
+        raise UsageError(f"--artifact does not compile, so {', '.join(given_flags(args, DEBUG_OPTIONS))} cannot "
+                         "apply; drop them")
+    from ..artifact.load import check_artifact
+    from ..verify.results import summary_table
+
+    result = check_artifact(args.artifact, seed=args.seed, tokens=args.tokens, report=args.report)
+    print(summary_table(result))
+    return check_exit(args, result)
+
+
+def add_check_command(sub, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("check", parents=[common], help="build a case, run it on seeded inputs, golden-check every "
+                       "stage (--module FILE.py: your own model against torch or its unoptimised build)")
+    add_build_args(p)
+    SEED.add_to(p)
+    p.add_argument("--report", default=None, metavar="FILE", help="write the result as JSON")
+    add_arch_arg(p)
+    _add_lm_head_check_args(p)
+    p.add_argument("--artifact", default=None, metavar="DIR",
+                   help="golden-check a prebuilt artifact on fresh seeded inputs (a --module artifact: its stored "
+                        "example inputs and reference outputs), without compiling")
+    COMPILE_ONLY.add_to(p)
+    add_profile_arg(p)
+    NAN_CHECK.add_to(p)
+    add_shape_arg(p, "with --module: ")
+    add_weights_arg(p)
+    p.set_defaults(handler=_cmd_check)
+
+
+def add_localize_command(sub, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("localize", parents=[common],
+                       help="name the first kernel call whose numbers differ from a reference build's")
+    add_build_args(p)
+    p.add_argument("--against", default=None, metavar="KEY=VALUE[,...]",
+                   help="the reference build: target, frontend, schedule, disable-pass, bisect-limit, pass-plugin "
+                        "(e.g. schedule=none); it drops this build's debugging changes unless named. A case needs "
+                        "it; --module without it compares every op with eager torch")
+    p.add_argument("--atol", type=float, default=None,
+                   help="--module against torch: every op's absolute tolerance (default assert_close's per dtype)")
+    p.add_argument("--rtol", type=float, default=None,
+                   help="--module against torch: every op's relative tolerance (default assert_close's per dtype)")
+    SEED.add_to(p)
+    p.add_argument("--localize-max-mb", type=float, default=None, metavar="MB",
+                   help="keep at most MB of recorded tensors at once (oldest calls compared and dropped first)")
+    p.add_argument("--report", default=None, metavar="FILE", help="write the result as JSON")
+    p.set_defaults(handler=_cmd_localize)
+
+
+def add_minimize_command(sub, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("minimize", parents=[common], help="cut a failing --module FILE.py's exported graph down to the "
+                       "smallest piece that still fails check --module, written as a module file")
+    add_build_args(p)
+    p.add_argument("--out", default=None, metavar="FILE.py",
+                   help="where to write the piece (default: <module>_min.py in the current folder)")
+    p.add_argument("--atol", type=float, default=None, help="every output's absolute tolerance, as check --module's")
+    p.add_argument("--rtol", type=float, default=None, help="every output's relative tolerance, as check --module's")
+    p.set_defaults(handler=_cmd_minimize)
+
+
+def parse_logit_perturbation(text: str) -> tuple[int, int, int, float]:
+    """``"OWNER,ROW,COL[,DELTA]"`` (DELTA default 1.0) -> a tuple for ``check(perturb_logit=...)``."""
+    parts = [p.strip() for p in text.split(",")]
+    try:
+        if len(parts) not in (3, 4):
+            raise ValueError
+        return int(parts[0]), int(parts[1]), int(parts[2]), float(parts[3]) if len(parts) == 4 else 1.0
+    except ValueError:
+        raise UsageError(f"perturbation must be OWNER,ROW,COL[,DELTA] (integers, DELTA a number), got {text!r}"
+                         ) from None
