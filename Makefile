@@ -31,12 +31,18 @@ install-test: $(VENV)/.installed-test
 run: install
 	$(BIN)/mtp-tvm check --case tail --target llvm --preset $(PRESET) --frontend tir --dump-passes
 
+# Both loops spread the tests over every core (pytest-xdist; the slow ones are handed out first, and the tests of
+# one costly shared fixture go to one worker: tests/conftest.py);
+# PYTEST_WORKERS=0 runs them in this process (e.g. to use pdb).
+PYTEST_WORKERS ?= auto
+XDIST := -n $(PYTEST_WORKERS) --dist loadgroup
+
 test: install-test lint
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q $(XDIST) $(PYTEST_ARGS)
 
 # The edit loop: every test not marked slow, stopping at the first failure, after the lint.
 check-fast: install-test lint
-	$(BIN)/python -m pytest -q -x -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -x -m "not slow" $(XDIST) $(PYTEST_ARGS)
 
 lint: install-test
 	$(BIN)/ruff check $(ROOT)mtp_tvm $(ROOT)tests
