@@ -440,16 +440,16 @@ def test_a_worker_dies_with_its_parent_even_a_killed_one(job_module, tmp_path):
 
 def test_a_contender_faster_than_the_roofline_makes_it_a_wrong_probe_not_a_fraction():
     """A roofline some contender beats is the probe's error: no fraction over 100 %, the table and notes say so."""
-    from mtp_tvm.tools.bench.bench import _figures
+    from mtp_tvm.tools.bench.result import tokens_figures
 
     case, s = CASES["logits"], make_shapes("tiny", 1)
     bandwidth = 10.0  # GB/s: the roofline of the tiny logits' bytes at 10 GB/s
     roof = bytes_moved(case, s) / bandwidth / 1e6
-    fast = _figures(case, s, ["tvm", "torch_bf16"], {"tvm": [roof * 2], "torch_bf16": [roof / 2]}, {}, None,
-                    bandwidth, set())
+    fast = tokens_figures(case, s, ["tvm", "torch_bf16"], {"tvm": [roof * 2], "torch_bf16": [roof / 2]}, {},
+                          None, bandwidth, set())
     assert fast.roofline_beaten_by == "torch_bf16" and fast.roofline_fraction is None
-    slow = _figures(case, s, ["tvm", "torch_bf16"], {"tvm": [roof * 2], "torch_bf16": [roof * 4]}, {}, None,
-                    bandwidth, set())
+    slow = tokens_figures(case, s, ["tvm", "torch_bf16"], {"tvm": [roof * 2], "torch_bf16": [roof * 4]}, {},
+                          None, bandwidth, set())
     assert slow.roofline_beaten_by is None and slow.roofline_fraction == pytest.approx(0.5)
 
 

@@ -20,7 +20,8 @@ from mtp_tvm.instrument.ir_text import (
 )
 from mtp_tvm.instrument.kernel_history import kernel_history
 from mtp_tvm.tools.dumps.browse import load_index
-from mtp_tvm.tools.dumps.compare import compare_command, compare_runs
+from mtp_tvm.tools.dumps.compare import compare_runs
+from mtp_tvm.tools.dumps.compare_page import compare_command
 from mtp_tvm.tools.measure.kernel_code import assembly_kernels, cuda_kernels
 
 LOGITS = dict(case="logits", preset="tiny")

@@ -144,7 +144,7 @@ def test_hand_space_samples_the_knobs_and_its_traces_replay_on_any_token_count()
     from mtp_tvm.schedule.space import default_schedule, hand_space, is_hand
     from mtp_tvm.schedule.steps import fresh_copy
     from mtp_tvm.schedule.tuned import _replay, workload
-    from mtp_tvm.tools.tune.tune import case_kernels, load_tensor_intrinsics
+    from mtp_tvm.tools.tune.kernels import case_kernels, load_tensor_intrinsics
 
     target = resolve_target('{"kind": "llvm", "mcpu": "haswell", "num-cores": 2}')
     load_tensor_intrinsics(target)  # as tune does: TuneContext would import every intrinsic TVM ships
@@ -187,7 +187,7 @@ def test_hand_space_samples_the_knobs_and_its_traces_replay_on_any_token_count()
 def test_progress_says_trials_space_and_time_left():
     from types import SimpleNamespace
 
-    from mtp_tvm.tools.tune.tune import ProgressCallback
+    from mtp_tvm.tools.tune.progress import ProgressCallback
 
     lines = []
     p = ProgressCallback(total=4, log=lines.append)
@@ -217,7 +217,7 @@ def test_candidates_replayed_one_after_another_leave_the_workload_intact(kernel)
     from mtp_tvm.schedule.space import hand_space
     from mtp_tvm.schedule.steps import fresh_copy
     from mtp_tvm.schedule.tuned import workload
-    from mtp_tvm.tools.tune.tune import case_kernels, load_tensor_intrinsics
+    from mtp_tvm.tools.tune.kernels import case_kernels, load_tensor_intrinsics
 
     target = resolve_target('{"kind": "llvm", "mcpu": "znver4", "num-cores": 2}')
     load_tensor_intrinsics(target)  # as tune does: TuneContext would import every intrinsic TVM ships (a minute)
@@ -261,7 +261,7 @@ def test_the_hand_space_tries_dot_product_tiles_only_where_the_target_has_dot_pr
     from mtp_tvm.schedule.space import hand_space
     from mtp_tvm.schedule.steps import fresh_copy
     from mtp_tvm.schedule.tuned import workload
-    from mtp_tvm.tools.tune.tune import case_kernels, load_tensor_intrinsics
+    from mtp_tvm.tools.tune.kernels import case_kernels, load_tensor_intrinsics
 
     tensorized = {}
     for mcpu in ("znver4", "haswell"):

@@ -31,7 +31,7 @@ def _database(folder, target) -> None:
     tuned for ``target``; no measurement, so it takes seconds."""
     from tvm.s_tir import meta_schedule as ms
 
-    from mtp_tvm.tools.tune.tune import case_kernels
+    from mtp_tvm.tools.tune.kernels import case_kernels
 
     folder.mkdir(parents=True)
     tgt = resolve_target(target)

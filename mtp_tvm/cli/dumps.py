@@ -14,7 +14,7 @@ def _cmd_dumps(args) -> int:
         print(dump_browse.show(dump_browse.find_run(args.run, args.root), args.pass_, args.changed, args.phase,
                                func=args.func, history=args.history, nested=args.nested), end="")
     elif args.dumps_command == "compare":
-        from ..tools.dumps.compare import compare_command
+        from ..tools.dumps.compare_page import compare_command
 
         print(compare_command(dump_browse.find_run(args.a, args.root), dump_browse.find_run(args.b, args.root),
                               args.html), end="")

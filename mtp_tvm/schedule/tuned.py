@@ -1,6 +1,6 @@
 """MetaSchedule records at build time: where a case's tuning database lives, the static workload a kernel is
 tuned as, and applying the records to a module whose token count stays symbolic. (The search that writes them
-is ``tools/tune/tune.py``; the hand rules' design spaces are ``space.py``.)
+is ``tools/tune/``; the hand rules' design spaces are ``space.py``.)
 
 One tuned binary serves every T. MetaSchedule measures static shapes only, so a kernel is tuned as its
 *tile workload*: every symbolic row count bound to the padded token tile of 16, and a GEMM's ``tokens`` (it runs

@@ -48,7 +48,7 @@ has it, else the FP32 FMA), combined over the GEMMs by their FLOPs (``roofline_p
 (roofline ms / tvm ms); the best peer (the fastest peer that ran) and ``tvm_vs_best_peer`` (its ms
 over TVM's: above 1, TVM is faster).
 
-The JSON (``BenchResult.as_dict``): ``isolation`` ("process"), ``threads``, ``load_average`` (``before``,
+The JSON (``result.BenchResult.as_dict``): ``isolation`` ("process"), ``threads``, ``load_average`` (``before``,
 ``after``, ``warning``), ``workers`` (pid each), the case, target, preset, frontend, schedule and sizes;
 ``isa`` (the target's ISA, its features and those the code uses), ``instruction_mix`` (per kernel, static counts
 of ``fma``, ``vdpbf16ps``, ``vpmaddwd``, ``vpdpwssd`` in its assembly), ``peaks`` (GFLOP/s per instruction kind
@@ -64,8 +64,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import itertools
-import json
 import os
 import statistics
 import tempfile
@@ -79,16 +77,15 @@ from ...contract.cases import TOKENS, Case, get_case
 from ...contract.presets import Shapes
 from ...ir.frontend_names import FRONTEND_NAMES
 from ...passes.target import is_gpu, require_runs_here, target_json, usable_cores
-from ...support.atomic_file import write_user_file
 from ...support.errors import UsageError
-from ...support.text_table import text_table
 from ...support.timing import phase
 from ..measure.peaks import FMA, Probes
 from ..measure.profile import Profile, ProfileOptions, profile_options
-from ..measure.roofline import bytes_moved, flops, gemm_work, roofline_ms, roofline_peak
+from ..measure.roofline import gemm_work, roofline_peak
 from .module_bench import ModuleBenchOptions, ModuleBenchResult, bench_module_file
 from .peer_worker import PEERS, PeerJob, peer_unavailable
 from .race import Race, check_race_counts, cold_cache, require_count
+from .result import BenchResult, tokens_figures
 from .tvm_worker import API, TVM, TvmJob
 from .worker import InputFiles
 
@@ -169,199 +166,7 @@ def parse_peers(text: str) -> tuple[str, ...]:
     return tuple(filter(None, (part.strip() for part in text.split(","))))
 
 
-# ---- the result -------------------------------------------------------------------------------------------
-
-@dataclasses.dataclass(frozen=True)
-class TokensFigures:
-    """The figures of one T: every name's median and samples (None and ``unavailable[name]`` = why, where
-    it could not run), GFLOP/s and GB/s of the useful work, the roofline time and TVM's fraction of it, the
-    best peer and TVM's ratio to it (best peer ms / tvm ms: above 1, TVM is faster). ``roofline_beaten_by``: the
-    fastest name that ran faster than the roofline, which is then a wrong probe (its bandwidth or peak is below
-    what that contender reached), not a bound: no fraction of it is given."""
-
-    tokens: int
-    shapes: dict
-    median_ms: dict[str, float | None]
-    samples_ms: dict[str, list[float]]
-    unavailable: dict[str, str]
-    gflops: dict[str, float]
-    gbs: dict[str, float]
-    flops: float
-    bytes: float
-    roofline_ms: float | None
-    roofline_fraction: float | None
-    best_peer: str | None
-    best_peer_ms: float | None
-    tvm_vs_best_peer: float | None
-    roofline_beaten_by: str | None = None
-
-
-def _str_keys(d: dict) -> dict:
-    """JSON object keys: T as text."""
-    return {str(k): _str_keys(v) if isinstance(v, dict) else v for k, v in d.items()}
-
-
-@dataclasses.dataclass(frozen=True)
-class BenchResult:
-    """A bench run (see the module docstring); ``per_tokens``: T -> ``TokensFigures``."""
-
-    case: str
-    target: dict
-    preset: str
-    frontend: str
-    schedule: str
-    shapes: dict  # the sizes every T shares
-    tokens: list[int]
-    per_tokens: dict[int, TokensFigures]
-    compile_seconds: dict[str, float | dict[int, float]]  # apart from every timed figure
-    threads: int
-    load_average: dict  # before, after, peak, cores, unreliable, warning: support.load_average.LoadWatch.report
-    workers: dict[str, int]  # worker -> its pid
-    peak_gflops: float | None
-    peak_kind: str | None  # the instruction(s) ``peak_gflops`` is the peak of (the GEMMs' own)
-    peaks: dict[str, float]  # measured GFLOP/s per instruction kind
-    bandwidth_gbs: float | None  # the median of ``bandwidth_samples_gbs``
-    bandwidth_samples_gbs: list[float]  # one read-bandwidth probe a round, beside TVM and the peers
-    probes: str
-    numpy_blas: list[dict]
-    isa: dict | None  # the target ISA, its features and those the code uses (``bench_tvm.isa_record``)
-    instruction_mix: dict[str, dict[str, int]]  # kernel -> family counts
-    profile: Profile | None = None  # --profile: every kernel of main at the first T (tools/measure/profile.py)
-    measured_on: str = "here"  # where TVM ran: here, or KEY@HOST:PORT (--rpc-tracker; no peers, no roofline)
-    isolation: str = "process"  # TVM and each peer in a worker process of its own
-
-    def as_dict(self) -> dict:
-        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        d["per_tokens"] = {str(t): dataclasses.asdict(f) for t, f in self.per_tokens.items()}
-        d["compile_seconds"] = _str_keys(self.compile_seconds)
-        d["profile"] = None if self.profile is None else self.profile.as_dict()
-        return {k: d[k] for k in ("isolation", "threads", "load_average", "workers", "case", "target", "preset",
-                                  "frontend", "schedule", "shapes", "tokens", "measured_on", "isa",
-                                  "instruction_mix", "peaks", "peak_kind", "peak_gflops", "bandwidth_gbs",
-                                  "bandwidth_samples_gbs", "probes",
-                                  "numpy_blas", "compile_seconds", "per_tokens", "profile")}
-
-    def write_json(self, path: str | os.PathLike) -> None:
-        write_user_file(path, lambda p: p.write_text(json.dumps(self.as_dict(), indent=1)))
-
-    @property
-    def names(self) -> list[str]:
-        """Every name timed: tvm, its other builds, then the peers."""
-        return list(dict.fromkeys(n for f in self.per_tokens.values() for n in f.median_ms))
-
-    def table(self) -> str:
-        figures = list(self.per_tokens.values())
-        s, la = self.shapes, self.load_average
-        head = [f"case={self.case} target={self.target['kind']} preset={self.preset} frontend={self.frontend} "
-                f"schedule={self.schedule} D={s['hidden']} V={s['vocab_shard']}; TVM and every peer in its own "
-                f"process, {self.threads} thread{'s' if self.threads > 1 else ''} each",
-                f"load average (1 min) {la['before']:.2f} before the rounds, {la['after']:.2f} after"
-                + (f"; WARNING: {la['warning']}" if la["warning"] else "")]
-        rows = [("median ms", *(f"T={f.tokens}" for f in figures))]
-        for name in self.names:
-            label = f"tvm:{self.schedule}" if name == TVM else name
-            rows.append((label, *("-" if f.median_ms.get(name) is None else f"{f.median_ms[name]:.3f}"
-                                  for f in figures)))
-        if self.measured_on == "here":
-            rows.append(("roofline", *(f"{f.roofline_ms:.3f}" for f in figures)))
-            rows.append(("tvm / roofline", *("probe low" if f.roofline_beaten_by else "-" if f.roofline_fraction is None
-                                             else f"{100 * f.roofline_fraction:.0f}%" for f in figures)))
-        rows.append(("best peer", *(f.best_peer or "-" for f in figures)))
-        ratio = "best peer / tvm" + (" (UNRELIABLE: load)" if la.get("unreliable") else "")
-        rows.append((ratio, *("-" if f.tvm_vs_best_peer is None else f"{f.tvm_vs_best_peer:.2f}x"
-                              for f in figures)))
-        body = text_table(rows, align_right=frozenset(range(1, len(rows[0]))))
-        why_not = {}
-        for f in figures:
-            for name, why in f.unavailable.items():
-                why_not.setdefault((name, why), []).append(str(f.tokens))
-        notes = [f"unavailable: {name} (T={','.join(ts)}): {why}" for (name, why), ts in why_not.items()]
-        compiles = "; ".join(f"{name} {v:.1f}" if not isinstance(v, dict) else
-                             f"{name} " + ", ".join(f"T={t} {sec:.1f}" for t, sec in v.items())
-                             for name, v in self.compile_seconds.items())
-        notes.append(f"compile s (apart from the figures): {compiles}")
-        if self.measured_on == "here":
-            peaks = ", ".join(f"{kind} {gflops:.1f}" for kind, gflops in self.peaks.items())
-            spread = (f" (median of {len(self.bandwidth_samples_gbs)} rounds, {min(self.bandwidth_samples_gbs):.1f}-"
-                      f"{max(self.bandwidth_samples_gbs):.1f})" if self.bandwidth_samples_gbs else "")
-            compute = ("no compute peak measured (a prebuilt artifact: " + self.probes + ")"
-                       if self.peak_gflops is None else
-                       f"useful FLOPs / {self.peak_gflops:.1f} GFLOP/s ({self.peak_kind}; measured peaks: {peaks})")
-            notes.append(f"roofline: max(bytes / {self.bandwidth_gbs:.1f} GB/s{spread}, {compute})")
-            beaten = {f.tokens: f.roofline_beaten_by for f in figures if f.roofline_beaten_by}
-            if beaten:
-                where = ", ".join(f"T={t} ({name} ran faster)" for t, name in beaten.items())
-                notes.append(f"roofline WRONG at {where}: the probes understate this machine there, so no fraction "
-                             "of it is given")
-        else:
-            notes.append(f"TVM timed on {self.measured_on}; peers and the roofline are measured only where bench runs")
-        if self.isa is not None:
-            have = [f for f in ("fma", "bf16_dot") if self.isa[f]] + ([f"int8_dot={self.isa['int8_dot']}"]
-                                                                        if self.isa["int8_dot"] else [])
-            notes.append(f"isa {self.isa['name']} ({self.isa['vector_bits']}-bit; {', '.join(have) or 'no FMA'}); "
-                         f"the code uses {', '.join(self.isa['used']) or 'none of them'}")
-        for kernel, counts in self.instruction_mix.items():
-            notes.append(f"  {kernel}: " + ", ".join(f"{fam} {n}" for fam, n in counts.items() if n))
-        return "\n".join([*head, *body, *notes])
-
-    def plot(self, path: str | os.PathLike) -> None:
-        """Median ms per name (TVM's builds, the peers), grouped by T (log scale: T sweeps span decades)."""
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        names, figures = self.names, list(self.per_tokens.values())
-        width = 0.8 / max(len(names), 1)
-        tab10 = plt.get_cmap("tab10").colors
-        others = itertools.cycle(tab10[:2] + tab10[3:])  # every colour but TVM's green
-        fig, ax = plt.subplots(figsize=(max(6.0, 1.4 * len(figures) + 0.3 * len(names)) + 2.5, 4))
-        for i, name in enumerate(names):
-            xs = [j + (i - (len(names) - 1) / 2) * width for j, f in enumerate(figures)
-                  if f.median_ms.get(name) is not None]
-            ms = [f.median_ms[name] for f in figures if f.median_ms.get(name) is not None]
-            ax.bar(xs, ms, width, label=f"tvm:{self.schedule}" if name == TVM else name,
-                   color=tab10[2] if name == TVM else next(others))
-        if self.measured_on == "here":
-            for j, f in enumerate(figures):
-                ax.hlines(f.roofline_ms, j - 0.45, j + 0.45, colors="black", linestyles="dashed",
-                          label="roofline" if j == 0 else None)
-        ax.set_xticks(range(len(figures)), [f"T={f.tokens}" for f in figures])
-        ax.set_yscale("log")
-        ax.set_ylabel("median ms per call (lower is better)")
-        s = self.shapes
-        ax.set_title(f"{self.case} {self.preset} V={s['vocab_shard']} on {self.target['kind']} (schedule "
-                     f"{self.schedule}), {self.threads} threads, one process each", fontsize=9)
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-        fig.tight_layout()
-        write_user_file(path, lambda p: fig.savefig(p, format="png", dpi=120))
-        plt.close(fig)
-
-
 # ---- the race ---------------------------------------------------------------------------------------------
-
-def _figures(case: Case, s: Shapes, names: list[str], samples: dict[str, list[float]], unavailable: dict[str, str],
-             peaks: dict[str, float] | None, bandwidth: float | None, used: set[str]) -> TokensFigures:
-    """One T's figures; ``names``: TVM's builds and the peers, in the order the table shows them."""
-    median = {n: statistics.median(samples[n]) for n in names if n in samples}
-    useful, moved = flops(case, s, s.tokens), bytes_moved(case, s)
-    tvm_ms = median.get(TVM)
-    peak = None if peaks is None else roofline_peak(gemm_work(case, s, used), peaks)[0]
-    roof = None if bandwidth is None else roofline_ms(useful, moved, peak, bandwidth)
-    peers = {n: ms for n, ms in median.items() if not n.startswith(TVM)}
-    best = min(peers, key=peers.get) if peers else None
-    fastest = min(median, key=median.get) if median else None
-    beaten = fastest if roof is not None and fastest is not None and median[fastest] < roof else None
-    return TokensFigures(
-        tokens=s.tokens, shapes=s.as_dict(), median_ms={n: median.get(n) for n in names},
-        samples_ms=samples, unavailable=unavailable,
-        gflops={n: useful / ms / 1e6 for n, ms in median.items()},
-        gbs={n: moved / ms / 1e6 for n, ms in median.items()},
-        flops=useful, bytes=moved, roofline_ms=roof,
-        roofline_fraction=None if roof is None or tvm_ms is None or beaten else roof / tvm_ms,
-        best_peer=best, best_peer_ms=peers.get(best),
-        tvm_vs_best_peer=None if best is None or tvm_ms is None else peers[best] / tvm_ms, roofline_beaten_by=beaten)
-
 
 def _portable_debug(debug):
     """``DebugOptions`` as they travel to the TVM worker: user passes only as a plugin file's path."""
@@ -538,7 +343,7 @@ def _result(plan: _Plan, timed: _Timed) -> BenchResult:
     peaks = None if probes is None or probes.peak_gflops is None else probes.peaks or {FMA: probes.peak_gflops}
     bandwidth = None if probes is None else probes.bandwidth_gbs
     names = [TVM, *([API] if o.api else []), *(name for name, _ in plan.others), *o.peers]
-    per_tokens = {t: _figures(plan.case, s, names, race.samples[t], race.unavailable[t], peaks, bandwidth, used)
+    per_tokens = {t: tokens_figures(plan.case, s, names, race.samples[t], race.unavailable[t], peaks, bandwidth, used)
                   for t, s in plan.shapes.items()}
     first = plan.shapes[plan.sweep[0]]
     peak, peak_kind = (None, None) if peaks is None else roofline_peak(gemm_work(plan.case, first, used), peaks)

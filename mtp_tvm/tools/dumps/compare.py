@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -36,10 +35,7 @@ from ...instrument.ir_text import (
 )
 from ...instrument.pass_tree import count_line
 from ...instrument.run_states import finish_order, state_files
-from ...instrument.side_by_side import side_by_side_html, side_by_side_style
-from ...support import atomic_file, plain_files
-from ...support.errors import UsageError
-from ...support.html_page import Markup, escape, render, template
+from ...support import plain_files
 from ...support.text_table import text_table
 from ..measure.kernel_code import KernelCode, kernels
 from .browse import load_index
@@ -238,7 +234,7 @@ class RunComparison:
 
     def text(self, diff_lines: int = DIFF_LINES_SHOWN) -> str:
         both, only_a, only_b = self.counts()
-        lines = [f"A  {self.a}\n   {_describe(self.a_index)}", f"B  {self.b}\n   {_describe(self.b_index)}"]
+        lines = [f"A  {self.a}\n   {describe_run(self.a_index)}", f"B  {self.b}\n   {describe_run(self.b_index)}"]
         settings = self.settings()
         if settings:
             lines.append("settings that differ: " + "; ".join(f"{k} {a} / {b}" for k, a, b in settings))
@@ -263,72 +259,6 @@ class RunComparison:
                 lines.append("")
                 lines.append(c.table())
         return "\n".join(lines) + "\n"
-
-
-    def html(self, at: Path | None = None) -> str:
-        """The comparison as one self-contained page: the same table (verdicts coloured, the divergence marked),
-        every row linking to the A-vs-B diff after that pass (one per distinct pair of modules) and to each run's
-        dump file (relative to ``at``, the page's folder), the diff at the divergence side by side, and the
-        generated code."""
-        esc = escape
-        links, diffs = self._row_links(at)
-        both, only_a, only_b = self.counts()
-        head = [f"<tr><th>A</th><td>{esc(str(self.a))}</td><td>{esc(_describe(self.a_index))}</td></tr>",
-                f"<tr><th>B</th><td>{esc(str(self.b))}</td><td>{esc(_describe(self.b_index))}</td></tr>"]
-        settings = "".join(f"<li>{esc(k)}: {esc(a)} / {esc(b)}</li>" for k, a, b in self.settings())
-        rows, nested, shown = [], self.nested(), set(self.visible())
-        for k, p in enumerate(self.pairs):
-            cls = {IDENTICAL: "same", NAMES: "names", REORDERED: "names", DIFFERENT: "diff"}.get(p.verdict, "unknown")
-            cls += "" if k in shown else " nested-pass"  # folded: shown by the page's "nested passes" box
-            mark = ' id="divergence"' if k == self.divergence else ""
-            inside = f" [+{nested[k]} nested]" if k in nested else ""
-            rows.append(f'<tr class="pair {cls}"{mark}><td class="num">{"" if p.a is None else f"{p.a:03d}"}</td>'
-                        f'<td class="num">{"" if p.b is None else f"{p.b:03d}"}</td><td>{esc(p.phase)}</td>'
-                        f'<td style="padding-left:{0.5 + 1.2 * p.depth:.1f}em">{esc(p.name)}{inside}</td>'
-                        f"<td>{esc(p.a_state)}</td><td>{esc(p.b_state)}</td><td>{esc(p.verdict)}</td>"
-                        f"<td>{esc(p.summary())}</td><td>{links[k]}</td></tr>")
-        diff = ""
-        if self.divergence is not None and self.diff:
-            p = self.pairs[self.divergence]
-            diff = (f"<h2 id='diff'>Diff at {esc(p.label)}</h2><p>A: {esc(p.a_file or '-')} (left), "
-                    f"B: {esc(p.b_file or '-')} (right)</p>" + side_by_side_html(self.diff))
-        code = []
-        for c in self.code:
-            code.append(f"<tr><td>{esc(c.name)}</td><td class='num'>{'-' if c.a_bytes is None else c.a_bytes}</td>"
-                        f"<td class='num'>{'-' if c.b_bytes is None else c.b_bytes}</td><td>{esc(c.verdict)}</td></tr>")
-        kernels = "".join(f"<pre>{esc(c.table())}</pre>" for c in self.code if c.kernels and c.verdict != IDENTICAL)
-        return render(template(__package__, "compare.html"), side_by_side_style=side_by_side_style(),
-                      title=esc(f"{self.a.name} vs {self.b.name}"), head=Markup("".join(head)),
-                      settings=Markup(f"<ul>{settings}</ul>" if settings else "<p>same settings</p>"),
-                      counts=esc(f"{both} aligned, {only_a} only in A, {only_b} only in B"),
-                      verdict=Markup(esc(self.verdict()) + (
-                          ' (<a href="#divergence">row</a>, <a href="#diff">diff</a>)'
-                          if self.divergence is not None else "")),
-                      rows=Markup("\n".join(rows)), diff=Markup(diff + diffs), code=Markup("".join(code)),
-                      kernels=Markup(kernels))
-
-    def _row_links(self, at: Path | None) -> tuple[list[str], str]:
-        """Per row the links cell (A-vs-B diff, A's file, B's file) and the diff sections they point to: one per
-        distinct pair of files that differ, so a run of rows where neither module changed shares one."""
-        esc, sections, anchors, links = escape, [], {}, []
-        for k, p in enumerate(self.pairs):
-            cells = []
-            if p.verdict not in (IDENTICAL, UNKNOWN):
-                key = (p.a_file, p.b_file)
-                if key not in anchors:
-                    anchors[key] = f"pair-{k}"
-                    fa, fb = self.functions(*key)
-                    diff = side_by_side_html(tuple(_function_diff(fa, fb, p)))
-                    sections.append(f"<details id='{anchors[key]}'><summary>A vs B after {esc(p.label)} "
-                                    f"({esc(p.verdict)})</summary>{diff}"
-                                    "</details>")
-                cells.append(f"<a href='#{anchors[key]}'>A vs B</a>")
-            for side, run, name in (("A", self.a, p.a_file), ("B", self.b, p.b_file)):
-                if name:
-                    target = run / name if at is None else Path(os.path.relpath(run / name, at))
-                    cells.append(f"<a href='{esc(target.as_posix())}'>{side}</a>")
-            links.append(" ".join(cells))
-        return links, ("<h2>Every pass: A vs B</h2>" + "\n".join(sections)) if sections else ""
 
 
 def _folds(pairs: tuple[PassPair, ...], shown: list[int]) -> list[tuple[int, int]]:
@@ -366,7 +296,7 @@ def _shapes(index: dict) -> str:
     return " ".join(f"{k}={v}" for k, v in s.items() if k in ("tokens", "hidden", "vocab_shard"))
 
 
-def _describe(index: dict) -> str:
+def describe_run(index: dict) -> str:
     return (f"{index['case']} on {_target(index)}, preset {index['preset']}, frontend {index['frontend']}, "
             f"schedule {index.get('schedule', '?')}, TVM {index.get('tvm_version', '?')}, "
             f"{count_line(index['passes'])}, status {index['status']}")
@@ -441,7 +371,7 @@ def _norm(text: str, cache: dict[str, str]) -> str:
     return cache[text]
 
 
-def _function_diff(fa: dict[str, str], fb: dict[str, str], pair: PassPair) -> list[str]:
+def function_diff(fa: dict[str, str], fb: dict[str, str], pair: PassPair) -> list[str]:
     """The diff at the divergence: each function that differs, diffed on its own; one-sided ones named."""
     out: list[str] = []
     for v in pair.functions:
@@ -510,20 +440,6 @@ def compare_runs(run_a: Path, run_b: Path) -> RunComparison:
     diff: list[str] = []
     if divergence is not None:
         p = done[divergence]
-        diff = _function_diff(a.functions(p.a_file), b.functions(p.b_file), p)
+        diff = function_diff(a.functions(p.a_file), b.functions(p.b_file), p)
     return RunComparison(run_a, run_b, a.index, b.index, tuple(done), divergence, names, reordered, tuple(diff),
                          _code(a, b), lambda fa, fb: (a.functions(fa), b.functions(fb)))
-
-
-def compare_command(run_a: Path, run_b: Path, html_out: str | None = None) -> str:
-    """``mtp-tvm dumps compare``: the report's text, and with ``html_out`` the page written atomically (a
-    failed write leaves no file; it is a one-line ``UsageError``)."""
-    comparison = compare_runs(run_a, run_b)
-    text = comparison.text()
-    if html_out is not None:
-        try:
-            atomic_file.write_text(Path(html_out), comparison.html(Path(html_out).resolve().parent))
-        except OSError as e:
-            raise UsageError(f"cannot write --html {html_out}: {e.strerror or e}") from None
-        text += f"html: {html_out}\n"
-    return text

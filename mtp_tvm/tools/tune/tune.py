@@ -1,164 +1,62 @@
 """``mtp-tvm tune``: schedule search with TVM's MetaSchedule; records persist under ``schedule.tuned.tuned_root()``
 (``schedules/tuned/<target>/<case>/`` in a checkout), where ``--schedule tuned`` reads them back.
 
-What this module adds to MetaSchedule, and why:
+What the wing adds to MetaSchedule, and why:
 
-- ``case_kernels``: the PrimFuncs ``main`` calls, after legalisation, fusion and lifting parameter-only work
-  (the Relax frontend's weight transposes) into ``main_transform_params``, each as its *tile workload* (every
-  row count bound to the padded tile of 16: ``schedule.tuned``), so one tuned binary serves every T.
+- ``case_kernels`` (``kernels.py``): the PrimFuncs ``main`` calls, after legalisation, fusion and lifting
+  parameter-only work (the Relax frontend's weight transposes) into ``main_transform_params``, each as its *tile
+  workload* (every row count bound to the padded tile of 16: ``schedule.tuned``), so one tuned binary serves
+  every T.
 - ``TuneSpace``: ``hand`` (our rules as design spaces, ``schedule.space``), ``generic`` (MetaSchedule's own rules:
   multi-level tiling and friends) or ``both``; the log says how many design spaces and measured candidates
   each produced. The hand space's structural points (``hand_points``, the shipped knobs first) are measured in
   one build batch before the search and committed, so the best record is never slower than the hand schedule
   and every structure is tried once.
-- ``load_tensor_intrinsics``: ``TuneContext`` imports every tensor intrinsic TVM ships, and the CUDA ones alone
-  take ~30-60 s on this machine; we import the package shell plus the target's own intrinsics (x86 or CUDA).
-- ``fast_build``: MetaSchedule's default builder re-does that import in each fresh worker, so every candidate
-  timed out at 30 s; ours builds candidates in parallel workers without it.
-- ``ProgressCallback``: trials done of planned, best ms per kernel and per space, and the time left.
-  ``Ctrl-C`` stops the search and keeps every measured record (the JSON database is appended per trial).
+- ``load_tensor_intrinsics`` (``kernels.py``): ``TuneContext`` imports every tensor intrinsic TVM ships, and the
+  CUDA ones alone take ~30-60 s on this machine; we import the package shell plus the target's own intrinsics.
+- ``fast_build`` (``kernels.py``): MetaSchedule's default builder re-does that import in each fresh worker, so
+  every candidate timed out at 30 s; ours builds candidates in parallel workers without it.
+- ``ProgressCallback`` (``progress.py``): trials done of planned, best ms per kernel and per space, and the time
+  left. ``Ctrl-C`` stops the search and keeps every measured record (the JSON database is appended per trial).
 - RPC: ``rpc=("host:port", key)`` measures on servers registered with a TVM RPC tracker (``RPCRunner``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import logging
 import os
-import sys
 import time
-import types
 from collections.abc import Callable
 from pathlib import Path
 
 import tvm
-from tvm import relax, tirx
 from tvm.target import Target
 
 from ...compiler.options import BuildSpec, DebugOptions, split_options
 from ...compiler.runtime import threads_wanted
 from ...passes.target import cpu_isa, is_gpu
 from ...schedule.bf16_dot import register_dot_intrinsics
-from ...schedule.space import default_schedule, hand_points, hand_space, is_hand
+from ...schedule.space import default_schedule, hand_points, hand_space
 from ...schedule.steps import fresh_copy
 from ...schedule.tune_space import TuneSpace
 from ...schedule.tuned import (
     RECORDS_FILE,
-    called_kernels,
     check_database,
     describe_identity,
     target_identity,
-    tile_workload,
     tuned_dir,
     workload,
 )
 from ...support.errors import BuildError, UsageError, last_line
 from ...support.folder_lock import folder_lock
 from ..remote import parse_tracker, require_tracker
+from .kernels import case_kernels, fast_build, load_tensor_intrinsics, relax_kernels
 from .options import TuneOptions
-
-_INTRINSICS = "tvm.s_tir.tensor_intrin"
-
+from .progress import ProgressCallback, measure_callback
 
 _MS_LOGGER = "tvm.s_tir.meta_schedule"  # its console handler prints at this logger's level
-
-
-def load_tensor_intrinsics(target: Target) -> None:
-    """Register only ``target``'s tensor intrinsics, and make ``import tvm.s_tir.tensor_intrin`` a no-op."""
-    if _INTRINSICS not in sys.modules:
-        spec = importlib.util.find_spec(_INTRINSICS)
-        shell = types.ModuleType(_INTRINSICS)
-        shell.__path__ = list(spec.submodule_search_locations)
-        shell.__package__ = _INTRINSICS
-        sys.modules[_INTRINSICS] = shell
-    importlib.import_module(f"{_INTRINSICS}.{'cuda' if is_gpu(target) else 'x86'}")
-
-
-def fast_build(mod: tvm.IRModule, target: Target, _params):
-    """MetaSchedule builder function: a plain ``tvm.compile`` (no tensor-intrinsic import in the worker)."""
-    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
-
-    return tvm.compile(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod), target=target,
-                       tir_pipeline="s_tir").mod  # as our builds lower (it links imported LLVM IR)
-
-
-def case_kernels(spec: BuildSpec, target: Target) -> dict[str, tirx.PrimFunc]:
-    """The kernels ``main`` calls per call (parameter-only work lifted out), as tile workloads, by name."""
-    from ...contract.cases import get_case
-    from ...ir.model import build_relax_module
-
-    return relax_kernels(build_relax_module(get_case(spec.case), spec.shapes(), spec.frontend), target)
-
-
-def relax_kernels(mod: tvm.IRModule, target: Target) -> dict[str, tirx.PrimFunc]:
-    """The kernels of a Relax module's ``main`` per call (parameter-only work lifted out), as tile workloads, by
-    name: a case's (``case_kernels``) or a user's module file's."""
-    from ...passes.pipeline import fuse_passes, legalize_passes
-    from ...schedule.apply import ApplySchedules
-
-    with target:
-        mod = tvm.transform.Sequential(legalize_passes(target) + fuse_passes(target)
-                                       + [relax.transform.LiftTransformParams()])(mod)
-    rows = ApplySchedules(target).tuned_rows  # each GEMM's rows as a tuned build cuts them
-    return {gv.name_hint: tile_workload(rows(gv.name_hint, mod[gv])) for gv in called_kernels(mod)}
-
-
-@dataclasses.dataclass
-class KernelProgress:
-    trials: int = 0
-    best_ms: float = float("inf")
-    by_space: dict[str, int] = dataclasses.field(default_factory=dict)  # measured candidates per space
-    best_by_space: dict[str, float] = dataclasses.field(default_factory=dict)
-
-
-def candidate_space(sch) -> TuneSpace:
-    """Which design space a measured candidate came from (our hand spaces mark their traces: ``is_hand``)."""
-    return TuneSpace.HAND if is_hand(sch) else TuneSpace.GENERIC
-
-
-class ProgressCallback:
-    """A ``PyMeasureCallback`` body: after every measured batch, trials done of planned, best latency of the
-    kernel overall and per space, and the time left at the rate so far."""
-
-    def __init__(self, total: int, log: Callable[[str], None]):
-        self.total, self.log = total, log
-        self.kernels: dict[str, KernelProgress] = {}
-        self.start = time.perf_counter()
-
-    @property
-    def done(self) -> int:
-        return sum(k.trials for k in self.kernels.values())
-
-    def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results):
-        if not runner_results:  # a task whose space is exhausted still gets scheduled: nothing new to say
-            return
-        name = task_scheduler.tasks_[task_id].ctx.task_name
-        for cand, res in zip(measure_candidates, runner_results):
-            ok = res.run_secs and not res.error_msg
-            self.add(name, candidate_space(cand.sch), 1e3 * sum(map(float, res.run_secs)) / len(res.run_secs)
-                     if ok else None)
-        self.say(name)
-
-    def add(self, name: str, space: str, ms: float | None) -> None:
-        """One trial of kernel ``name`` from ``space``: its milliseconds, or None when it failed."""
-        prog = self.kernels.setdefault(name, KernelProgress())
-        prog.trials += 1
-        prog.by_space[space] = prog.by_space.get(space, 0) + 1
-        if ms is not None:
-            prog.best_ms = min(prog.best_ms, ms)
-            prog.best_by_space[space] = min(prog.best_by_space.get(space, float("inf")), ms)
-
-    def say(self, name: str) -> None:
-        prog = self.kernels[name]
-        elapsed = time.perf_counter() - self.start
-        left = elapsed / self.done * max(self.total - self.done, 0)
-        spaces = ", ".join(f"{s} {n} (best {prog.best_by_space.get(s, float('inf')):.4g} ms)"
-                           for s, n in sorted(prog.by_space.items()))
-        self.log(f"[tune] {self.done}/{self.total} trials, {elapsed:.0f}s, ~{left:.0f}s left | {name}: "
-                 f"{prog.trials} trials, best {prog.best_ms:.4g} ms; {spaces}")
-
 
 @dataclasses.dataclass(frozen=True)
 class TuneResult:
@@ -457,7 +355,7 @@ class _Search:
         """MetaSchedule's search, one kernel at a time over the trials left; whether Ctrl-C stopped it."""
         from tvm.s_tir import meta_schedule as ms
 
-        callbacks = [*ms.measure_callback.MeasureCallback.create("default"), _py_callback(self.progress)]
+        callbacks = [*ms.measure_callback.MeasureCallback.create("default"), measure_callback(self.progress)]
         names = [t.task_name for t in self.tasks]
         for task, budget in zip(self.tasks, trial_budgets(names, self.default_ms,
                                                           self.options.trials - self.progress.done)):
@@ -488,15 +386,3 @@ class _Search:
         measured = {name: dict(p.by_space) for name, p in self.progress.kernels.items()}
         return TuneResult(self.out, self.progress.done, time.perf_counter() - self.progress.start, best,
                           self.default_ms, self.spaces, measured, interrupted)
-
-
-def _py_callback(progress: ProgressCallback):
-    from tvm.ir.utils import derived_object
-    from tvm.s_tir import meta_schedule as ms
-
-    @derived_object
-    class _Progress(ms.measure_callback.PyMeasureCallback):
-        def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results):
-            progress.apply(task_scheduler, task_id, measure_candidates, builder_results, runner_results)
-
-    return _Progress()
