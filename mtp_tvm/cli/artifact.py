@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from ..compiler.options import BuildSpec, ModuleSpec
+from ..compiler.options import BuildSpec
 from ..support.errors import UsageError
 from ..support.flags import add_flags
 from ..support.timing import phase, time_line
@@ -15,20 +15,17 @@ from .common import (
     add_build_args,
     add_shape_arg,
     add_weights_arg,
-    build_spec,
     debug_options,
     given_flags,
     load_weights,
     print_debug_footer,
-    refuse_case_options,
     refuse_checkpoint_options,
+    source_spec,
 )
 
 
 def _cmd_build(args) -> int:
-    if args.module:
-        refuse_case_options(args)
-    spec = ModuleSpec(args.module, args.target, args.schedule) if args.module else build_spec(args)
+    spec = source_spec(args)
     debug = debug_options(args)  # refused before the imports
     with phase("import"):
         from ..artifact.export import build, describe

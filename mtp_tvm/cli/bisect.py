@@ -8,32 +8,37 @@ from ..compiler.options import DebugOptions
 from ..support.errors import UsageError
 from ..support.flags import flag_names
 from ..tools.bisect.search import BisectSearch
-from .common import SEED, add_build_args, build_spec, debug_options, given_flags, module_options, refuse_case_options
+from .common import SEED, add_build_args, build_spec, debug_options, given_flags, source_spec
 
 
 def _cmd_bisect(args) -> int:
-    if args.module:
-        return _cmd_bisect_module(args)
-    spec, debug = build_spec(args), debug_options(args)
-    from ..tools.bisect.bisection import bisect_passes, bisect_schedule
+    if args.schedule_trace or args.func:
+        return _cmd_bisect_schedule(args)
+    spec, debug = source_spec(args), debug_options(args)
+    from ..tools.bisect.bisection import bisect_passes
 
-    if args.func and not args.schedule_trace:
+    return _print_bisect(bisect_passes(spec, debug, seed=args.seed, search=args.search))
+
+
+def _cmd_bisect_schedule(args) -> int:
+    """``bisect --schedule-trace FILE --func NAME``: the first step of a case's kernel schedule that fails."""
+    if args.module:
+        raise UsageError("bisect --module bisects passes; --schedule-trace/--func apply to a case")
+    if not args.schedule_trace:
         raise UsageError("--func names the PrimFunc of a --schedule-trace; give the trace, or drop --func")
-    if args.schedule_trace:
-        passes = given_flags(args, flag_names(DebugOptions, "debug"))  # a trace's steps are bisected, not passes
-        if passes:
-            raise UsageError(f"--schedule-trace bisects a trace's steps, so {', '.join(passes)} cannot apply; "
-                             "drop them")
-        if not args.func:
-            raise UsageError("--schedule-trace needs --func NAME (the PrimFunc the trace schedules)")
-        try:
-            text = open(args.schedule_trace).read()
-        except OSError as e:
-            raise UsageError(f"cannot read schedule trace {args.schedule_trace}: {e.strerror}") from None
-        result = bisect_schedule(args.func, text, spec, seed=args.seed, search=args.search)
-    else:
-        result = bisect_passes(spec, debug, seed=args.seed, search=args.search)
-    return _print_bisect(result)
+    passes = given_flags(args, flag_names(DebugOptions, "debug"))  # a trace's steps are bisected, not passes
+    if passes:
+        raise UsageError(f"--schedule-trace bisects a trace's steps, so {', '.join(passes)} cannot apply; drop them")
+    if not args.func:
+        raise UsageError("--schedule-trace needs --func NAME (the PrimFunc the trace schedules)")
+    spec = build_spec(args)
+    try:
+        text = open(args.schedule_trace).read()
+    except OSError as e:
+        raise UsageError(f"cannot read schedule trace {args.schedule_trace}: {e.strerror}") from None
+    from ..tools.bisect.bisection import bisect_schedule
+
+    return _print_bisect(bisect_schedule(args.func, text, spec, seed=args.seed, search=args.search))
 
 
 def _print_bisect(result) -> int:
@@ -44,17 +49,6 @@ def _print_bisect(result) -> int:
     if result.dump_dir:
         print(f"dumps of the first failing build: {result.dump_dir} (the culprit's diff: {result.culprit_diff})")
     return 0 if result.found else 1
-
-
-def _cmd_bisect_module(args) -> int:
-    """``bisect --module FILE.py``: the first optional pass after which the file's check fails."""
-    refuse_case_options(args)
-    if args.schedule_trace or args.func:
-        raise UsageError("bisect --module bisects passes; --schedule-trace/--func apply to a case")
-    debug = debug_options(args)
-    from ..tools.bisect.bisection import bisect_passes
-
-    return _print_bisect(bisect_passes(debug=debug, search=args.search, **module_options(args)))
 
 
 def add_bisect_command(sub, common: argparse.ArgumentParser) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..compiler.options import BuildSpec, DebugOptions
+from ..compiler.options import BuildSpec, DebugOptions, ModuleSpec
 from ..support.errors import UsageError
 from ..support.flags import Flag, add_flags, flag_names, flags, options_from
 from ..support.timing import phase, time_line
@@ -126,6 +126,15 @@ def add_build_args(p: argparse.ArgumentParser) -> None:
     add_target_args(p)
     add_flags(p, BuildSpec, only=("tokens", "schedule", "cuda_graph"))
     add_flags(p, DebugOptions)
+
+
+def source_spec(args) -> BuildSpec | ModuleSpec:
+    """What a verb that takes either kind builds: the ``--module`` file (a case flag beside it refused by name),
+    else the case ``add_build_args`` describes."""
+    if args.module:
+        refuse_case_options(args)
+        return ModuleSpec(args.module, args.target, args.schedule)
+    return build_spec(args)
 
 
 def build_spec(args, target=None) -> BuildSpec:
