@@ -70,7 +70,7 @@ def rpc_cluster(key: str, servers: int = 2):
 def test_tune_over_rpc_then_the_tuned_schedule_keeps_the_golden(tmp_path, monkeypatch):
     monkeypatch.setenv("MTP_TVM_TUNED_ROOT", str(tmp_path))
     with rpc_cluster("mtp-test") as tracker:
-        r = tune(BuildSpec("logits", preset="tiny"), trials=16, rpc=(tracker, "mtp-test"), log=lambda _: None)
+        r = tune(BuildSpec("logits", preset="tiny"), trials=8, rpc=(tracker, "mtp-test"), log=lambda _: None)
         b = bench(case="logits", preset="tiny", rounds=2, rpc=(tracker, "mtp-test"))  # TVM measured remotely
     figures = b.per_tokens[8]
     assert figures.median_ms["tvm"] > 0 and b.measured_on == f"mtp-test@{tracker}"
@@ -85,7 +85,7 @@ def test_tune_over_rpc_then_the_tuned_schedule_keeps_the_golden(tmp_path, monkey
     m = mtp_tvm.compile(case="logits", preset="tiny", schedule="tuned")
     assert "lm_head_logits" in m.schedule_traces and "lm_head_logits" not in m.untuned
     assert sum(r.measured.get("lm_head_logits", {}).values()) > 0
-    for tokens in (1, 8, 16, 17):  # one database, T symbolic: every T runs (the records replay on any T)
+    for tokens in (1, 16, 17):  # one database, T symbolic: every T runs (the records replay on any T; 8 above)
         assert mtp_tvm.check(case="logits", preset="tiny", schedule="tuned", tokens=tokens,
                              log=lambda _: None).passed
 
@@ -237,7 +237,7 @@ def test_every_projection_kernel_is_tuned_in_both_spaces_and_keeps_the_golden(tm
     dual GEMM's generic space exists (its multi-level tiling without consumer fusion)."""
     monkeypatch.setenv("MTP_TVM_TUNED_ROOT", str(tmp_path))
     lines = []
-    r = tune(BuildSpec("projection", preset="tiny"), trials=40, log=lines.append)
+    r = tune(BuildSpec("projection", preset="tiny"), trials=24, log=lines.append)
     assert not any("search failed" in ln for ln in lines), lines
     assert r.spaces["w8a8_dual_gemm"]["generic"] >= 1 and r.spaces["quantize_rows"]["hand"] >= 1
     assert sum(r.measured["w8a8_dual_gemm"].values()) > 0 and sum(r.measured["quantize_rows"].values()) > 0
