@@ -6,9 +6,11 @@ API: ``check(...)`` -> ``CheckResult``; ``compile(...)`` -> ``CompiledCase`` wit
 (weights packed once, ``run(activations)`` in a loop); ``build(out, ...)`` writes a target binary folder;
 ``load(dir)`` -> ``Artifact`` with the same ``make_inputs``, ``run`` and ``bind``; ``check_artifact(dir)``
 golden-checks one; ``localize(..., against=...)`` -> ``LocalizeResult``: the first kernel call that differs from
-a reference build. The same verbs take the user's own model file (a torch module or a TVMScript IRModule,
-``ir/module_file.py``) in place of a case: ``compile(path)`` -> ``CompiledModule``, ``check(path)``,
-``build(out, path)`` (a ``ModuleSpec`` or ``module=`` as well); ``localize_module(path)``: its first op that
+a reference build; ``bisect_passes(...)`` -> ``BisectResult``: the first pass after which the golden check
+fails; ``bench(...)``: TVM against its peers, each in its own process. The same verbs take the user's own model
+file (a torch module or a TVMScript IRModule, ``ir/module_file.py``) in place of a case: ``compile(path)`` ->
+``CompiledModule``, ``check(path)``, ``build(out, path)``, ``bisect_passes(path)``, ``bench(path)`` (a
+``ModuleSpec`` or ``module=`` as well); ``localize_module(path)``: its first op that
 differs from eager torch; ``minimize_module(path)``: the smallest piece of its graph that still fails, as a
 module file. ``BuildSpec``, ``ModuleSpec`` and ``DebugOptions`` are what the verbs take as dataclasses.
 ``load_weights(path, case=..., tp=..., rank=...)``: a DeepSeek checkpoint's weights for ``bind``
@@ -27,6 +29,7 @@ _LAZY = {  # public name -> the module that defines it
     "build": "artifact.export", "load": "artifact.load", "Artifact": "artifact.load",
     "check_artifact": "artifact.load", "compile": "compiler.driver", "CompiledCase": "compiler.driver",
     "BoundCase": "compiler.runtime", "check": "tools.check.check", "CheckResult": "verify.results",
+    "bisect_passes": "tools.bisect.bisection", "BisectResult": "tools.bisect.bisection", "bench": "tools.bench.bench",
     "localize": "tools.check.localize", "LocalizeResult": "tools.check.localize",
     "CompiledModule": "compiler.module_build", "BuildSpec": "compiler.options", "ModuleSpec": "compiler.options",
     "DebugOptions": "compiler.options", "localize_module": "tools.check.module_localize",
@@ -37,7 +40,7 @@ _LAZY = {  # public name -> the module that defines it
 __all__ = ["check", "CheckResult", "compile", "CompiledCase", "MtpError", "UsageError", "BuildError",
            "build", "load", "Artifact", "check_artifact", "BoundCase", "localize", "LocalizeResult",
            "CompiledModule", "BuildSpec", "ModuleSpec", "DebugOptions", "localize_module", "minimize_module",
-           "load_weights", "read_inputs", "write_inputs"]
+           "load_weights", "read_inputs", "write_inputs", "bisect_passes", "BisectResult", "bench"]
 
 
 def __getattr__(name: str):
