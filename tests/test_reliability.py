@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -186,6 +187,32 @@ def test_ctrl_c_exits_130_and_never_leaves_a_half_written_run_marked_complete(tm
         if (run / "complete").exists():
             index = json.loads((run / "index.json").read_text())
             assert all((run / p["file"]).exists() for p in index["passes"] if p.get("file"))
+
+def test_an_interrupt_inside_a_constructor_exits_130_and_names_the_failing_del_in_one_line(monkeypatch, capsys):
+    """SIGTERM can land inside TVM's ``TempDirectory.__init__`` before ``temp_dir`` is set; collecting that
+    half-made object then raised in its ``__del__``, and a traceback followed "interrupted" (seen in a build)."""
+    from mtp_tvm import cli
+    from mtp_tvm.cli import cases
+
+    class HalfMade:
+        def __init__(self):
+            raise KeyboardInterrupt  # before the attribute is set
+            self.temp_dir = "never"
+
+        def __del__(self):
+            print(self.temp_dir)
+
+    def interrupted(_args):
+        HalfMade()
+
+    monkeypatch.setattr(cases, "_cmd_list", interrupted)
+    monkeypatch.setattr(sys, "unraisablehook", sys.__unraisablehook__)  # a program's: it prints a traceback
+    assert cli.main(["list"]) == 130
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "interrupted" in err, err
+    assert re.search(r"note: after the interrupt, AttributeError in .*HalfMade.*temp_dir", err), err
+    assert sys.unraisablehook is sys.__unraisablehook__  # put back
+
 
 # ---- options a check must refuse in one line (not pass, not crash) ----------------------------------------------
 

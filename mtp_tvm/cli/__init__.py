@@ -67,6 +67,22 @@ def _terminated(_signum, _frame):
     raise KeyboardInterrupt
 
 
+def _free_interrupted_frames(interrupt: KeyboardInterrupt) -> None:
+    """Drop what the interrupted frames hold now, each failing ``__del__`` said in one line, not a traceback: an
+    interrupt can land inside a constructor (TVM's ``TempDirectory`` between ``mkdtemp`` and setting ``temp_dir``),
+    and that half-made object's ``__del__`` then raises when it is collected."""
+    def one_line(unraisable):
+        print(f"mtp-tvm: note: after the interrupt, {unraisable.exc_type.__name__} in {unraisable.object!r} "
+              f"({unraisable.exc_value})", file=sys.stderr)
+
+    previous, sys.unraisablehook = sys.unraisablehook, one_line
+    try:
+        traceback.clear_frames(interrupt.__traceback__)
+        interrupt.__traceback__ = None
+    finally:
+        sys.unraisablehook = previous
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command. As a program (``argv`` None: ``mtp-tvm``, ``python -m mtp_tvm``) the process ends as
     soon as its output is out: the interpreter's teardown of TVM's and torch's objects takes seconds (2-7 s on a
@@ -107,7 +123,8 @@ def _run(argv: list[str] | None) -> int:
             traceback.print_exc()
         print(f"mtp-tvm: error: {e}", file=sys.stderr)
         return e.exit_code
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:
+        _free_interrupted_frames(interrupt)
         print("mtp-tvm: interrupted", file=sys.stderr)
         return 130
     except SystemExit as e:  # nothing of ours exits inside a handler: user code (a plugin) did; never a success
