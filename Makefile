@@ -31,9 +31,8 @@ install-test: $(VENV)/.installed-test
 run: install
 	$(BIN)/mtp-tvm check --case tail --target llvm --preset $(PRESET) --frontend tir --dump-passes
 
-# Both loops spread the tests over every core (pytest-xdist), the slow ones handed out first (tests/conftest.py).
-# loadgroup hands out one test at a time as a worker frees up. (Its xdist_group marks do not group on pytest 9:
-# xdist 3.8 sets the private _nodeid, which pytest 9 no longer reads, so a module fixture is made once per worker.)
+# Both loops spread the tests over every core (pytest-xdist): the slow ones handed out first, one at a time as a
+# worker frees up, and the tests of one costly module fixture to one worker (loadgroup; tests/conftest.py).
 # PYTEST_WORKERS=0 runs them in this process (e.g. to use pdb).
 PYTEST_WORKERS ?= auto
 XDIST := -n $(PYTEST_WORKERS) --dist loadgroup

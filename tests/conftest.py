@@ -41,11 +41,23 @@ def _dumps_outside_the_repo(tmp_path_factory):
     mp.undo()
 
 
+# module-scoped fixtures that take seconds to make: the tests reading one run on one worker, so it is made once
+# (pytest-xdist's loadgroup; every other test goes to whichever worker is free)
+SHARED_FIXTURES = {"test_bench": "tiny_logits", "test_artifact": "cuda_artifacts", "test_wheel": "wheel",
+                   "test_dump_report": "run", "test_repro": "failing", "test_localize": "broken",
+                   "test_dumps": "relax_run", "test_dumps_compare": "runs"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(items):
     """The slow tests first: ``make test`` spreads the tests over every core (pytest-xdist), and a long test
     handed out last would leave the other workers idle while it runs alone (a stable sort: the order within each
     group is the files' own, the same on every worker)."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    for item in items:
+        name = SHARED_FIXTURES.get(getattr(item, "module", None) and item.module.__name__)
+        if name in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group(f"{item.module.__name__}.{name}"))
 
 
 _seconds: dict[str, float] = {}
