@@ -32,6 +32,18 @@ def compiled():
     return _compiled
 
 
+@pytest.fixture(scope="session")
+def prefork(tmp_path_factory):
+    """The fork server of this test process (``tests/prefork.py``): ``prefork.python`` runs like ``sys.executable``
+    and ``prefork.env()`` puts its ``mtp-tvm`` and ``python`` first on ``PATH``, each a real process that does not
+    import TVM and torch again."""
+    from prefork import Prefork
+
+    server = Prefork(tmp_path_factory.mktemp("prefork"))
+    yield server
+    server.close()
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _dumps_outside_the_repo(tmp_path_factory):
     """Run folders written without an explicit root (e.g. a failing check's reproducer) go to a temp dir."""

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 
 import pytest
 from checkpoint_files import write_checkpoint
@@ -48,13 +47,12 @@ def test_the_guide_names_the_tensors_of_both_layouts():
 
 
 @pytest.mark.slow  # builds and runs tiny cases, a bench: about a minute on 2 cores
-def test_every_block_of_the_guide_runs(tmp_path):
+def test_every_block_of_the_guide_runs(tmp_path, prefork):
     write_checkpoint(tmp_path / "DeepSeek-V4-Flash", LayoutName.V4_FLASH)
-    env = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}",
-           "MTP_TVM_DUMPS": str(tmp_path / "dumps")}
+    env = prefork.env({**os.environ, "MTP_TVM_DUMPS": str(tmp_path / "dumps")})
     outputs = {}
     for kind, body in _blocks():
-        runs = [[sys.executable, "-c", body]] if kind == "python" else [
+        runs = [[*prefork.python, "-c", body]] if kind == "python" else [
             ["bash", "-c", line] for line in body.splitlines() if line.strip() and not line.startswith("#")]
         for argv in runs:
             done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)

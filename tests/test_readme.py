@@ -235,11 +235,13 @@ def output_matches(expected: str, actual: str, bindings: Bindings) -> str | None
 
 # ---- running ------------------------------------------------------------------------------------------------
 
-def _env(cwd: Path) -> dict:
+def _env(cwd: Path, prefork=None) -> dict:
+    """The venv's ``mtp-tvm`` and ``python`` first on ``PATH``, or with ``prefork`` its shims of them."""
     env = {k: v for k, v in os.environ.items() if k != "MTP_TVM_DUMPS"}
-    return env | {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}", "PYTHONUNBUFFERED": "1",
-                  "MTP_TVM_TUNED_ROOT": str(cwd / "tuned"), "REPO": str(REPO),
-                  "VENV": str(Path(sys.executable).parent.parent)}
+    env |= {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}", "PYTHONUNBUFFERED": "1",
+            "MTP_TVM_TUNED_ROOT": str(cwd / "tuned"), "REPO": str(REPO),
+            "VENV": str(Path(sys.executable).parent.parent)}
+    return prefork.env(env) if prefork else env
 
 
 def _commands(text: str) -> list[str]:
@@ -247,9 +249,9 @@ def _commands(text: str) -> list[str]:
     return [c for c in text.replace("\\\n", " ").split("\n") if c.strip()]
 
 
-def _shell(command: str, cwd: Path, timeout: int = 1800) -> subprocess.CompletedProcess:
+def _shell(command: str, cwd: Path, prefork=None, timeout: int = 1800) -> subprocess.CompletedProcess:
     """``command``'s stdout and stderr in one stream, in the order a terminal shows them."""
-    return subprocess.run(["bash", "-c", command], cwd=cwd, env=_env(cwd), stdout=subprocess.PIPE,
+    return subprocess.run(["bash", "-c", command], cwd=cwd, env=_env(cwd, prefork), stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, timeout=timeout)
 
 
@@ -281,10 +283,12 @@ def _synopsis_flags_known(text: str) -> list[str]:
 
 
 class ReadmeRunner:
-    """Runs a page's blocks in order, one folder per section; ``run(block)`` returns a failure message or None."""
+    """Runs a page's blocks in order, one folder per section; ``run(block)`` returns a failure message or None.
+    With ``prefork`` (the fixture) its ``mtp-tvm`` and ``python`` processes are forked from the prefork server."""
 
-    def __init__(self, root: Path, name: str = "README.md"):
+    def __init__(self, root: Path, name: str = "README.md", prefork=None):
         self.root, self.name, self.bindings, self.last_output = root, name, {}, None
+        self.prefork = prefork
 
     def cwd(self, block: Block) -> Path:
         d = self.root / (re.sub(r"[^a-z0-9]+", "-", block.section.lower()).strip("-") or "top")
@@ -299,13 +303,14 @@ class ReadmeRunner:
         roots = [cwd / "dumps", cwd / "D"]
         where = f"{self.name}:{block.line}"
         if block.kind == "python":
-            r = subprocess.run([sys.executable, "-c", block.text], cwd=cwd, env=_env(cwd), capture_output=True,
+            python = self.prefork.python if self.prefork else [sys.executable]
+            r = subprocess.run([*python, "-c", block.text], cwd=cwd, env=_env(cwd, self.prefork), capture_output=True,
                                text=True, timeout=1800)
             return None if r.returncode == 0 else f"{where}: the Python block fails:\n{r.stderr[-3000:]}"
         if block.kind == "run":
             outputs = []
             for command in _commands(block.text):
-                r = _shell(bindings.command(command, roots), cwd)
+                r = _shell(bindings.command(command, roots), cwd, self.prefork)
                 if r.returncode:
                     return f"{where}: `{command}` exits {r.returncode}:\n{(r.stdout)[-3000:]}"
                 outputs.append(r.stdout)
@@ -318,7 +323,7 @@ class ReadmeRunner:
             return None if missing is None else f"{where}: not in the output: {missing!r}\n{self.last_output[-3000:]}"
         if block.kind == "session":
             for command, expected in _session(block.text):
-                r = _shell(bindings.command(command, roots), cwd)
+                r = _shell(bindings.command(command, roots), cwd, self.prefork)
                 actual = r.stdout
                 missing = output_matches(expected, actual, bindings) if expected.strip() else None
                 if missing is not None:
@@ -356,8 +361,8 @@ def test_every_block_of_the_readme_and_the_guides_is_marked_or_runs():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("page", pages(), ids=page_name)
-def test_page_code_runs_and_shows_what_the_page_says(page, tmp_path):
-    runner = ReadmeRunner(tmp_path, page_name(page))
+def test_page_code_runs_and_shows_what_the_page_says(page, tmp_path, prefork):
+    runner = ReadmeRunner(tmp_path, page_name(page), prefork)
     failures = []
     for block in readme_blocks(page.read_text(), page_name(page)):
         failure = runner.run(block)
