@@ -106,11 +106,11 @@ for _ in range(10):
 
 
 @pytest.mark.slow  # over 10 s on 2 cores
-def test_concurrent_processes_writing_one_path_all_succeed_and_leave_one_whole_file(tmp_path):
+def test_concurrent_processes_writing_one_path_all_succeed_and_leave_one_whole_file(tmp_path, prefork):
     from mtp_tvm.compiler.tensors import read_npz
 
     out = tmp_path / "out.npz"
-    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(out), str(i)], stderr=subprocess.PIPE)
+    procs = [subprocess.Popen([*prefork.python, "-c", WRITER, str(out), str(i)], stderr=subprocess.PIPE)
              for i in range(4)]
     assert all(p.wait(timeout=120) == 0 for p in procs), [p.stderr.read() for p in procs]
     got = read_npz(out, {})["a"]

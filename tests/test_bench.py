@@ -242,9 +242,9 @@ def test_gpu_probes_build_without_a_gpu():
 
 
 @pytest.mark.slow  # over 10 s on 2 cores
-def test_cli_bench_sweeps_t_and_writes_json_and_plot(tmp_path):
+def test_cli_bench_sweeps_t_and_writes_json_and_plot(tmp_path, prefork):
     """The command itself, in its own process."""
-    out = subprocess.run([sys.executable, "-m", "mtp_tvm", "bench", "--case", "norm", "--preset", "tiny",
+    out = subprocess.run([*prefork.python, "-m", "mtp_tvm", "bench", "--case", "norm", "--preset", "tiny",
                           "--rounds", "1", "--tokens", "1,2", "--peers", "torch_bf16", "--threads", "1",
                           "--json", str(tmp_path / "n.json"), "--plot", str(tmp_path / "n.png")],
                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)

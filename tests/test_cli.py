@@ -164,10 +164,10 @@ def test_debug_works_after_the_subcommand(capsys):
 
 
 @pytest.mark.slow  # over 10 s on 2 cores
-def test_tvm_and_llvm_lines_go_to_the_run_folder_not_between_ours(tmp_path):
+def test_tvm_and_llvm_lines_go_to_the_run_folder_not_between_ours(tmp_path, prefork):
     """TVM's own warnings (here the ``Unroll hint`` of a build whose UnrollLoop is skipped) land in the run
     folder's tvm.log, not on the terminal; --verbose lets them through; an invalid mcpu shows only our message."""
-    argv = [sys.executable, "-m", "mtp_tvm", "check", "--case", "tail", "--preset", "tiny", "--pass-plugin",
+    argv = [*prefork.python, "-m", "mtp_tvm", "check", "--case", "tail", "--preset", "tiny", "--pass-plugin",
             "examples/int32_logits_accumulator.py", "--bisect-limit", "62", "--dump-passes", str(tmp_path / "d")]
     quiet = subprocess.run(argv, capture_output=True, text=True)
     assert quiet.returncode == 1 and "[RUN] seed=0" in quiet.stdout + quiet.stderr
@@ -176,7 +176,7 @@ def test_tvm_and_llvm_lines_go_to_the_run_folder_not_between_ours(tmp_path):
     assert "Warning: Unroll hint get ignore" in log.read_text()
     loud = subprocess.run(argv[:-1] + [str(tmp_path / "e"), "--verbose"], capture_output=True, text=True)
     assert "Warning: Unroll hint get ignore" in loud.stderr
-    bad = subprocess.run([sys.executable, "-m", "mtp_tvm", "check", "--preset", "tiny", "--target",
+    bad = subprocess.run([*prefork.python, "-m", "mtp_tvm", "check", "--preset", "tiny", "--target",
                           '{"kind": "llvm", "mcpu": "znver9"}'], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stdout == ""
     assert bad.stderr.startswith("mtp-tvm: error: unknown mcpu 'znver9'") and len(bad.stderr.splitlines()) == 1

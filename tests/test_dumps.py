@@ -2,7 +2,6 @@ import difflib
 import json
 import re
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -146,11 +145,11 @@ def test_user_errors_leave_no_run_folder(tmp_path, kwargs, message):
 
 
 @pytest.mark.slow  # two subprocesses, each importing tvm and building
-def test_two_concurrent_dumping_processes_write_two_complete_distinct_folders(tmp_path):
+def test_two_concurrent_dumping_processes_write_two_complete_distinct_folders(tmp_path, prefork):
     script = ("import mtp_tvm; print(mtp_tvm.compile(case='logits', preset='tiny', "
               f"dump_passes={str(tmp_path)!r}).dump_dir)")
     env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
-    procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env)
+    procs = [subprocess.Popen([*prefork.python, "-c", script], stdout=subprocess.PIPE, text=True, env=env)
              for _ in range(2)]
     dirs = [Path(p.communicate(timeout=300)[0].strip()) for p in procs]
     assert all(p.returncode == 0 for p in procs)

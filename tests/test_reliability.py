@@ -37,8 +37,8 @@ def test_same_seed_gives_bitwise_identical_inputs_and_outputs_across_processes(f
 
 
 @pytest.mark.slow  # over 10 s on 2 cores
-def test_four_concurrent_dumping_checks_give_four_complete_distinct_runs(tmp_path):
-    cmd = [sys.executable, "-m", "mtp_tvm", "check", "--case", "logits", "--preset", "tiny",
+def test_four_concurrent_dumping_checks_give_four_complete_distinct_runs(tmp_path, prefork):
+    cmd = [*prefork.python, "-m", "mtp_tvm", "check", "--case", "logits", "--preset", "tiny",
            "--dump-passes", str(tmp_path)]
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV) for _ in range(4)]
     assert all(p.wait(timeout=600) == 0 for p in procs)
@@ -354,11 +354,11 @@ def test_run_and_bind_given_no_dict_are_usage_errors(logits_case, inputs, messag
 
 
 @pytest.mark.slow  # over 10 s on 2 cores
-def test_eight_concurrent_dumping_checks_keeping_one_run_each_print_their_verdict(tmp_path):
+def test_eight_concurrent_dumping_checks_keeping_one_run_each_print_their_verdict(tmp_path, prefork):
     """Issue 25 item 1: a run was marked complete before its verdict went into index.json, so another process's
     retention removed it meanwhile (FileNotFoundError, exit 1, no verdict). Now a run is complete only when its
     process writes no more to it."""
-    cmd = [sys.executable, "-m", "mtp_tvm", "check", "--case", "norm", "--preset", "tiny",
+    cmd = [*prefork.python, "-m", "mtp_tvm", "check", "--case", "norm", "--preset", "tiny",
            "--dump-passes", str(tmp_path)]
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               env={**ENV, "MTP_TVM_DUMPS_KEEP": "1"}) for _ in range(8)]

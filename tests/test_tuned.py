@@ -140,19 +140,18 @@ def test_tune_refuses_to_mix_targets_in_one_database(root, capsys):
 
 
 @pytest.mark.slow
-def test_two_tunes_of_different_cases_into_one_folder_leave_a_database_both_cases_check_with(tmp_path):
+def test_two_tunes_of_different_cases_into_one_folder_leave_a_database_both_cases_check_with(tmp_path, prefork):
     """The issue's acceptance: two `tune` runs into one --work-dir either both land intact or the second is
     refused (exit 2) with the first's database intact; then `check --schedule tuned` passes for each case tuned."""
     import os
     import subprocess
-    import sys
 
     shared = tmp_path / "shared"
     (tmp_path / "root" / "llvm").mkdir(parents=True)
     for case in ("norm", "logits"):  # both cases' database folder is the shared one
         (tmp_path / "root" / "llvm" / case).symlink_to(shared)
     env = {**os.environ, "MTP_TVM_TUNED_ROOT": str(tmp_path / "root")}
-    tunes = {case: subprocess.Popen([sys.executable, "-m", "mtp_tvm", "tune", "--case", case, "--space", "hand",
+    tunes = {case: subprocess.Popen([*prefork.python, "-m", "mtp_tvm", "tune", "--case", case, "--space", "hand",
                                      "--trials", "1", "--work-dir", str(shared)], env=env, text=True,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE) for case in ("norm", "logits")}
     done = {case: (p.wait(timeout=1200), p.stderr.read()) for case, p in tunes.items()}
@@ -160,6 +159,6 @@ def test_two_tunes_of_different_cases_into_one_folder_leave_a_database_both_case
     refused = [case for case, (rc, err) in done.items() if rc == 2 and "another `mtp-tvm tune` is writing" in err]
     assert tuned and len(tuned) + len(refused) == 2, done
     for case in tuned:
-        check = subprocess.run([sys.executable, "-m", "mtp_tvm", "check", "--case", case, "--preset", "tiny",
+        check = subprocess.run([*prefork.python, "-m", "mtp_tvm", "check", "--case", case, "--preset", "tiny",
                                 "--schedule", "tuned"], env=env, capture_output=True, text=True, timeout=600)
         assert check.returncode == 0 and "PASSED" in check.stdout, check.stdout + check.stderr
