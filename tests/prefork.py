@@ -27,6 +27,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import traceback
 import types
 from pathlib import Path
@@ -46,6 +47,8 @@ class Prefork:
 
     def __init__(self, folder: Path):
         self.socket = folder / "prefork.sock"
+        if len(str(self.socket)) > 100:  # a Unix socket's path holds at most 107 bytes
+            self.socket = Path(tempfile.mkdtemp(prefix="prefork-")) / "s"
         self.bin = folder / "bin"
         self.bin.mkdir()
         for name, mode in (("python", "python"), ("mtp-tvm", "console")):

@@ -3,6 +3,7 @@
 import contextlib
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -48,7 +49,9 @@ def _free_servers(port: int, key: str) -> int:
 def rpc_cluster(key: str, servers: int = 2):
     """A TVM RPC tracker and ``servers`` CPU servers on 127.0.0.1, registered under ``key``; yields HOST:PORT."""
     port = _free_port()
-    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    # each in a session of its own, ended as a group: a server's RPC session runs in a popen_worker of its own,
+    # which outlived the server (and the test run) when only the server was ended
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "start_new_session": True}
     procs = [subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", "127.0.0.1",
                                "--port", str(port), "--port-end", str(port + 1), "--silent"], **quiet)]
     try:
@@ -61,9 +64,19 @@ def rpc_cluster(key: str, servers: int = 2):
         yield f"127.0.0.1:{port}"
     finally:
         for p in procs:
-            p.terminate()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
         for p in procs:
             p.wait(timeout=30)
+        _wait("every RPC process to end", lambda: not any(_group_alive(p.pid) for p in procs), timeout=30)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
 
 
 @pytest.mark.slow
