@@ -98,15 +98,23 @@ def _preload() -> None:
 
 
 def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
+    """A client's request and its three standard streams' fds (closed here if the request is cut short)."""
     data, fds, _flags, _addr = socket.recv_fds(conn, 1 << 16, 3)
-    size = int.from_bytes(data[:8], "big")
-    data = data[8:]
-    while len(data) < size:
-        more = conn.recv(size - len(data))
-        if not more:
-            raise ConnectionError("the client went away while sending its request")
-        data += more
-    return json.loads(data), fds
+    try:
+        size = int.from_bytes(data[:8], "big")
+        data = data[8:]
+        while len(data) < size:
+            more = conn.recv(size - len(data))
+            if not more:
+                raise ConnectionError("the client went away while sending its request")
+            data += more
+        if len(fds) != 3:
+            raise ConnectionError(f"the client sent {len(fds)} fds, not its stdin, stdout and stderr")
+        return json.loads(data), fds
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
 
 
 def serve(path: str, parent: int) -> None:
@@ -128,32 +136,63 @@ def serve(path: str, parent: int) -> None:
             for key, _ in selector.select(timeout=0.02):
                 if key.fileobj is listener:
                     conn, _ = listener.accept()
-                    request, fds = _receive(conn)
-                    pid = os.fork()
-                    if pid == 0:
-                        listener.close()
-                        for other in children.values():
-                            other.close()
-                        conn.close()
-                        _child(request, fds)
-                    for fd in fds:
-                        os.close(fd)
-                    children[pid] = conn
-                    selector.register(conn, selectors.EVENT_READ, pid)
-                    conn.sendall(f"pid {pid}\n".encode())
+                    _start(conn, listener, selector, children)
                 else:
-                    pid, conn = key.data, key.fileobj
-                    message = conn.recv(64)
-                    if not message:  # the client died: so does the child, with what it started
-                        _kill_group(pid)
-                        selector.unregister(conn)
-                    for line in message.decode().split("\n"):
-                        if line.startswith("sig "):
-                            _signal(pid, int(line[4:]))
+                    _from_client(key.data, key.fileobj, selector)
             _reap(children, selector)
     finally:
         for pid in children:
             _kill_group(pid)
+
+
+def _start(conn: socket.socket, listener: socket.socket, selector: selectors.BaseSelector,
+           children: dict[int, socket.socket]) -> None:
+    """Fork the child a new client asks for; a client that went away or a failed fork closes its connection
+    (its client then ends with exit 1), never the server."""
+    try:
+        request, fds = _receive(conn)
+    except (OSError, ValueError) as e:  # ValueError: a request cut short
+        return _drop(conn, e)
+    try:
+        pid = os.fork()
+    except OSError as e:
+        for fd in fds:
+            os.close(fd)
+        return _drop(conn, e)
+    if pid == 0:
+        selector.close()
+        listener.close()
+        for other in children.values():
+            other.close()
+        conn.close()
+        _child(request, fds)
+    for fd in fds:
+        os.close(fd)
+    children[pid] = conn
+    selector.register(conn, selectors.EVENT_READ, pid)
+    try:
+        conn.sendall(f"pid {pid}\n".encode())
+    except OSError:
+        pass  # its client died: the next select sees it
+
+
+def _drop(conn: socket.socket, error: Exception) -> None:
+    print(f"prefork: a request dropped: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
+    conn.close()
+
+
+def _from_client(pid: int, conn: socket.socket, selector: selectors.BaseSelector) -> None:
+    """A signal to forward, or the client's end: then the child's whole group is killed."""
+    try:
+        message = conn.recv(64)
+    except OSError:
+        message = b""
+    if not message:
+        _kill_group(pid)
+        selector.unregister(conn)
+    for line in message.decode().split("\n"):
+        if line.startswith("sig "):
+            _signal(pid, int(line[4:]))
 
 
 def _reap(children: dict[int, socket.socket], selector: selectors.BaseSelector) -> None:

@@ -2,6 +2,7 @@
 exit codes and signals reach the forked child and come back from it (``tests/prefork.py``)."""
 
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -73,3 +74,11 @@ def test_another_interpreter_option_runs_a_plain_python(prefork):
     out = subprocess.run([*prefork.python, "-I", "-c", "import sys; print(sys.flags.isolated)"], capture_output=True,
                          text=True, timeout=60)
     assert out.stdout == "1\n"
+
+
+def test_a_client_gone_mid_request_leaves_the_server_serving(prefork):
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as cut_short:
+        cut_short.connect(str(prefork.socket))
+        cut_short.sendall(b"\x00\x00")
+    out = subprocess.run([*prefork.python, "-c", "print(2)"], capture_output=True, text=True, timeout=60)
+    assert (out.returncode, out.stdout) == (0, "2\n")
