@@ -45,30 +45,37 @@ def _free_servers(port: int, key: str) -> int:
     return 0
 
 
+def _rpc(module: str, port: int, *args: str) -> subprocess.Popen:
+    """``python -m tvm.exec.<module>`` on 127.0.0.1, in a session of its own: TVM runs a tracker's and a server's
+    loop in a ``popen_worker`` child, which outlived the suite when only its parent was ended (``_end``)."""
+    return subprocess.Popen([sys.executable, "-m", f"tvm.exec.{module}", "--host", "127.0.0.1", "--port", str(port),
+                             "--port-end", str(port + 1), *args, "--silent"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def _end(procs: list[subprocess.Popen]) -> None:
+    """Each process's whole group killed, and waited for until none of it is left."""
+    for p in procs:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGKILL)
+    for p in procs:
+        p.wait(timeout=30)
+    _wait("every RPC process to end", lambda: not any(_group_alive(p.pid) for p in procs), timeout=30)
+
+
 @contextlib.contextmanager
 def rpc_cluster(key: str, servers: int = 2):
     """A TVM RPC tracker and ``servers`` CPU servers on 127.0.0.1, registered under ``key``; yields HOST:PORT."""
     port = _free_port()
-    # each in a session of its own, ended as a group: a server's RPC session runs in a popen_worker of its own,
-    # which outlived the server (and the test run) when only the server was ended
-    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "start_new_session": True}
-    procs = [subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", "127.0.0.1",
-                               "--port", str(port), "--port-end", str(port + 1), "--silent"], **quiet)]
+    procs = [_rpc("rpc_tracker", port)]
     try:
         _wait("RPC tracker", lambda: _accepts(port))
         for server_port in (_free_port() for _ in range(servers)):
-            procs.append(subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_server", "--host", "127.0.0.1",
-                                           "--port", str(server_port), "--port-end", str(server_port + 1),
-                                           "--tracker", f"127.0.0.1:{port}", "--key", key, "--silent"], **quiet))
+            procs.append(_rpc("rpc_server", server_port, "--tracker", f"127.0.0.1:{port}", "--key", key))
         _wait(f"{servers} RPC servers", lambda: _free_servers(port, key) >= servers)
         yield f"127.0.0.1:{port}"
     finally:
-        for p in procs:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, signal.SIGKILL)
-        for p in procs:
-            p.wait(timeout=30)
-        _wait("every RPC process to end", lambda: not any(_group_alive(p.pid) for p in procs), timeout=30)
+        _end(procs)
 
 
 def _group_alive(pgid: int) -> bool:
@@ -124,9 +131,7 @@ def test_an_unreachable_tracker_fails_fast_with_one_line(tmp_path, tracker):
 @pytest.mark.slow  # an RPC tracker in a subprocess
 def test_a_tracker_without_servers_for_the_key_is_refused(tmp_path):
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", "127.0.0.1", "--port", str(port),
-                             "--port-end", str(port + 1), "--silent"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = _rpc("rpc_tracker", port)
     try:
         _wait("RPC tracker", lambda: _accepts(port))
         from mtp_tvm.tools.remote import require_tracker
@@ -134,8 +139,7 @@ def test_a_tracker_without_servers_for_the_key_is_refused(tmp_path):
         with pytest.raises(mtp_tvm.UsageError, match="has no server registered with key 'mtp'"):
             require_tracker("127.0.0.1", port, "mtp")
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        _end([proc])
 
 
 @pytest.mark.slow  # tune starts its runner's worker process, which imports TVM
