@@ -3,10 +3,10 @@ cwd, environment, standard streams, exit code and signals, but forked from a ser
 mtp_tvm once, instead of importing them again (about 3 s of CPU a process on two cores; the guides alone start
 some 70 of them).
 
-``Prefork.start`` runs the server (``python tests/prefork.py SOCKET``) and writes two shims, ``mtp-tvm`` and
-``python``, that run ``prefork_client.py``: the client hands the server its argv, cwd, environment and its stdin,
-stdout and stderr (SCM_RIGHTS), forwards the signals it gets to the forked child, and ends as the child ended
-(its exit code, or killed by the same signal). A client that dies (``timeout=`` kills it) takes the child's
+``Prefork(folder)`` writes two shims, ``mtp-tvm`` and ``python``, and runs the server (``python tests/prefork.py
+SOCKET TEST_PID``). The shims run ``prefork_client.py``: the client hands the server its argv, cwd, environment
+and its stdin, stdout and stderr (SCM_RIGHTS), forwards the signals it gets to the forked child, and ends as the
+child ended (its exit code, or killed by the same signal). A client that dies (``timeout=`` kills it) takes the child's
 process group with it.
 
 What a forked child does not re-do is the import: what TVM, torch or mtp_tvm read from the environment while

@@ -238,10 +238,11 @@ def output_matches(expected: str, actual: str, bindings: Bindings) -> str | None
 def _env(cwd: Path, prefork=None) -> dict:
     """The venv's ``mtp-tvm`` and ``python`` first on ``PATH``, or with ``prefork`` its shims of them."""
     env = {k: v for k, v in os.environ.items() if k != "MTP_TVM_DUMPS"}
-    env |= {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}", "PYTHONUNBUFFERED": "1",
-            "MTP_TVM_TUNED_ROOT": str(cwd / "tuned"), "REPO": str(REPO),
+    env |= {"PYTHONUNBUFFERED": "1", "MTP_TVM_TUNED_ROOT": str(cwd / "tuned"), "REPO": str(REPO),
             "VENV": str(Path(sys.executable).parent.parent)}
-    return prefork.env(env) if prefork else env
+    if prefork:
+        return prefork.env(env)  # its shims, then the venv's programs
+    return env | {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"}
 
 
 def _commands(text: str) -> list[str]:

@@ -188,6 +188,7 @@ def test_ctrl_c_exits_130_and_never_leaves_a_half_written_run_marked_complete(tm
             index = json.loads((run / "index.json").read_text())
             assert all((run / p["file"]).exists() for p in index["passes"] if p.get("file"))
 
+
 def test_an_interrupt_inside_a_constructor_exits_130_and_names_the_failing_del_in_one_line(monkeypatch, capsys):
     """SIGTERM can land inside TVM's ``TempDirectory.__init__`` before ``temp_dir`` is set; collecting that
     half-made object then raised in its ``__del__``, and a traceback followed "interrupted" (seen in a build)."""
