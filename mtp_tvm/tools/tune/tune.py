@@ -15,7 +15,8 @@ What the wing adds to MetaSchedule, and why:
 - ``load_tensor_intrinsics`` (``kernels.py``): ``TuneContext`` imports every tensor intrinsic TVM ships, and the
   CUDA ones alone take ~30-60 s on this machine; we import the package shell plus the target's own intrinsics.
 - ``fast_build`` (``kernels.py``): MetaSchedule's default builder re-does that import in each fresh worker, so
-  every candidate timed out at 30 s; ours builds candidates in parallel workers without it.
+  every candidate timed out at 30 s; ours builds without it, and on a CPU in forked children of the tuner
+  (``builder.py``) instead of a fresh pool of interpreters per batch, each importing TVM and torch again.
 - ``ProgressCallback`` (``progress.py``): trials done of planned, best ms per kernel and per space, and the time
   left. ``Ctrl-C`` stops the search and keeps every measured record (the JSON database is appended per trial).
 - RPC: ``rpc=("host:port", key)`` measures on servers registered with a TVM RPC tracker (``RPCRunner``).
@@ -52,7 +53,7 @@ from ...schedule.tuned import (
 from ...support.errors import BuildError, UsageError, last_line
 from ...support.folder_lock import folder_lock
 from ..remote import parse_tracker, require_tracker
-from .kernels import case_kernels, fast_build, load_tensor_intrinsics, relax_kernels
+from .kernels import case_kernels, load_tensor_intrinsics, relax_kernels
 from .options import TuneOptions
 from .progress import ProgressCallback, measure_callback
 
@@ -250,6 +251,7 @@ class _Search:
         from tvm.s_tir import meta_schedule as ms
 
         from ...passes.pipeline import register_with_tvm
+        from .builder import candidate_builder  # MetaSchedule's classes, imported when a tune starts
 
         register_with_tvm()  # Ctrl-C inside MetaSchedule's C++ loop comes back as KeyboardInterrupt
         self.target, self.options, self.out, self.runner, self.log = target, options, out, runner, log
@@ -257,7 +259,7 @@ class _Search:
         load_tensor_intrinsics(target)
         logging.getLogger(_MS_LOGGER).setLevel(logging.WARNING)  # full logs still go to <work_dir>/logs
         self.isa = None if is_gpu(target) else cpu_isa(target)
-        self.builder = ms.builder.LocalBuilder(f_build=fast_build, timeout_sec=120)
+        self.builder = candidate_builder(target)
         register_dot_intrinsics()  # the database parses the records of a previous run as it loads
         self.database = ms.database.JSONDatabase(work_dir=str(out))
         self.tasks, self.default_ms, self.spaces, self.points = [], {}, {}, {}

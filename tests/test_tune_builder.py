@@ -1,0 +1,117 @@
+"""The tuner's forked candidate builder: each candidate its artifact or its own error, in order; a crash, an exit
+or a hang costs its build process's share, never the batch, and no child outlives a batch."""
+
+import os
+import signal
+import threading
+import time
+
+import psutil
+import pytest
+import tvm
+from tvm.s_tir import meta_schedule as ms
+from tvm.script import tirx as T
+
+from mtp_tvm.passes.pipeline import register_with_tvm
+from mtp_tvm.passes.target import resolve_target
+from mtp_tvm.tools.tune.builder import ForkBuilder, candidate_builder
+from mtp_tvm.tools.tune.kernels import fast_build
+
+TARGET = resolve_target("llvm")
+
+
+def _module(scale: int) -> tvm.IRModule:
+    @T.prim_func(s_tir=True)
+    def main(a: T.Buffer((8,), "float32"), b: T.Buffer((8,), "float32")):
+        T.func_attr({"global_symbol": "main", "tirx.noalias": True})
+        for i in range(8):
+            with T.sblock("scale"):
+                v = T.axis.remap("S", [i])
+                b[v] = a[v] * T.float32(scale)
+
+    return tvm.IRModule({"main": main})
+
+
+def _inputs(n: int) -> list:
+    return [ms.builder.BuilderInput(_module(i + 2), TARGET) for i in range(n)]  # candidate i scales by i + 2
+
+
+def _scale_of(mod: tvm.IRModule) -> int:
+    return int(float(str(mod["main"]).split("T.float32(")[1].split(")")[0]))
+
+
+def _misbehaving(action: str, victim: int):
+    """``fast_build``, except on the candidate that scales by ``victim``: there it raises, crashes, exits or hangs."""
+    def build(mod, target, params):
+        if _scale_of(mod) == victim:
+            if action == "raise":
+                raise ValueError("no such schedule")
+            if action == "crash":
+                os.kill(os.getpid(), signal.SIGSEGV)
+            if action == "exit":
+                os._exit(7)
+            time.sleep(60)
+        return fast_build(mod, target, params)
+
+    return build
+
+
+def _children() -> list:
+    return [c for c in psutil.Process().children() if c.status() != psutil.STATUS_ZOMBIE]
+
+
+def _runs(path: str, scale: int) -> bool:
+    import numpy as np
+
+    f = tvm.runtime.load_module(path)["main"]
+    a = tvm.runtime.tensor(np.arange(8, dtype="float32"))
+    b = tvm.runtime.tensor(np.zeros(8, dtype="float32"))
+    f(a, b)
+    return bool((b.numpy() == scale * np.arange(8)).all())
+
+
+def test_every_candidate_gets_its_own_artifact_in_the_batchs_order():
+    results = ForkBuilder(fast_build, 2, 60).build(_inputs(5))
+    assert [r.error_msg for r in results] == [None] * 5
+    assert all(_runs(r.artifact_path, i + 2) for i, r in enumerate(results))
+    assert _children() == []
+
+
+@pytest.mark.parametrize(("action", "cause"), [
+    ("raise", "An exception occurred\nValueError: no such schedule"),
+    ("crash", "the build process was killed by SIGSEGV while building it"),
+    ("exit", "the build process exited with code 7 while building it"),
+    ("hang", "Timeout, killed after 2 seconds"),
+])
+def test_a_failing_candidate_costs_its_build_process_share_never_the_batch(action, cause):
+    """Five candidates in two children: child 0 builds 0, 2, 4 and child 1 builds 1, 3; candidate 2 fails."""
+    results = ForkBuilder(_misbehaving(action, victim=4), 2, 2).build(_inputs(5))
+    errors = [r.error_msg for r in results]
+    assert errors[2] == f"ForkBuilder: {cause}"
+    assert errors[0] is None and errors[1] is None and errors[3] is None  # built before it, or by the other child
+    if action == "raise":  # the child goes on with its share
+        assert errors[4] is None and _runs(results[4].artifact_path, 6)
+    else:
+        assert "not built: an earlier candidate" in errors[4]
+    assert _runs(results[3].artifact_path, 5)
+    assert _children() == []
+
+
+def test_an_interrupted_batch_leaves_no_child():
+    register_with_tvm()  # as tune does: Ctrl-C comes back through MetaSchedule's C++ as KeyboardInterrupt
+    builder = ForkBuilder(_misbehaving("hang", victim=2), 2, 60)
+    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            builder.build(_inputs(2))
+    finally:
+        timer.cancel()
+    assert _children() == []
+
+
+def test_a_gpu_target_keeps_tvms_builder(monkeypatch):
+    """A CUDA build in a child forked after the parent touched the driver is not safe."""
+    monkeypatch.setattr(ms.builder, "LocalBuilder", lambda **kw: ("TVM's pool", kw))  # not started: a GPU-less host
+    assert candidate_builder(resolve_target("cuda")) == ("TVM's pool", {"f_build": fast_build, "timeout_sec": 120})
+    assert isinstance(candidate_builder(TARGET), ForkBuilder)
