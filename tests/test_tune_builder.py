@@ -56,8 +56,15 @@ def _misbehaving(action: str, victim: int):
     return build
 
 
-def _children() -> list:
-    return [c for c in psutil.Process().children() if c.status() != psutil.STATUS_ZOMBIE]
+@pytest.fixture
+def no_child_left():
+    """Fails the test if a process this test process started outlives it (other fixtures' servers excepted)."""
+    def live():
+        return {c.pid for c in psutil.Process().children() if c.status() != psutil.STATUS_ZOMBIE}
+
+    before = live()
+    yield
+    assert live() - before == set()
 
 
 def _runs(path: str, scale: int) -> bool:
@@ -70,11 +77,10 @@ def _runs(path: str, scale: int) -> bool:
     return bool((b.numpy() == scale * np.arange(8)).all())
 
 
-def test_every_candidate_gets_its_own_artifact_in_the_batchs_order():
+def test_every_candidate_gets_its_own_artifact_in_the_batchs_order(no_child_left):
     results = ForkBuilder(fast_build, 2, 60).build(_inputs(5))
     assert [r.error_msg for r in results] == [None] * 5
     assert all(_runs(r.artifact_path, i + 2) for i, r in enumerate(results))
-    assert _children() == []
 
 
 @pytest.mark.parametrize(("action", "cause"), [
@@ -83,7 +89,7 @@ def test_every_candidate_gets_its_own_artifact_in_the_batchs_order():
     ("exit", "the build process exited with code 7 while building it"),
     ("hang", "Timeout, killed after 2 seconds"),
 ])
-def test_a_failing_candidate_costs_its_build_process_share_never_the_batch(action, cause):
+def test_a_failing_candidate_costs_its_build_process_share_never_the_batch(action, cause, no_child_left):
     """Five candidates in two children: child 0 builds 0, 2, 4 and child 1 builds 1, 3; candidate 2 fails."""
     results = ForkBuilder(_misbehaving(action, victim=4), 2, 2).build(_inputs(5))
     errors = [r.error_msg for r in results]
@@ -94,10 +100,9 @@ def test_a_failing_candidate_costs_its_build_process_share_never_the_batch(actio
     else:
         assert "not built: an earlier candidate" in errors[4]
     assert _runs(results[3].artifact_path, 5)
-    assert _children() == []
 
 
-def test_an_interrupted_batch_leaves_no_child():
+def test_an_interrupted_batch_leaves_no_child(no_child_left):
     register_with_tvm()  # as tune does: Ctrl-C comes back through MetaSchedule's C++ as KeyboardInterrupt
     builder = ForkBuilder(_misbehaving("hang", victim=2), 2, 60)
     timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
@@ -107,7 +112,6 @@ def test_an_interrupted_batch_leaves_no_child():
             builder.build(_inputs(2))
     finally:
         timer.cancel()
-    assert _children() == []
 
 
 def test_a_gpu_target_keeps_tvms_builder(monkeypatch):
