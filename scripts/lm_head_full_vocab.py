@@ -23,7 +23,8 @@ import tvm
 from tvm import relax
 
 import mtp_tvm
-from mtp_tvm.compiler.tensors import to_device, to_numpy
+from mtp_tvm.compiler.arrays import to_numpy
+from mtp_tvm.compiler.tensors import to_device
 from mtp_tvm.contract.golden import compute_lm_head_logits
 from mtp_tvm.contract.presets import MAX_LOGIT_ROWS, PRESETS, tp_vocab_shard
 from mtp_tvm.ir.tir_kernels import lm_head_tp

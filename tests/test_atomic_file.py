@@ -84,7 +84,7 @@ def test_a_new_file_gets_the_mode_open_would_give_and_a_replaced_one_keeps_its_m
 
 
 def test_concurrent_threads_writing_one_path_never_corrupt_it(tmp_path):
-    from mtp_tvm.compiler.tensors import read_npz, write_npz
+    from mtp_tvm.compiler.arrays import read_npz, write_npz
 
     out = tmp_path / "out.npz"
     arrays = [{"a": np.full((256, 256), i, np.float32)} for i in range(8)]
@@ -99,7 +99,7 @@ def test_concurrent_threads_writing_one_path_never_corrupt_it(tmp_path):
 
 WRITER = """
 import sys, numpy as np
-from mtp_tvm.compiler.tensors import write_npz
+from mtp_tvm.compiler.arrays import write_npz
 for _ in range(10):
     write_npz(sys.argv[1], {"a": np.full((128, 128), int(sys.argv[2]), np.float32)})
 """
@@ -107,7 +107,7 @@ for _ in range(10):
 
 @pytest.mark.slow  # over 10 s on 2 cores
 def test_concurrent_processes_writing_one_path_all_succeed_and_leave_one_whole_file(tmp_path, prefork):
-    from mtp_tvm.compiler.tensors import read_npz
+    from mtp_tvm.compiler.arrays import read_npz
 
     out = tmp_path / "out.npz"
     procs = [subprocess.Popen([*prefork.python, "-c", WRITER, str(out), str(i)], stderr=subprocess.PIPE)

@@ -18,8 +18,8 @@ import pytest
 
 import mtp_tvm
 from helpers import REPO, slow_except
+from mtp_tvm.compiler.arrays import to_numpy
 from mtp_tvm.compiler.options import BuildSpec
-from mtp_tvm.compiler.tensors import to_numpy
 from mtp_tvm.contract.cases import CASES, STAGES
 from mtp_tvm.contract.presets import make_shapes
 from mtp_tvm.passes.target import resolve_target, usable_cores
@@ -336,6 +336,11 @@ class Job:
     def environment(self, names):
         return {n: os.environ.get(n) for n in names}
 
+    def imported_for_peers(self, names):
+        """Which of ``names`` a peer's worker holds once it has imported what unpickling a peer's job imports."""
+        import mtp_tvm.tools.bench.module_peers, mtp_tvm.tools.bench.peer_worker  # noqa: F401
+        return [n for n in names if n in sys.modules]
+
     def compiler(self, temp, trap):
         """A stand-in compiler in the worker's group: it removes its temp file on SIGTERM (or ignores it)."""
         import subprocess
@@ -369,6 +374,17 @@ def test_a_worker_runs_without_the_hosts_openblas_overrides(job_module, tmp_path
         w.close()
     assert seen == {**dict.fromkeys(OPENBLAS_SLOW_VARS), "OPENBLAS_NUM_THREADS": "1"}
     assert all(os.environ[var] == "1" for var in OPENBLAS_SLOW_VARS)
+
+
+def test_a_peers_worker_never_imports_tvm(job_module, tmp_path):
+    """TVM imports torch as well: about 2 s of CPU in each of the six peers' workers before any work, when
+    reading the inputs' ``.npz`` files went through ``compiler.tensors``."""
+    w = Worker("numpy_fp32", job_module.Job(), 1, tmp_path)
+    try:
+        w.opened()
+        assert w.call("imported_for_peers", ("tvm", "tvm_ffi", "torch")) == ["torch"]
+    finally:
+        w.close()
 
 
 @pytest.mark.slow  # over 10 s on 2 cores

@@ -120,7 +120,7 @@ def test_inputs_written_for_a_case_run_an_artifact_like_its_random_inputs(tmp_pa
     artifact's."""
     import numpy as np
 
-    from mtp_tvm.compiler.tensors import read_npz
+    from mtp_tvm.compiler.arrays import read_npz
 
     common = ["--case", "logits", "--preset", "tiny", "--vocab-shard", "256"]
     assert main(["inputs", *common, "--tokens", "3", "--seed", "4", "--out", str(tmp_path / "in.npz")]) == 0

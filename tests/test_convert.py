@@ -128,7 +128,7 @@ def test_bench_races_every_peer_on_the_given_weights(checkpoints, tmp_path):
     """``bench(weights=...)``: the weights file the workers read holds them, and the golden is computed on them."""
     from types import SimpleNamespace
 
-    from mtp_tvm.compiler.tensors import to_numpy
+    from mtp_tvm.compiler.arrays import to_numpy
     from mtp_tvm.tools.bench import bench
 
     weights = mtp_tvm.load_weights(checkpoints[LayoutName.V3], case="tail", tp=8, rank=2)

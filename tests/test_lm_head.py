@@ -12,7 +12,7 @@ import tvm
 import mtp_tvm
 from helpers import QUIET, slow_except
 from mtp_tvm.cli import main
-from mtp_tvm.compiler.tensors import to_numpy
+from mtp_tvm.compiler.arrays import to_numpy
 from mtp_tvm.contract.cases import get_case
 from mtp_tvm.contract.golden import compute_lm_head_logits, sample_argmax
 from mtp_tvm.contract.presets import make_shapes

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from helpers import slow_except
-from mtp_tvm.compiler.tensors import to_numpy
+from mtp_tvm.compiler.arrays import to_numpy
 from mtp_tvm.contract.cases import CASES
 from mtp_tvm.contract.presets import make_shapes
 from mtp_tvm.verify.golden_check import compare_outputs

@@ -12,7 +12,7 @@ from tvm.script import tirx as T
 
 import mtp_tvm
 from helpers import slow_except
-from mtp_tvm.compiler.tensors import to_numpy
+from mtp_tvm.compiler.arrays import to_numpy
 from mtp_tvm.contract.cases import CASES
 from mtp_tvm.contract.presets import make_shapes
 from mtp_tvm.ir import tir_kernels

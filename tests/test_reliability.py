@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import mtp_tvm
-from mtp_tvm.compiler.tensors import to_numpy
+from mtp_tvm.compiler.arrays import to_numpy
 from mtp_tvm.contract.presets import make_shapes
 from mtp_tvm.tools.bisect.bisection import bisect_passes
 
@@ -20,7 +20,7 @@ ENV = {**os.environ, "PYTHONPATH": os.getcwd()}
 RUN_ONCE = """
 import hashlib, sys
 import mtp_tvm
-from mtp_tvm.compiler.tensors import to_numpy
+from mtp_tvm.compiler.arrays import to_numpy
 m = mtp_tvm.compile(case="tail-norm", preset="tiny", frontend=sys.argv[1])
 inputs = {k: to_numpy(v) for k, v in m.case.make_inputs(m.shapes, 1234).items()}
 digest = lambda arrays: {k: hashlib.sha256(a.tobytes()).hexdigest() for k, a in arrays.items()}

@@ -13,8 +13,9 @@ import pytest
 import torch
 import tvm
 
+from mtp_tvm.compiler.arrays import to_numpy
 from mtp_tvm.compiler.runtime import TRANSFORM_PARAMS
-from mtp_tvm.compiler.tensors import to_device, to_numpy
+from mtp_tvm.compiler.tensors import to_device
 from mtp_tvm.compiler.weights import WeightCache
 from mtp_tvm.contract.presets import make_shapes
 from mtp_tvm.support.errors import UsageError

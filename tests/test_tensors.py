@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from mtp_tvm.compiler import tensors
-from mtp_tvm.compiler.tensors import read_npz, validate_inputs, write_npz
+from mtp_tvm.compiler.arrays import NUMPY_DTYPES, read_npz, write_npz
+from mtp_tvm.compiler.tensors import validate_inputs
 from mtp_tvm.contract.cases import TensorSpec
 from mtp_tvm.support.errors import UsageError
 
@@ -43,7 +44,7 @@ def test_the_first_non_finite_value_is_named_across_scan_chunks(monkeypatch, dty
     a = np.ones((4, 6), np.float32)
     a[3, 0], a[2, 3], a[3, 5] = np.inf, np.nan, -np.inf
     with pytest.raises(UsageError, match=r"input 'w' has 3 non-finite values \(NaN/Inf\), the first at \(2, 3\)$"):
-        validate_inputs({"w": TensorSpec("w", (4, 6), dtype)}, {"w": a.astype(tensors.NUMPY_DTYPES[dtype])}, "c")
+        validate_inputs({"w": TensorSpec("w", (4, 6), dtype)}, {"w": a.astype(NUMPY_DTYPES[dtype])}, "c")
 
 
 def test_the_non_finite_scan_of_a_large_bf16_weight_allocates_no_copy():

@@ -7,7 +7,7 @@ import pytest
 from tvm import tirx
 
 import mtp_tvm
-from mtp_tvm.compiler.tensors import to_numpy
+from mtp_tvm.compiler.arrays import to_numpy
 from mtp_tvm.contract.presets import make_shapes
 from mtp_tvm.ir import tir_kernels
 from mtp_tvm.schedule import token_rows

@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import tvm
 
+from ..compiler.arrays import NUMPY_DTYPES
 from ..compiler.options import BuildSpec
-from ..compiler.tensors import NUMPY_DTYPES
 from ..support.errors import UsageError
 
 FORMAT = "mtp-tvm-artifact/1"

@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..artifact.module_reference import EXAMPLE_INPUTS, REFERENCE_OUTPUTS
+from ..compiler.arrays import write_npz
 from ..compiler.module_build import CompiledModule
-from ..compiler.tensors import write_npz
 from ..contract.presets import NO_PRESET
 from ..verify.module_golden import module_golden
 

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from ..artifact.manifest import artifact_file
-from ..compiler.tensors import read_npz
+from ..compiler.arrays import read_npz
 from ..ir.module_sizes import sized_inputs
 from ..support.errors import UsageError
 from ..verify.golden_check import Provenance

@@ -53,7 +53,7 @@ def _cmd_run(args) -> int:
         raise UsageError("--seed, --tokens and --shape size the seeded inputs of --random-inputs; drop them with "
                          "--inputs")
     from ..artifact.load import load
-    from ..compiler.tensors import read_npz, write_npz
+    from ..compiler.arrays import read_npz, write_npz
 
     artifact = load(args.artifact, allow_failed=args.allow_failed)
     loaded = None

@@ -24,7 +24,7 @@ def _cmd_inputs(args) -> int:
     else:
         case, shapes = options_from(args, BuildSpec).resolve()
         inputs = case.make_inputs(shapes, args.seed)
-    from ..compiler.tensors import to_numpy, write_npz
+    from ..compiler.arrays import to_numpy, write_npz
 
     arrays = {name: to_numpy(t) for name, t in inputs.items()}
     write_npz(args.out, arrays)

@@ -10,7 +10,7 @@ import os
 import time
 from collections.abc import Callable
 
-from ..compiler.tensors import to_numpy
+from ..compiler.arrays import to_numpy
 from ..contract.cases import LM_HEAD_LOGITS, Case, Comparator, Stage, validate_seed
 from ..contract.presets import Shapes
 from ..support.atomic_file import require_writable

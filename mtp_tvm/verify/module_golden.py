@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..compiler.tensors import dtype_name, to_numpy
+from ..compiler.arrays import dtype_name, to_numpy
 from ..contract.presets import NO_PRESET
 from ..passes.target import target_json
 from ..support.lazy import lazy_module

@@ -71,8 +71,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ...artifact.manifest import is_module_artifact, manifest_spec, read_manifest
+from ...compiler.arrays import to_numpy
 from ...compiler.options import BuildSpec, ModuleSpec, split_options
-from ...compiler.tensors import to_numpy
 from ...contract.cases import TOKENS, Case, get_case
 from ...contract.presets import Shapes
 from ...ir.frontend_names import FRONTEND_NAMES

@@ -231,7 +231,7 @@ class _Build:
 def _build(spec: ModuleSpec, folder: Path) -> _Build:
     from ...artifact.export import build
     from ...artifact.module_reference import REFERENCE_OUTPUTS
-    from ...compiler.tensors import read_npz
+    from ...compiler.arrays import read_npz
 
     built = build(folder / "artifact", spec, log=lambda *_: None)
     user = built.compiled.module_file

@@ -24,7 +24,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from ...compiler.tensors import dtype_name
+from ...compiler.arrays import dtype_name
 from ...contract.cases import TOKENS, Case, get_case
 from ...contract.presets import Shapes
 from ...verify.comparators import as_float32

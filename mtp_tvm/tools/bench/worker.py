@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-from ...compiler.tensors import read_npz, write_npz
+from ...compiler.arrays import read_npz, write_npz
 from ...support.errors import MtpError
 
 _HEADER = struct.Struct("<Q")

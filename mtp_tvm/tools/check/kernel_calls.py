@@ -20,8 +20,8 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from ...compiler.arrays import NUMPY_DTYPES, dtype_name, to_numpy
 from ...compiler.driver import CompiledCase
-from ...compiler.tensors import NUMPY_DTYPES, dtype_name, to_numpy
 from ...support.errors import MtpError
 from ..measure.profile import kernel_names, watch_calls
 

@@ -25,7 +25,8 @@ from pathlib import Path
 import numpy as np
 import tvm
 
-from ...compiler.tensors import NUMPY_DTYPES, read_npz, to_device
+from ...compiler.arrays import NUMPY_DTYPES, read_npz
+from ...compiler.tensors import to_device
 from ...instrument.run_folder import new_run_dir
 from ...passes.pipeline import TIR_PIPELINE, register_with_tvm
 from ...passes.target import device_for, resolve_target, target_json

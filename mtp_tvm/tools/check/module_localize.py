@@ -23,10 +23,10 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from ...compiler.arrays import dtype_name, to_numpy
 from ...compiler.driver import compile
 from ...compiler.module_build import CompiledModule
 from ...compiler.options import MODULE_FILES, DebugOptions, ModuleSpec, split_options
-from ...compiler.tensors import dtype_name, to_numpy
 from ...ir.graph_nodes import GraphNode, node_values
 from ...ir.module_file import TORCH, load_module_file, to_torch
 from ...passes.target import require_runs_here

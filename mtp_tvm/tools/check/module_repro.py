@@ -23,7 +23,8 @@ from pathlib import Path
 
 import tvm
 
-from ...compiler.tensors import read_npz, to_host, to_numpy
+from ...compiler.arrays import read_npz, to_numpy
+from ...compiler.tensors import to_host
 from ...instrument.run_folder import mark_complete, new_run_dir
 from ...passes.target import device_for, target_json
 from ...support.errors import MtpError

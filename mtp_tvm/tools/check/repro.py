@@ -26,7 +26,7 @@ from pathlib import Path
 
 import tvm
 
-from ...compiler.tensors import dtype_name, read_npz, to_numpy, write_npz
+from ...compiler.arrays import dtype_name, read_npz, to_numpy, write_npz
 from ...instrument.run_folder import mark_complete, new_run_dir
 from ...passes.pipeline import FIRST_LOWERING_PHASE, OPTIMIZING_PHASES
 from ...passes.plugins import extra_pass_names, resolve_extra_passes

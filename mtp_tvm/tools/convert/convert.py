@@ -101,14 +101,14 @@ def _progress(log: Callable[[str], None] | None) -> Callable[[str, int, int, int
 def _calibration(path) -> dict | None:
     if path is None:
         return None
-    from ...compiler.tensors import read_npz
+    from ...compiler.arrays import read_npz
 
     arrays = read_npz(path, dict.fromkeys(CALIBRATION_INPUTS, "bfloat16"))
     missing = [n for n in CALIBRATION_INPUTS if n not in arrays]
     if missing:
         raise UsageError(f"calibration file {path}: no array {missing[0]!r} (it needs {', '.join(CALIBRATION_INPUTS)}"
                          ", [N, D] each: `mtp-tvm inputs --case projection` writes such a file)")
-    from ...compiler.tensors import to_numpy
+    from ...compiler.arrays import to_numpy
 
     return {n: torch.from_numpy(to_numpy(arrays[n]).astype("float32")) for n in CALIBRATION_INPUTS}
 

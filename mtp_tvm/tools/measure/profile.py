@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 
 import tvm
 
-from ...compiler.tensors import to_numpy
+from ...compiler.arrays import to_numpy
 from ...contract.cases import TOKENS
 from ...instrument.report import PROFILE_FILE
 from ...instrument.run_folder import update_index

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from ...compiler.tensors import NUMPY_DTYPES
+from ...compiler.arrays import NUMPY_DTYPES
 from ...contract.cases import TOKENS, Case, Stage
 from ...contract.presets import Shapes
 from ...passes.target import is_gpu

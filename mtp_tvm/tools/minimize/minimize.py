@@ -25,9 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
+from ...compiler.arrays import to_numpy
 from ...compiler.driver import compile
 from ...compiler.options import MODULE_FILES, DebugOptions, ModuleSpec, split_options
-from ...compiler.tensors import to_numpy
 from ...ir.graph_nodes import ExportedGraph, node_values
 from ...ir.module_file import TORCH, load_module_file, to_torch
 from ...passes.target import require_runs_here
