@@ -483,3 +483,19 @@ def test_the_read_probe_is_the_fastest_of_its_shapes_and_sums_right():
     assert probe.raced[probe.chosen.describe()] == max(probe.raced.values()) and probe.gbs() > 0
     _, a, out = probe._run
     assert np.all(out.numpy() == plan.stream_steps(probe.chosen))  # every lane summed its ones
+
+
+def test_the_read_probes_shapes_share_one_buffer(monkeypatch):
+    """Seven buffers of 256 MiB each held 1.8 GB at once, and a profile in a loop grew to 8 GB and 16 s a call."""
+    import dataclasses
+
+    import tvm
+
+    from mtp_tvm.tools.measure.peaks import StreamProbe
+
+    llvm = resolve_target("llvm")
+    plan = dataclasses.replace(ProbePlan.for_target(llvm), stream_bytes=1 << 20)
+    allocated, tensor = [], tvm.runtime.tensor
+    monkeypatch.setattr(tvm.runtime, "tensor", lambda a, *args: allocated.append(a.nbytes) or tensor(a, *args))
+    StreamProbe(llvm, plan)
+    assert [n for n in allocated if n > 1 << 16] == [plan.stream_bytes]  # the shapes' sums are the small rest

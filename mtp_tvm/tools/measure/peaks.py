@@ -280,13 +280,16 @@ def _dot_peak(plan: ProbePlan, target, kind: str, dev, rounds: int) -> float:
 class StreamProbe:
     """The read-bandwidth probe, built once and timed as often as asked: ``bench`` times it in every round beside
     TVM and its peers, since a shared machine's bandwidth drifts by tens of percent between seconds. It is the
-    fastest of ``ProbePlan.stream_shapes``, raced once when made (``chosen``; every shape's GB/s in ``raced``)."""
+    fastest of ``ProbePlan.stream_shapes``, raced once when made (``chosen``; every shape's GB/s in ``raced``).
+    The shapes read views of one buffer: seven buffers of their own held 1.8 GB at once, and filling them took
+    about a second of every bench and profile."""
 
     RACE_ROUNDS = 3
 
     def __init__(self, target, plan: ProbePlan | None = None):
         self.plan = plan or ProbePlan.for_target(target)
         self.dev = device_for(target)
+        self._buffer = tvm.runtime.tensor(np.ones(self.plan.stream_bytes // 4, np.float32), self.dev)
         built = [(shape, self._probe(target, shape)) for shape in self.plan.stream_shapes()]
         best: dict[StreamShape, float] = {}
         for _ in range(self.RACE_ROUNDS if len(built) > 1 else 0):  # rounds alternate the shapes (drift)
@@ -298,7 +301,7 @@ class StreamProbe:
     def _probe(self, target, shape: StreamShape):
         kernel = self.plan.build_stream(target, shape).jit()
         shape_in = (self.plan.stream_parallel, shape.streams, self.plan.stream_steps(shape), shape.lanes)
-        a = tvm.runtime.tensor(np.ones(shape_in, np.float32), self.dev)
+        a = self._buffer._create_view(shape_in)  # its first elements: a shape's steps round down
         out = tvm.runtime.tensor(np.zeros((self.plan.stream_parallel, shape.streams, shape.lanes), np.float32),
                                  self.dev)
         return kernel, a, out
