@@ -158,10 +158,13 @@ CUDA_BUILDS = ([(case, "tir", arch, "default") for case in GPU_TIR_CASES for arc
 @pytest.mark.parametrize("case, frontend, arch, schedule",
                          slow_except(CUDA_BUILDS, {("logits", "tir", "sm_90", "default")}))
 def test_cuda_builds_and_saves_its_source(case, frontend, arch, schedule, tmp_path):
+    """Every case builds for CUDA; the dumps' copy of the source is checked on the logits case of each frontend
+    and schedule (what writes it does not depend on the case, and dumping every pass triples a build's time)."""
+    dumped = (case, arch) == ("logits", "sm_90")
     m = mtp_tvm.compile(case=case, target={"kind": "cuda", "arch": arch}, preset="tiny", frontend=frontend,
-                        schedule=schedule, dump_passes=tmp_path)
+                        schedule=schedule, dump_passes=tmp_path if dumped else None)
     assert "__global__" in m.device_source
-    assert (m.dump_dir / "device_source.cu").read_text() == m.device_source
+    assert not dumped or (m.dump_dir / "device_source.cu").read_text() == m.device_source
     assert m.schedule_traces and all("sch." in t for t in m.schedule_traces.values())
 
 
