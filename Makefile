@@ -37,8 +37,9 @@ run: install
 PYTEST_WORKERS ?= auto
 XDIST := -n $(PYTEST_WORKERS) --dist loadgroup
 
+# It ends with its 20 slowest tests, so that a CI log says where the time went.
 test: install-test lint
-	$(BIN)/python -m pytest -q $(XDIST) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q $(XDIST) --durations=20 $(PYTEST_ARGS)
 
 # The edit loop: every test not marked slow, stopping at the first failure, after the lint.
 check-fast: install-test lint
