@@ -29,6 +29,7 @@ from tvm.s_tir.meta_schedule.builder.local_builder import default_export
 from tvm.target import Target
 
 from ...passes.target import is_gpu
+from ...support.load_average import usable_cores
 from .kernels import fast_build
 
 BUILD_TIMEOUT_S = 120  # one candidate's build; TVM's LocalBuilder allows 30 s, too few for a large CPU kernel
@@ -38,7 +39,7 @@ def candidate_builder(target: Target, timeout_s: float = BUILD_TIMEOUT_S):
     """The tuner's builder of candidates for ``target``: forked children on a CPU, TVM's pool on a GPU."""
     if is_gpu(target):
         return ms.builder.LocalBuilder(f_build=fast_build, timeout_sec=int(timeout_s))
-    return ForkBuilder(fast_build, os.cpu_count() or 1, timeout_s)
+    return ForkBuilder(fast_build, usable_cores(), timeout_s)
 
 
 @derived_object
