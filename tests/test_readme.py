@@ -26,6 +26,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -160,7 +161,7 @@ class Bindings(dict):
     def command(self, text: str, roots: list[Path]) -> str:
         """``text`` with every README run name replaced by its binding; unbound ones are bound, in README
         order, to this section's run folders that no name is bound to yet, oldest first."""
-        folders = [p.name for root in roots if root.is_dir() for p in root.iterdir() if RUN_NAME.fullmatch(p.name)]
+        folders = sorted(_run_folders(roots))
         for m in sorted(RUN_NAME.finditer(text), key=lambda m: m.group("key").rsplit("-", 2)[1:]):
             if m.group("key") not in self:
                 kind = m.group("key").rsplit("-", 2)[0]
@@ -256,6 +257,10 @@ def _shell(command: str, cwd: Path, prefork=None, timeout: int = 1800) -> subpro
                           stderr=subprocess.STDOUT, text=True, timeout=timeout)
 
 
+def _run_folders(roots: list[Path]) -> set[str]:
+    return {p.name for root in roots if root.is_dir() for p in root.iterdir() if RUN_NAME.fullmatch(p.name)}
+
+
 def _flags(parser) -> set[str]:
     """Every option string of ``parser`` and of its subcommands' parsers."""
     flags = {o for a in parser._actions for o in a.option_strings}
@@ -290,6 +295,19 @@ class ReadmeRunner:
     def __init__(self, root: Path, name: str = "README.md", prefork=None):
         self.root, self.name, self.bindings, self.last_output = root, name, {}, None
         self.prefork = prefork
+        self.last_run_second = None
+
+    def shell(self, command: str, cwd: Path, roots: list[Path]) -> subprocess.CompletedProcess:
+        """``_shell``, never in the second a run folder was last made in: a run is named by the second it
+        started (``logits-llvm-20261204-122613``) and a page names runs so, as a user at a terminal never starts
+        two within one second; two forked ``check``s of 0.5 s each could, and the page's name matched both."""
+        if self.last_run_second is not None and int(time.time()) <= self.last_run_second:
+            time.sleep(self.last_run_second + 1 - time.time())
+        before = _run_folders(roots)
+        result = _shell(command, cwd, self.prefork)
+        if _run_folders(roots) != before:
+            self.last_run_second = int(time.time())
+        return result
 
     def cwd(self, block: Block) -> Path:
         d = self.root / (re.sub(r"[^a-z0-9]+", "-", block.section.lower()).strip("-") or "top")
@@ -311,7 +329,7 @@ class ReadmeRunner:
         if block.kind == "run":
             outputs = []
             for command in _commands(block.text):
-                r = _shell(bindings.command(command, roots), cwd, self.prefork)
+                r = self.shell(bindings.command(command, roots), cwd, roots)
                 if r.returncode:
                     return f"{where}: `{command}` exits {r.returncode}:\n{(r.stdout)[-3000:]}"
                 outputs.append(r.stdout)
@@ -324,7 +342,7 @@ class ReadmeRunner:
             return None if missing is None else f"{where}: not in the output: {missing!r}\n{self.last_output[-3000:]}"
         if block.kind == "session":
             for command, expected in _session(block.text):
-                r = _shell(bindings.command(command, roots), cwd, self.prefork)
+                r = self.shell(bindings.command(command, roots), cwd, roots)
                 actual = r.stdout
                 missing = output_matches(expected, actual, bindings) if expected.strip() else None
                 if missing is not None:
