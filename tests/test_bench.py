@@ -485,6 +485,16 @@ def test_the_read_probe_is_the_fastest_of_its_shapes_and_sums_right():
     assert np.all(out.numpy() == plan.stream_steps(probe.chosen))  # every lane summed its ones
 
 
+def test_the_copy_probe_copies_as_much_as_the_read_probe_reads_on_a_cpu():
+    """1 GiB took 1-6 s to fill for the same GB/s (docs/benchmarks.md); a GPU keeps 1 GiB."""
+    import tvm
+
+    from mtp_tvm.tools.measure.peaks import CopyProbe
+
+    probe = CopyProbe(tvm.cpu())
+    assert probe.mib << 20 == ProbePlan.for_target(resolve_target("llvm")).stream_bytes and probe.gbs() > 0
+
+
 def test_the_read_probes_shapes_share_one_buffer(monkeypatch):
     """Seven buffers of 256 MiB each held 1.8 GB at once, and a profile in a loop grew to 8 GB and 16 s a call."""
     import dataclasses
