@@ -324,7 +324,7 @@ class CopyProbe:
     """The bandwidth probe of a prebuilt artifact's bench (``bench --artifact``), with TVM's runtime alone: a
     device-to-device copy of ``mib`` MiB, counting the bytes read and written. A copy also writes, so on a CPU it
     reads lower than ``stream_read``'s sum; on a GPU the two agree within a few percent. By default 1 GiB on a
-    GPU and, as the read probe, 256 MiB on a CPU: the same GB/s there, where filling 1 GiB took 1-6 s of every
+    GPU and, as the read probe, 256 MiB on a CPU: the same GB/s there, where filling 1 GiB took 1-12 s of every
     bench of an artifact or a module file."""
 
     def __init__(self, dev, mib: int | None = None):
