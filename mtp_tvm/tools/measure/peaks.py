@@ -31,6 +31,8 @@ FMA, BF16_DOT, INT8_DOT = "fma", "bf16_dot", "int8_dot"  # instruction kinds wit
 # The compute probes run about 1 ms a sample: best of this many per round, so one that ran while every core was
 # busy (other processes; a parallel probe waits for its slowest thread) does not become the "peak"
 COMPUTE_REPEATS = 4
+# What the bandwidth probes move (the read probe sums it, the copy probe copies it): far beyond any cache
+PROBE_BYTES = {"cpu": 256 << 20, "gpu": 1 << 30}
 
 
 def fma_probe(blocks: int, threads: int, iters: int, chains: int, lanes: int, gpu: bool):
@@ -218,9 +220,9 @@ class ProbePlan:
     def for_target(cls, target, multiprocessors: int | None = None) -> ProbePlan:
         if target.kind.name == "cuda":
             sms = multiprocessors or device_for(target).multi_processor_count
-            return cls(True, sms * 8, 256, 1, 8, 20_000, sms * 8, 1024, 1 << 30)
+            return cls(True, sms * 8, 256, 1, 8, 20_000, sms * 8, 1024, PROBE_BYTES["gpu"])
         cores = int(target.attrs.get("num-cores", os.cpu_count() or 1))
-        return cls(False, cores, 1, cpu_isa(target).fp32_lanes, 12, 100_000, cores, 64, 256 << 20)
+        return cls(False, cores, 1, cpu_isa(target).fp32_lanes, 12, 100_000, cores, 64, PROBE_BYTES["cpu"])
 
     def stream_shapes(self) -> tuple[StreamShape, ...]:
         """The read probes raced for the bandwidth: on a CPU, 2 to 8 vectors of partial sums, 1, 2 or 4 address
@@ -323,12 +325,12 @@ class StreamProbe:
 class CopyProbe:
     """The bandwidth probe of a prebuilt artifact's bench (``bench --artifact``), with TVM's runtime alone: a
     device-to-device copy of ``mib`` MiB, counting the bytes read and written. A copy also writes, so on a CPU it
-    reads lower than ``stream_read``'s sum; on a GPU the two agree within a few percent. By default 1 GiB on a
-    GPU and, as the read probe, 256 MiB on a CPU: the same GB/s there, where filling 1 GiB took 1-12 s of every
-    bench of an artifact or a module file."""
+    reads lower than ``stream_read``'s sum; on a GPU the two agree within a few percent. By default as much as
+    the read probe reads (``PROBE_BYTES``): on a CPU it copied 1 GiB for the same GB/s, and filling it took 1-12 s
+    of every bench of an artifact or a module file."""
 
     def __init__(self, dev, mib: int | None = None):
-        mib = mib or (256 if dev.dlpack_device_type() == tvm.cpu().dlpack_device_type() else 1024)
+        mib = mib or PROBE_BYTES["cpu" if dev.type == "cpu" else "gpu"] >> 20
         n = (mib << 20) // 4
         self.dev, self.mib = dev, mib
         self._src = tvm.runtime.tensor(np.ones(n, np.float32), dev)
