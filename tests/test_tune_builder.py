@@ -36,14 +36,10 @@ def _inputs(n: int) -> list:
     return [ms.builder.BuilderInput(_module(i + 2), TARGET) for i in range(n)]  # candidate i scales by i + 2
 
 
-def _scale_of(mod: tvm.IRModule) -> int:
-    return int(float(str(mod["main"]).split("T.float32(")[1].split(")")[0]))
-
-
-def _misbehaving(action: str, victim: int):
-    """``fast_build``, except on the candidate that scales by ``victim``: there it raises, crashes, exits or hangs."""
+def _misbehaving(action: str, victim: tvm.IRModule):
+    """``fast_build``, except on the candidate ``victim``: there it raises, crashes, exits or hangs."""
     def build(mod, target, params):
-        if _scale_of(mod) == victim:
+        if mod.same_as(victim):
             if action == "raise":
                 raise ValueError("no such schedule")
             if action == "crash":
@@ -91,7 +87,8 @@ def test_every_candidate_gets_its_own_artifact_in_the_batchs_order(no_child_left
 ])
 def test_a_failing_candidate_costs_its_build_process_share_never_the_batch(action, cause, no_child_left):
     """Five candidates in two children: child 0 builds 0, 2, 4 and child 1 builds 1, 3; candidate 2 fails."""
-    results = ForkBuilder(_misbehaving(action, victim=4), 2, 2).build(_inputs(5))
+    inputs = _inputs(5)
+    results = ForkBuilder(_misbehaving(action, victim=inputs[2].mod), 2, 2).build(inputs)
     errors = [r.error_msg for r in results]
     assert errors[2] == f"ForkBuilder: {cause}"
     assert errors[0] is None and errors[1] is None and errors[3] is None  # built before it, or by the other child
@@ -104,12 +101,13 @@ def test_a_failing_candidate_costs_its_build_process_share_never_the_batch(actio
 
 def test_an_interrupted_batch_leaves_no_child(no_child_left):
     register_with_tvm()  # as tune does: Ctrl-C comes back through MetaSchedule's C++ as KeyboardInterrupt
-    builder = ForkBuilder(_misbehaving("hang", victim=2), 2, 60)
+    inputs = _inputs(2)
+    builder = ForkBuilder(_misbehaving("hang", victim=inputs[0].mod), 2, 60)
     timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
     timer.start()
     try:
         with pytest.raises(KeyboardInterrupt):
-            builder.build(_inputs(2))
+            builder.build(inputs)
     finally:
         timer.cancel()
 

@@ -157,8 +157,8 @@ def first_points(points: dict[str, list], trials: int) -> tuple[list[tuple[str, 
 
 
 def _measure(schedules: list, target: Target, builder, runner) -> list[tuple[list[float], list] | BuildError]:
-    """Schedules built and timed by the tuner's own builder and runner, all in one batch (the builder starts a
-    pool of worker processes per call): per schedule, (seconds per run, the arguments' info its record needs), or
+    """Schedules built and timed by the tuner's own builder and runner, all in one batch (the builder forks or
+    starts its build processes per call): per schedule, (seconds per run, the arguments' info its record needs), or
     a BuildError saying why it could not be."""
     from tvm.s_tir import meta_schedule as ms
 
