@@ -250,6 +250,41 @@ def test_the_tvmscript_example_passes_its_differential_check():
     assert compiled.run(x)["output0"].shape == (3, 128)
 
 
+TVMSCRIPT_MADE_WHEN_CALLED = """
+import numpy as np
+from tvm.script import ir as I
+from tvm.script import relax as R
+
+
+def module():
+    @I.ir_module
+    class Relu:
+        @R.function
+        def main(x: R.Tensor(("n", 16), "float32")):
+            R.func_attr({"num_input": 1})
+            with R.dataflow():
+                y = R.nn.relu(x)
+                R.output(y)
+            return y
+    return Relu
+
+
+def example_inputs():
+    return (np.random.default_rng(0).standard_normal((4, 16), dtype=np.float32),)
+"""
+
+
+def test_a_tvmscript_module_made_inside_module_checks(tmp_path, capsys):
+    """TVMScript parses a class when ``@I.ir_module`` runs, which here is inside ``module()``, after the file
+    loaded: the parser looks the file up in ``sys.modules`` by the class's ``__module__`` then."""
+    own = _file(tmp_path, TVMSCRIPT_MADE_WHEN_CALLED, "own_tvmscript.py")
+    (tmp_path / "other").mkdir()
+    twin = _file(tmp_path / "other", TVMSCRIPT_MADE_WHEN_CALLED.replace("R.nn.relu", "R.sigmoid"), "own_tvmscript.py")
+    assert main(["check", "--module", str(own)]) == 0, capsys.readouterr().err
+    assert "PASSED" in capsys.readouterr().out
+    assert main(["check", "--module", str(twin)]) == 0, capsys.readouterr().err  # same stem, its own source
+
+
 @pytest.mark.slow  # over 1 s
 def test_a_model_with_ops_the_examples_do_not_use_works_unchanged(tmp_path):
     from mtp_tvm.tools.check.check import check

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import sys
 from collections.abc import Callable
@@ -42,13 +43,19 @@ def require_python_file(path: Path, who: str) -> None:
 
 
 def import_user_file(path: Path, who: str) -> ModuleType:
-    """Import ``path`` with no guard (``support.user_process`` runs it in a child that reports any way out). It is
-    in ``sys.modules`` while it loads, so TVMScript's parser finds the source of what it defines."""
-    spec = importlib.util.spec_from_file_location(f"mtp_{who.replace(' ', '_')}_{path.stem}", path)
+    """Import ``path`` with no guard (``support.user_process`` runs it in a child that reports any way out). It
+    stays in ``sys.modules`` under a name of its own path (two files of one stem never replace each other; a
+    reload of the same file replaces its entry): TVMScript's parser looks a class up there by its ``__module__``
+    whenever it parses one, and a ``module()`` may define its ``@I.ir_module`` when it is called, not only while
+    the file loads."""
+    path = Path(path).resolve()
+    digest = hashlib.sha1(str(path).encode()).hexdigest()[:10]
+    spec = importlib.util.spec_from_file_location(f"mtp_{who.replace(' ', '_')}_{path.stem}_{digest}", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     try:
         spec.loader.exec_module(module)
-    finally:
+    except BaseException:
         sys.modules.pop(spec.name, None)
+        raise
     return module
