@@ -202,6 +202,13 @@ def test_assert_close_tolerances_follow_the_dtype_and_the_users():
     wrong_dtype = assert_close(e.astype("float64"), e, ModuleTolerance())
     assert not wrong_dtype.passed and "dtype mismatch" in wrong_dtype.detail
     assert not assert_close(np.array([1, 2]), np.array([1, 3]), ModuleTolerance()).passed  # integers: exact
+    assert not assert_close(np.array([1, 2]), np.array([1, 3]), ModuleTolerance(atol=5)).passed  # whatever atol
+    big = np.array([2**40, 1], np.int64)  # FP32 cannot tell 2**40 from 2**40 + 1
+    assert not assert_close(big + np.array([1, 0]), big, ModuleTolerance()).passed
+    mask = np.tril(np.ones((3, 3), bool))
+    assert assert_close(mask, mask.copy(), ModuleTolerance()).passed
+    flipped = assert_close(~mask, mask, ModuleTolerance(rtol=1.0))
+    assert not flipped.passed and flipped.mismatches == 9
 
 
 # ---- building and checking ----------------------------------------------------------------------------------

@@ -105,6 +105,59 @@ def test_localize_module_of_a_correct_build_passes_with_most_calls_partnered(tmp
     assert {op["partnered_by"] for op in partnered} == {"name", "value"}
 
 
+def test_a_call_is_partnered_by_value_only_with_a_node_of_its_value():
+    from mtp_tvm.tools.check.module_localize import NEAR, _distance
+
+    scores = np.arange(16, dtype=np.float32).reshape(4, 4)
+    masked = np.where(np.tril(np.ones((4, 4), bool)), scores, -np.inf).astype(np.float32)
+    assert _distance(masked, scores) == np.inf  # -inf where the node is finite: the mask, not these scores
+    assert _distance(masked, masked.copy()) == 0
+    assert _distance(scores * np.float32(1 + 1e-3), scores) <= NEAR  # a pass's rounding: still its node
+    assert _distance(np.tril(np.ones((4, 4), bool)), np.tril(np.ones((4, 4), bool))) == 0
+    assert _distance(np.array([1, 2], np.int64), np.array([1, 3], np.int64)) == np.inf  # integers: exact
+
+
+def _block_variant(tmp_path, name: str, replacements: dict[str, str]):
+    text = BLOCK.read_text()
+    for old, new in replacements.items():
+        assert old in text, old
+        text = text.replace(old, new)
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+CAUSAL_SDPA = "torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)"
+ARANGE_MASK = {  # a boolean mask built from arange before the norm, shared by two attentions
+    "        seq = x.shape[0]\n": "        seq = x.shape[0]\n        pos = torch.arange(seq)\n"
+                                  "        causal = pos[:, None] >= pos[None, :]\n",
+    CAUSAL_SDPA: CAUSAL_SDPA.replace("is_causal=True", "attn_mask=causal") + " + "
+                 + CAUSAL_SDPA.replace("q, k, v, is_causal=True", "v, k, q, attn_mask=causal"),
+}
+SQUARE_SCORES = {"torch.randn(8, HIDDEN": "torch.randn(16, HIDDEN"}  # 16 rows = HEAD_DIM: scores and heads alike
+
+
+@pytest.mark.slow  # four builds
+@pytest.mark.parametrize("variant", [SQUARE_SCORES, ARANGE_MASK], ids=["seq-equals-head-dim", "arange-mask"])
+def test_localize_module_names_the_bug_never_the_causal_mask(tmp_path, variant):
+    """A kernel that adds the causal mask to the scores holds what no torch node holds (SDPA is one node): it has
+    no partner, not the nearest node of its shape (at 16 rows the scores have the heads' shape). A boolean mask
+    torch computes too is compared exactly and matches."""
+    from mtp_tvm import localize_module
+    from mtp_tvm.compiler.options import DebugOptions
+    from mtp_tvm.passes.plugins import load_pass_plugin
+
+    block = _block_variant(tmp_path, "block.py", variant)
+    clean = localize_module(block, **QUIET)
+    assert clean.passed, clean.describe_first()
+    masks = [op for op in clean.ops if op.comparison is not None and op.comparison.numel and
+             op.call.outputs[0][1] == "bool"]
+    assert all(op.comparison.passed for op in masks) and (masks or variant is SQUARE_SCORES)
+    buggy = localize_module(block, DebugOptions(extra_passes=load_pass_plugin(FP16_NORM)), **QUIET)
+    assert buggy.first is not None and "RMSNorm" in buggy.first.node.module
+    assert NORM_LINE in buggy.first.node.source
+
+
 @pytest.mark.slow  # two builds
 def test_localize_module_against_another_build_writes_a_kernel_reproducer(tmp_path, monkeypatch):
     from pathlib import Path

@@ -40,11 +40,27 @@ def assert_close(actual, expected, tolerance: ModuleTolerance) -> Comparison:
         return Comparison(name, False, int(np.size(actual)), detail=f"dtype mismatch: actual {a_dtype} vs expected "
                                                                    f"{e_dtype}")
     a, e = np.asarray(actual), np.asarray(expected)
+    if a.dtype.kind in "biu":  # integers and booleans exactly, in their own type (FP32 holds no int64 exactly)
+        return _exact(name, a, e)
     if a.dtype.kind == "f" or a_dtype == "bfloat16":  # equal infinities are equal, as in torch (a causal mask's)
         same_inf = np.isinf(a.astype(np.float32)) & (a == e)
         a, e = np.where(same_inf, 0, a).astype(a.dtype), np.where(same_inf, 0, e).astype(e.dtype)
     result = ratio_allclose(exact)(a, e)
     return dataclasses.replace(result, comparator=name)
+
+
+def _exact(name: str, a: np.ndarray, e: np.ndarray) -> Comparison:
+    """Integers or booleans compared element by element: any difference is a mismatch."""
+    if a.shape != e.shape:
+        return Comparison(name, False, int(a.size), detail=f"shape mismatch: actual {a.shape} vs expected {e.shape}")
+    bad = a != e
+    count = int(bad.sum())
+    if not count:
+        return Comparison(name, True, int(a.size), worst_index=(0,) * a.ndim if a.size else ())
+    diff = np.abs(a.astype(np.float64) - e.astype(np.float64))
+    worst = tuple(int(i) for i in np.unravel_index(int(np.argmax(diff)), diff.shape))
+    return Comparison(name, False, int(a.size), count, float(diff[worst]), worst,
+                      detail=f"Mismatched elements: {count} / {a.size}: integers and booleans must be equal")
 
 
 def module_golden(compiled: CompiledModule, inputs: dict | None = None) -> dict[str, np.ndarray]:

@@ -116,7 +116,10 @@ class ModuleTolerance(_FromMapping):
                 raise UsageError(f"{name} must be a finite number >= 0, got {value!r}")
 
     def for_dtype(self, dtype: str) -> RatioTolerance:
-        """The ``ratio_allclose`` tolerance of an output of ``dtype``: no element may be off."""
-        atol, rtol = ASSERT_CLOSE_DEFAULTS.get(dtype, (0.0, 0.0))
+        """The ``ratio_allclose`` tolerance of an output of ``dtype``: no element may be off. Integers and
+        booleans (indices, masks) are always exact: ``atol``/``rtol`` are a float's rounding, not theirs."""
+        if dtype not in ASSERT_CLOSE_DEFAULTS:
+            return RatioTolerance(0.0, 0.0, max_error_ratio=0.0)
+        atol, rtol = ASSERT_CLOSE_DEFAULTS[dtype]
         return RatioTolerance(atol if self.atol is None else float(self.atol),
                               rtol if self.rtol is None else float(self.rtol), max_error_ratio=0.0)

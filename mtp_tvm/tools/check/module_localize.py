@@ -4,8 +4,9 @@ torch's. The build runs once on the file's example inputs with every kernel call
 
 Each kernel call's output is partnered with a graph node: by name where the call binds a var named after one
 (``ir/graph_nodes`` names them; a kernel that is one op keeps it), else, where fusion renamed it, with the node of
-the same shape and dtype whose torch value is closest, in graph order after the previous call's node. A call
-whose output no node has (an FP16 temporary a pass made, a weight repacked) has no partner and is listed. The
+the same shape and dtype whose torch value is closest and near (``_distance``), in graph order after the previous
+call's node. A call whose output no node has (an FP16 temporary a pass made, a weight repacked, scores with the
+causal mask added) has no partner and is listed. The
 first partnered call whose output fails ``assert_close`` (the file's tolerance, as ``check --module``) is
 named with its node, the node's op, the ``nn.Module`` it ran in and the user's source line, and whether the
 calls that made its inputs already differed: "this op computes differently" against "it received different
@@ -148,17 +149,32 @@ def call_vars(calls: list[KernelCall], binds: list[tuple[str, str]]) -> list[str
     return found
 
 
+NEAR = 0.1  # a by-value partner lies within this share of the node's largest magnitude (the FP16 norm: 1e-3)
+
+
 def _distance(a: np.ndarray, b: np.ndarray) -> float:
-    """The largest |a - b|, equal infinities (a causal mask's -inf) counting as no difference."""
-    with np.errstate(invalid="ignore"):
-        d = np.where(a == b, 0.0, np.abs(a - b))
-    return float(np.nanmax(d, initial=0.0)) if not np.isnan(d).all() else float("inf")
+    """How far the call's output ``a`` lies from a node's value ``b``, as a share of ``b``'s largest magnitude;
+    infinite where they cannot be one value: integers or booleans that differ, or NaN/Inf at other places (a
+    causal mask's -inf beside the scores it masks)."""
+    if a.dtype.kind in "biu":
+        return 0.0 if np.array_equal(a, b) else float("inf")
+    a, b = a.astype(np.float32), b.astype(np.float32)
+    finite = np.isfinite(b)
+    if not (np.array_equal(np.isfinite(a), finite) and np.array_equal(np.isnan(a), np.isnan(b))
+            and np.array_equal(a[np.isinf(b)], b[np.isinf(b)])):
+        return float("inf")
+    if not finite.any():
+        return 0.0
+    scale = float(np.abs(b[finite]).max())
+    return float(np.abs(a[finite] - b[finite]).max()) / max(scale, np.finfo(np.float32).tiny)
 
 
 def _partner(call: KernelCall, var: str, values: dict, nodes: dict[str, GraphNode], after: int,
              order: dict[str, int]) -> tuple[str | None, str | None]:
     """The node of ``call``'s output and how it was found (see the module docstring); ``values``: the nodes'
-    torch values as numpy."""
+    torch values as numpy. A node found by value must be near the output (``_distance`` within ``NEAR``): a
+    kernel that computes what no node holds (an attention mask added to its scores, a softmax torch runs inside
+    one SDPA node) has no partner rather than the nearest stranger."""
     if len(call.outputs) != 1:
         return None, None
     shape, dtype = call.outputs[0]
@@ -169,11 +185,11 @@ def _partner(call: KernelCall, var: str, values: dict, nodes: dict[str, GraphNod
 
     if var in nodes and fits(var):
         return var, BY_NAME
-    out = call.output_arrays[0].astype(np.float32)
-    candidates = [n for n in nodes if order[n] > after and fits(n)]
-    if not candidates:
+    out = call.output_arrays[0]
+    distances = {n: _distance(out, values[n]) for n in nodes if order[n] > after and fits(n)}
+    best = min(distances, key=distances.get, default=None)
+    if best is None or distances[best] > NEAR:
         return None, None
-    best = min(candidates, key=lambda n: _distance(out, values[n].astype(np.float32)))
     return best, BY_VALUE
 
 
