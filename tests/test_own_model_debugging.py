@@ -29,7 +29,8 @@ EXAMPLES = {"x": np.ones((8, 32), np.float32), "mask": np.array([[0, 3], [1, 2]]
 
 def test_shapes_parse_and_bad_ones_are_one_line_errors():
     assert parse_shapes(["x=16,32", "mask=16,16"]) == {"x": (16, 32), "mask": (16, 16)}
-    for bad, message in (("x", "expected NAME=DIM"), ("x=0,32", "positive integer"), ("=3", "expected NAME")):
+    for bad, message in (("x", "expected NAME=DIM"), ("x=0,32", "positive integer"), ("=3", "expected NAME"),
+                         ("x=\u00b2,32", "positive integer"), ("x=\u0663,32", "positive integer")):  # ², Arabic 3
         with pytest.raises(UsageError, match=message):
             parse_shapes([bad])
     with pytest.raises(UsageError, match="names x twice"):
@@ -48,6 +49,25 @@ def test_shapes_parse_and_bad_ones_are_one_line_errors():
 def test_a_size_the_module_cannot_run_is_refused(shapes, message):
     with pytest.raises(UsageError, match=message):
         bind_sizes(SPECS, ("x", "mask"), shapes, {"s0": (2, 64)})
+
+
+def test_sizes_are_said_by_the_users_dim_names():
+    names = {"s0": "seq"}
+    with pytest.raises(UsageError, match=r"symbolic size seq=65 is outside"):
+        bind_sizes(SPECS, ("x", "mask"), {"x": (65, 32), "mask": (65, 65)}, {"s0": (2, 64)}, names)
+    with pytest.raises(UsageError, match=r"input mask \['seq', 's1'\] has the free size\(s\) s1"):
+        bind_sizes(SPECS, ("x", "mask"), {"x": (4, 32)}, {"s0": (2, 64)}, names)
+
+
+def test_inputs_larger_than_the_memory_are_refused_before_any_allocation(monkeypatch):
+    import mtp_tvm.ir.module_sizes as module_sizes
+
+    monkeypatch.setattr(np.random, "default_rng", lambda *a, **k: pytest.fail("drew inputs"))
+    with pytest.raises(UsageError, match=r"take 4,352.0 GiB, more than this machine's"):
+        sized_inputs(SPECS, ("x", "mask"), EXAMPLES, {"x": (2**35, 32), "mask": (2**35, 1)}, None)
+    monkeypatch.setattr(module_sizes, "physical_memory", lambda: 1024)
+    with pytest.raises(UsageError, match="more than this machine's"):
+        sized_inputs(SPECS, ("x", "mask"), EXAMPLES, {"x": (8, 32), "mask": (8, 8)}, None)
 
 
 def test_sized_inputs_are_seeded_at_the_size_and_keep_the_parameters():
@@ -181,7 +201,7 @@ def test_check_module_at_another_size_with_the_nan_check(capsys):
     assert "[RUN] inputs at --shape: x[37, 32]" in out and "inputs=x[37,32] seed=2" in out and "0/1184" in out
     assert "first non-finite value in the build" in out and "its inputs already held some" in out  # the mask
     assert main(["check", "--module", str(BLOCK), "--shape", "x=65,32"]) == 2
-    assert "outside dynamic_shapes()'s bounds [2, 64]" in capsys.readouterr().err
+    assert "the symbolic size seq=65 is outside dynamic_shapes()'s bounds [2, 64]" in capsys.readouterr().err
 
 
 @pytest.mark.slow  # a build and the reproducer's
@@ -206,7 +226,7 @@ def test_a_module_artifact_runs_at_another_size(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "output0" in out and "(11, 32)" in out and "nothing is checked" in out
     assert main(["run", str(tmp_path / "a"), "--random-inputs", "--shape", "x=99,32"]) == 2
-    assert "outside dynamic_shapes()'s bounds [2, 64]" in capsys.readouterr().err
+    assert "the symbolic size seq=99 is outside dynamic_shapes()'s bounds [2, 64]" in capsys.readouterr().err
 
 
 GUIDE = REPO / "docs" / "guides" / "own-model-debugging.md"

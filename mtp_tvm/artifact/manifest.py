@@ -158,6 +158,9 @@ def _module_problems(module, m: dict) -> list[str]:
     if not isinstance(bounds, dict) or not all(isinstance(b, list) and len(b) == 2 and _int(b[0]) and
                                                (b[1] is None or _int(b[1])) for b in bounds.values()):
         out.append(f"module.dim_bounds: expected each symbolic size's [lowest, highest or null], got {bounds!r}")
+    names = module.get("dim_names", {})  # absent in an artifact built before sizes were said by their Dim names
+    if not isinstance(names, dict) or not all(isinstance(v, str) for v in names.values()):
+        out.append(f"module.dim_names: expected each symbolic size's Dim name (a string), got {names!r}")
     return out
 
 

@@ -30,4 +30,5 @@ def module_identity(compiled: CompiledModule, folder: Path) -> dict:
             "module": {"path": str(user.path), "kind": user.kind, "num_input": user.num_input,
                        "returns_tuple": user.returns_tuple, "example_inputs": EXAMPLE_INPUTS,
                        "reference_outputs": REFERENCE_OUTPUTS, "reference": reference,
-                       "dim_bounds": {d: list(b) for d, b in user.dim_bounds.items()}}}
+                       "dim_bounds": {d: list(b) for d, b in user.dim_bounds.items()},
+                       "dim_names": dict(user.dim_names)}}

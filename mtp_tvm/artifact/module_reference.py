@@ -46,7 +46,8 @@ def stored_inputs(artifact, tokens: int | None, seed: int, shapes: dict | None =
     module = artifact.manifest["module"]
     bounds = {d: (low, high) for d, (low, high) in module.get("dim_bounds", {}).items()}
     specs = artifact.input_specs
-    return sized_inputs(specs, tuple(specs)[: module["num_input"]], stored, shapes, bounds, seed)
+    return sized_inputs(specs, tuple(specs)[: module["num_input"]], stored, shapes, bounds, seed,
+                        module.get("dim_names", {}))
 
 
 def check_module_artifact(artifact, seed: int, tokens: int | None, tolerance, report,

@@ -57,6 +57,7 @@ class ModuleFile:
     reference: dict[str, np.ndarray] | None = None  # a torch model's outputs run eagerly on the example inputs
     program: object | None = dataclasses.field(default=None, repr=False, compare=False)  # its ExportedProgram
     graph: ExportedGraph | None = dataclasses.field(default=None, repr=False, compare=False)  # its nodes, named
+    dim_names: dict[str, str] = dataclasses.field(default_factory=dict)  # torch's symbol -> the user's Dim name
 
     @property
     def name(self) -> str:
@@ -87,7 +88,8 @@ class ModuleFile:
 
     def inputs_at(self, shapes: dict[str, tuple[int, ...]], seed: int = 0) -> dict[str, np.ndarray]:
         """Every input of ``main`` with the activations at ``shapes`` (``ir/module_sizes.py``)."""
-        return sized_inputs(self.input_specs, self.activation_names, self.examples, shapes, self.dim_bounds, seed)
+        return sized_inputs(self.input_specs, self.activation_names, self.examples, shapes, self.dim_bounds, seed,
+                            self.dim_names)
 
     @property
     def example_shapes(self) -> dict[str, list[int]]:
@@ -108,7 +110,8 @@ def load_module_file(path) -> ModuleFile:
         meta = json.loads((folder / META).read_text())
         arrays = _read_arrays(folder, meta)
         if meta["kind"] == TORCH:
-            return _from_torch(path, torch.export.load(folder / PROGRAM), arrays["inputs"], arrays["reference"])
+            loaded = _from_torch(path, torch.export.load(folder / PROGRAM), arrays["inputs"], arrays["reference"])
+            return dataclasses.replace(loaded, dim_names=meta["dim_names"])
         return _from_tvmscript(path, tvm.ir.load_json((folder / IR).read_text()), arrays["inputs"])
 
 
@@ -162,7 +165,28 @@ def _run_file(child) -> None:
         out = model(*(to_torch(a) for a in inputs))
     leaves, _ = torch.utils._pytree.tree_flatten(out)
     reference = [_to_numpy(path, t, f"model()'s output {i}") for i, t in enumerate(leaves)]
-    _write_arrays(folder, TORCH, {"inputs": inputs, "reference": reference})
+    _write_arrays(folder, TORCH, {"inputs": inputs, "reference": reference}, dim_names=_dim_names(program, dynamic))
+
+
+def _dim_names(program, dynamic) -> dict[str, str]:
+    """torch's symbol of each size ``dynamic_shapes()`` named with a ``torch.export.Dim`` -> that name (``s77`` ->
+    ``seq``): what ``--shape``'s messages say. Positional (a tuple or list a user input each) or keyed by the
+    inputs' names, as ``torch.export`` takes it."""
+    user_inputs = list(program.graph_signature.user_inputs)
+    if isinstance(dynamic, dict):
+        dynamic = [dynamic.get(name) for name in user_inputs]
+    if not isinstance(dynamic, (list, tuple)):
+        return {}
+    values = {n.name: n.meta.get("val") for n in program.graph.nodes if n.op == "placeholder"}
+    names = {}
+    for name, dims in zip(user_inputs, dynamic):
+        shape = getattr(values.get(name), "shape", None)
+        items = dims.items() if isinstance(dims, dict) else enumerate(dims) if isinstance(dims, (list, tuple)) else ()
+        for d, dim in items:
+            symbol = str(shape[d]) if shape is not None and isinstance(d, int) and 0 <= d < len(shape) else ""
+            if isinstance(getattr(dim, "__name__", None), str) and symbol.isidentifier():
+                names[symbol] = dim.__name__
+    return names
 
 
 def _to_numpy(path: Path, t, what: str) -> np.ndarray:
@@ -187,13 +211,14 @@ def to_torch(a: np.ndarray):
     return torch.from_numpy(a.copy())
 
 
-def _write_arrays(folder: Path, kind: str, groups: dict[str, list[np.ndarray]]) -> None:
-    """Arrays as raw bytes (ml_dtypes' bfloat16 has no .npy form) with their dtypes and shapes in ``meta.json``."""
+def _write_arrays(folder: Path, kind: str, groups: dict[str, list[np.ndarray]], **meta) -> None:
+    """Arrays as raw bytes (ml_dtypes' bfloat16 has no .npy form) with their dtypes and shapes in ``meta.json``
+    (``meta``: more of what the parent needs)."""
     flat = {f"{g}{i}": np.frombuffer(np.ascontiguousarray(a).tobytes(), np.uint8)
             for g, arrays in groups.items() for i, a in enumerate(arrays)}
     np.savez(folder / ARRAYS, **flat)
     (folder / META).write_text(json.dumps({"kind": kind, "groups": {
-        g: [[a.dtype.name, list(a.shape)] for a in arrays] for g, arrays in groups.items()}}))
+        g: [[a.dtype.name, list(a.shape)] for a in arrays] for g, arrays in groups.items()}, **meta}))
 
 
 def _read_arrays(folder: Path, meta: dict) -> dict[str, list[np.ndarray]]:
