@@ -156,6 +156,31 @@ def test_the_file_cannot_move_the_parent_or_change_its_inputs(tmp_path):
     assert (user.reference["output0"] == 3).all()
 
 
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is alive (a zombie waiting for its reaper is not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def test_processes_the_file_starts_end_with_it(tmp_path):
+    import time
+
+    from mtp_tvm.ir.module_file import load_module_file
+
+    pid_file = tmp_path / "pid"
+    path = _file(tmp_path, TORCH_HEAD + TINY_MODEL + "import subprocess\n"
+                 f"server = subprocess.Popen(['sleep', '600'])\nopen({str(pid_file)!r}, 'w').write(str(server.pid))\n"
+                 "def model(): return M()\ndef example_inputs(): return (torch.ones(2, 4),)\n")
+    load_module_file(path)
+    pid = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while _running(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _running(pid)
+
+
 @pytest.mark.parametrize("make, what", [(lambda p: p.mkdir(), "is a folder"), (os.mkfifo, "is a FIFO")])
 def test_a_folder_or_fifo_at_module_is_named_for_what_it_is(tmp_path, capsys, make, what):
     make(tmp_path / "m.py")

@@ -1,7 +1,8 @@
 """Running a user's file where it cannot decide the verdict: a forked child process that imports it and calls its
 functions, writing what the parent needs into a temporary folder. Whatever the file does there (``os._exit``,
-``sys.exit``, an exception, ``os.chdir``, a signal, changing its inputs, torch's logger writing tracebacks) cannot
-end, move or mislead the parent: a failure is one ``UsageError`` naming the file, the step, the function and the
+``sys.exit``, an exception, ``os.chdir``, a signal, changing its inputs, torch's logger writing tracebacks, starting
+processes of its own) cannot end, move or mislead the parent or outlive the child (it runs in a process group of its
+own, ended with it): a failure is one ``UsageError`` naming the file, the step, the function and the
 line, with what the child printed on stderr as its cause (``mtp-tvm --debug`` shows it).
 
 A fork costs milliseconds where a fresh interpreter would import torch again (seconds); the child uses one torch
@@ -68,6 +69,8 @@ def in_child(path: Path, work: Callable[[Child], None]) -> Iterator[Path]:
         pid = os.fork()
         if pid == 0:  # pragma: no cover  (the child: measured by the parent's tests)
             _child_main(folder, path, work)
+        with contextlib.suppress(OSError):  # its own process group, set on both sides (no race with its exit)
+            os.setpgid(pid, pid)
         try:
             _, status = os.waitpid(pid, 0)
         except BaseException:
@@ -75,6 +78,9 @@ def in_child(path: Path, work: Callable[[Child], None]) -> Iterator[Path]:
                 os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
             raise
+        finally:  # whatever the file started (a server, a `sleep`) ends with it
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)
         _check_status(folder, path, status)
         log = _read(folder / LOG)
         if log:  # what torch printed: where the caller's stderr goes (a capture, or the terminal with --verbose)
@@ -88,6 +94,7 @@ def _child_main(folder: Path, path: Path, work: Callable[[Child], None]) -> None
     """Never returns: every way out is ``os._exit`` with the child's verdict written first."""
     code = 1
     try:
+        os.setpgid(0, 0)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         _stderr_to(folder / LOG)
