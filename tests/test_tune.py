@@ -116,6 +116,17 @@ def test_tuned_without_a_database_is_a_clear_error(tmp_path, monkeypatch):
         mtp_tvm.compile(case="logits", preset="tiny", schedule="tuned")
 
 
+@pytest.mark.parametrize("target", ["cuda", '{"kind": "llvm", "mtriple": "aarch64-linux-gnu", "num-cores": 2}'])
+def test_a_target_that_does_not_run_here_needs_rpc_servers(tmp_path, target):
+    """A tune whose candidates cannot be measured here is refused before anything is made, not "0 trials"."""
+    if target == "cuda" and tvm.cuda(0).exist:
+        pytest.skip("a GPU is here: a cuda tune runs")
+    with pytest.raises(mtp_tvm.UsageError, match="build does not run here: tune where it runs, or on RPC servers"):
+        tune(BuildSpec("logits", preset="tiny", target=target), trials=1, work_dir=tmp_path / "db",
+             log=lambda _: None)
+    assert not (tmp_path / "db").exists()
+
+
 @pytest.mark.parametrize("tracker", ["127.0.0.1:{free}", "no-such-host.invalid:9190"])
 def test_an_unreachable_tracker_fails_fast_with_one_line(tmp_path, tracker):
     from mtp_tvm.tools.remote import TRACKER_TIMEOUT_S

@@ -37,7 +37,7 @@ from tvm.target import Target
 
 from ...compiler.options import BuildSpec, DebugOptions, split_options
 from ...compiler.runtime import threads_wanted
-from ...passes.target import cpu_isa, is_gpu
+from ...passes.target import cpu_isa, is_gpu, runs_here
 from ...schedule.bf16_dot import register_dot_intrinsics
 from ...schedule.space import default_schedule, hand_points, hand_space
 from ...schedule.steps import fresh_copy
@@ -196,6 +196,9 @@ def tune(spec: BuildSpec | None = None, options: TuneOptions | None = None, *,
     name, kernels_of = _kernels_of(spec, options)
     # an unreachable tracker fails here, in seconds, before a folder is made or anything is built
     remote = _runner(options.rpc) if options.rpc is not None else None
+    if remote is None and not (runs_here(tgt) or (is_gpu(tgt) and tvm.cuda(0).exist)):
+        raise UsageError(f"tune measures every candidate on its target, and a {tgt.kind.name} build does not run "
+                         "here: tune where it runs, or on RPC servers with --rpc-tracker HOST:PORT --rpc-key KEY")
     out = _work_dir(options.work_dir, tgt, name)
     # MetaSchedule numbers workloads in memory and appends: two writers of one folder corrupt it
     with folder_lock(out, True, f"another `mtp-tvm tune` is writing {out}; wait for it to finish or pass "
