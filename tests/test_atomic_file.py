@@ -8,9 +8,12 @@ import numpy as np
 import pytest
 
 from mtp_tvm.support.atomic_file import (
+    NAME_MAX,
     atomic_write,
+    make_temp_dir,
     remove_stale,
     replace_dir,
+    require_writable,
     temp_prefix,
     write_text,
     write_user_file,
@@ -184,3 +187,17 @@ def test_remove_own_temps_removes_this_process_s_temps_only(tmp_path):
     (tmp_path / "out").mkdir()
     remove_own_temps(mine, tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == [".out.partial-1-abc", "out"]
+
+
+def test_a_legal_long_name_is_written_and_a_name_too_long_is_one_line(tmp_path):
+    """A 250-byte name is legal, so its hidden temp name must be too; a 300-byte one is refused before any work."""
+    legal = tmp_path / ("\u00e9" * 124 + ".npz")  # 252 bytes of UTF-8
+    write_text(legal, "x")
+    assert legal.read_text() == "x" and [p.name for p in tmp_path.iterdir()] == [legal.name]
+    assert len(os.fsencode(temp_prefix(legal, "partial"))) + 12 <= NAME_MAX
+    folder = make_temp_dir(temp_prefix(tmp_path / ("d" * 250), "partial"), tmp_path)
+    assert remove_stale(tmp_path / ("d" * 250), "partial") == [] and folder.exists()  # a live writer's: kept
+    for too_long in (tmp_path / ("a" * 300), tmp_path / ("a" * 300) / "b.npz"):
+        with pytest.raises(UsageError, match=r"^cannot write --out .*(over the 255|File name too long)") as e:
+            require_writable(too_long, "--out")
+        assert len(str(e.value).splitlines()) == 1

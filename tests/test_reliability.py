@@ -431,3 +431,14 @@ def test_inputs_force_replaces_an_existing_file(tmp_path, capsys):
     out.write_text("old")
     assert main(["inputs", "--case", "norm", "--preset", "tiny", "--out", str(out), "--force"]) == 0
     assert np.load(out).files
+
+
+@pytest.mark.parametrize("argv", [["inputs", "--case", "logits", "--preset", "tiny", "--out"],
+                                  ["build", "--case", "logits", "--preset", "tiny", "--out"]])
+def test_an_output_name_too_long_is_one_line_before_any_work(tmp_path, capsys, argv):
+    from mtp_tvm.cli import main
+
+    assert main([*argv, str(tmp_path / ("o" * 300))]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "its name is 300 bytes, over the 255 a file name may have" in err
+    assert list(tmp_path.iterdir()) == []

@@ -61,7 +61,14 @@ from ..passes.target import (
     target_json,
     target_triple,
 )
-from ..support.atomic_file import make_temp_dir, remove_own_temps, remove_stale, replace_dir, temp_prefix
+from ..support.atomic_file import (
+    make_temp_dir,
+    remove_own_temps,
+    remove_stale,
+    replace_dir,
+    require_name_fits,
+    temp_prefix,
+)
 from ..support.errors import BuildError, UsageError, last_line
 from ..support.text_table import text_table
 from ..support.timing import phase
@@ -145,6 +152,7 @@ def _replaceable(folder: Path) -> bool:
 
 
 def refuse_existing(out: Path, force: bool) -> None:
+    require_name_fits(out, "")
     if not (out.exists() or out.is_symlink()):
         return
     if not force:

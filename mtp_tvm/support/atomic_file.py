@@ -16,6 +16,7 @@ import contextlib
 import ctypes
 import errno
 import glob
+import hashlib
 import os
 import shutil
 import stat
@@ -25,11 +26,31 @@ from pathlib import Path
 
 from ..support.errors import UsageError
 
+NAME_MAX = 255  # the bytes of one file name on Linux's file systems
+_TEMP_NAME_BYTES = 160  # of the target's name in a temp name: room for ``.<kind>-<pid>-<random>`` under NAME_MAX
+
+
+def _temp_stem(name: str) -> str:
+    """``name`` as temp names beside it spell it: itself, or when long, its start and a hash of it (a temp name
+    of a legal 250-byte name must be legal too)."""
+    raw = os.fsencode(name)
+    if len(raw) <= _TEMP_NAME_BYTES:
+        return name
+    return os.fsdecode(raw[:_TEMP_NAME_BYTES - 11]).rstrip("\udcff") + "~" + hashlib.sha1(raw).hexdigest()[:10]
+
 
 def temp_prefix(path: Path, kind: str = "tmp") -> str:
     """The start of a hidden temp name beside ``path`` that says who made it, ``.<name>.<kind>-<pid>-`` (mkstemp
     and mkdtemp add a random part)."""
-    return f".{path.name}.{kind}-{os.getpid()}-"
+    return f".{_temp_stem(path.name)}.{kind}-{os.getpid()}-"
+
+
+def require_name_fits(path: str | os.PathLike, what: str) -> None:
+    """Refuse in one line an output path whose name no file system here takes (over ``NAME_MAX`` bytes)."""
+    size = len(os.fsencode(Path(path).name))
+    if size > NAME_MAX:
+        raise UsageError(f"cannot write {what}{path}: its name is {size} bytes, over the {NAME_MAX} a file name may "
+                         "have")
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[Path], None]) -> None:
@@ -107,12 +128,17 @@ def require_writable(path: str | os.PathLike | None, what: str, force: bool | No
     a folder at it; an existing regular file too when ``force`` is False (None: replacing one is the point)."""
     if path is None:
         return
+    require_name_fits(path, f"{what} ")
     p = Path(path)
-    if not p.resolve().parent.is_dir():
-        raise UsageError(f"cannot write {what} {path}: {p.parent} is not a directory")
-    if p.is_dir():
-        raise UsageError(f"cannot write {what} {path}: Is a directory")
-    if force is False and p.is_file():
+    try:
+        if not p.resolve().parent.is_dir():
+            raise UsageError(f"cannot write {what} {path}: {p.parent} is not a directory")
+        if p.is_dir():
+            raise UsageError(f"cannot write {what} {path}: Is a directory")
+        existing = p.is_file()
+    except OSError as e:  # a folder of the path too long or unreadable
+        raise UsageError(f"cannot write {what} {path}: {e.strerror}") from None
+    if force is False and existing:
         raise UsageError(f"{what} {path} already exists; pass --force to replace it")
 
 
@@ -178,7 +204,7 @@ def _alive(pid: int) -> bool:
 
 def remove_stale(path: Path, kind: str) -> list[Path]:
     """Remove the ``temp_prefix(path, kind)`` litter of processes that no longer run (killed writers)."""
-    prefix, removed = f".{path.name}.{kind}-", []
+    prefix, removed = f".{_temp_stem(path.name)}.{kind}-", []
     for p in path.parent.glob(f"{prefix}*") if path.parent.is_dir() else ():
         pid = p.name[len(prefix):].split("-", 1)[0]
         if pid.isdigit() and not _alive(int(pid)):
