@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import tvm
@@ -341,6 +342,20 @@ def test_trial_budgets_and_hand_points_never_exceed_the_trials():
     assert len(first_points(points, 100)[0]) == 6
 
 
+def _popen_workers() -> list[int]:
+    """This process's children that are TVM popen workers (the runner's, the builder's pool)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            cmd = (stat.parent / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == os.getpid() and b"popen_worker" in cmd:
+            found.append(int(stat.parent.name))
+    return found
+
+
 @pytest.mark.slow  # over 10 s on 2 cores
 def test_a_small_trial_budget_is_kept_and_the_progress_never_passes_it(tmp_path, monkeypatch):
     import re
@@ -351,6 +366,7 @@ def test_a_small_trial_budget_is_kept_and_the_progress_never_passes_it(tmp_path,
     done = [tuple(map(int, m.groups())) for ln in lines if (m := re.search(r"(\d+)/(\d+) trials", ln))]
     assert r.trials <= 2 and all(d <= total == 2 for d, total in done), lines
     assert any("hand schedules take" in ln or "smaller than the" in ln for ln in lines)  # the share is said
+    assert _popen_workers() == []  # the local runner's worker ended with the tune
     from mtp_tvm.tools.tune.report import end_to_end
 
     found = end_to_end(BuildSpec("logits", preset="tiny"))  # main with the hand schedules and the records

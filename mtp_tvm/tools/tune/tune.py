@@ -206,7 +206,11 @@ def tune(spec: BuildSpec | None = None, options: TuneOptions | None = None, *,
         check_database(out)
         _require_one_target(out, tgt)
         runner = remote or _runner(None)  # the local runner's process takes seconds: once the work dir is good
-        result = _Search(kernels_of, tgt, options, out, runner, log).run()
+        try:
+            result = _Search(kernels_of, tgt, options, out, runner, log).run()
+        finally:  # the local runner's worker ends with the tune, not when a garbage collection finds it
+            if remote is None:
+                runner.pool.shutdown(wait=False)
     return dataclasses.replace(result, read_by_builds=out.resolve() == tuned_dir(tgt, name).resolve())
 
 
