@@ -100,10 +100,19 @@ BROKEN_FILES = {
                     "def model(): return M()\ndef example_inputs(): return (torch.ones(2, 4),)\n",
                     "torch.export of model() failed: RuntimeError: a and b must have same reduction dim, but got "
                     "[2, 4] X [3, 3]. (line 4, in forward)"),
+    # round five: an operator the user's file registers exists in its child only
+    "torch.library custom op": (TORCH_HEAD + "@torch.library.custom_op('mtp_test::twice', mutates_args=())\n"
+                                "def twice(x: torch.Tensor) -> torch.Tensor:\n    return x * 2\n"
+                                "twice.register_fake(lambda x: torch.empty_like(x))\n"
+                                "class M(torch.nn.Module):\n    def forward(self, x):\n"
+                                "        return twice(x) + 1\n"
+                                "def model(): return M()\ndef example_inputs(): return (torch.ones(2, 4),)\n",
+                                "custom operator mtp_test::twice at "),
 }
 
 
-EXPORTING = {"eager reference fails", "data-dependent control flow", "shape error"}  # torch.export runs: seconds
+EXPORTING = {"eager reference fails", "data-dependent control flow", "shape error",
+             "torch.library custom op"}  # torch.export runs: seconds
 
 
 @pytest.mark.parametrize("kind", [pytest.param(k, marks=pytest.mark.slow) if k in EXPORTING else k

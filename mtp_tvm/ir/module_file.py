@@ -26,7 +26,7 @@ from tvm import relax, tirx
 from ..contract.cases import TensorSpec
 from ..ir.graph_nodes import ExportedGraph
 from ..ir.module_sizes import sized_inputs
-from ..ir.op_coverage import import_program
+from ..ir.op_coverage import import_program, refuse_custom_ops
 from ..support.errors import UsageError
 from ..support.lazy import lazy_module
 from ..support.native_log import native_stderr
@@ -159,6 +159,7 @@ def _run_file(child) -> None:
     with warnings.catch_warnings():  # torch's own deprecations inside export: not the user's
         warnings.filterwarnings("ignore", category=FutureWarning)
         program = torch.export.export(model, tuple(to_torch(a) for a in inputs), dynamic_shapes=dynamic)
+        refuse_custom_ops(program, path)
         torch.export.save(program, folder / PROGRAM)
     child.stage(": model() run eagerly on example_inputs()")
     with torch.no_grad():

@@ -182,6 +182,18 @@ def _checked(name: str, ours):
     return convert
 
 
+def refuse_custom_ops(program, path: Path) -> None:
+    """A ``torch.library`` operator of the user's in ``program``: one line naming it and its source line. Its
+    definition lives in the user's file, which runs in a child process only, so neither the parent's
+    ``torch.export.load`` nor TVM's importer could know it."""
+    for node in program.graph.nodes:
+        namespace = getattr(node.target, "namespace", None) if node.op == "call_function" else None
+        if namespace is not None and namespace not in ("aten", "prims"):
+            raise UsageError(f"module file {path}: custom operator {namespace}::{node.target._opname} at "
+                             f"{_where(node, path)}: TVM imports torch's own operators only; write it with "
+                             "torch operators")
+
+
 class _Gap(Exception):
     def __init__(self, node, why: str):
         super().__init__(why)
