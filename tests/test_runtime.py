@@ -144,6 +144,18 @@ def test_making_a_numpy_weight_read_only_is_said_once_and_torch_weights_are_left
     assert f"numpy weight '{WEIGHT}' read-only" in str(said[0].message) and said[0].filename == __file__
 
 
+def test_a_check_warns_of_no_array_the_user_never_gave(monkeypatch):
+    """The README's first line: check draws its own inputs, so there is no array of the user's to speak of."""
+    import mtp_tvm
+    from mtp_tvm.compiler import weights
+
+    monkeypatch.setattr(weights, "_warned", [])
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        assert mtp_tvm.check(case="logits", preset="tiny", log=lambda *_: None).passed
+    assert [w for w in said if w.category is weights.ReadOnlyWeightWarning] == []
+
+
 def test_a_bound_numpy_weight_is_read_only_and_made_writeable_it_is_refused(logits):
     inputs = logits.case.make_inputs(logits.shapes, 0)
     acts, _ = _split(logits, inputs)

@@ -10,6 +10,8 @@ import os
 import time
 from collections.abc import Callable
 
+import numpy as np
+
 from ..compiler.arrays import to_numpy
 from ..contract.cases import LM_HEAD_LOGITS, Case, Comparator, Stage, validate_seed
 from ..contract.presets import Shapes
@@ -144,6 +146,17 @@ def timed_run(run, inputs: dict) -> TimedRun:
     return TimedRun(outputs, t1 - t0, time.perf_counter() - t1)
 
 
+def _read_only(a: np.ndarray) -> np.ndarray:
+    """An array of the check's own, made read-only as the runtime makes a packed weight: nobody writes the drawn
+    inputs, and the runtime has nothing to tell the user about arrays the user never gave."""
+    chain = [a]
+    while isinstance(chain[-1].base, np.ndarray):  # and the arrays it is a view of (of a drawn torch tensor)
+        chain.append(chain[-1].base)
+    for x in reversed(chain):
+        x.flags.writeable = False
+    return a
+
+
 def golden_check(run, c: Case, s: Shapes, built: Provenance, options: GoldenOptions = GoldenOptions(), *,
                  golden: tuple[dict, dict] | None = None, log=print) -> CheckResult:
     """Run ``run`` (named inputs -> named outputs) on inputs drawn from ``options.seed`` and compare every stage
@@ -151,7 +164,7 @@ def golden_check(run, c: Case, s: Shapes, built: Provenance, options: GoldenOpti
     seeded inputs and expected outputs, already computed (``seeded_golden``)."""
     log(f"[RUN] seed={options.seed}")
     inputs, expected = golden or seeded_golden(c, s, options.seed)
-    timed = timed_run(run, {k: to_numpy(v) for k, v in inputs.items()})
+    timed = timed_run(run, {k: _read_only(to_numpy(v)) for k, v in inputs.items()})
     actual = timed.outputs
     perturbation = options.perturbation
     if perturbation is not None:  # a debugging aid: one deliberately wrong device logit
