@@ -509,3 +509,22 @@ def test_the_read_probes_shapes_share_one_buffer(monkeypatch):
     monkeypatch.setattr(tvm.runtime, "tensor", lambda a, *args: allocated.append(a.nbytes) or tensor(a, *args))
     StreamProbe(llvm, plan)
     assert [n for n in allocated if n > 1 << 16] == [plan.stream_bytes]  # the shapes' sums are the small rest
+
+
+@pytest.mark.slow  # a bench with a TVM worker
+def test_debugging_options_reach_tvms_build_and_an_artifact_refuses_them(tmp_path, capsys):
+    """``bench --disable-pass``/``--dump-passes``: the debugging options of every build-like verb build TVM's
+    contender; an artifact is built already, so they are refused there, not ignored."""
+    from mtp_tvm.cli import main
+
+    dumps = tmp_path / "dumps"
+    assert main(["bench", "--case", "logits", "--preset", "tiny", "--peers", "", "--rounds", "1",
+                 "--disable-pass", "FoldConstant", "--dump-passes", str(dumps)]) == 0
+    runs = [p for p in dumps.iterdir() if p.is_dir()]
+    assert len(runs) == 1 and (runs[0] / "complete").exists()
+    assert json.loads((runs[0] / "index.json").read_text())["gate"]["disabled"] == ["FoldConstant"]
+    capsys.readouterr()
+    assert main(["build", "--case", "logits", "--preset", "tiny", "--out", str(tmp_path / "a")]) == 0
+    capsys.readouterr()
+    assert main(["bench", "--artifact", str(tmp_path / "a"), "--disable-pass", "FoldConstant"]) == 2
+    assert "debugging options (how TVM builds) cannot apply" in capsys.readouterr().err

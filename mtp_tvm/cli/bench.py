@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..compiler.options import BuildSpec
+from ..compiler.options import BuildSpec, DebugOptions
 from ..support.atomic_file import require_writable
 from ..support.errors import UsageError
-from ..support.flags import options_from
+from ..support.flags import add_flags, options_from
 from ..support.timing import phase, time_line
 from .common import (
     DEFAULTS,
@@ -20,6 +20,7 @@ from .common import (
     add_target_args,
     add_weights_arg,
     comma_list,
+    debug_options,
     given_flags,
     load_weights,
     module_options,
@@ -60,7 +61,8 @@ def _cmd_bench_module(args) -> int:
     options = ModuleBenchOptions(rounds=args.rounds, threads=args.threads,
                                  **({"peers": parse_peers(args.peers)} if args.peers is not None else {}))
     where = {"artifact": args.artifact} if prebuilt else module_options(args)
-    result = bench(options=options, log=lambda line: print(line, file=sys.stderr, flush=True), **where)
+    result = bench(options=options, debug=debug_options(args), log=lambda line: print(line, file=sys.stderr,
+                                                                                        flush=True), **where)
     print(result.table())
     if args.json:
         result.write_json(args.json)
@@ -101,7 +103,8 @@ def _cmd_bench(args) -> int:
                            rpc=rpc_of(args),
                            artifact=args.artifact, api=args.api,
                            **({"peers": parse_peers(args.peers)} if args.peers is not None else {}))
-    result = bench(spec, options, log=lambda line: print(line, file=sys.stderr, flush=True),
+    result = bench(spec, options, debug=debug_options(args), log=lambda line: print(line, file=sys.stderr,
+                                                                                     flush=True),
                    weights=None if loaded is None else loaded.weights)
     print(result.table())
     if result.profile is not None:
@@ -150,4 +153,5 @@ def add_bench_command(sub, common: argparse.ArgumentParser) -> None:
     add_profile_arg(p)
     p.add_argument("--plot", default=None, metavar="PNG", help="write a bar chart (matplotlib)")
     add_weights_arg(p)
+    add_flags(p, DebugOptions)
     p.set_defaults(handler=_cmd_bench)

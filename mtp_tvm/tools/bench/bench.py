@@ -72,7 +72,7 @@ from pathlib import Path
 
 from ...artifact.manifest import is_module_artifact, manifest_spec, read_manifest
 from ...compiler.arrays import to_numpy
-from ...compiler.options import BuildSpec, ModuleSpec, split_options
+from ...compiler.options import BuildSpec, DebugOptions, ModuleSpec, split_options
 from ...contract.cases import TOKENS, Case, get_case
 from ...contract.presets import Shapes
 from ...ir.frontend_names import FRONTEND_NAMES
@@ -243,13 +243,15 @@ class _Plan:
         return None if self.options.rpc is None else f"{self.options.rpc[1]}@{self.options.rpc[0]}"
 
 
-def _plan(spec: BuildSpec | None, options: BenchOptions, keywords: dict) -> _Plan:
+def _plan(spec: BuildSpec | None, options: BenchOptions, debug: DebugOptions | None, keywords: dict) -> _Plan:
     if options.artifact is not None:
         given = [k for k in keywords if k in _SPEC_FIELDS]
         if spec is not None or given:
             raise UsageError(f"bench: an artifact's manifest says what it is; drop {given[0] if given else 'spec'}")
+        if debug is not None and debug != DebugOptions():
+            raise UsageError("bench: an artifact is built already; debugging options (how TVM builds) cannot apply")
         spec = manifest_spec(read_manifest(options.artifact))
-    spec, debug = split_options(spec or BuildSpec(case="logits"), None, keywords, "bench")
+    spec, debug = split_options(spec or BuildSpec(case="logits"), debug, keywords, "bench")
     if spec.case not in BENCH_CASES:
         raise UsageError(f"bench case must be one of {', '.join(BENCH_CASES)}, got {spec.case!r}")
     sweep = options.tokens or (spec.shapes().tokens,)
@@ -363,11 +365,13 @@ def _result(plan: _Plan, timed: _Timed) -> BenchResult:
 
 
 def bench(spec: BuildSpec | ModuleSpec | str | os.PathLike | None = None,
-          options: BenchOptions | ModuleBenchOptions | None = None, *, log: Callable[[str], None] | None = None,
-          weights: dict | None = None, **keywords) -> BenchResult | ModuleBenchResult:
+          options: BenchOptions | ModuleBenchOptions | None = None, *, debug: DebugOptions | None = None,
+          log: Callable[[str], None] | None = None, weights: dict | None = None,
+          **keywords) -> BenchResult | ModuleBenchResult:
     """Build ``spec`` (default: the ``logits`` case) and race it against its peers as ``options`` say; see the
     module docstring. Keywords are the fields of ``BuildSpec``, ``DebugOptions`` and ``BenchOptions`` (``tokens``
-    is the sweep: an int or a sequence) and override ``spec``/``options``. ``log`` hears the progress (the
+    is the sweep: an int or a sequence) and override ``spec``/``options``/``debug`` (how TVM's builds are made: a
+    pass disabled or added, dumps; the peers are torch's). ``log`` hears the progress (the
     compiles may take minutes).
     ``weights``: some or all of the case's weight inputs by name (``load_weights``) in place of the seeded ones,
     for every peer.
@@ -385,13 +389,13 @@ def bench(spec: BuildSpec | ModuleSpec | str | os.PathLike | None = None,
     if _of_module_file(spec, options, keywords):
         if weights is not None:
             raise UsageError("bench(): weights apply to a case (a module file runs on its example inputs); drop them")
-        return bench_module_file(spec, options, log=log, **keywords)
+        return bench_module_file(spec, options, debug=debug, log=log, **keywords)
     options = dataclasses.replace(options or BenchOptions(),
                                   **{k: keywords.pop(k) for k in list(keywords) if k in _OPTION_FIELDS})
     if weights is not None and options.artifact is not None:
         raise UsageError("weights replace the weights of a build; bench an artifact on its seeded weights, or drop "
                          "artifact")
-    plan = _plan(spec, options, keywords)  # plan -> inputs -> time -> result
+    plan = _plan(spec, options, debug, keywords)  # plan -> inputs -> time -> result
     with tempfile.TemporaryDirectory(prefix="mtp-bench-") as tmp, contextlib.ExitStack() as running:
         inputs = _write_inputs(plan, Path(tmp), weights)
         timed = _time(plan, inputs, running, Path(tmp), log or (lambda _message: None))

@@ -173,8 +173,10 @@ class ModuleBenchResult:
 # ---- the race ---------------------------------------------------------------------------------------------
 
 def bench_module_file(spec: ModuleSpec | str | os.PathLike | None, options: ModuleBenchOptions | None = None, *,
-                      log: Callable[[str], None] | None = None, **keywords) -> ModuleBenchResult:
-    """``bench`` of a module file: build it (keywords: ``module``, ``target``, ``schedule``) and race it against
+                      debug: DebugOptions | None = None, log: Callable[[str], None] | None = None,
+                      **keywords) -> ModuleBenchResult:
+    """``bench`` of a module file: build it (keywords: ``module``, ``target``, ``schedule`` and the fields of
+    ``DebugOptions``: a pass disabled or added, dumps) and race it against
     its torch peers as ``options`` say (keywords: its fields too); see the module docstring. ``artifact``: a
     module file's artifact timed instead of a build, on its stored example inputs against its stored reference
     (it carries no model: its peers are unavailable)."""
@@ -185,11 +187,11 @@ def bench_module_file(spec: ModuleSpec | str | os.PathLike | None, options: Modu
                                   **{k: keywords.pop(k) for k in list(keywords) if k in option_fields})
     artifact = keywords.pop("artifact", None)
     if artifact is None:
-        spec, debug = split_options(spec, None, keywords, "bench", MODULE_FILES)
-        if debug != DebugOptions():
-            raise UsageError("bench of a module file builds it without debugging options; drop them")
+        spec, debug = split_options(spec, debug, keywords, "bench", MODULE_FILES)
     elif spec is not None or keywords:
         raise UsageError("bench() takes a module file (with target, schedule) or a module artifact, not both")
+    elif debug is not None and debug != DebugOptions():
+        raise UsageError("bench: an artifact is built already; debugging options (how TVM builds) cannot apply")
     else:
         prebuilt = _prebuilt(Path(artifact))
         spec = prebuilt.spec
@@ -199,7 +201,7 @@ def bench_module_file(spec: ModuleSpec | str | os.PathLike | None, options: Modu
     threads = options.threads or usable_cores()
     with tempfile.TemporaryDirectory(prefix="mtp-bench-module-") as tmp, contextlib.ExitStack() as running:
         folder = Path(tmp)
-        build = _build(spec, folder) if artifact is None else prebuilt
+        build = _build(spec, debug, folder) if artifact is None else prebuilt
         race = Race(folder, threads, (EXAMPLE,), running, log, where=lambda _size: "on the example inputs")
         race.start(TVM, ModuleTvmJob(str(build.artifact), options.number))
         _start_peers(race, build.module_file, options, folder, "cuda" if is_gpu(tgt) else "cpu", threads)
@@ -228,12 +230,12 @@ class _Build:
     spec: ModuleSpec | None = None  # a prebuilt artifact's, from its manifest
 
 
-def _build(spec: ModuleSpec, folder: Path) -> _Build:
+def _build(spec: ModuleSpec, debug: DebugOptions, folder: Path) -> _Build:
     from ...artifact.export import build
     from ...artifact.module_reference import REFERENCE_OUTPUTS
     from ...compiler.arrays import read_npz
 
-    built = build(folder / "artifact", spec, log=lambda *_: None)
+    built = build(folder / "artifact", spec, debug, log=lambda *_: None)
     user = built.compiled.module_file
     outputs = built.manifest["outputs"]
     reference = read_npz(built.path / REFERENCE_OUTPUTS, {n: s["dtype"] for n, s in outputs.items()})
