@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import struct
 from pathlib import Path
 
 import torch
@@ -64,3 +65,15 @@ def write_checkpoint(folder: Path, layout: LayoutName, preset: str = "tiny", see
         weight_map.update(dict.fromkeys(names, file))
     (folder / INDEX_FILE).write_text(json.dumps({"metadata": {}, "weight_map": weight_map}, indent=1))
     return folder
+
+
+def read_shard(shard: Path) -> tuple[dict, bytes]:
+    """A safetensors file's header (JSON) and data bytes, to damage and write back with ``write_shard``."""
+    data = shard.read_bytes()
+    (n,) = struct.unpack("<Q", data[:8])
+    return json.loads(data[8:8 + n]), data[8 + n:]
+
+
+def write_shard(shard: Path, header: dict | bytes, data: bytes) -> None:
+    raw = header if isinstance(header, bytes) else json.dumps(header).encode()
+    shard.write_bytes(struct.pack("<Q", len(raw)) + raw + data)

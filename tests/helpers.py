@@ -1,6 +1,8 @@
 """What several test files share: where the checkout and its examples are, a silent log, and the fast loop's
-representative of a parametrized matrix."""
+representative of a parametrized matrix, a guard against a test that blocks."""
 
+import contextlib
+import signal
 from pathlib import Path
 
 import pytest
@@ -17,3 +19,19 @@ def slow_except(values, fast):
     ``make test`` runs the whole matrix (test ids unchanged)."""
     return [v if v in fast else pytest.param(*(v if isinstance(v, tuple) else (v,)), marks=pytest.mark.slow)
             for v in values]
+
+
+@contextlib.contextmanager
+def within(seconds: int):
+    """Fail with ``TimeoutError`` where the body blocks longer than ``seconds`` (a FIFO opened for reading waits
+    for a writer for ever), instead of hanging the test run. SIGALRM: the main thread only."""
+    def expire(*_):
+        raise TimeoutError(f"blocked for over {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)

@@ -4,13 +4,16 @@ asked for, a row range without the rest (resident memory measured on a 1 GB-clas
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 
 import pytest
 import torch
-from checkpoint_files import checkpoint_tensors, write_checkpoint
+from checkpoint_files import checkpoint_tensors, read_shard, write_checkpoint, write_shard
 
+from helpers import within
 from mtp_tvm.contract.checkpoint import INDEX_FILE, LAYOUTS, Checkpoint, LayoutName, find_layout, read_header
 from mtp_tvm.support.errors import UsageError
 
@@ -85,6 +88,44 @@ def test_damaged_files_are_named_with_the_tensor(tmp_path, damage, message):
     assert "model-00003-of-00003.safetensors" in str(err.value) and "\n" not in str(err.value)
     if damage in ("truncate", "wrong_size", "drop_shard"):
         assert "head.weight" in str(err.value)
+
+
+
+def _overlap(header: dict, data: bytes) -> tuple[dict, bytes]:
+    """The second tensor's data offsets moved onto the first's bytes (its size kept)."""
+    first, second = sorted((v for k, v in header.items() if k != "__metadata__"), key=lambda v: v["data_offsets"])[:2]
+    begin, end = second["data_offsets"]
+    second["data_offsets"] = [first["data_offsets"][0], first["data_offsets"][0] + end - begin]
+    return header, data
+
+
+def _long_offset(header: dict, data: bytes) -> tuple[bytes, bytes]:
+    header["mtp.0.e_proj.weight"]["data_offsets"][1] = "END"
+    return json.dumps(header).replace('"END"', "9" * 5000).encode(), data
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda h, d: ({**h, "__metadata__": ["format", "pt"]}, d), "the header's __metadata__ is not a JSON object"),
+    (lambda h, d: (b"[" * 100_000 + b"]" * 100_000, d), "the header nests JSON deeper than"),
+    (_long_offset, "the header holds a number of over 4300 digits"),
+    (_overlap, "tensor 'mtp.0.h_proj.scale': data offsets [0, 4) overlap those of tensor 'mtp.0.e_proj.scale'"),
+    (lambda h, d: (h, d + b"junk"), "4 stray bytes follow the tensors' data"),
+    ("fifo", "not a regular file; refusing to open it"),
+], ids=["metadata-list", "nested-100000-deep", "5000-digit-offset", "overlapping-offsets", "stray-bytes", "fifo"])
+def test_headers_past_the_parsers_limits_or_sharing_bytes_or_not_files_are_one_line(tmp_path, damage, message):
+    """What safetensors or Python's JSON reader would raise (SafetensorError, RecursionError, ValueError), or a
+    FIFO a reader would wait on for ever, is one ``UsageError`` naming the file."""
+    folder = write_checkpoint(tmp_path / "ckpt", LayoutName.V4_FLASH)
+    shard = folder / "model-00001-of-00003.safetensors"
+    if damage == "fifo":  # the only .safetensors of a folder without an index
+        for file in folder.iterdir():
+            file.unlink()
+        os.mkfifo(shard)
+    else:
+        write_shard(shard, *damage(*read_shard(shard)))
+    with within(30), pytest.raises(UsageError, match=re.escape(message)) as err:
+        Checkpoint(folder).info("mtp.0.e_proj.weight")
+    assert str(err.value).startswith(str(shard)) and "\n" not in str(err.value)
 
 
 def test_a_folder_without_an_index_is_one_file_or_an_error(tmp_path):

@@ -4,6 +4,11 @@ errors and the projection's verdict), the converted file read back, ``load_weigh
 
 from __future__ import annotations
 
+import errno
+import os
+import re
+import stat
+
 import numpy as np
 import pytest
 import torch
@@ -13,7 +18,7 @@ import mtp_tvm
 from helpers import slow_except
 from mtp_tvm.cli import main
 from mtp_tvm.contract.cases import get_case
-from mtp_tvm.contract.checkpoint import LayoutName
+from mtp_tvm.contract.checkpoint import INDEX_FILE, LayoutName
 from mtp_tvm.contract.presets import make_shapes
 from mtp_tvm.tools.convert.convert import CONVERTED_FORMAT, converted_metadata
 
@@ -95,6 +100,112 @@ def test_a_bad_checkpoint_is_one_line_exit_2_and_nothing_written(tmp_path, capsy
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and not out.exists() and not list(tmp_path.glob(".w.safetensors*"))
     assert err[-1].startswith("mtp-tvm: error: ") and all(n in err[-1] for n in names), err[-1]
+
+
+
+def _out_onto(tmp_path, folder, what):
+    """The --out path (and extra flags) of each output guard's probe, made as the probe needs it."""
+    if what == "a shard":
+        return folder / "model-00001-of-00003.safetensors", ["--force"]
+    if what == "a symlink to a shard":
+        (tmp_path / "link").symlink_to(folder / "model-00002-of-00003.safetensors")
+        return tmp_path / "link", ["--force"]
+    if what == "a hard link of a shard":
+        os.link(folder / "model-00003-of-00003.safetensors", tmp_path / "hard.safetensors")
+        return tmp_path / "hard.safetensors", ["--force"]
+    if what == "the index":
+        return folder / INDEX_FILE, ["--force"]
+    if what == "the calibration file":
+        (tmp_path / "cal.npz").write_bytes(b"")
+        return tmp_path / "cal.npz", ["--force", "--calibration", str(tmp_path / "cal.npz")]
+    if what == "an existing file":
+        (tmp_path / "w.safetensors").write_bytes(b"mine")
+        return tmp_path / "w.safetensors", []
+    if what == "a missing folder":
+        return tmp_path / "nodir" / "w.safetensors", []
+    os.mknod(tmp_path / "full", 0o600 | stat.S_IFCHR, os.makedev(1, 7))  # /dev/full: every write fails
+    return tmp_path / "full", []
+
+
+@pytest.mark.parametrize("what, message", [
+    ("a shard", "is a file of the checkpoint"),
+    ("a symlink to a shard", "is a file of the checkpoint"),
+    ("a hard link of a shard", "is a file of the checkpoint"),
+    ("the index", "is a file of the checkpoint"),
+    ("the calibration file", "is the --calibration file"),
+    ("an existing file", "already exists; pass --force to replace it"),
+    ("a missing folder", "nodir is not a directory"),
+    pytest.param("a device node", "No space left on device",
+                 marks=pytest.mark.skipif(os.geteuid() != 0, reason="mknod of a device needs root")),
+])
+def test_an_output_that_is_an_input_a_device_or_unwritable_is_refused_and_nothing_lost(tmp_path, capsys, what,
+                                                                                        message):
+    """Refused before a tensor is read (no progress line), except the device, whose writes fail: the checkpoint
+    is as it was and the device node stays one (a rename would have put a regular file over it)."""
+    folder = write_checkpoint(tmp_path / "ckpt", LayoutName.V4_FLASH)
+    before = {f.name: f.read_bytes() for f in folder.iterdir()}
+    out, extra = _out_onto(tmp_path, folder, what)
+    rc = main(["convert", str(folder), "--tp", "8", "--out", str(out), *extra])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and err[-1].startswith("mtp-tvm: error: ") and message in err[-1], err
+    assert {f.name: f.read_bytes() for f in folder.iterdir()} == before
+    if what == "a device node":
+        assert stat.S_ISCHR(os.stat(out).st_mode)
+    else:
+        assert not any(line.startswith("[read]") for line in err), err
+
+
+def _unreadable(monkeypatch, blocked):
+    """``blocked`` as this user without root's override sees a folder without r/x or a file without r: its own
+    stat works, a stat, listing or open below it (or an open of it) is EACCES. (Simulated: tests run as root.)"""
+    blocked = os.path.abspath(blocked)
+
+    def guard(name, call):
+        def guarded(path, *args, **kwargs):
+            p = os.path.abspath(os.fsdecode(path)) if isinstance(path, (str, bytes, os.PathLike)) else None
+            if p is not None and (p.startswith(blocked + "/") or p == blocked and name != "stat"):
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), os.fsdecode(path))
+            return call(path, *args, **kwargs)
+        return guarded
+
+    for name in ("stat", "open", "scandir"):
+        monkeypatch.setattr(os, name, guard(name, getattr(os, name)))
+
+
+@pytest.mark.parametrize("blocked, named", [
+    (".", INDEX_FILE),  # the checkpoint folder
+    (INDEX_FILE, INDEX_FILE),
+    ("model-00002-of-00003.safetensors", "model-00002-of-00003.safetensors"),
+    ("..", "ckpt"),  # the folder it is in
+])
+def test_an_unreadable_checkpoint_folder_or_file_is_one_line(tmp_path, capsys, monkeypatch, blocked, named):
+    folder = write_checkpoint(tmp_path / "ckpt", LayoutName.V4_FLASH)
+    _unreadable(monkeypatch, folder / blocked)
+    rc = main(["convert", str(folder), "--tp", "8", "--out", str(tmp_path / "w.safetensors")])
+    monkeypatch.undo()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and err[-1].startswith("mtp-tvm: error: ") and err[-1].endswith(": cannot read: Permission denied")
+    assert named in err[-1] and not (tmp_path / "w.safetensors").exists()
+
+
+@pytest.mark.parametrize("tamper, message", [
+    ({"vocab_shard": "2048 rows"}, "its metadata's vocab_shard is '2048 rows', not a count"),
+    ({"owners": None}, "its metadata has no 'owners'"),
+    ({"tp": "9" * 5000}, "its metadata's tp is '9999"),
+    ({"preset": "huge"}, "its metadata does not fit: unknown preset 'huge'"),
+], ids=["vocab-shard-text", "no-owners", "5000-digit-tp", "unknown-preset"])
+def test_tampered_converted_metadata_is_one_line(checkpoints, tmp_path, capsys, tamper, message):
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    out = tmp_path / "w.safetensors"
+    assert main(["convert", str(checkpoints[LayoutName.V4_FLASH]), "--tp", "8", "--out", str(out)]) == 0
+    with safe_open(str(out), framework="pt") as f:
+        meta = {k: v for k, v in {**f.metadata(), **tamper}.items() if v is not None}
+    save_file(load_file(out), str(out), metadata=meta)
+    with pytest.raises(mtp_tvm.UsageError, match=re.escape(message)) as err:
+        mtp_tvm.load_weights(out, case="tail")
+    assert str(err.value).startswith(f"{out}: ") and "\n" not in str(err.value)
 
 
 @pytest.mark.slow

@@ -1,14 +1,18 @@
 """Input validation against specs (symbolic dims bind once; NaN/Inf named by its first index, found without
 widening BF16 or copying the array), and .npz files that keep BF16."""
 
+import json
+import os
+import re
 import tracemalloc
 
 import ml_dtypes
 import numpy as np
 import pytest
 
+from helpers import within
 from mtp_tvm.compiler import tensors
-from mtp_tvm.compiler.arrays import NUMPY_DTYPES, read_npz, write_npz
+from mtp_tvm.compiler.arrays import DTYPES_MEMBER, NUMPY_DTYPES, read_npz, write_npz
 from mtp_tvm.compiler.tensors import validate_inputs
 from mtp_tvm.contract.cases import TensorSpec
 from mtp_tvm.support.errors import UsageError
@@ -86,6 +90,24 @@ def test_a_damaged_or_wrong_inputs_file_is_one_line(tmp_path, make, message):
     with pytest.raises(UsageError, match=r"^cannot read .*bad\.npz: " + message) as e:
         read_npz(bad, {})
     assert len(str(e.value).splitlines()) == 1 and "pickled" not in str(e.value)
+
+
+
+def _int_record(path) -> None:
+    np.savez(path, x=np.zeros(4, "V2"), **{DTYPES_MEMBER: np.array(json.dumps({"x": 5}))})
+
+
+@pytest.mark.parametrize("make, message", [
+    (_int_record, f"its {DTYPES_MEMBER} member is not a JSON object of dtype names"),
+    (os.mkfifo, "not a regular file; refusing to open it"),
+], ids=["dtype-record-of-an-int", "fifo"])
+def test_an_inputs_file_with_a_bad_dtype_record_or_not_a_file_is_one_line(tmp_path, make, message):
+    """``read_inputs`` (``run --inputs``, ``--calibration``): a TypeError or a reader blocked on a FIFO before."""
+    bad = tmp_path / "bad.npz"
+    make(bad)
+    with within(30), pytest.raises(UsageError, match=r"^cannot read .*bad\.npz: " + re.escape(message)) as e:
+        tensors.read_inputs(bad)
+    assert len(str(e.value).splitlines()) == 1
 
 
 def test_a_zip_without_arrays_is_refused(tmp_path):

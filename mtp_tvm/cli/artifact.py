@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import os
 
 from ..compiler.options import BuildSpec
+from ..support.atomic_file import require_not_input
 from ..support.errors import UsageError
 from ..support.flags import add_flags
 from ..support.timing import phase, time_line
@@ -45,8 +45,7 @@ def _cmd_build(args) -> int:
 
 def _cmd_run(args) -> int:
     refuse_checkpoint_options(args)
-    if args.inputs is not None and args.out and os.path.realpath(args.out) == os.path.realpath(args.inputs):
-        raise UsageError(f"--out {args.out} is the --inputs file; write the outputs elsewhere")
+    require_not_input(args.out, "--out", [("the --inputs file", args.inputs)])
     if args.inputs is None and args.random_inputs is None:
         raise UsageError("give --inputs IN.npz (make one with `mtp-tvm inputs`) or --random-inputs")
     if args.random_inputs is None and given_flags(args, ("seed", "tokens", "shape")):

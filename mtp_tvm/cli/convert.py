@@ -19,7 +19,7 @@ def _cmd_convert(args) -> int:
     given = {f: getattr(args, f) for f in ("atol", "rtol", "max_error_ratio") if getattr(args, f) is not None}
     source = options_from(args, WeightSource, path=args.checkpoint)
     result = convert(source, args.out, seed=args.seed, tokens=args.tokens,
-                     tolerance=RatioTolerance(**given) if given else None,
+                     tolerance=RatioTolerance(**given) if given else None, force=args.force,
                      log=lambda line: print(line, file=sys.stderr, flush=True))
     print(result.table())
     if not result.passed:
@@ -42,4 +42,5 @@ def add_convert_command(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--rtol", type=float, default=None, help="the projection's relative tolerance (default 0.03)")
     MAX_ERROR_RATIO.add_to(p, "the projection's outlier budget (default 0.02)")
     p.add_argument("--out", required=True, metavar="FILE.safetensors", help="the converted weights to write")
+    p.add_argument("--force", action="store_true", help="replace --out if it exists")
     p.set_defaults(handler=_cmd_convert)

@@ -10,10 +10,12 @@ import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import BinaryIO
 
 import ml_dtypes
 import numpy as np
 
+from ..support import plain_files
 from ..support.atomic_file import write_user_file
 from ..support.errors import UsageError
 
@@ -50,21 +52,28 @@ _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a zip archive's first bytes: a me
 _NPY_MAGIC = b"\x93NUMPY"
 
 
-def _sniff(path: str | os.PathLike) -> None:
-    """Refuse what is not an ``.npz`` by its first bytes, with the reason a user can act on (numpy would call
-    random bytes "pickled data")."""
+def _open_npz(path: str | os.PathLike) -> BinaryIO:
+    """``path`` opened, when it is a regular file (a FIFO would block for ever), and refused if it is not an
+    ``.npz`` by its first bytes, with the reason a user can act on (numpy would call random bytes "pickled
+    data")."""
     try:
-        with open(path, "rb") as f:
-            head = f.read(6)
+        f = plain_files.open_regular(path)
     except OSError as e:
         raise UsageError(f"cannot read {path}: {e.strerror}") from None
-    if not head:
-        raise UsageError(f"cannot read {path}: the file is empty")
-    if head.startswith(_NPY_MAGIC):
-        raise UsageError(f"cannot read {path}: it is a single .npy array, not an .npz archive of named arrays "
-                         "(write one with numpy.savez)")
-    if head[:4] not in _ZIP_MAGIC:
-        raise UsageError(f"cannot read {path}: not an .npz file (a zip archive of .npy arrays)")
+    try:
+        head = f.read(6)
+        if not head:
+            raise UsageError(f"cannot read {path}: the file is empty")
+        if head.startswith(_NPY_MAGIC):
+            raise UsageError(f"cannot read {path}: it is a single .npy array, not an .npz archive of named arrays "
+                             "(write one with numpy.savez)")
+        if head[:4] not in _ZIP_MAGIC:
+            raise UsageError(f"cannot read {path}: not an .npz file (a zip archive of .npy arrays)")
+        f.seek(0)
+    except BaseException:
+        f.close()
+        raise
+    return f
 
 
 # numpy saves an ml_dtypes array (bfloat16, float8_*) as raw bytes (``|V2``, ``|V1``): ``write_npz`` records
@@ -101,9 +110,8 @@ def read_npz(path: str | os.PathLike, dtypes: dict[str, str] | None = None) -> d
     The one ``.npz`` convention of the project: ``mtp-tvm inputs``/``run``'s inputs and outputs and the
     reproducers' arrays alike. A file that is not a sound ``.npz`` (empty, truncated, corrupted, an ``.npy``,
     a zip without arrays) is one ``UsageError``."""
-    _sniff(path)
     try:
-        with np.load(path, allow_pickle=False) as z:
+        with _open_npz(path) as f, np.load(f, allow_pickle=False) as z:
             others = [n for n in z.zip.namelist() if not n.endswith(".npy")]
             if others:
                 raise UsageError(f"cannot read {path}: {others[0]!r} in the archive is not an .npy array")
@@ -117,8 +125,10 @@ def read_npz(path: str | os.PathLike, dtypes: dict[str, str] | None = None) -> d
         raise UsageError(f"cannot read {path}: the archive holds no arrays")
     try:
         recorded = {} if record is None else dict(json.loads(str(record)))
-    except (ValueError, TypeError):
-        raise UsageError(f"cannot read {path}: its {DTYPES_MEMBER} member is not a JSON object of dtypes") from None
+    except (ValueError, TypeError, RecursionError):
+        recorded = None
+    if recorded is None or not all(isinstance(v, str) for v in recorded.values()):
+        raise UsageError(f"cannot read {path}: its {DTYPES_MEMBER} member is not a JSON object of dtype names")
     given = {**recorded, **(dtypes or {})}
     return {k: _restored(path, k, a, given.get(k)) for k, a in arrays.items()}
 

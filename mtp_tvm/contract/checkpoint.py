@@ -16,9 +16,11 @@ import json
 import math
 import os
 import struct
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from ..support import plain_files
 from ..support.choice import Choice
 from ..support.errors import UsageError
 from ..support.lazy import lazy_module
@@ -56,9 +58,11 @@ class TensorInfo:
 
 def read_header(path: Path) -> dict[str, TensorInfo]:
     """The tensors of one safetensors file, each checked: a known dtype, offsets that match its shape and lie
-    inside the file (a truncated file or a corrupt header is a ``UsageError`` naming the file and tensor)."""
+    inside the file, the data of every tensor its own and the file's last bytes (a truncated file, a corrupt
+    header or stray bytes are a ``UsageError`` naming the file and tensor). Only a regular file is opened: a FIFO
+    would block the reader."""
     try:
-        with open(path, "rb") as f:
+        with plain_files.open_regular(path) as f:
             size = os.fstat(f.fileno()).st_size
             head = f.read(8)
             if len(head) < 8:
@@ -70,18 +74,48 @@ def read_header(path: Path) -> dict[str, TensorInfo]:
             raw = f.read(n)
     except OSError as e:
         raise UsageError(f"{path}: cannot read: {e.strerror}") from None
+    header = _parse_header(path, raw)
+    metadata = header.pop("__metadata__", {})
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise UsageError(f"{path}: the header's __metadata__ is not a JSON object of strings")
+    data_start = 8 + n
+    infos = {name: _tensor_info(path, name, entry, data_start, size) for name, entry in header.items()}
+    _require_tiled(path, list(infos.values()), data_start, size)
+    return infos
+
+
+def _parse_header(path: Path, raw: bytes) -> dict:
+    """The header's JSON object; JSON past the parser's limits (nesting, an integer's digits) is refused too."""
     try:
         header = json.loads(raw)
+    except RecursionError:
+        raise UsageError(f"{path}: the header nests JSON deeper than {sys.getrecursionlimit()} levels: not a "
+                         "safetensors header") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise UsageError(f"{path}: the header is not JSON ({e})") from None
+    except ValueError:  # int() of a number longer than the interpreter converts
+        raise UsageError(f"{path}: the header holds a number of over {sys.get_int_max_str_digits()} digits: not a "
+                         "safetensors header") from None
     if not isinstance(header, dict):
         raise UsageError(f"{path}: the header is not a JSON object")
-    data_start, infos = 8 + n, {}
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        infos[name] = _tensor_info(path, name, entry, data_start, size)
-    return infos
+    return header
+
+
+def _require_tiled(path: Path, infos: list[TensorInfo], data_start: int, size: int) -> None:
+    """The tensors' data, in offset order, covers the data section exactly, as safetensors demands: no two
+    tensors share a byte, no byte between them or after the last belongs to none."""
+    end, last = data_start, None
+    for info in sorted(infos, key=lambda i: (i.start, i.end)):
+        if info.start < end:
+            raise UsageError(f"{info.where()}: data offsets [{info.start - data_start}, {info.end - data_start}) "
+                             f"overlap those of tensor {last.name!r}")
+        if info.start > end:
+            raise UsageError(f"{info.where()}: data offsets start at {info.start - data_start}, but the data before "
+                             f"ends at {end - data_start}: {info.start - end} bytes belong to no tensor")
+        end, last = info.end, info
+    if end != size:
+        raise UsageError(f"{path}: {size - end} stray bytes follow the tensors' data (it ends at byte {end}, the "
+                         f"file at {size})")
 
 
 def _tensor_info(path: Path, name: str, entry, data_start: int, size: int) -> TensorInfo:
@@ -114,7 +148,11 @@ class Checkpoint:
         self.on_read = on_read
         self.bytes_read = 0
         self._headers: dict[Path, dict[str, TensorInfo]] = {}
-        self._shards = self._find_shards()
+        self.index: Path | None = None
+        try:
+            self._shards = self._find_shards()
+        except OSError as e:  # a folder or file of it this user may not read
+            raise UsageError(f"{e.filename or self.path}: cannot read: {e.strerror}") from None
 
     def _find_shards(self) -> dict[str, Path]:
         """Tensor name -> its file."""
@@ -124,6 +162,7 @@ class Checkpoint:
             raise UsageError(f"{self.path}: no such checkpoint file or folder")
         index = self.path / INDEX_FILE
         if index.is_file():
+            self.index = index
             return self._read_index(index)
         files = sorted(self.path.glob("*.safetensors"))
         if len(files) != 1:
@@ -137,8 +176,8 @@ class Checkpoint:
 
     def _read_index(self, index: Path) -> dict[str, Path]:
         try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
+            weight_map = json.loads(plain_files.read_text(index))["weight_map"]
+        except (UnicodeDecodeError, ValueError, RecursionError, KeyError, TypeError) as e:  # OSError: the caller
             raise UsageError(f"{index}: not a safetensors index with a weight_map ({type(e).__name__})") from None
         if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
             raise UsageError(f"{index}: weight_map must map tensor names to shard file names")
@@ -153,6 +192,10 @@ class Checkpoint:
 
     def names(self) -> set[str]:
         return set(self._shards)
+
+    def files(self) -> list[Path]:
+        """Every file the checkpoint is read from: its index (if it has one) and its shards."""
+        return ([] if self.index is None else [self.index]) + sorted(set(self._shards.values()))
 
     def info(self, name: str) -> TensorInfo:
         """The tensor's dtype, shape and offsets (its shard's header read and checked, no data)."""

@@ -21,7 +21,7 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from ..support.errors import UsageError
@@ -141,6 +141,27 @@ def require_writable(path: str | os.PathLike | None, what: str, force: bool | No
     if force is False and existing:
         raise UsageError(f"{what} {path} already exists; pass --force to replace it")
 
+
+
+def require_not_input(path: str | os.PathLike | None, what: str,
+                      inputs: Iterable[tuple[str, str | os.PathLike | None]]) -> None:
+    """Refuse an output path that is one of the files the command reads (``inputs``: what each is, its path; None:
+    not given): the same file by its real path (a symlink on the way followed) or by its identity (a hard link
+    of it, the same ``st_dev``/``st_ino``), so a write never replaces what it is made from."""
+    if path is None:
+        return
+    real, ident = os.path.realpath(path), _identity(path)
+    for role, given in inputs:
+        if given is not None and (os.path.realpath(given) == real or ident is not None and _identity(given) == ident):
+            raise UsageError(f"{what} {path} is {role} {given}, which this command reads; write elsewhere")
+
+
+def _identity(path: str | os.PathLike) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:  # not there (yet): a new file is nobody's input
+        return None
+    return st.st_dev, st.st_ino
 
 # ---- folders ----------------------------------------------------------------------------------------------
 

@@ -1,13 +1,16 @@
-"""Reading and marking files in folders other people share (dump roots): only regular files are opened. A FIFO
-where a file is expected would block the reader (or a marker's writer) for ever and a character device
-(``/dev/zero``) would never end, so either is refused with an ``OSError`` the caller turns into one line."""
+"""Reading and marking files in folders other people share (dump roots) or a user names (checkpoint shards,
+calibration files): only regular files are opened. A FIFO where a file is expected would block the reader (or a
+marker's writer) for ever and a character device (``/dev/zero``) would never end, so either is refused with an
+``OSError`` the caller turns into one line."""
 
 from __future__ import annotations
 
 import errno
+import io
 import os
 import stat
 from pathlib import Path
+from typing import BinaryIO
 
 
 def _refuse_special(fd: int, path: Path) -> None:
@@ -16,11 +19,18 @@ def _refuse_special(fd: int, path: Path) -> None:
         raise OSError(errno.EINVAL, "not a regular file; refusing to open it", str(path))
 
 
-def read_text(path: str | os.PathLike) -> str:
-    """``path``'s text, when it is a regular file (a symlink to one is followed: the caller confines paths)."""
+def open_regular(path: str | os.PathLike) -> BinaryIO:
+    """``path`` opened for reading in binary, when it is a regular file (a symlink to one is followed: the caller
+    confines paths); anything else is refused before a byte is read."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO opens at once, then is refused
     _refuse_special(fd, Path(path))
-    with os.fdopen(fd, encoding="utf-8") as f:
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def read_text(path: str | os.PathLike) -> str:
+    """``path``'s text, when it is a regular file (``open_regular``)."""
+    with io.TextIOWrapper(open_regular(path), encoding="utf-8") as f:
         return f.read()
 
 

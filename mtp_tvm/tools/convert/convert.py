@@ -25,7 +25,7 @@ from ...contract.convert_weights import (
     weight_names,
 )
 from ...contract.presets import DEFAULT_TP, PRESETS, Shapes, make_shapes, tp_vocab_shard
-from ...support.atomic_file import write_user_file
+from ...support.atomic_file import require_not_input, require_writable, write_user_file
 from ...support.errors import UsageError
 from ...support.flags import option
 from ...support.lazy import lazy_module
@@ -72,8 +72,12 @@ class WeightSource:
         if self.preset is not None and self.preset not in PRESETS:
             raise UsageError(f"unknown preset {self.preset!r}; choose one of {', '.join(PRESETS)}")
         Smoothing(alpha=self.alpha)
-        if not Path(self.path).exists():
-            raise UsageError(f"{self.path}: no such checkpoint or converted weights file")
+        try:
+            Path(self.path).stat()
+        except (FileNotFoundError, NotADirectoryError):
+            raise UsageError(f"{self.path}: no such checkpoint or converted weights file") from None
+        except OSError as e:  # a folder on the way this user may not search
+            raise UsageError(f"{self.path}: cannot read: {e.strerror}") from None
 
 
 def converted_metadata(path: str | os.PathLike) -> dict | None:
@@ -176,6 +180,7 @@ def load(source: WeightSource, log: Callable[[str], None] | None = None) -> Load
 
 def _load_converted(source: WeightSource, meta: dict, log) -> Loaded:
     path = Path(source.path)
+    counts = _stored_counts(path, meta)
     for key in ("preset", "tp", "rank", "owners"):
         given, stored = getattr(source, key), meta.get(key)
         if given is not None and str(given) != stored:
@@ -184,8 +189,11 @@ def _load_converted(source: WeightSource, meta: dict, log) -> Loaded:
     if source.calibration is not None or source.layout is not None:
         raise UsageError(f"{path} is already converted ({meta.get('smoothing')} smoothing); --calibration and "
                          "--layout apply to a checkpoint")
-    shapes = make_shapes(meta["preset"], vocab_shard=int(meta["vocab_shard"]), owners=int(meta["owners"]),
-                         tp=int(meta["tp"]))
+    try:
+        shapes = make_shapes(meta["preset"], vocab_shard=counts["vocab_shard"], owners=counts["owners"],
+                             tp=counts["tp"])
+    except UsageError as e:
+        raise UsageError(f"{path}: its metadata does not fit: {e}") from None
     case = get_case(source.case)
     names, specs = weight_names(case, shapes), case.input_specs(shapes)
     ckpt = Checkpoint(path, _progress(log))
@@ -196,7 +204,24 @@ def _load_converted(source: WeightSource, meta: dict, log) -> Loaded:
     for n in names:
         ckpt.expect(n, SAFETENSORS_DTYPES[specs[n].dtype], specs[n].shape, f" (case {source.case!r})")
     return Loaded({n: ckpt.read(n) for n in names}, shapes, meta["layout"], meta["smoothing"],
-                  bytes_read=ckpt.bytes_read, rank=int(meta["rank"]))
+                  bytes_read=ckpt.bytes_read, rank=counts["rank"])
+
+
+_STORED_COUNTS = ("tp", "rank", "owners", "vocab_shard")  # what ``write_converted`` stores as decimal strings
+
+
+def _stored_counts(path: Path, meta: dict) -> dict[str, int]:
+    """The sizes a converted file's metadata records, each refused in one line when missing or not a count (a
+    file edited by hand, or not written by ``convert``)."""
+    for key in ("preset", "layout", "smoothing", *_STORED_COUNTS):
+        if key not in meta:
+            raise UsageError(f"{path}: its metadata has no {key!r} (convert the checkpoint again)")
+    for key in _STORED_COUNTS:
+        value = meta[key]
+        if not (value.isascii() and value.isdigit() and len(value) < 10):
+            raise UsageError(f"{path}: its metadata's {key} is {value[:40]!r}, not a count (convert the checkpoint "
+                             "again)")
+    return {key: int(meta[key]) for key in _STORED_COUNTS}
 
 
 def load_weights(path: str | os.PathLike, case: str = "tail", preset: str | None = None, tp: int | None = None,
@@ -272,29 +297,35 @@ def _activations(loaded: Loaded, seed: int, tokens: int | None) -> dict:
 
 
 def write_converted(out: str | os.PathLike, loaded: Loaded, case: str, source: str) -> None:
-    """The weights as one safetensors file, with what they were converted for in its metadata."""
-    from safetensors.torch import save_file
+    """The weights as one safetensors file, with what they were converted for in its metadata; written by
+    ``write_user_file`` (``save_file`` would rename its own temp file over a device node)."""
+    from safetensors.torch import save
 
     s = loaded.shapes
     meta = {"format": CONVERTED_FORMAT, "case": case, "preset": s.preset.name, "tp": str(s.tp),
             "rank": str(loaded.rank), "owners": str(s.owners), "vocab_shard": str(s.vocab_shard),
             "layout": loaded.layout, "smoothing": loaded.smoothing, "source": str(source)}
     tensors = {n: t.contiguous() for n, t in loaded.weights.items()}
-    write_user_file(out, lambda tmp: save_file(tensors, str(tmp), metadata=meta), "weights ")
+    write_user_file(out, lambda tmp: tmp.write_bytes(save(tensors, metadata=meta)), "weights ")
 
 
 def convert(source: WeightSource, out: str | os.PathLike | None = None, *, seed: int = 0, tokens: int | None = None,
-            tolerance: RatioTolerance | None = None, log: Callable[[str], None] | None = print) -> ConvertResult:
+            tolerance: RatioTolerance | None = None, force: bool = False,
+            log: Callable[[str], None] | None = print) -> ConvertResult:
     """Convert ``source`` (a checkpoint) for its case and measure the cost: per-matrix weight errors, and the
     projection on the calibration activations or seeded ones (``seed``, ``tokens``) against the checkpoint's
     own, through ``ratio_allclose`` (``tolerance``; default ``OUTPUT_RMS_TOLERANCE`` times the reference's RMS
-    and as rtol, the spec's 2 % budget). ``out``: written only when the projection passes (atomically)."""
+    and as rtol, the spec's 2 % budget). ``out``: written only when the projection passes (atomically); refused
+    before any tensor is read when it cannot be written, exists (unless ``force``) or is one of the files read
+    (a shard, the index, the calibration file)."""
+    require_writable(out, "--out", force=force)
     if converted_metadata(source.path) is not None:
         raise UsageError(f"{source.path} is already converted; convert reads a checkpoint")
     if tokens is not None and source.calibration is not None:
         raise UsageError("--tokens sizes the seeded activations; with --calibration the file's rows are used")
-    if out is not None and Path(os.path.realpath(out)) == Path(os.path.realpath(source.path)):
-        raise UsageError(f"--out {out} is the checkpoint itself")
+    ckpt = Checkpoint(source.path)  # its index and headers: no tensor is read
+    require_not_input(out, "--out", [*(("a file of the checkpoint", f) for f in ckpt.files()),
+                                     ("the --calibration file", source.calibration)])
     loaded = load(source, log)
     projection, rms_rel, tokens_used = None, None, 0
     if loaded.reference:
