@@ -292,6 +292,12 @@ def test_bench_artifact_refuses_build_flags(argv, message, capsys, tmp_path):
     assert message in err and len(err.splitlines()) == 1
 
 
+def test_an_unknown_compare_schedule_is_named_by_the_apis_keyword():
+    """The CLI names its flag (``--compare-schedules: ...``, test_reliability); the API its keyword."""
+    with pytest.raises(UsageError, match=r"^compare_schedules: unknown schedule 'fastest' for target llvm"):
+        bench(case="logits", preset="tiny", compare_schedules=("none", "fastest"))
+
+
 def test_bench_api_takes_an_artifact_or_a_spec_not_both(tmp_path):
     with pytest.raises(UsageError, match="an artifact's manifest says what it is; drop case"):
         bench(case="logits", artifact=str(tmp_path))

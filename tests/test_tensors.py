@@ -172,9 +172,10 @@ def test_a_raw_bytes_input_says_to_use_read_inputs(tmp_path):
         validate_inputs(SPECS, raw, "test")
 
 
-def test_where_an_input_may_live_for_a_gpu_binary():
+def test_where_an_input_may_live_for_a_gpu_binary(monkeypatch):
     """``input_placement`` for a CUDA binary, decided from metadata alone (no GPU needed): host data is copied,
-    a tensor on the binary's GPU would be used in place, anything else is refused naming both devices."""
+    a tensor on the binary's GPU would be used in place, one on another device is refused naming both devices,
+    and a meta tensor, which no device would do, is refused for having no values (round four's line)."""
     import torch
     import tvm
 
@@ -182,10 +183,14 @@ def test_where_an_input_may_live_for_a_gpu_binary():
     assert not tensors.input_placement("x", np.zeros(2, np.float32), gpu)
     assert not tensors.input_placement("x", torch.zeros(2), gpu)
     assert not tensors.input_placement("x", tvm.runtime.tensor(np.zeros(2, np.float32)), gpu)  # CPU: copied
-    with pytest.raises(UsageError, match=r"^input 'x' is on meta, but this binary runs on cuda:0: pass it there "
-                                         r"or on the CPU$"):
-        tensors.input_placement("x", torch.zeros(2, device="meta"), gpu)
     assert tensors.input_placement("x", tvm.runtime.tensor(np.zeros(2, np.float32)), tvm.cpu())
+    with pytest.raises(UsageError, match=r"^a torch.strided tensor on the meta device \(2,\) has no values to run "
+                                         r"on: give dense tensors with data \(on the CPU or the target's device\)$"):
+        tensors.input_placement("x", torch.zeros(2, device="meta"), gpu)
+    monkeypatch.setattr(tensors, "_device_of", lambda _x: "cuda:1")  # another GPU, without one
+    with pytest.raises(UsageError, match=r"^input 'x' is on cuda:1, but this binary runs on cuda:0: pass it there "
+                                         r"or on the CPU$"):
+        tensors.input_placement("x", torch.zeros(2), gpu)
 
 
 def test_a_tensor_used_in_place_is_shared_when_compact_and_aligned_else_compacted_by_torch():

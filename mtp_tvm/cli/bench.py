@@ -32,12 +32,18 @@ from .common import (
 
 
 def _bench_spec(args) -> BuildSpec | None:
-    """What ``bench`` builds, checked before TVM loads (None: the ``--artifact`` it times)."""
+    """What ``bench`` builds, checked before TVM loads (None: the ``--artifact`` it times); then the names of
+    ``--compare-schedules`` (the target's schedules: TVM loads), before any weights are read."""
     if args.artifact:
         refuse_build_flags(args)
         return None
     spec = options_from(args, BuildSpec, tokens=None)  # bench's --tokens is BenchOptions' sweep
     spec.resolve()
+    if args.compare_schedules:
+        with phase("import"):
+            from ..tools.bench.bench import require_known_schedules
+
+        require_known_schedules(spec, comma_list(args.compare_schedules), "--compare-schedules")
     return spec
 
 

@@ -31,9 +31,7 @@ def to_numpy(x) -> np.ndarray:
     exists only once its library is imported, so neither is imported here."""
     torch, tvm_runtime = sys.modules.get("torch"), sys.modules.get("tvm.runtime")
     if torch is not None and isinstance(x, torch.Tensor):
-        if x.device.type == "meta" or x.layout != torch.strided:
-            raise UsageError(f"a {x.layout} tensor on the {x.device.type} device {tuple(x.shape)} has no values to "
-                             "run on: give dense tensors with data (on the CPU or the target's device)")
+        require_values(x)
         x = x.detach() if x.requires_grad else x
         x = x if x.device.type == "cpu" else x.cpu()
         if x.dtype == torch.bfloat16:
@@ -42,6 +40,15 @@ def to_numpy(x) -> np.ndarray:
     if tvm_runtime is not None and isinstance(x, tvm_runtime.Tensor):
         return x.numpy()
     return np.asarray(x)
+
+
+def require_values(x) -> None:
+    """Refuse a torch tensor with no values to run on (on torch's ``meta`` device, or sparse) in one line: before
+    ``to_numpy`` reads it, and where ``tensors.input_placement`` finds one on ``meta``."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(x, torch.Tensor) and (x.device.type == "meta" or x.layout != torch.strided):
+        raise UsageError(f"a {x.layout} tensor on the {x.device.type} device {tuple(x.shape)} has no values to run "
+                         "on: give dense tensors with data (on the CPU or the target's device)")
 
 
 def dtype_name(x: np.ndarray) -> str:

@@ -12,7 +12,7 @@ import tvm
 
 from ..support.choice import Choice
 from ..support.errors import UsageError
-from .arrays import dtype_name, read_npz, to_numpy, write_npz
+from .arrays import dtype_name, read_npz, require_values, to_numpy, write_npz
 
 
 def to_device(x: np.ndarray | tvm.runtime.Tensor, dev) -> tvm.runtime.Tensor:
@@ -35,9 +35,12 @@ def input_placement(name: str, x, dev) -> bool:
     """Whether input ``x`` is already where the binary on ``dev`` runs (then ``main`` takes it as it is, no
     copy): a torch tensor on that GPU, a TVM tensor on ``dev``. False for host data (numpy, a CPU torch tensor,
     a CPU TVM tensor for a GPU binary: validated as numpy, then shared or copied). The one place that decides
-    where an input may live: a tensor on any other device (another GPU, torch's ``meta``, a CUDA tensor for a
-    CPU binary) is a ``UsageError`` naming both devices, never a silent copy."""
+    where an input may live: a tensor on any other device (another GPU, a CUDA tensor for a CPU binary) is a
+    ``UsageError`` naming both devices, never a silent copy. Torch's ``meta`` is no device to pass it to: a meta
+    tensor has no values, and ``require_values`` says so (as ``to_numpy`` does of a sparse one)."""
     where = _device_of(x)
+    if where == "meta":
+        require_values(x)
     if where is None or (where == "cpu" and isinstance(x, torch.Tensor)):
         return False
     here = "cpu" if dev.type == "cpu" else f"{dev.type}:{dev.index}"

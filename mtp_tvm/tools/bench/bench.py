@@ -185,19 +185,19 @@ def _of_module_file(spec, options, keywords: dict) -> bool:
             or isinstance(options, ModuleBenchOptions) or (artifact is not None and is_module_artifact(artifact)))
 
 
-def _check_compare_schedules(spec: BuildSpec, options: BenchOptions) -> None:
-    """An unknown name in ``compare_schedules`` is a typo, refused before anything is built."""
-    if not options.compare_schedules:
+def require_known_schedules(spec: BuildSpec, names: tuple[str, ...], what: str = "compare_schedules") -> None:
+    """An unknown name in ``names`` (``compare_schedules``) is a typo, refused before anything is built; ``what``
+    names the option as the caller was given it (the CLI: ``--compare-schedules``)."""
+    if not names:
         return
     from ...schedule.files import schedule_names  # the compiler's schedules: a prebuilt artifact's bench (TVM's
     # runtime alone) never loads them
 
     known = schedule_names(spec.resolved_target)
-    unknown = [s for s in options.compare_schedules if s not in known]
+    unknown = [s for s in names if s not in known]
     if unknown:
         where = spec.target if isinstance(spec.target, str) else spec.resolved_target.kind.name
-        raise UsageError(f"compare_schedules: unknown schedule {unknown[0]!r} for target {where}; choose from "
-                         f"{', '.join(known)}")
+        raise UsageError(f"{what}: unknown schedule {unknown[0]!r} for target {where}; choose from {', '.join(known)}")
 
 
 def _tvm_target(spec: BuildSpec, options: BenchOptions) -> tuple[dict, bool]:
@@ -264,7 +264,7 @@ def _plan(spec: BuildSpec | None, options: BenchOptions, debug: DebugOptions | N
         raise UsageError("--profile times kernels here; it cannot go with --rpc-tracker")
     portable, plugin = _portable_debug(debug)
     target, gpu = _tvm_target(spec, options)
-    _check_compare_schedules(spec, options)
+    require_known_schedules(spec, options.compare_schedules)
     spec = dataclasses.replace(spec, tokens=sweep[0],
                                target=spec.target if isinstance(spec.target, (str, dict)) else target)
     return _Plan(spec, portable, plugin, options, case, shapes, target, gpu, options.threads or usable_cores(),
