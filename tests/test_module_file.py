@@ -197,6 +197,27 @@ def test_a_folder_or_fifo_at_module_is_named_for_what_it_is(tmp_path, capsys, ma
     assert f"m.py {what}, not a Python file" in capsys.readouterr().err
 
 
+def test_a_logger_left_on_a_closed_stream_does_not_end_the_child(tmp_path):
+    """torch's loggers keep the stream they found at import: a test's capture, closed once that test ended. The
+    child pointed them at its log with ``setStream``, whose flush of the closed stream raised, and every later
+    module file of the process ended its child with exit code 1 and no word ("ended its process")."""
+    import io
+    import logging
+
+    from mtp_tvm.ir.module_file import load_module_file
+
+    closed = io.TextIOWrapper(io.BytesIO())
+    closed.close()
+    handler, logger = logging.StreamHandler(closed), logging.getLogger("mtp_tvm.test.closed_stream")
+    logger.addHandler(handler)
+    try:
+        with pytest.raises(UsageError, match=r"defines neither model\(\)"):
+            load_module_file(_file(tmp_path, BROKEN_FILES["neither"][0]))
+    finally:
+        logger.removeHandler(handler)
+    assert handler.stream is closed  # the parent's own handler as it was
+
+
 def test_the_cli_exits_2_with_one_line_for_a_broken_file(tmp_path, capsys):
     path = _file(tmp_path, "x = 1\n")
     assert main(["check", "--module", str(path)]) == 2

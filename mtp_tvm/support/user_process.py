@@ -132,7 +132,9 @@ _real_exit = os._exit
 
 def _stderr_to(path: Path) -> None:
     """fd 2, ``sys.stderr`` and every logging handler that writes to a stream other than stdout (torch's loggers
-    keep the stream they found at import, maybe a capture's) into ``path``."""
+    keep the stream they found at import, maybe a capture's) into ``path``. A handler's old stream is not flushed
+    (``setStream`` would): it is the parent's, maybe closed since (a test's capture), and its buffer the parent's
+    to write."""
     log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.dup2(log, 2)
     os.close(log)
@@ -141,7 +143,7 @@ def _stderr_to(path: Path) -> None:
                                       if isinstance(v, logging.Logger))]
     for handler in (h for lg in loggers for h in lg.handlers):
         if type(handler) is logging.StreamHandler and handler.stream not in (sys.stdout, sys.__stdout__):
-            handler.setStream(sys.stderr)
+            handler.stream = sys.stderr
 
 
 def _write_error(folder: Path, message: str, bare: bool = False) -> None:
