@@ -60,7 +60,8 @@ def test_every_block_of_the_guide_runs(tmp_path, prefork):
             outputs[argv[-1]] = done.stdout
     convert = next(out for cmd, out in outputs.items() if cmd.startswith("mtp-tvm convert") and "--calibration"
                    not in cmd)
-    shown = GUIDE.read_text().split("and prints (here on the tiny test checkpoint):\n\n", 1)[1].split("\n\n", 1)[0]
+    shown = re.split(r"and prints \(here on the\s+tiny test checkpoint\):\n\n", GUIDE.read_text(), maxsplit=1)[1]
+    shown = shown.split("\n\n", 1)[0]
     assert _skeleton(convert) == _skeleton(shown)
     assert "PASSED" in next(out for cmd, out in outputs.items() if cmd.startswith("mtp-tvm check"))
     assert (tmp_path / "outputs.npz").is_file() and "{'hidden_states_out': (8, 256)" in outputs[_blocks()[-1][1]]

@@ -102,6 +102,9 @@ def _print_check(args, result) -> None:
 def _cmd_check_module(args) -> int:
     """``check --module FILE.py``: the user's own model against its reference (``tools.check.check``)."""
     refuse_case_options(args, keep=("seed", "nan_check"))
+    if args.seed and not args.shape:  # the API's refusal names its keyword; the CLI names the flag
+        raise UsageError("--module runs your file's example_inputs(), so --seed cannot apply without --shape (a seed "
+                         "draws inputs only at another size); drop it")
     debug = debug_options(args)
     with phase("import"):
         from ..ir.module_sizes import parse_shapes
