@@ -20,6 +20,21 @@ def test_isa_of_x86_cpus(mcpu, name, lanes, registers, bf16, int8):
         (name, lanes, registers, bf16, int8)
 
 
+@pytest.mark.skipif(not __import__("platform").machine() == "x86_64", reason="x86 host flags")
+def test_the_host_target_adds_the_dot_products_a_vm_reports_beyond_its_cpu_name():
+    """A Sapphire Rapids guest whose CPUID model LLVM maps to rocketlake (no AVX512-BF16) still reports the
+    flag: the host target gets ``+avx512bf16``, so the logits take ``vdpbf16ps``, not the FMA path."""
+    from mtp_tvm.passes.target import host_dot_features
+
+    flags = "processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16 avx512_vnni avx_vnni\n"
+    assert host_dot_features("rocketlake", flags) == ["+avx512bf16", "+avxvnni"]  # rocketlake has avx512vnni
+    assert host_dot_features("sapphirerapids", flags) == []
+    assert host_dot_features("rocketlake", "flags\t\t: fpu avx2 avx512f\n") == []
+    isa = cpu_isa(resolve_target({"kind": "llvm", "mcpu": "rocketlake",
+                                  "mattr": host_dot_features("rocketlake", flags)}))
+    assert isa.bf16_dot and isa.int8_dot == "vnni"
+
+
 def test_isa_of_the_aarch64_cross_target():
     isa = cpu_isa(resolve_target({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon"]}))
     assert (isa.name, isa.fp32_lanes, isa.int8_dot, isa.bf16_dot) == ("neon", 4, None, False)

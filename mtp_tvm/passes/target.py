@@ -3,7 +3,8 @@ schedules (``CpuIsa``: vector width, register count, dot-product instructions), 
 ``mcpu``/``mattr`` through LLVM, never from the machine that happens to build it.
 
 A bare ``{"kind": "llvm"}`` compiles for generic x86-64 (no AVX2/FMA; about 2x slower), so ``llvm`` always
-gets ``mcpu`` read from LLVM's view of this host.
+gets ``mcpu`` read from LLVM's view of this host, and ``mattr`` for the dot-product instructions the host reports
+that this ``mcpu`` lacks (``host_dot_features``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,38 @@ CUDA_ARCHS = ("sm_80", "sm_90")
 def host_cpu() -> str:
     cpu = tvm.target.codegen.llvm_get_system_cpu()
     return cpu if cpu and tvm.target.codegen.llvm_is_valid_cpu(cpu, host_triple()) else "generic"
+
+
+# /proc/cpuinfo flag -> the LLVM feature of a dot-product instruction the CPU schedules use
+HOST_DOT_FLAGS = {"avx512_bf16": "avx512bf16", "avx512_vnni": "avx512vnni", "avx_vnni": "avxvnni"}
+
+
+def host_dot_features(cpu: str, cpuinfo: str | None = None) -> list[str]:
+    """``+feature`` for each dot-product instruction this host reports (``/proc/cpuinfo``'s flags) that LLVM's
+    ``cpu`` lacks: a VM may show a CPU model that LLVM maps to an older part (a Sapphire Rapids guest seen as
+    ``rocketlake``, without AVX512-BF16), and the logits would then take the FMA path on a ``vdpbf16ps`` machine.
+    Empty off Linux or x86."""
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+                cpuinfo = f.read()
+        except OSError:
+            return []
+    flags = next((set(line.split(":", 1)[1].split()) for line in cpuinfo.splitlines()
+                  if line.startswith("flags") and ":" in line), set())
+    triple = host_triple()
+    if cpu_arch(triple) != "x86_64":
+        return []
+    named = Target({"kind": "llvm", "mcpu": cpu, "mtriple": triple})
+    return [f"+{feature}" for flag, feature in HOST_DOT_FLAGS.items()
+            if flag in flags and not tvm.target.codegen.llvm_cpu_has_features(feature, named)]
+
+
+def host_target() -> dict:
+    """``llvm`` on this host: its CPU as LLVM names it, the dot-product features that name misses, its cores."""
+    cpu = host_cpu()
+    extra = host_dot_features(cpu) if cpu != "generic" else []
+    return {"kind": "llvm", "mcpu": cpu, **({"mattr": extra} if extra else {}), "num-cores": usable_cores()}
 
 
 def host_triple() -> str:
@@ -50,7 +83,7 @@ def resolve_target(spec: str | dict | Target, arch: str = "sm_90") -> Target:
         except json.JSONDecodeError as e:
             raise UsageError(f"malformed target JSON: {e.msg} at char {e.pos}") from None
     if spec == "llvm":
-        spec = {"kind": "llvm", "mcpu": host_cpu(), "num-cores": usable_cores()}
+        spec = host_target()
     elif spec == "cuda":
         if arch not in CUDA_ARCHS:
             raise UsageError(f"unsupported CUDA arch {arch!r}; choose one of {', '.join(CUDA_ARCHS)}")
