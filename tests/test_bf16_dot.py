@@ -1,6 +1,8 @@
-"""The ``vdpbf16ps`` GEMM is bitwise the instruction's documented rounding order (odd element of each K pair
-first, RNE, DAZ/FTZ), within the outlier budget of an FP32 GEMM, emitted for every AVX512-BF16 target, and
-refused (before anything is built) where the target or the shape does not fit."""
+"""The BF16 pair dot is bitwise the documented rounding order of ``vdpbf16ps`` (odd element of each K pair first,
+RNE; DAZ/FTZ on AVX512-BF16 only), on AVX512-BF16 and in its FMA form on AVX2, within the outlier budget of an
+FP32 GEMM; each ISA's instructions are emitted (checked in the assembly for CPUs this host may not be), the
+accumulator tile stays in registers at 8 x 2 zmm, the weight stream is prefetched; a target or shape that does
+not fit is refused before anything is built."""
 
 import re
 
@@ -11,6 +13,7 @@ import tvm
 from tvm import s_tir
 from tvm.script import tirx as T
 
+from mtp_tvm.passes.pipeline import TIR_PIPELINE, register_with_tvm
 from mtp_tvm.passes.target import cpu_isa, resolve_target
 from mtp_tvm.schedule.bf16_dot import apply_bf16_dot
 from mtp_tvm.verify.comparators import ratio_allclose
@@ -19,6 +22,9 @@ from mtp_tvm.verify.tolerances import RatioTolerance
 HOST = resolve_target("llvm")
 RUNS_HERE = bool(tvm.target.codegen.target_has_features("avx512bf16", HOST))
 needs_bf16 = pytest.mark.skipif(not RUNS_HERE, reason="this host lacks AVX512-BF16")
+AVX2 = resolve_target({"kind": "llvm", "mcpu": "haswell", "num-cores": 2})
+needs_avx2 = pytest.mark.skipif(not tvm.target.codegen.target_has_features(["avx2", "fma"], HOST),
+                                reason="this host lacks AVX2/FMA")
 BF16 = ml_dtypes.bfloat16
 TINY = np.float32(2.0**-126)  # the smallest normal FP32 (and BF16) magnitude
 
@@ -58,10 +64,13 @@ def _run(ex, a, w, blocks=1, fn="gemm"):
     return c.numpy()[:blocks * 8]
 
 
-def dpbf16ps_reference(a, w):
+def dpbf16ps_reference(a, w, flush_denormals=True):
     """``vdpbf16ps`` in numpy: per K pair, ``acc += a[odd] * w[odd]`` then ``acc += a[even] * w[even]``, each add
-    one FP32 RNE rounding of an exact product, denormal inputs and results flushed to zero."""
+    one FP32 RNE rounding of an exact product, denormal inputs and results flushed to zero (``vdpbf16ps``; its
+    FMA form keeps them: ``flush_denormals=False``)."""
     def flush(x):
+        if not flush_denormals:
+            return x.astype(np.float32)
         return np.where(np.abs(x) < TINY, np.copysign(np.float32(0), x), x).astype(np.float32)
 
     af, wf = flush(a.astype(np.float32)), flush(w.astype(np.float32))
@@ -72,16 +81,20 @@ def dpbf16ps_reference(a, w):
     return acc
 
 
-@needs_bf16
-def test_bitwise_the_instruction_order():
+@pytest.mark.parametrize("target", [
+    pytest.param(HOST, marks=needs_bf16, id="vdpbf16ps"),
+    pytest.param(AVX2, marks=needs_avx2, id="avx2-fma"),
+])
+def test_bitwise_the_instruction_order(target):
     rng = np.random.default_rng(0)
     a = rng.standard_normal((16, 256)).astype(BF16)
     w = rng.standard_normal((256, 256)).astype(BF16)
-    a[0, :4] = [1e-39, -1e-39, 1e20, 1.0]  # a BF16 denormal (read as zero); a large value absorbing the rest
-    ex = tvm.compile(_scheduled(256, 256, cpu_isa(HOST)), target=HOST)
+    a[0, :4] = [1e-39, -1e-39, 1e20, 1.0]  # a BF16 denormal (read as zero by vdpbf16ps); a large value
+    isa = cpu_isa(target)
+    ex = tvm.compile(_scheduled(256, 256, isa, vectors=2 if isa.bf16_dot else 4), target=target)
     for blocks in (1, 2):
         out = _run(ex, a, w, blocks)
-        ref = dpbf16ps_reference(a[:blocks * 8], w)
+        ref = dpbf16ps_reference(a[:blocks * 8], w, flush_denormals=isa.bf16_dot)
         assert out.view(np.uint32).tolist() == ref.view(np.uint32).tolist()
     in_order = a[:8].astype(np.float32) @ w.astype(np.float32).T  # a different order: not bitwise
     assert not np.array_equal(_run(ex, a, w), in_order)
@@ -112,20 +125,62 @@ def test_two_kernels_in_one_module_share_the_imported_function():
         assert np.array_equal(_run(ex, a, w, fn=fn), dpbf16ps_reference(a[:8], w))
 
 
-@pytest.mark.parametrize("mcpu", ["znver4", "sapphirerapids"])
-def test_vdpbf16ps_is_emitted(mcpu):
+def _hot_loop(asm: str, instruction: str) -> str:
+    """The innermost loop body of ``asm`` that holds the most ``instruction``s (the K-pair loop of the general
+    tile): the lines from a loop label to the backward jump to it."""
+    best = ""
+    for label in re.findall(r"^(\.LBB\w+):", asm, re.M):
+        start = asm.index(f"\n{label}:")
+        end = asm.find(f"\t{label}\n", start)
+        body = asm[start:end] if end > 0 else ""
+        if "\n.LBB" not in body[1:] and body.count(instruction) > best.count(instruction):
+            best = body
+    return best
+
+
+def _asm(mcpu: str, rows: int, vectors: int) -> str:
+    """The assembly of the GEMM built as our builds lower (``passes.pipeline``'s TIR pipeline)."""
+    register_with_tvm()
     target = _target(mcpu)
-    asm = tvm.compile(_scheduled(256, 256, cpu_isa(target)), target=target).mod.inspect_source("asm")
-    assert len(re.findall(r"vdpbf16ps\s.*%zmm", asm)) >= 8  # 4 rows x 2 vectors per K pair, unrolled or not
+    return tvm.compile(_scheduled(256, 256, cpu_isa(target), rows, vectors), target=target,
+                       tir_pipeline=TIR_PIPELINE).mod.inspect_source("asm")
+
+
+@pytest.mark.parametrize("mcpu", ["znver4", "sapphirerapids"])
+def test_an_8_by_2_zmm_tile_stays_in_registers(mcpu):
+    """16 ``vdpbf16ps`` per 2 weight loads and 8 broadcasts, no store in the loop (the 1 KiB tile would be a
+    heap workspace without ``RegisterTilesOnStack``: a store after every dot), one prefetch of the stream."""
+    asm = _asm(mcpu, 8, 2)
+    loop = _hot_loop(asm, "vdpbf16ps")
+    steps, rest = divmod(len(re.findall(r"vdpbf16ps\s.*%zmm", loop)), 16)  # K pairs per trip (LLVM may unroll)
+    assert steps and not rest
+    weight_loads = re.findall(r"vmovups\s+-?\d*\(%\w+\), %zmm|vdpbf16ps\s+-?\d*\(%\w+", loop)
+    assert len(weight_loads) == 2 * steps and len(re.findall(r"vbroadcastss\s", loop)) == 8 * steps
+    assert len(re.findall(r"prefetcht0\s", loop)) == steps
+    assert not re.search(r"vmov\w*\s+%zmm\d+, ", loop)  # no store, no spill
+    sizes = re.findall(r"TVMBackendAllocWorkspace@GOTPCREL\(%rip\), %\w+\n\s*movl\s+\$(\d+), %edx", asm)
+    assert "1024" not in sizes  # the workspaces left: the weight packing, here not lifted out of the call
+
+
+@pytest.mark.parametrize("mcpu", ["haswell", "znver3"])
+def test_avx2_takes_the_fma_form_on_the_packed_pairs(mcpu):
+    """Per K pair: one 32-byte weight load split by one shift and one blend/and into the even and odd FP32
+    vectors (no zero-extension), two FMAs per accumulator, one prefetch."""
+    loop = _hot_loop(_asm(mcpu, 8, 1), "vfmadd")
+    steps, rest = divmod(len(re.findall(r"vfmadd\d+ps\s.*%ymm", loop)), 16)
+    assert steps and not rest
+    assert len(re.findall(r"vpslld\s", loop)) == steps
+    assert len(re.findall(r"vpblendw\s|vpand\s|vandps\s", loop)) == steps
+    assert "vpmovzx" not in loop and "vdpbf16ps" not in loop and len(re.findall(r"prefetcht0\s", loop)) == steps
+    assert not re.search(r"vmov\w*\s+%ymm\d+, ", loop)
 
 
 @pytest.mark.parametrize("mcpu, K, N, rows, vectors, match", [
-    ("skylake-avx512", 256, 256, 4, 2, "no AVX512-BF16"),
-    ("haswell", 256, 256, 4, 2, "no AVX512-BF16"),
+    ("nehalem", 256, 256, 4, 2, "neither AVX512-BF16 nor FMA"),
     ("znver4", 48, 256, 4, 2, "K a multiple of 32"),
     ("znver4", 256, 48, 4, 2, "N of 32"),
     ("znver4", 256, 40, 4, 1, "N of 16"),
-    ("znver4", 256, 256, 8, 2, "1 KiB"),
+    ("haswell", 256, 36, 4, 1, "N of 8"),
 ])
 def test_unfit_targets_and_shapes_are_refused(mcpu, K, N, rows, vectors, match):
     with pytest.raises(ValueError, match=match):

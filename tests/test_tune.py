@@ -277,8 +277,9 @@ def test_every_projection_kernel_is_tuned_in_both_spaces_and_keeps_the_golden(tm
 
 
 def test_the_hand_space_tries_dot_product_tiles_only_where_the_target_has_dot_products():
-    """On AVX512-BF16 the LM head's hand space holds several ``vdpbf16ps`` tiles (each once: the shipped pick is
-    not repeated); on AVX2 (no BF16 dot) the pinned tiles are refused, never silently built as FMA copies."""
+    """The LM head's hand space holds several BF16 pair-dot tiles (each once: the shipped pick is not repeated),
+    ``vdpbf16ps`` on AVX512-BF16 and its FMA form on AVX2; on SSE (neither) a pinned tile is refused, never
+    silently built as an FMA copy."""
     import dataclasses
 
     from tvm import s_tir
@@ -293,7 +294,7 @@ def test_the_hand_space_tries_dot_product_tiles_only_where_the_target_has_dot_pr
     from mtp_tvm.tools.tune.kernels import case_kernels, load_tensor_intrinsics
 
     tensorized = {}
-    for mcpu in ("znver4", "haswell"):
+    for mcpu in ("znver4", "haswell", "nehalem"):
         target = resolve_target(f'{{"kind": "llvm", "mcpu": "{mcpu}", "num-cores": 2}}')
         load_tensor_intrinsics(target)  # as tune does: TuneContext would import every intrinsic TVM ships
         key = workload(case_kernels(BuildSpec("logits", preset="tiny"), target)["lm_head_logits"])
@@ -303,11 +304,11 @@ def test_the_hand_space_tries_dot_product_tiles_only_where_the_target_has_dot_pr
                   .generate_design_space()]
         assert len(set(traces)) == len(traces)
         tensorized[mcpu] = [t for t in traces if "tensorize" in t]
-        if mcpu == "haswell":
+        if mcpu == "nehalem":
             pinned = dataclasses.replace(ks.knobs_for(cpu_isa(target).name), dot_rows=4, dot_vectors=2)
             with pytest.raises(ValueError, match="no dot-product tile"):
                 cpu_gemm(s_tir.Schedule(fresh_copy(key)), pinned, cpu_isa(target))
-    assert len(tensorized["znver4"]) >= 4 and not tensorized["haswell"]
+    assert len(tensorized["znver4"]) >= 4 and len(tensorized["haswell"]) >= 4 and not tensorized["nehalem"]
 
 
 @pytest.mark.slow  # tune starts its runner's worker process, which imports TVM

@@ -18,6 +18,7 @@ import tvm_ffi
 from tvm import relax
 from tvm.target import Target
 
+from .register_tiles import register_tiles_on_stack
 from .target import is_gpu
 
 PHASE_MARKER_PREFIX = "mtp.phase."
@@ -187,9 +188,10 @@ def relax_pipeline(target: Target, applier: tvm.transform.Pass | None, extra_pas
 
 
 def _tir_pipeline():
-    """TVM's ``s_tir`` lowering with phase markers; registered under the name ``mtp``."""
+    """TVM's ``s_tir`` lowering with phase markers, then ``RegisterTilesOnStack`` (before the host passes'
+    ``LowerTVMBuiltin`` decides stack or workspace); registered under the name ``mtp``."""
     lower, host, device = tvm.tirx.get_tir_pipeline("s_tir")
-    return (tvm.transform.Sequential([phase_marker("tir-lower"), lower], name=TIR_SEQUENCE),
+    return (tvm.transform.Sequential([phase_marker("tir-lower"), lower, register_tiles_on_stack], name=TIR_SEQUENCE),
             lambda: tvm.transform.Sequential([phase_marker("tir-host"), host()]),
             lambda: tvm.transform.Sequential([phase_marker("tir-device"), device()]))
 

@@ -1,4 +1,4 @@
-"""BF16 x BF16 -> FP32 GEMM on AVX512-BF16 through ``vdpbf16ps``.
+"""BF16 x BF16 -> FP32 GEMM as a dot of K pairs: ``vdpbf16ps`` on AVX512-BF16, two FMAs per pair elsewhere.
 
 TVM cannot call ``llvm.x86.avx512bf16.dpbf16ps.512`` directly (BF16 legalisation turns its ``<32 x bfloat>``
 operands into integers, and the call then fails LLVM's signature check), so the tensor intrinsic calls a small
@@ -12,20 +12,38 @@ Rounding, exactly: for each K pair ``(2p, 2p+1)`` in ascending ``p``, every FP32
 ``acc = RNE(acc + a[2p+1] * w[2p+1])`` then ``acc = RNE(acc + a[2p] * w[2p])``: the BF16 products are exact in
 FP32, each add rounds once to nearest-even, BF16 denormal inputs read as zero (DAZ) and denormal results are
 flushed to zero (FTZ), whatever MXCSR says. So the sums differ from an in-order FP32 loop (the odd element of a
-pair is added first) but are bitwise reproducible from that order.
+pair is added first) but are bitwise reproducible from that order. The FMA form (AVX2, AVX-512 without BF16) adds
+in the same order with the same single roundings, so both ISAs give the same sums except where ``vdpbf16ps``
+flushes a denormal.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 
 from tvm import s_tir
 from tvm.script import tirx as T
 
 from ..passes.target import CpuIsa
 from .int8_dot import check_tile, operand_indices, pack_pairs, register_int8_intrinsics, register_tile_loops
+from .steps import vectorized_rows
 
-LANES = 16  # FP32 lanes of one zmm accumulator
+LANES = 16  # FP32 lanes of one zmm accumulator (vdpbf16ps)
+# How far ahead of its loads a tile prefetches the packed weight stream. At T >= 8 a K step computes long enough
+# that the out-of-order window covers only a few cache lines of the stream, and the hardware prefetchers fall
+# behind: the weight then arrives at a third of the bandwidth (measured, AVX2 FMA form, FLASH logits, T = 8, one
+# thread: 29 ms without, 17 ms with 2-4 KiB; native ``vdpbf16ps``, two threads, T = 8: 11.4 ms, 8.9 ms). The first call of a K step (accumulator offset 0) issues it, so it
+# is one ``prefetcht0`` per K step once the tile is unrolled.
+PREFETCH_BYTES = 4096
+_PREFETCH_IR = f"""
+  %first = icmp eq i32 %ci, 0
+  br i1 %first, label %fetch, label %compute
+fetch:
+  %ahead = getelementptr i8, ptr %w, i32 {PREFETCH_BYTES}
+  call void @llvm.prefetch.p0(ptr %ahead, i32 0, i32 3, i32 1)
+  br label %compute
+compute:"""
 INTRIN = "mtp_bf16_dpbf16ps_512"
 BF16_DOT_FUNCTION = "mtp_tvm_dpbf16ps_512"
 # linkonce_odr: every kernel of a module may import the same text, and the linker keeps one copy
@@ -39,79 +57,162 @@ define linkonce_odr i32 @{BF16_DOT_FUNCTION}(ptr noalias %c0, i32 %ci, ptr noali
   %one = insertelement <16 x i32> poison, i32 %pair, i64 0
   %all = shufflevector <16 x i32> %one, <16 x i32> poison, <16 x i32> zeroinitializer
   %av = bitcast <16 x i32> %all to <32 x bfloat>
+{_PREFETCH_IR}
   %wv = load <32 x bfloat>, ptr %w, align 2
   %sum = call <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(<16 x float> %acc, <32 x bfloat> %av, <32 x bfloat> %wv)
   store <16 x float> %sum, ptr %c, align 4
   ret i32 0
 }}
 declare <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(<16 x float>, <32 x bfloat>, <32 x bfloat>)
+declare void @llvm.prefetch.p0(ptr, i32, i32, i32)
 attributes #0 = {{ alwaysinline nounwind }}
 """.strip().replace("\n", " ")  # one line (LLVM IR is free-form): a schedule trace prints it as a Python string
+
+
+def pair_fma_function(lanes: int) -> str:
+    return f"mtp_tvm_bf16_pair_fma_{lanes}"
+
+
+def pair_fma_llvm_ir(lanes: int) -> str:
+    """``vdpbf16ps``'s arithmetic with FMAs, for a CPU without AVX512-BF16: one load of ``lanes`` packed weight
+    pairs gives both FP32 vectors with one integer op each (the odd elements are the high halves: ``and
+    0xffff0000``; the even ones the low halves: ``shl 16``), no zero-extension; the activation pair comes
+    widened to FP32 (two broadcasts). The odd product is added first, as ``vdpbf16ps`` does, each FMA exact in
+    its product (BF16 x BF16 fits FP32), so the sums are those of ``vdpbf16ps`` but for its DAZ/FTZ."""
+    v, mask = f"<{lanes} x float>", f"<{lanes} x i32>"
+    splat = lambda value: "<" + ", ".join([f"i32 {value}"] * lanes) + ">"  # noqa: E731
+    return f"""
+define linkonce_odr i32 @{pair_fma_function(lanes)}(ptr noalias %c0, i32 %ci, ptr noalias %a0, i32 %ai, ptr noalias %w0, i32 %wi) #0 {{
+  %c = getelementptr float, ptr %c0, i32 %ci
+  %a = getelementptr float, ptr %a0, i32 %ai
+  %a1 = getelementptr float, ptr %a, i32 1
+  %w = getelementptr i16, ptr %w0, i32 %wi
+  %acc = load {v}, ptr %c, align 4
+  %even = load float, ptr %a, align 4
+  %odd = load float, ptr %a1, align 4
+  %e1 = insertelement {v} poison, float %even, i64 0
+  %ae = shufflevector {v} %e1, {v} poison, {mask} zeroinitializer
+  %o1 = insertelement {v} poison, float %odd, i64 0
+  %ao = shufflevector {v} %o1, {v} poison, {mask} zeroinitializer
+{_PREFETCH_IR}
+  %pairs = load {mask}, ptr %w, align 2
+  %high = and {mask} %pairs, {splat(-65536)}
+  %low = shl {mask} %pairs, {splat(16)}
+  %wo = bitcast {mask} %high to {v}
+  %we = bitcast {mask} %low to {v}
+  %s1 = call {v} @llvm.fma.v{lanes}f32({v} %ao, {v} %wo, {v} %acc)
+  %s2 = call {v} @llvm.fma.v{lanes}f32({v} %ae, {v} %we, {v} %s1)
+  store {v} %s2, ptr %c, align 4
+  ret i32 0
+}}
+declare {v} @llvm.fma.v{lanes}f32({v}, {v}, {v})
+declare void @llvm.prefetch.p0(ptr, i32, i32, i32)
+attributes #0 = {{ alwaysinline nounwind }}
+""".strip().replace("\n", " ")
+
+
+def _desc_and_impl(lanes: int, activation: str, function: str):
+    """The intrinsic ``C[0:lanes] += A[0:2] . W[0:lanes, 0:2]`` (W bfloat16 packed in K pairs, C a float32
+    register tile) and its implementation, a call of the imported LLVM function ``function``. ``activation``:
+    ``bfloat16`` (read as is) or ``float32`` (the activation widened once per call: unsafe_set_dtype reads it
+    back through a cast to bfloat16, exact)."""
+
+    def a_value(A, vk):
+        return T.Cast("float32", A[vk]) if activation == "bfloat16" else T.Cast("float32", T.Cast("bfloat16", A[vk]))
+
+    @T.prim_func(s_tir=True)
+    def desc(a: T.handle, w: T.handle, c: T.handle):
+        A = T.match_buffer(a, (2,), activation, offset_factor=1)
+        W = T.match_buffer(w, (lanes, 2), "bfloat16", offset_factor=1)
+        C = T.match_buffer(c, (lanes,), "float32", offset_factor=1, scope="local")
+        with T.sblock("root"):
+            T.reads(C[0:lanes], A[0:2], W[0:lanes, 0:2])
+            T.writes(C[0:lanes])
+            for i, k in T.grid(lanes, 2):
+                with T.sblock("update"):
+                    vi, vk = T.axis.remap("SR", [i, k])
+                    C[vi] = C[vi] + a_value(A, vk) * T.Cast("float32", W[vi, vk])
+
+    @T.prim_func(s_tir=True)
+    def impl(a: T.handle, w: T.handle, c: T.handle):
+        A = T.match_buffer(a, (2,), activation, offset_factor=1)
+        W = T.match_buffer(w, (lanes, 2), "bfloat16", offset_factor=1)
+        C = T.match_buffer(c, (lanes,), "float32", offset_factor=1, scope="local")
+        with T.sblock("root"):
+            T.reads(C[0:lanes], A[0:2], W[0:lanes, 0:2])
+            T.writes(C[0:lanes])
+            # int32 offsets (elements, < 2^31 in every buffer here): a kernel whose shapes are all static has its
+            # indices narrowed to int32 by TVM, and the call must match the imported signature either way
+            T.evaluate(T.call_extern("int32", function, C.data, T.Cast("int32", C.elem_offset), A.data,
+                                     T.Cast("int32", A.elem_offset), W.data, T.Cast("int32", W.elem_offset)))
+
+    return desc, impl
 
 
 @functools.cache
 def _register() -> None:
     """The ``vdpbf16ps`` tensor intrinsic, registered on first use (its TVMScript takes a second to parse)."""
+    s_tir.TensorIntrin.register(INTRIN, *_desc_and_impl(LANES, "bfloat16", BF16_DOT_FUNCTION), override=True)
 
-    @T.prim_func(s_tir=True)
-    def desc(a: T.handle, w: T.handle, c: T.handle):
-        A = T.match_buffer(a, (2,), "bfloat16", offset_factor=1)
-        W = T.match_buffer(w, (LANES, 2), "bfloat16", offset_factor=1)
-        C = T.match_buffer(c, (LANES,), "float32", offset_factor=1)
-        with T.sblock("root"):
-            T.reads(C[0:LANES], A[0:2], W[0:LANES, 0:2])
-            T.writes(C[0:LANES])
-            for i, k in T.grid(LANES, 2):
-                with T.sblock("update"):
-                    vi, vk = T.axis.remap("SR", [i, k])
-                    C[vi] = C[vi] + T.Cast("float32", A[vk]) * T.Cast("float32", W[vi, vk])
 
-    @T.prim_func(s_tir=True)
-    def impl(a: T.handle, w: T.handle, c: T.handle):
-        A = T.match_buffer(a, (2,), "bfloat16", offset_factor=1)
-        W = T.match_buffer(w, (LANES, 2), "bfloat16", offset_factor=1)
-        C = T.match_buffer(c, (LANES,), "float32", offset_factor=1)
-        with T.sblock("root"):
-            T.reads(C[0:LANES], A[0:2], W[0:LANES, 0:2])
-            T.writes(C[0:LANES])
-            # int32 offsets (elements, < 2^31 in every buffer here): a kernel whose shapes are all static has its
-            # indices narrowed to int32 by TVM, and the call must match the imported signature either way
-            T.evaluate(T.call_extern("int32", BF16_DOT_FUNCTION, C.data, T.Cast("int32", C.elem_offset), A.data,
-                                     T.Cast("int32", A.elem_offset), W.data, T.Cast("int32", W.elem_offset)))
-
-    s_tir.TensorIntrin.register(INTRIN, desc, impl, override=True)
+@functools.cache
+def _register_pair_fma(lanes: int) -> str:
+    name = f"mtp_bf16_pair_fma_{lanes}"
+    s_tir.TensorIntrin.register(name, *_desc_and_impl(lanes, "float32", pair_fma_function(lanes)), override=True)
+    return name
 
 
 def register_dot_intrinsics() -> None:
     """Every tensor intrinsic of the CPU GEMMs, before replaying a trace that names them (tuning records,
     ``bisect --schedule-trace``): the schedules register them on first use, not at import."""
     _register()
+    for lanes in (8, 16):
+        _register_pair_fma(lanes)
     register_int8_intrinsics()
+
+
+def bf16_lanes(isa: CpuIsa) -> int:
+    """The FP32 lanes of one accumulator vector of the BF16 dot: 16 with ``vdpbf16ps``, else the FMA vector's;
+    raises ValueError where the ISA has neither (no FMA: the plain FMA path of ``cpu_rules`` takes it)."""
+    if isa.bf16_dot:
+        return LANES
+    if not isa.fma or isa.vector_bits not in (256, 512):
+        raise ValueError(f"{isa.name}: neither AVX512-BF16 nor FMA on 256/512-bit vectors for a BF16 pair dot")
+    return isa.fp32_lanes
 
 
 def apply_bf16_dot(sch: s_tir.Schedule, block, isa: CpuIsa, *, register_rows: int, column_vectors: int,
                    pack_vectors: int | None = None) -> None:
     """Schedule ``acc[t, n] += f32(A[t, k]) * f32(W[n, k])`` (trivial loops ``t, n, k``; A, W bfloat16, acc
-    float32) onto ``vdpbf16ps``: a ``register_rows`` x ``column_vectors`` tile of 16-lane FP32 accumulators stays
-    in registers over all of K; the loops are (column strip: parallel, row block, K pair, row, vector). Each step
-    broadcasts an activation pair straight from A (4 bytes) and loads a weight vector: the weight is packed
-    ``[N / strip, K / 2, strip, 2]`` (``pack_pairs``; a 16-column vector's K pair is one 64-byte load) in a
+    float32) as a BF16 pair dot: a ``register_rows`` x ``column_vectors`` tile of FP32 accumulator vectors stays
+    in registers over all of K; the loops are (column strip: parallel, row block, K pair, row, vector). The
+    weight is packed ``[N / strip, K / 2, strip, 2]`` (``pack_pairs``; a vector's K pair is one load) in a
     preprocess block the pipeline lifts out of the per-call path, unless ``pack_vectors`` says a sibling variant
     already packed it in strips of that many vectors (``column_vectors`` is then a multiple: strips side by side).
 
-    Preconditions (ValueError): ``isa.bf16_dot``; K a multiple of 32 (the kernels' contract: whole 64-byte rows
-    of A; the broadcast form itself needs K even) and N of the strip (16 x ``column_vectors``); the row count
-    provably a multiple of ``register_rows``; the tile under 1 KiB (``check_tile``).
+    The instruction is the ISA's: ``vdpbf16ps`` on AVX512-BF16 (the activation pair broadcast straight from A, 4
+    bytes), else two FMAs per K pair on the weight pairs split by one integer op each (``pair_fma_llvm_ir``; the
+    activation widened to FP32 once per call). Both add the odd product first: the same sums on either ISA.
+
+    Preconditions (ValueError): ``bf16_lanes``; K a multiple of 32 (the kernels' contract: whole 64-byte rows
+    of A; the pair form itself needs K even) and N of the strip (lanes x ``column_vectors``); the row count
+    provably a multiple of ``register_rows`` (``check_tile``).
     """
-    if not isa.bf16_dot:
-        raise ValueError(f"{isa.name}: no AVX512-BF16 (vdpbf16ps)")
-    check_tile(sch, block, 512, LANES, register_rows, column_vectors, k_multiple=32)
+    lanes = bf16_lanes(isa)
+    check_tile(sch, block, lanes, register_rows, column_vectors, k_multiple=32)
     if pack_vectors is not None and column_vectors % pack_vectors:
         raise ValueError(f"{column_vectors} vectors are not whole strips of the {pack_vectors} packed ones")
+    a_index, w_index = operand_indices(sch, block)
     if pack_vectors is None:
-        pack_pairs(sch, block, operand_indices(sch, block)[1], column_vectors * LANES)
-
-    _register()
-    rows, nl = register_tile_loops(sch, block, LANES, register_rows, column_vectors)
-    sch.annotate(rows, "pragma_import_llvm", BF16_DOT_LLVM_IR)
-    sch.tensorize(nl, INTRIN)
+        pack_pairs(sch, block, w_index, column_vectors * lanes)
+    if isa.bf16_dot:
+        _register()
+        intrinsic, llvm_ir = INTRIN, BF16_DOT_LLVM_IR
+    else:
+        intrinsic, llvm_ir = _register_pair_fma(lanes), pair_fma_llvm_ir(lanes)
+        widened = sch.cache_read(block, a_index, "global", consumer_blocks=[block])
+        sch.unsafe_set_dtype(widened, 0, "float32")
+        vectorized_rows(sch, widened, math.gcd(int(sch.get(sch.get_loops(block)[2]).extent), lanes))
+    rows, nl = register_tile_loops(sch, block, lanes, register_rows, column_vectors)
+    sch.annotate(rows, "pragma_import_llvm", llvm_ir)
+    sch.tensorize(nl, intrinsic)

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import NamedTuple
 
 from tvm import s_tir, tirx
 
 from ..passes.target import CpuIsa
 from ..support.rounding import ceil_div
-from .bf16_dot import apply_bf16_dot
+from .bf16_dot import apply_bf16_dot, bf16_lanes
 from .int8_dot import apply_int8_dot, int8_lanes
 from .knobs import CpuGemm, CpuGeneric, CpuLmHead, CpuRows
 from .steps import buffer_read_index, pack_weight_columns, vectorized_rows
@@ -65,44 +66,59 @@ def row_quantum(knobs: CpuGemm, isa: CpuIsa, columns: int) -> int:
     return register_tile(isa, columns, knobs)[0]
 
 
-def dot_tile(isa: CpuIsa, columns: int, row_quantum: int, lanes: int, knobs: CpuGemm) -> tuple[int, int] | None:
+class DotPath(NamedTuple):
+    """A dot-product schedule for a block on an ISA: ``apply`` (``apply_bf16_dot``/``apply_int8_dot``), its
+    accumulator ``lanes``, and the registers one step needs besides the accumulators: per column vector (the
+    weight: one, or two for the FMA form of the BF16 pair dot, odd and even) and per row (the broadcast
+    activation: one pair, or its two FP32 values)."""
+
+    apply: Callable
+    lanes: int
+    weight_registers: int = 1
+    broadcast_registers: int = 1
+
+    def fits(self, isa: CpuIsa, rows: int, vectors: int) -> bool:
+        return rows * vectors + self.weight_registers * vectors + self.broadcast_registers <= isa.vector_registers
+
+
+def dot_tile(isa: CpuIsa, columns: int, row_quantum: int, dot: DotPath, knobs: CpuGemm) -> tuple[int, int] | None:
     """``(register_rows, column_vectors)`` of a dot-product tile: rows dividing the kernel's row quantum, a strip
-    dividing ``columns``, the accumulators under 1 KiB (larger goes to a heap workspace, out of registers) and
-    inside the register file; the knobs' ``dot_rows``/``dot_vectors`` where set, else 4 rows if they fit, then the
-    most accumulators (measured on Zen 4, FLASH, T=8: BF16 logits 4 x 2 vectors 8.5 ms, 2 x 5 9.9 ms, 8 x 1
-    slower still; int8 4 x 2 and 2 x 4 within noise)."""
-    vector_bytes = isa.vector_bits // 8
+    dividing ``columns``, the step inside the register file (``DotPath.fits``); the knobs' ``dot_rows``/
+    ``dot_vectors`` where set, else the most rows, then the most accumulators: each weight load then serves the
+    most rows and each broadcast the most columns (measured on this project's machines: ``vdpbf16ps`` at T = 8,
+    FLASH, 8 x 2 zmm against 4 x 2 and 4 x 5: 11.4, 12.0, 13.0 ms)."""
     fits = [(r, c) for r in (8, 4, 2) if row_quantum % r == 0 for c in range(1, isa.vector_registers)
-            if r * c * vector_bytes < 1024 and r * c + c + 1 <= isa.vector_registers and columns % (c * lanes) == 0
+            if dot.fits(isa, r, c) and columns % (c * dot.lanes) == 0
             and knobs.dot_rows in (None, r) and knobs.dot_vectors in (None, c)]
-    return max(fits, key=lambda rc: (rc[0] == 4, rc[0] * rc[1])) if fits else None
+    return max(fits, key=lambda rc: (rc[0], rc[0] * rc[1])) if fits else None
 
 
-def _dot_schedule(sch: s_tir.Schedule, block, io, knobs: CpuGemm, isa: CpuIsa):
-    """The dot-product schedule for this block on this ISA (``apply_bf16_dot``/``apply_int8_dot``) and its
-    lanes, or None to use FMAs: the operands' dtype and the ISA's features decide, never the machine that
-    builds. (A shard that no whole vector divides also takes the FMA path: ``dot_tile`` is None.)"""
+def _dot_schedule(sch: s_tir.Schedule, block, io, knobs: CpuGemm, isa: CpuIsa) -> DotPath | None:
+    """The dot-product schedule for this block on this ISA, or None to use FMAs on widened operands: the
+    operands' dtype and the ISA's features decide, never the machine that builds. BF16 takes the pair dot
+    (``vdpbf16ps``, or its FMA form on any FMA ISA of 256/512-bit vectors), int8 ``vpmaddwd``/``vpdpwssd``.
+    (A shard that no whole vector divides also takes the FMA path: ``dot_tile`` is None.)"""
     if not (knobs.dot_products and knobs.pack_weight):
         return None
     stmt = sch.get(block)
     operands = (stmt.reads[buffer_read_index(sch, block, io.activation)].source.dtype, stmt.writes[0].source.dtype)
     if operands == ("bfloat16", "float32") and isa.bf16_dot:
-        return apply_bf16_dot, 16
+        return DotPath(apply_bf16_dot, bf16_lanes(isa))
+    if operands == ("bfloat16", "float32") and isa.fma and isa.vector_bits in (256, 512):
+        return DotPath(apply_bf16_dot, bf16_lanes(isa), weight_registers=2, broadcast_registers=2)
     if operands == ("int8", "int32") and isa.int8_dot is not None:
-        return apply_int8_dot, int8_lanes(isa)
+        return DotPath(apply_int8_dot, int8_lanes(isa))
     return None  # (also a block a pass changed, e.g. another accumulator type: the FMA path takes any)
 
 
-def side_by_side(isa: CpuIsa, columns: int, rows: int, strip: int, lanes: int) -> int:
+def side_by_side(isa: CpuIsa, columns: int, rows: int, strip: int, dot: DotPath) -> int:
     """How many packed strips of ``strip`` columns a small-T tile of ``rows`` rows spans: decode sizes have too
     few rows for enough independent accumulators in one strip, so the tile takes neighbouring strips too (each a
     contiguous stream of the packed weight). The most strips, up to ``MAX_STREAMS`` vectors, that divide the
-    columns, fit the register file (accumulators, weight vectors, a broadcast) and keep the tile under 1 KiB
-    (larger goes to a heap workspace, out of registers)."""
-    vectors = ceil_div(strip, lanes)
-    vector_bytes = isa.vector_bits // 8
+    columns and keep the step inside the register file (``DotPath.fits``)."""
+    vectors = ceil_div(strip, dot.lanes)
     fits = [m for m in range(1, MAX_STREAMS // vectors + 1) if columns % (m * strip) == 0
-            and rows * m * vectors * vector_bytes < 1024 and (rows + 1) * m * vectors + 1 <= isa.vector_registers]
+            and dot.fits(isa, rows, m * vectors)]
     return max(fits, default=1)
 
 
@@ -148,9 +164,10 @@ def cpu_gemm(sch: s_tir.Schedule, knobs: CpuGemm, isa: CpuIsa, sample: Sampler =
     Steps, per block: ``k-chunks`` (K split by ``k_chunk``, in order), ``column-strips`` (N split by the strip),
     ``register-rows`` (t split by the register rows), ``reorder`` (strip, row block, K, row, column),
     ``pack-weight`` (the strip contiguous per K step, lifted out of the per-call path), ``widen-activation``,
-    ``register-accumulator`` (the tile in ``accumulator`` scope at the row block: ``global`` lets LLVM keep it
-    in registers), ``unroll-rows``, ``vectorize-columns``, ``parallel`` (strips or row blocks). A block whose
-    operands the ISA has a dot product for (BF16 on AVX512-BF16: ``vdpbf16ps``; int8 on AVX2/AVX-512:
+    ``register-accumulator`` (the tile in ``accumulator`` scope at the row block: ``local`` is a register tile,
+    kept on the stack by ``passes.register_tiles`` for LLVM to promote to registers), ``unroll-rows``,
+    ``vectorize-columns``, ``parallel`` (strips or row blocks). A block whose operands the ISA has a dot product
+    for (BF16: ``vdpbf16ps`` on AVX512-BF16, its FMA form on other AVX2/AVX-512 targets; int8 on AVX2/AVX-512:
     ``vpmaddwd``, VNNI: ``vpdpwssd``) is tensorized onto it instead (``dot_tile``). ``sample`` may turn the
     register rows and the K chunk of the FMA path into MetaSchedule samples (a tuning space). ``inline`` blocks
     (a fused kernel's elementwise prologue/epilogue) are computed into their consumers first.
@@ -167,21 +184,20 @@ def cpu_gemm(sch: s_tir.Schedule, knobs: CpuGemm, isa: CpuIsa, sample: Sampler =
         columns = int(sch.get(sch.get_loops(b)[1]).extent)
         rows, tile = register_tile(isa, columns, knobs)  # rows: the kernel's row quantum
         dot = _dot_schedule(sch, b, io, knobs, isa)
-        tile_of_dots = dot and dot_tile(isa, columns, rows, dot[1], knobs)
+        tile_of_dots = dot and dot_tile(isa, columns, rows, dot, knobs)
         if (knobs.dot_rows or knobs.dot_vectors) and not tile_of_dots:
             raise ValueError(f"{name}: no dot-product tile of {knobs.dot_rows or 'any'} rows x "
                              f"{knobs.dot_vectors or 'any'} vectors on {isa.name} for this block")
         if tile_of_dots:
-            apply_dot, lanes = dot
             dot_rows, vectors = tile_of_dots
-            apply_dot(sch, b, isa, register_rows=dot_rows, column_vectors=vectors)
+            dot.apply(sch, b, isa, register_rows=dot_rows, column_vectors=vectors)
             for variant, r in small:
-                strips = side_by_side(isa, columns, r, vectors * lanes, lanes)
-                apply_dot(sch, variant, isa, register_rows=r, column_vectors=strips * vectors, pack_vectors=vectors)
+                strips = side_by_side(isa, columns, r, vectors * dot.lanes, dot)
+                dot.apply(sch, variant, isa, register_rows=r, column_vectors=strips * vectors, pack_vectors=vectors)
             continue
         _fma_schedule(sch, b, io, knobs, isa, rows=rows, tile=tile, pack=knobs.pack_weight, sample=sample)
         for variant, r in small:
-            strips = side_by_side(isa, columns, r, tile, isa.fp32_lanes)
+            strips = side_by_side(isa, columns, r, tile, DotPath(_fma_schedule, isa.fp32_lanes, 1, 1))
             _fma_schedule(sch, variant, io, knobs, isa, rows=r, tile=tile, strips=strips)
     for name in knobs.epilogue:
         for b, _ in row_variant_blocks(sch, name):

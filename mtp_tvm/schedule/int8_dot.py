@@ -45,7 +45,7 @@ def _register(bits: int, vnni: bool) -> str:
     def desc(a: T.handle, b: T.handle, c: T.handle):
         A = T.match_buffer(a, (2,), "int16", offset_factor=1)
         B = T.match_buffer(b, (lanes, 2), "int8", offset_factor=1)
-        C = T.match_buffer(c, (lanes,), "int32", offset_factor=1)
+        C = T.match_buffer(c, (lanes,), "int32", offset_factor=1, scope="local")
         with T.sblock("root"):
             T.reads(C[0:lanes], A[0:2], B[0:lanes, 0:2])
             T.writes(C[0:lanes])
@@ -63,7 +63,7 @@ def _register(bits: int, vnni: bool) -> str:
     def impl(a: T.handle, b: T.handle, c: T.handle):
         A = T.match_buffer(a, (2,), "int16", offset_factor=1)
         B = T.match_buffer(b, (lanes, 2), "int8", offset_factor=1)
-        C = T.match_buffer(c, (lanes,), "int32", offset_factor=1)
+        C = T.match_buffer(c, (lanes,), "int32", offset_factor=1, scope="local")
         with T.sblock("root"):
             T.reads(C[0:lanes], A[0:2], B[0:lanes, 0:2])
             T.writes(C[0:lanes])
@@ -123,34 +123,31 @@ def pack_pairs(sch: s_tir.Schedule, block, weight_index: int, tile: int) -> None
     sch.annotate(packed, PREPACK_ANNOTATION, 1)
 
 
-def check_tile(sch: s_tir.Schedule, block, vector_bits: int, lanes: int, register_rows: int, column_vectors: int,
+def check_tile(sch: s_tir.Schedule, block, lanes: int, register_rows: int, column_vectors: int,
                k_multiple: int = 2) -> None:
     """The shape preconditions shared by the dot-product schedules (ValueError): K a multiple of ``k_multiple``,
-    N of the strip, the row count provably of ``register_rows`` (else a predicate blocks the tensorization),
-    and the accumulator tile under 1 KiB: TVM puts larger buffers in a heap workspace, which LLVM cannot keep in
-    registers (an 8 x 2 AVX-512 tile then stores after every dot and runs about 2x slower)."""
+    N of the strip, the row count provably of ``register_rows`` (else a predicate blocks the tensorization).
+    The tile's size is the register file's business (``cpu_rules.DotPath.fits``): it is a ``local`` buffer,
+    which ``passes.register_tiles`` keeps on the stack for LLVM to promote to registers at any size that fits."""
     rows, columns, depth = (sch.get(loop).extent for loop in sch.get_loops(block))
     tile = column_vectors * lanes
     if int(depth) % k_multiple or int(columns) % tile:
         raise ValueError(f"needs K a multiple of {k_multiple} and N of {tile}; got K={depth}, N={columns}")
     if not Analyzer().can_prove_equal(tirx.floormod(rows, register_rows), 0):
         raise ValueError(f"the row count {rows} is not provably a multiple of {register_rows} register rows")
-    if register_rows * column_vectors * vector_bits // 8 >= 1024:
-        raise ValueError(f"a {register_rows} x {column_vectors} tile of {vector_bits}-bit accumulators is 1 KiB or "
-                         "more: TVM would put it in a heap workspace instead of registers")
 
 
 def register_tile_loops(sch: s_tir.Schedule, block, lanes: int, register_rows: int, column_vectors: int):
     """The loops both dot schedules share: (column strip: parallel, row block, K pair, row: unrolled, vector:
-    unrolled, lane, pair element), the accumulator tile cached at the row block in scope ``global`` (small
-    enough to stay on the stack, so LLVM keeps it in registers), its init hoisted out of K. Returns the row-block
-    loop and the lane loop (where the intrinsic goes)."""
+    unrolled, lane, pair element), the accumulator tile cached at the row block in scope ``local`` (kept on the
+    stack by ``passes.register_tiles``, so LLVM keeps it in registers), its init hoisted out of K. Returns the
+    row-block loop and the lane loop (where the intrinsic goes)."""
     t, n, k = sch.get_loops(block)
     no, nv, nl = sch.split(n, [None, column_vectors, lanes])
     kp, ki = sch.split(k, [None, 2])
     to, tr = sch.split(t, [None, register_rows])
     sch.reorder(no, to, kp, tr, nv, nl, ki)
-    acc = sch.cache_write(block, 0, "global")
+    acc = sch.cache_write(block, 0, "local")
     sch.reverse_compute_at(acc, to)
     sch.unroll(tr)
     sch.unroll(nv)
@@ -175,10 +172,10 @@ def apply_int8_dot(sch: s_tir.Schedule, block, isa: CpuIsa, *, register_rows: in
     per-call path, unless ``pack_vectors`` says a sibling variant already packed it in strips of that many
     vectors (``column_vectors`` is then a multiple: strips side by side). Preconditions (ValueError): the ISA has
     an int8 dot (``int8_lanes``) and ``check_tile``: K even, N a multiple of the strip (``column_vectors`` x
-    lanes), rows of ``register_rows``, the tile under 1 KiB.
+    lanes), rows of ``register_rows``.
     """
     lanes = int8_lanes(isa)
-    check_tile(sch, block, isa.vector_bits, lanes, register_rows, column_vectors)
+    check_tile(sch, block, lanes, register_rows, column_vectors)
     depth = int(sch.get(sch.get_loops(block)[2]).extent)
     a_index, w_index = operand_indices(sch, block)
     if pack_vectors is not None and column_vectors % pack_vectors:

@@ -53,7 +53,7 @@ class CpuGemm:
     column_vectors: int | None = None
     parallel: Literal["columns", "tokens"] = "columns"
     unroll: bool = True
-    accumulator: Literal["global", "local"] = "global"
+    accumulator: Literal["global", "local"] = "local"  # local: a register tile (passes.register_tiles)
     pack_weight: bool = True
     dot_products: bool = True  # the ISA's BF16/int8 dot products where the operands allow (int8_dot, bf16_dot)
     dot_rows: int | None = None

@@ -31,7 +31,7 @@ from .tune_space import TuneSpace
 
 SPACE_ANNOTATION = "mtp.space"  # a block annotation (``_mark``): the design space a candidate came from
 COLUMN_VECTORS = (1, 2, 4)  # the column strips (in vectors) a GEMM space tries
-DOT_TILES = ((4, 2), (8, 1), (4, 1), (2, 4), (4, 3), (2, 2))  # dot-product tiles (rows, vectors) it tries
+DOT_TILES = ((8, 2), (4, 2), (8, 1), (4, 1), (2, 4), (4, 3), (2, 2))  # dot-product tiles (rows, vectors) it tries
 ROW_KNOBS = ("register_rows",)  # knobs splitting the token-row loop
 
 
@@ -41,7 +41,8 @@ def structural_variants(knobs, isa: CpuIsa | None) -> list:
         fma = [dataclasses.replace(knobs, dot_products=False, register_rows=None, column_vectors=c, parallel=p)
                for c in COLUMN_VECTORS for p in ("columns", "tokens")]
         unpacked = dataclasses.replace(knobs, dot_products=False, pack_weight=False)
-        has_dots = knobs.dot_products and knobs.pack_weight and (isa.bf16_dot or isa.int8_dot is not None)
+        has_dots = knobs.dot_products and knobs.pack_weight and (
+            isa.bf16_dot or isa.int8_dot is not None or (isa.fma and isa.vector_bits in (256, 512)))
         dots = [dataclasses.replace(knobs, dot_rows=r, dot_vectors=c) for r, c in DOT_TILES] if has_dots else []
         variants = [knobs, *dots, *fma, unpacked]
     elif isinstance(knobs, CpuRows):

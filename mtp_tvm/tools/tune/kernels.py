@@ -31,11 +31,16 @@ def load_tensor_intrinsics(target: Target) -> None:
 
 
 def fast_build(mod: tvm.IRModule, target: Target, _params):
-    """MetaSchedule builder function: a plain ``tvm.compile`` (no tensor-intrinsic import in the worker)."""
+    """MetaSchedule builder function: ``tvm.compile`` through our TIR pipeline, as our builds lower (it links
+    imported LLVM IR and keeps register tiles on the stack: ``passes.register_tiles``); no tensor-intrinsic
+    import in the worker."""
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
+    from ...passes.pipeline import TIR_PIPELINE, register_with_tvm
+
+    register_with_tvm()
     return tvm.compile(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod), target=target,
-                       tir_pipeline="s_tir").mod  # as our builds lower (it links imported LLVM IR)
+                       tir_pipeline=TIR_PIPELINE).mod
 
 
 def case_kernels(spec: BuildSpec, target: Target) -> dict[str, tirx.PrimFunc]:
