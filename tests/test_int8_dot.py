@@ -92,6 +92,7 @@ def test_each_target_gets_its_dot_instruction(mcpu, instruction, register):
     asm = _build(256, 256, mcpu, 4, 2).mod.inspect_source("asm")
     assert re.search(instruction + rf"\s.*%{register}", asm)
     assert "vpmulld" not in asm and "vpmaddubsw" not in asm
+    assert re.search(r"prefetcht0\s+4096\(", asm)  # the weight stream, once per K step
 
 
 @pytest.mark.parametrize("K, N, rows, vectors, symbolic, match", [

@@ -22,6 +22,7 @@ from ..passes.target import CpuIsa
 from .steps import PREPACK_ANNOTATION, weight_k_major
 from .token_rows import outermost_reader
 
+PREFETCH_BYTES = 4096  # how far ahead a tile prefetches the packed weight stream (bf16_dot.py says why)
 _INSTRUCTIONS = {  # (vector bits, vnni) -> LLVM intrinsic; int16 operands, int32 lanes
     (256, False): "llvm.x86.avx2.pmadd.wd",
     (512, False): "llvm.x86.avx512.pmaddw.d.512",
@@ -67,6 +68,9 @@ def _register(bits: int, vnni: bool) -> str:
         with T.sblock("root"):
             T.reads(C[0:lanes], A[0:2], B[0:lanes, 0:2])
             T.writes(C[0:lanes])
+            if C.elem_offset == 0:  # the first call of a K step (see bf16_dot.PREFETCH_BYTES)
+                T.evaluate(T.call_llvm_intrin("void", "llvm.prefetch.p0", B.access_ptr("r", offset=PREFETCH_BYTES),
+                                              0, 3, 1))
             if vnni:
                 C[T.ramp(0, 1, lanes)] = T.call_llvm_pure_intrin(
                     f"int32x{lanes}", T.llvm_lookup_intrinsic_id(intrinsic),
