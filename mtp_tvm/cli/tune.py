@@ -23,7 +23,8 @@ def _cmd_tune(args) -> int:
 
     r = tune(spec, options, log=lambda line: print(line, file=sys.stderr))
     print(f"tuned {args.module or args.case} for {args.target}: {r.trials} trials in {r.seconds:.0f}s "
-          f"({r.seconds_per_trial:.2f} s/trial){' (interrupted)' if r.interrupted else ''} -> {r.work_dir}")
+          f"({r.seconds_per_trial:.2f} s/trial){' (interrupted)' if r.interrupted else ''}"
+          f"{f' (the --budget of {args.budget:g} s spent)' if r.budget_spent else ''} -> {r.work_dir}")
     from ..tools.tune.report import end_to_end, kernel_table
 
     print(kernel_table(r))

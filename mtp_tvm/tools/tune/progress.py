@@ -1,11 +1,14 @@
 """``tune``'s progress: trials done of planned, the best milliseconds per kernel and per design space, and the
-time left, said after every measured batch (``measure_callback`` wraps it for MetaSchedule)."""
+time left, said after every measured batch (``measure_callback`` wraps it for MetaSchedule); the time budget
+(``--budget``) ends the search from there (``BudgetSpent``)."""
 
 from __future__ import annotations
 
 import dataclasses
 import time
 from collections.abc import Callable
+
+import tvm_ffi
 
 from ...schedule.space import is_hand
 from ...schedule.tune_space import TuneSpace
@@ -24,12 +27,20 @@ def candidate_space(sch) -> TuneSpace:
     return TuneSpace.HAND if is_hand(sch) else TuneSpace.GENERIC
 
 
+class BudgetSpent(Exception):  # noqa: N818 (a stop, not an error)
+    """The search ran out of its ``--budget`` seconds: raised from the measure callback, through MetaSchedule's
+    C++ loop (registered with tvm-ffi, so it comes back as itself)."""
+
+
+tvm_ffi.error.register_error("BudgetSpent", BudgetSpent)
+
+
 class ProgressCallback:
     """A ``PyMeasureCallback`` body: after every measured batch, trials done of planned, best latency of the
-    kernel overall and per space, and the time left at the rate so far."""
+    kernel overall and per space, and the time left at the rate so far (within the ``budget``, seconds)."""
 
-    def __init__(self, total: int, log: Callable[[str], None]):
-        self.total, self.log = total, log
+    def __init__(self, total: int, log: Callable[[str], None], budget: float | None = None):
+        self.total, self.log, self.budget = total, log, budget
         self.kernels: dict[str, KernelProgress] = {}
         self.start = time.perf_counter()
 
@@ -46,6 +57,14 @@ class ProgressCallback:
             self.add(name, candidate_space(cand.sch), 1e3 * sum(map(float, res.run_secs)) / len(res.run_secs)
                      if ok else None)
         self.say(name)
+        if self.spent():
+            raise BudgetSpent()
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def spent(self) -> bool:
+        return self.budget is not None and self.elapsed() >= self.budget
 
     def add(self, name: str, space: str, ms: float | None) -> None:
         """One trial of kernel ``name`` from ``space``: its milliseconds, or None when it failed."""
@@ -58,8 +77,10 @@ class ProgressCallback:
 
     def say(self, name: str) -> None:
         prog = self.kernels[name]
-        elapsed = time.perf_counter() - self.start
+        elapsed = self.elapsed()
         left = elapsed / self.done * max(self.total - self.done, 0)
+        if self.budget is not None:
+            left = min(left, max(self.budget - elapsed, 0))
         spaces = ", ".join(f"{s} {n} (best {prog.best_by_space.get(s, float('inf')):.4g} ms)"
                            for s, n in sorted(prog.by_space.items()))
         self.log(f"[tune] {self.done}/{self.total} trials, {elapsed:.0f}s, ~{left:.0f}s left | {name}: "

@@ -1,20 +1,26 @@
 """What a tune run bought, said where it ends: per kernel the tuner's best against the hand schedule it measured,
 and ``main`` end to end built with the hand schedules and with the tuned records (a tuned build that is no
-faster end to end is the news, whatever the per-kernel figures say)."""
+faster end to end is the news, whatever the per-kernel figures say; no gain is claimed within the noise of the
+calls, and a load that competed for the cores is said)."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from ...compiler.options import BuildSpec
 from ...passes.target import runs_here
 from ...schedule.files import DEFAULT, TUNED
+from ...support.load_average import LoadWatch
 from ...support.text_table import text_table
 
-END_TO_END_CALLS = 20  # timed calls of main per build (after two warm-up calls), their median reported
+END_TO_END_CALLS = 21  # timed calls of main per build, alternating between the builds; their medians reported
+WARM_SECONDS = 1.0  # each build called this long first (the first calls after a load run 10-40 % slower)
+NOISE_FLOOR = 0.02  # no gain under 2 % is claimed, whatever the spread of the calls
 
 
 def kernel_table(result) -> str:
@@ -31,28 +37,51 @@ def kernel_table(result) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class EndToEnd:
-    """``main`` timed built with each schedule (ms, the median of ``END_TO_END_CALLS`` calls), or why not."""
+    """``main`` timed built with each schedule (ms, the median of ``END_TO_END_CALLS`` calls), the calls'
+    relative spread (the larger interquartile range over median of the two), the load warning of those calls,
+    or why not measured."""
 
     ms: dict[str, float]
     why_not: str | None = None
+    spread: float = 0.0
+    load_warning: str | None = None
+
+    @property
+    def noise(self) -> float:
+        """The change a ratio must exceed to be called a gain or a loss."""
+        return max(NOISE_FLOOR, self.spread)
 
     def line(self) -> str:
         if self.why_not:
             return f"end to end: not measured ({self.why_not})"
         hand, tuned = self.ms[DEFAULT], self.ms[TUNED]
-        return (f"end to end (main, median of {END_TO_END_CALLS} calls): hand schedules {hand:.4g} ms, tuned "
-                f"{tuned:.4g} ms: {hand / tuned:.2f}x" + ("" if tuned < hand else " (the tuned build is no faster)"))
+        ratio = hand / tuned
+        verdict = (f"no gain beyond the noise (+-{100 * self.noise:.0f} %)" if abs(ratio - 1) <= self.noise
+                   else f"{ratio:.2f}x" if ratio > 1 else f"{ratio:.2f}x: the tuned build is slower")
+        return (f"end to end (main, medians of {END_TO_END_CALLS} alternating calls): hand schedules {hand:.4g} ms, "
+                f"tuned {tuned:.4g} ms: {verdict}" + (f"\nwarning: {self.load_warning}" if self.load_warning else ""))
 
 
-def _median_ms(compiled, inputs: dict) -> float:
-    for _ in range(2):  # the runtime loaded, the weights packed
-        compiled.run(inputs)
-    samples = []
+def _relative_spread(samples: list[float]) -> float:
+    q1, _, q3 = statistics.quantiles(samples, n=4)
+    return (q3 - q1) / statistics.median(samples)
+
+
+def timed_alternately(runs: dict[str, Callable[[], object]]) -> tuple[dict[str, list[float]], dict]:
+    """Each run warmed ``WARM_SECONDS``, then ``END_TO_END_CALLS`` rounds calling each once in turn (ms), and the
+    load around the rounds (``support.load_average``)."""
+    for run in runs.values():
+        start = time.perf_counter()
+        while time.perf_counter() - start < WARM_SECONDS:
+            run()
+    samples = {name: [] for name in runs}
+    load = LoadWatch.start()
     for _ in range(END_TO_END_CALLS):
-        t0 = time.perf_counter()
-        compiled.run(inputs)
-        samples.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(samples)
+        for name, run in runs.items():
+            t0 = time.perf_counter()
+            run()
+            samples[name].append((time.perf_counter() - t0) * 1e3)
+    return samples, load.report()
 
 
 def end_to_end(spec: BuildSpec, module: str | None = None, remote: bool = False,
@@ -68,7 +97,7 @@ def end_to_end(spec: BuildSpec, module: str | None = None, remote: bool = False,
         return EndToEnd({}, f"a {spec.target} build does not run here")
     from ...compiler.driver import compile
 
-    ms = {}
+    runs = {}
     for schedule in (DEFAULT, TUNED):
         if module is not None:
             compiled = compile(module, target=spec.target, schedule=schedule)
@@ -76,5 +105,7 @@ def end_to_end(spec: BuildSpec, module: str | None = None, remote: bool = False,
         else:
             compiled = compile(dataclasses.replace(spec, schedule=schedule))
             inputs = compiled.make_inputs()
-        ms[schedule] = _median_ms(compiled, inputs)
-    return EndToEnd(ms)
+        runs[schedule] = functools.partial(compiled.run, inputs)
+    samples, load = timed_alternately(runs)
+    return EndToEnd({name: statistics.median(ms) for name, ms in samples.items()},
+                    spread=max(_relative_spread(ms) for ms in samples.values()), load_warning=load["warning"])

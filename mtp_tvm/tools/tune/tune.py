@@ -28,7 +28,6 @@ import dataclasses
 import json
 import logging
 import os
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -55,7 +54,7 @@ from ...support.folder_lock import folder_lock
 from ..remote import parse_tracker, require_tracker
 from .kernels import case_kernels, load_tensor_intrinsics, relax_kernels
 from .options import TuneOptions
-from .progress import ProgressCallback, measure_callback
+from .progress import BudgetSpent, ProgressCallback, measure_callback
 
 _MS_LOGGER = "tvm.s_tir.meta_schedule"  # its console handler prints at this logger's level
 
@@ -69,6 +68,7 @@ class TuneResult:
     spaces: dict[str, dict[str, int]]  # kernel -> space -> design spaces it generated
     measured: dict[str, dict[str, int]]  # kernel -> space -> candidates measured in this run
     interrupted: bool = False
+    budget_spent: bool = False  # the search stopped at --budget seconds
     read_by_builds: bool = True  # whether ``--schedule tuned`` builds read work_dir (the default place) or not
 
     @property
@@ -270,7 +270,7 @@ class _Search:
         register_dot_intrinsics()  # the database parses the records of a previous run as it loads
         self.database = ms.database.JSONDatabase(work_dir=str(out))
         self.tasks, self.default_ms, self.spaces, self.points = [], {}, {}, {}
-        self.progress = ProgressCallback(options.trials, log)
+        self.progress = ProgressCallback(options.trials, log, options.budget)
 
     def run(self) -> TuneResult:
         self.build_tasks()
@@ -370,6 +370,9 @@ class _Search:
                                                           self.options.trials - self.progress.done)):
             if not budget:
                 continue
+            if self.progress.spent():
+                self._say_spent()
+                break
             # one search per kernel: one kernel's failure in MetaSchedule must not end the others' search
             try:
                 ms.tune_tasks(tasks=[task], task_weights=[1.0], work_dir=str(self.out), max_trials_global=budget,
@@ -378,10 +381,17 @@ class _Search:
             except KeyboardInterrupt:
                 self.log(f"[tune] interrupted: the {self.progress.done} trials measured are kept in {self.out}")
                 return True
+            except BudgetSpent:
+                self._say_spent()
+                break
             except (RuntimeError, ValueError, TypeError) as e:
                 self.log(f"[tune] warning: {task.task_name}: MetaSchedule's search failed ({last_line(e)}); its "
                          "records so far are kept, and the other kernels go on")
         return False
+
+    def _say_spent(self) -> None:
+        self.log(f"[tune] the budget of {self.options.budget:g} s is spent after {self.progress.elapsed():.0f} s: "
+                 f"the search stops; the {self.progress.done} trials measured are kept in {self.out}")
 
     def collect(self, interrupted: bool) -> TuneResult:
         """The best record of each kernel in the database (earlier runs' included)."""
@@ -393,5 +403,5 @@ class _Search:
                 if top and top[0].run_secs:
                     best[name] = 1e3 * min(float(s) for s in top[0].run_secs)
         measured = {name: dict(p.by_space) for name, p in self.progress.kernels.items()}
-        return TuneResult(self.out, self.progress.done, time.perf_counter() - self.progress.start, best,
-                          self.default_ms, self.spaces, measured, interrupted)
+        return TuneResult(self.out, self.progress.done, self.progress.elapsed(), best, self.default_ms, self.spaces,
+                          measured, interrupted, budget_spent=self.progress.spent())
