@@ -534,3 +534,57 @@ def test_debugging_options_reach_tvms_build_and_an_artifact_refuses_them(tmp_pat
     capsys.readouterr()
     assert main(["bench", "--artifact", str(tmp_path / "a"), "--disable-pass", "FoldConstant"]) == 2
     assert "debugging options (how TVM builds) cannot apply" in capsys.readouterr().err
+
+
+def _host_has(flag: str) -> bool:
+    with open("/proc/cpuinfo") as f:
+        return flag in f.read().split()
+
+
+def test_a_peer_reads_the_isa_of_the_code_it_ran():
+    """ATen's dispatch level, and oneDNN's or MKL's kernels as their verbose lines name them during the call."""
+    import torch
+    import torch.nn.functional as F
+
+    from mtp_tvm.tools.bench.peer_isa import ISAS, TORCH_LIBRARIES, ran_isa
+
+    x, w = torch.randn(8, 256), torch.randn(512, 256)
+    ran = ran_isa([lambda: F.linear(x, w), lambda: F.linear(x.bfloat16(), w.bfloat16())], TORCH_LIBRARIES, [])
+    assert ran["name"] in ISAS and ran["seen"]["aten"][1].startswith("dispatch ")
+    assert all(isa in (*ISAS, None) and what for isa, what in ran["seen"].values())
+
+
+@pytest.mark.slow  # three peers' workers
+@pytest.mark.skipif(not _host_has("avx2"), reason="needs an AVX2 host")
+def test_an_avx2_builds_peers_run_avx2_code_in_every_library(tmp_path):
+    from mtp_tvm.tools.bench.bench import _plan, _write_inputs
+    from mtp_tvm.tools.bench.peer_isa import peer_env
+    from mtp_tvm.tools.bench.peer_worker import PeerJob
+
+    plan = _plan(None, BenchOptions(tokens=(1,)), None, {"case": "tail", "preset": "tiny"})
+    files = _write_inputs(plan, tmp_path).files
+    for peer, libraries in (("torch_bf16", {"aten"}), ("torch_fp32", {"aten", "mkl"}),
+                            ("numpy_fp32", {"openblas", "numpy"})):
+        w = Worker(peer, PeerJob(peer, "tail", plan.shapes, files, "cpu", 1, None), 1, tmp_path, peer_env("avx2"))
+        try:
+            w.opened()
+            ran = w.call("setup").details["isa"]
+        finally:
+            w.close()
+        assert ran["name"] == "avx2" and libraries <= set(ran["seen"]), (peer, ran)
+        assert all(isa in ("sse", "avx2") for isa, _ in ran["seen"].values()), (peer, ran)
+
+
+@pytest.mark.slow  # a bench
+@pytest.mark.skipif(not _host_has("avx512f"), reason="needs a host with wider code than AVX2")
+def test_a_peer_held_to_avx2_that_ran_wider_code_is_not_timed(monkeypatch):
+    """ATEN_CPU_CAPABILITY alone leaves torch's FP32 GEMM on MKL's AVX-512 kernels: that figure is not raced."""
+    from mtp_tvm.tools.bench import peer_isa
+
+    monkeypatch.setitem(peer_isa.PEER_ISA_ENV, "avx2", {"ATEN_CPU_CAPABILITY": "avx2"})
+    r = bench(case="logits", preset="tiny", tokens=1, rounds=1, peers=("torch_fp32", "numpy_fp32"),
+              target='{"kind":"llvm","mcpu":"haswell","num-cores":2}')
+    why = r.per_tokens[1].unavailable
+    assert r.isa["name"] == r.peers_held_to == "avx2" and r.isa_of("tvm") == "avx2"
+    assert "ran avx512 code under an avx2 build: mkl avx512" in why["torch_fp32"]
+    assert r.per_tokens[1].median_ms["torch_fp32"] is None and "torch_fp32" in r.peer_isa
