@@ -30,8 +30,10 @@ How (``tools/bench/worker.py``):
   that cannot run here (a compile that raises, a torch without CUDA for a GPU build, numpy for a GPU build) or
   whose worker dies.
 - **Side by side.** Round r asks each worker in turn, at each T, to time a batch of calls (about 50 ms) and
-  answer ms per call, so drift in clock or load hits TVM and every peer alike; before the next batch the previous
-  worker must have gone quiet (OpenBLAS's threads spin ~0.1 s after a call). Medians over rounds.
+  answer ms per call (the first at each T after ``race.WARMUP_S`` of untimed calls, every one after an untimed
+  batch, as a stopwatch times a warm loop), so drift in clock or load hits TVM and every peer alike; before the
+  next batch the previous worker must have gone quiet (after a batch OpenBLAS's threads burn ~0.1 s of CPU, TVM's
+  pool ~0.05 s). Medians over rounds.
 - **Load.** The 1-minute load average (``os.getloadavg``) just before the rounds, after each and after them all
   (``support.load_average``); a change by more than ``LOAD_CHANGE`` and by more than half is flagged in the
   table and the JSON (the bench's own timed worker counts in it too: up to ``threads``), and a load above the
