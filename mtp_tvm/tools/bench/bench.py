@@ -30,8 +30,10 @@ How (``tools/bench/worker.py``):
   that cannot run here (a compile that raises, a torch without CUDA for a GPU build, numpy for a GPU build) or
   whose worker dies.
 - **Side by side.** Round r asks each worker in turn, at each T, to time a batch of calls (about 50 ms) and
-  answer ms per call, so drift in clock or load hits TVM and every peer alike; before the next batch the previous
-  worker must have gone quiet (OpenBLAS's threads spin ~0.1 s after a call). Medians over rounds.
+  answer ms per call (the first at each T after ``race.WARMUP_S`` of untimed calls, every one after an untimed
+  batch, as a stopwatch times a warm loop), so drift in clock or load hits TVM and every peer alike; before the
+  next batch the previous worker must have gone quiet (after a batch OpenBLAS's threads burn ~0.1 s of CPU, TVM's
+  pool ~0.05 s). Medians over rounds.
 - **Load.** The 1-minute load average (``os.getloadavg``) just before the rounds, after each and after them all
   (``support.load_average``); a change by more than ``LOAD_CHANGE`` and by more than half is flagged in the
   table and the JSON (the bench's own timed worker counts in it too: up to ``threads``), and a load above the
@@ -76,13 +78,14 @@ from ...compiler.options import BuildSpec, DebugOptions, ModuleSpec, split_optio
 from ...contract.cases import TOKENS, Case, get_case
 from ...contract.presets import Shapes
 from ...ir.frontend_names import FRONTEND_NAMES
-from ...passes.target import is_gpu, require_runs_here, target_json, usable_cores
+from ...passes.target import cpu_isa, is_gpu, require_runs_here, target_json, usable_cores
 from ...support.errors import UsageError
 from ...support.timing import phase
 from ..measure.peaks import FMA, Probes
 from ..measure.profile import Profile, ProfileOptions, profile_options
 from ..measure.roofline import gemm_work, roofline_peak
 from .module_bench import ModuleBenchOptions, ModuleBenchResult, bench_module_file
+from .peer_isa import PEER_ISA_ENV, peer_env, wider
 from .peer_worker import PEERS, PeerJob, peer_unavailable
 from .race import Race, check_race_counts, cold_cache, require_count
 from .result import BenchResult, tokens_figures
@@ -224,6 +227,7 @@ class _Plan:
     gpu: bool
     threads: int
     profiling: ProfileOptions | None
+    peer_isa: str | None  # the ISA the peers are held to (``peer_isa.PEER_ISA_ENV``; None: native)
 
     @property
     def sweep(self) -> tuple[int, ...]:
@@ -267,8 +271,9 @@ def _plan(spec: BuildSpec | None, options: BenchOptions, debug: DebugOptions | N
     require_known_schedules(spec, options.compare_schedules)
     spec = dataclasses.replace(spec, tokens=sweep[0],
                                target=spec.target if isinstance(spec.target, (str, dict)) else target)
+    isa = None if gpu or options.artifact is not None else cpu_isa(spec.resolved_target).name
     return _Plan(spec, portable, plugin, options, case, shapes, target, gpu, options.threads or usable_cores(),
-                 profiling)
+                 profiling, isa if isa in PEER_ISA_ENV else None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -305,7 +310,22 @@ def _start_workers(plan: _Plan, race: Race, files: InputFiles) -> None:
                 race.unavailable[t][p] = why
         else:
             race.start(p, PeerJob(p, plan.case.name, plan.shapes, files, "cuda" if plan.gpu else "cpu",
-                                  plan.threads, o.number), cold_cache(race.folder, p) if PEERS[p].compiles else None)
+                                  plan.threads, o.number),
+                       {**(cold_cache(race.folder, p) if PEERS[p].compiles else {}), **peer_env(plan.peer_isa)})
+
+
+def _refuse_wider_peers(plan: _Plan, race: Race) -> None:
+    """A peer held to the build's ISA that ran wider code (a library that ignored its setting) is not timed:
+    its figure would be another ISA's."""
+    if plan.peer_isa is None:
+        return
+    for name, ready in race.ready.items():
+        ran = ready.details.get("isa")
+        if name != TVM and ran is not None and wider(ran["name"], plan.peer_isa):
+            which = "; ".join(f"{lib} {isa} ({what})" for lib, (isa, what) in ran["seen"].items()
+                              if wider(isa, plan.peer_isa))
+            for t in plan.sweep:
+                race.unavailable[t][name] = f"ran {ran['name']} code under an {plan.peer_isa} build: {which}"
 
 
 @dataclasses.dataclass
@@ -327,6 +347,7 @@ def _time(plan: _Plan, inputs: _Inputs, running: contextlib.ExitStack, folder: P
         race.set_up()
     with phase("run"):
         race.check(inputs.golden)
+        _refuse_wider_peers(plan, race)
         load, bandwidths = race.time(plan.options.rounds, bandwidth=plan.remote is None)
         if plan.remote is not None:
             return _Timed(race, load, bandwidths, None, None)
@@ -361,6 +382,8 @@ def _result(plan: _Plan, timed: _Timed) -> BenchResult:
         probes="not measured: TVM ran on a remote device" if probes is None else probes.how,
         numpy_blas=race.ready["numpy_fp32"].details["numpy_blas"] if "numpy_fp32" in race.ready else [],
         isa=details["isa"], instruction_mix=details["instruction_mix"], profile=timed.profiled,
+        peers_held_to=plan.peer_isa,
+        peer_isa={n: r.details["isa"] for n, r in race.ready.items() if n != TVM and "isa" in r.details},
         measured_on=plan.remote or "here")
 
 

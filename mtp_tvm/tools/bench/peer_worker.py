@@ -28,6 +28,7 @@ from ...compiler.arrays import dtype_name
 from ...contract.cases import TOKENS, Case, get_case
 from ...contract.presets import Shapes
 from ...verify.comparators import as_float32
+from .peer_isa import INDUCTOR, NUMPY_LIBRARIES, TORCH_LIBRARIES, ran_isa
 from .stage_peers import STAGE_PEERS
 from .worker import InputFiles, Ready, calls_per_batch
 
@@ -41,10 +42,12 @@ RECOMPILE_LIMIT = 1 << 10
 class Peer:
     """``prepare(case, inputs, shapes)`` -> a zero-argument callable computing the whole case from ``inputs``
     (torch tensors on the peer's device); what is not per-call work (weight conversion, compilation) is done
-    there, once. ``compiles``: prepare compiles, and its time is the peer's compile time."""
+    there, once. ``compiles``: prepare compiles, and its time is the peer's compile time. ``libraries``: those
+    whose code it runs, as ``peer_isa.ran_isa`` reads them."""
 
     prepare: Callable[[Case, dict[str, torch.Tensor], Shapes], Run]
     compiles: bool = False
+    libraries: tuple[str, ...] = TORCH_LIBRARIES
 
 
 def _stage_chain(make_stage: Callable, activation: Callable) -> Callable[[Case, dict, Shapes], Run]:
@@ -107,13 +110,14 @@ def _compiled_peer(mode: str | None) -> Peer:
             run()  # the compile, here: prepare's time is the compile time
         return run
 
-    return Peer(prepare, compiles=True)
+    return Peer(prepare, compiles=True, libraries=(*TORCH_LIBRARIES, INDUCTOR))
 
 
 PEERS: dict[str, Peer] = {
     "torch_bf16": _torch_peer(torch.bfloat16),
     "torch_fp32": _torch_peer(torch.float32),
-    "numpy_fp32": Peer(_stage_chain(lambda st, t, s: STAGE_PEERS[st.name].numpy(t, s), lambda x: x.float().numpy())),
+    "numpy_fp32": Peer(_stage_chain(lambda st, t, s: STAGE_PEERS[st.name].numpy(t, s), lambda x: x.float().numpy()),
+                       libraries=NUMPY_LIBRARIES),
     "torch_golden": Peer(_stage_chain(lambda st, t, s: lambda x: st.golden(x, t, s)[0], lambda x: x)),
     "torch_compile": _compiled_peer(None),
     "torch_compile_max_autotune": _compiled_peer("max-autotune"),
@@ -222,8 +226,11 @@ class PeerWorker(TorchWorker):
                 ready.compile_seconds.setdefault(job.peer, {})[tokens] = time.perf_counter() - t0
             ready.outputs.setdefault(job.peer, {})[tokens] = as_float32(run())
             self.runs[tokens] = (run, calls_per_batch(lambda calls, run=run: self.batch_ms(run, calls), job.number))
+        blas = numpy_blas_info() if job.peer == "numpy_fp32" else []
         if job.peer == "numpy_fp32":
-            ready.details["numpy_blas"] = numpy_blas_info()
+            ready.details["numpy_blas"] = blas
+        if job.device == "cpu" and self.runs:
+            ready.details["isa"] = ran_isa([run for run, _ in self.runs.values()], peer.libraries, blas)
         return ready
 
     def time_ms(self, name: str, tokens: int) -> float:

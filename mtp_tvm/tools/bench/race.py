@@ -21,6 +21,9 @@ from .worker import Ready, Worker, WorkerFailed
 # BF16-level: peers round differently
 PEER_CHECK = ratio_allclose(RatioTolerance(atol=5e-2, rtol=5e-2, max_error_ratio=0.05))
 TIME_LIMIT_S = 600.0  # one timed batch; a worker silent this long is hung
+# untimed calls of each contender at each T just before its first timed batch, as a user's stopwatch warms up
+# (the first seconds of a fresh worker run 1.5-25x its steady time: caches, allocator, OpenMP and BLAS pools)
+WARMUP_S = 1.5
 
 
 def require_count(name: str, value, optional: bool = False) -> None:
@@ -107,8 +110,9 @@ class Race:
 
     def time(self, rounds: int, bandwidth: bool) -> tuple[dict, list[float]]:
         """``rounds`` rounds, each asking TVM and every peer in turn at every T for a batch (and, with
-        ``bandwidth``, the TVM worker for a read-bandwidth sample first); the load around and during them
-        (``LoadWatch.report``), and the bandwidth samples."""
+        ``bandwidth``, the TVM worker for a read-bandwidth sample first), the first batch of each warmed up for
+        ``WARMUP_S`` just before, and each worker quiet before the next one's batch (``Worker.settle``); the load
+        around and during them (``LoadWatch.report``), and the bandwidth samples."""
         timed = [(name, worker) for worker, r in self.ready.items() for name in r.outputs]
         load, bandwidths = LoadWatch.start(), []
         for r in range(rounds):
@@ -121,10 +125,19 @@ class Race:
                         continue
                     with self._dropping(worker, " while timed"):
                         w = self.workers[worker]
+                        _warm_up(w, name, t, WARMUP_S if r == 0 else 0.0)
                         self.samples[t].setdefault(name, []).append(w.call("time_ms", name, t, timeout=TIME_LIMIT_S))
                         w.settle()
             load.sample()
         return load.report(), bandwidths
+
+
+def _warm_up(w: Worker, name: str, tokens: int, seconds: float) -> None:
+    """Batches of ``name`` at ``tokens``, untimed: at least one, and for at least ``seconds``."""
+    end = time.monotonic() + seconds
+    w.call("time_ms", name, tokens, timeout=TIME_LIMIT_S)
+    while time.monotonic() < end:
+        w.call("time_ms", name, tokens, timeout=TIME_LIMIT_S)
 
 
 def cold_cache(folder: Path, peer: str) -> dict[str, str]:

@@ -74,6 +74,8 @@ class BenchResult:
     numpy_blas: list[dict]
     isa: dict | None  # the target ISA, its features and those the code uses (``bench_tvm.isa_record``)
     instruction_mix: dict[str, dict[str, int]]  # kernel -> family counts
+    peers_held_to: str | None = None  # the build's ISA, which the peers were held to (None: native peers)
+    peer_isa: dict[str, dict] = dataclasses.field(default_factory=dict)  # peer -> ``peer_isa.ran_isa``
     profile: Profile | None = None  # --profile: every kernel of main at the first T (tools/measure/profile.py)
     measured_on: str = "here"  # where TVM ran: here, or KEY@HOST:PORT (--rpc-tracker; no peers, no roofline)
     isolation: str = "process"  # TVM and each peer in a worker process of its own
@@ -85,12 +87,17 @@ class BenchResult:
         d["profile"] = None if self.profile is None else self.profile.as_dict()
         return {k: d[k] for k in ("isolation", "threads", "load_average", "workers", "case", "target", "preset",
                                   "frontend", "schedule", "shapes", "tokens", "measured_on", "isa",
-                                  "instruction_mix", "peaks", "peak_kind", "peak_gflops", "bandwidth_gbs",
-                                  "bandwidth_samples_gbs", "probes",
-                                  "numpy_blas", "compile_seconds", "per_tokens", "profile")}
+                                  "peers_held_to", "peer_isa", "instruction_mix", "peaks", "peak_kind", "peak_gflops",
+                                  "bandwidth_gbs", "bandwidth_samples_gbs", "probes", "numpy_blas",
+                                  "compile_seconds", "per_tokens", "profile")}
 
     def write_json(self, path: str | os.PathLike) -> None:
         write_user_file(path, lambda p: p.write_text(json.dumps(self.as_dict(), indent=1)))
+
+    def isa_of(self, name: str) -> str:
+        """The ISA ``name`` ran: a TVM build's target's, a peer's as it measured it ("-": not known)."""
+        found = (self.isa or {}).get("name") if name.startswith(TVM) else self.peer_isa.get(name, {}).get("name")
+        return found or "-"
 
     @property
     def names(self) -> list[str]:
@@ -105,20 +112,21 @@ class BenchResult:
                 f"process, {self.threads} thread{'s' if self.threads > 1 else ''} each",
                 f"load average (1 min) {la['before']:.2f} before the rounds, {la['after']:.2f} after"
                 + (f"; WARNING: {la['warning']}" if la["warning"] else "")]
-        rows = [("median ms", *(f"T={f.tokens}" for f in figures))]
+        rows = [("median ms", "isa", *(f"T={f.tokens}" for f in figures))]
         for name in self.names:
             label = f"tvm:{self.schedule}" if name == TVM else name
-            rows.append((label, *("-" if f.median_ms.get(name) is None else f"{f.median_ms[name]:.3f}"
-                                  for f in figures)))
+            rows.append((label, self.isa_of(name), *("-" if f.median_ms.get(name) is None
+                                                     else f"{f.median_ms[name]:.3f}" for f in figures)))
         if self.measured_on == "here":
-            rows.append(("roofline", *(f"{f.roofline_ms:.3f}" for f in figures)))
-            rows.append(("tvm / roofline", *("probe low" if f.roofline_beaten_by else "-" if f.roofline_fraction is None
-                                             else f"{100 * f.roofline_fraction:.0f}%" for f in figures)))
-        rows.append(("best peer", *(f.best_peer or "-" for f in figures)))
+            rows.append(("roofline", "", *(f"{f.roofline_ms:.3f}" for f in figures)))
+            rows.append(("tvm / roofline", "", *("probe low" if f.roofline_beaten_by else "-"
+                                                 if f.roofline_fraction is None else f"{100 * f.roofline_fraction:.0f}%"
+                                                 for f in figures)))
+        rows.append(("best peer", "", *(f.best_peer or "-" for f in figures)))
         ratio = "best peer / tvm" + (" (UNRELIABLE: load)" if la.get("unreliable") else "")
-        rows.append((ratio, *("-" if f.tvm_vs_best_peer is None else f"{f.tvm_vs_best_peer:.2f}x"
-                              for f in figures)))
-        body = text_table(rows, align_right=frozenset(range(1, len(rows[0]))))
+        rows.append((ratio, "", *("-" if f.tvm_vs_best_peer is None else f"{f.tvm_vs_best_peer:.2f}x"
+                                  for f in figures)))
+        body = text_table(rows, align_right=frozenset(range(2, len(rows[0]))))
         why_not = {}
         for f in figures:
             for name, why in f.unavailable.items():
@@ -148,6 +156,10 @@ class BenchResult:
                                                                         if self.isa["int8_dot"] else [])
             notes.append(f"isa {self.isa['name']} ({self.isa['vector_bits']}-bit; {', '.join(have) or 'no FMA'}); "
                          f"the code uses {', '.join(self.isa['used']) or 'none of them'}")
+        if self.peer_isa:
+            notes.append("isa: tvm's the target's; each peer's the widest its code ran (aten's dispatch, oneDNN's and "
+                         "MKL's kernels, inductor's instructions, OpenBLAS, numpy: JSON peer_isa); peers "
+                         + (f"held to {self.peers_held_to}" if self.peers_held_to else "native"))
         for kernel, counts in self.instruction_mix.items():
             notes.append(f"  {kernel}: " + ", ".join(f"{fam} {n}" for fam, n in counts.items() if n))
         return "\n".join([*head, *body, *notes])
