@@ -69,8 +69,8 @@ def row_quantum(knobs: CpuGemm, isa: CpuIsa, columns: int) -> int:
 class DotPath(NamedTuple):
     """A dot-product schedule for a block on an ISA: ``apply`` (``apply_bf16_dot``/``apply_int8_dot``), its
     accumulator ``lanes``, and the registers one step needs besides the accumulators: per column vector (the
-    weight: one, or two for the FMA form of the BF16 pair dot, odd and even) and per row (the broadcast
-    activation: one pair, or its two FP32 values)."""
+    weight) and per row (the broadcast activation: one pair, or its two FP32 values in the FMA form of the BF16
+    pair dot)."""
 
     apply: Callable
     lanes: int
@@ -105,7 +105,10 @@ def _dot_schedule(sch: s_tir.Schedule, block, io, knobs: CpuGemm, isa: CpuIsa) -
     if operands == ("bfloat16", "float32") and isa.bf16_dot:
         return DotPath(apply_bf16_dot, bf16_lanes(isa))
     if operands == ("bfloat16", "float32") and isa.fma and isa.vector_bits in (256, 512):
-        return DotPath(apply_bf16_dot, bf16_lanes(isa), weight_registers=2, broadcast_registers=2)
+        # one weight register per vector, not two: LLVM splits the odd and even halves from one load as each row
+        # needs them (counting two left T = 2 with 4 accumulators: AVX2 FLASH logits 4.5-5.4 ms, against
+        # 2.8-3.4 ms with 8)
+        return DotPath(apply_bf16_dot, bf16_lanes(isa), weight_registers=1, broadcast_registers=2)
     if operands == ("int8", "int32") and isa.int8_dot is not None:
         return DotPath(apply_int8_dot, int8_lanes(isa))
     return None  # (also a block a pass changed, e.g. another accumulator type: the FMA path takes any)
