@@ -14,7 +14,7 @@ from ..passes.target import CpuIsa
 from ..support.rounding import ceil_div
 from .bf16_dot import apply_bf16_dot, bf16_lanes
 from .int8_dot import apply_int8_dot, int8_lanes
-from .knobs import CpuGemm, CpuGeneric, CpuLmHead, CpuRows
+from .knobs import CpuBatchedGemm, CpuGemm, CpuGeneric, CpuLmHead, CpuRows
 from .steps import buffer_read_index, pack_weight_columns, vectorized_rows
 from .token_rows import row_variant_blocks
 
@@ -205,6 +205,54 @@ def cpu_gemm(sch: s_tir.Schedule, knobs: CpuGemm, isa: CpuIsa, sample: Sampler =
     for name in knobs.epilogue:
         for b, _ in row_variant_blocks(sch, name):
             vectorized_rows(sch, b, isa.fp32_lanes)
+
+
+def batched_tile(isa: CpuIsa, rows: int, columns: int, knobs: CpuBatchedGemm) -> tuple[int, int]:
+    """``(register_rows, column_vectors)`` of a batched GEMM's tile: the knobs', else the most rows (up to 8)
+    dividing ``rows``, then the most vectors (up to 2) dividing ``columns``, inside the register file
+    (accumulators, a weight vector each, a broadcast). ``column_vectors`` 0: ``columns`` holds no whole vector,
+    the columns stay scalar."""
+    lanes = isa.fp32_lanes
+    vector_counts = [c for c in (2, 1) if columns % (c * lanes) == 0] or [0]
+    fits = [(r, c) for r in ROW_QUANTA if rows % r == 0 for c in vector_counts
+            if r * max(c, 1) + max(c, 1) + 1 <= isa.vector_registers
+            and knobs.register_rows in (None, r) and knobs.column_vectors in (None, c)]
+    if not fits:
+        raise ValueError(f"no batched-GEMM tile of {knobs.register_rows or 'any'} rows x "
+                         f"{knobs.column_vectors or 'any'} vectors fits {rows} rows x {columns} columns on {isa.name}")
+    return max(fits, key=lambda rc: (rc[0] * max(rc[1], 1), rc[1]))
+
+
+def cpu_batched_gemm(sch: s_tir.Schedule, knobs: CpuBatchedGemm, isa: CpuIsa) -> None:
+    """Batched GEMM ``Y[b..., i, j] += A[b..., i, k] * B[b..., k, j]`` on loops ``(b..., i, j, k)`` (static i, j):
+    ``inline`` blocks computed into their consumers first; ``batches`` (the batch loops fused), ``register-rows``
+    and ``column-strips`` (``batched_tile``), ``reorder`` (batch, row block, strip, K, row, vector),
+    ``register-accumulator`` (the tile ``local`` at the strip: ``passes.register_tiles``), ``unroll-rows``,
+    ``vectorize-columns`` (B's row ``k`` is contiguous in ``j``: one vector load feeds every row's FMA),
+    ``parallel`` (batches x row blocks), ``hoist-init``; epilogue blocks vectorised by rows. K sums in order."""
+    for name in knobs.inline:
+        sch.compute_inline(sch.get_sblock(name))
+    b = sch.get_sblock(knobs.block)
+    *batch, i, j, k = sch.get_loops(b)
+    rows, vectors = batched_tile(isa, int(sch.get(i).extent), int(sch.get(j).extent), knobs)
+    lanes = isa.fp32_lanes
+    bo = sch.fuse(*batch) if len(batch) > 1 else batch[0]
+    io, ii = sch.split(i, [None, rows])
+    jo, *strip = sch.split(j, [None, vectors, lanes]) if vectors else sch.split(j, [None, 1])
+    sch.reorder(bo, io, jo, k, ii, *strip)
+    acc = sch.cache_write(b, 0, "local")
+    sch.reverse_compute_at(acc, jo)
+    sch.unroll(ii)
+    if vectors:
+        sch.unroll(strip[0])
+        sch.vectorize(strip[1])
+        acc_rows, acc_columns = sch.get_loops(acc)[-2:]
+        sch.unroll(acc_rows)
+        sch.vectorize(sch.split(acc_columns, [None, lanes])[1])
+    sch.parallel(sch.fuse(bo, io))
+    sch.decompose_reduction(b, k)
+    for name in knobs.epilogue:
+        vectorized_rows(sch, sch.get_sblock(name), lanes)
 
 
 def cpu_rows(sch: s_tir.Schedule, knobs: CpuRows, isa: CpuIsa, sample: Sampler = fixed) -> None:

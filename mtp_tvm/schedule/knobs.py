@@ -86,6 +86,20 @@ class CpuGeneric:
 
 
 @dataclasses.dataclass(frozen=True)
+class CpuBatchedGemm:
+    """``cpu_batched_gemm``: a batched matmul ``Y[b..., i, j] += A[b..., i, k] * B[b..., k, j]`` matched by
+    pattern (``patterns.py``: attention's ``bmm``/``einsum``): per batch a register tile of ``register_rows`` rows
+    x ``column_vectors`` vectors of ``j`` (None: from the ISA's register file and the shapes), K in order, the
+    batches and row blocks in parallel; ``inline``/``epilogue`` as in ``cpu_generic``."""
+
+    block: str = dataclasses.field(metadata=BLOCKS)
+    inline: tuple[str, ...] = _blocks()
+    epilogue: tuple[str, ...] = _blocks()
+    register_rows: int | None = None
+    column_vectors: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class CpuLmHead:
     """``cpu_lm_head``: the TP LM head with an owner's selected rows innermost, in one vector register (their
     count is the kernel's 8 rows); vocab columns in parallel, K in chunk order (bitwise the plain kernel)."""

@@ -14,12 +14,16 @@ schedule file names (the Relax frontend's legalised and fused kernels: ``matmul`
   computed into their consumers (``inline``), the rest form the epilogue. Like the TIR frontend's GEMMs, only
   ceil(T / q) * q token rows run (q: the tile's register rows), and 1, 2 or 4 for T up to those
   (``token_rows.row_variants``): the loops of the padded rows are cut before scheduling.
+- ``bmm``: a batched matmul ``Y[b..., i, j] += A[b..., i, k] * B[b..., k, j]`` (attention's ``bmm``/``einsum``
+  as torch.export gives them: ``B`` with ``j`` contiguous), casts allowed, i and j static; the other blocks
+  spatial. Rule ``cpu_batched_gemm``: per batch a register tile of FMAs over vectors of ``j``, batches and row
+  blocks in parallel (a contraction reading ``B[b..., j, k]`` is not this form and stays unscheduled).
 - ``rows``: every block's outer loop binds a spatial iterator (token rows, or a weight's rows), reductions
   reduce one tensor (a row's sum or max, an argmax): elementwise chains, row reductions, copies, pads,
   slices, transposes. Rule ``cpu_generic``: spatial intermediates inlined, innermost spatial loops vectorised,
   outer loops of the blocks with work to share in parallel; reductions keep their order.
 - nothing else: the kernel is lowered as written and named (``ApplySchedules.unscheduled``), e.g. a reduction
-  over its outermost loop, or a contraction that is not the GEMM form above (a batched matmul).
+  over its outermost loop, or a contraction that is none of the forms above.
 
 Which blocks inline is found by trying (``compute_inline`` on a scratch copy); the knobs name them, so the rule
 applies a fixed list and the trace replays.
@@ -38,10 +42,11 @@ from tvm.target import Target
 from ..passes.target import CpuIsa
 from .cpu_rules import row_quantum
 from .files import DEFAULT, KernelSchedule, load_schedules
-from .knobs import CpuGemm, CpuGeneric, GemmOperands
+from .knobs import CpuBatchedGemm, CpuGemm, CpuGeneric, GemmOperands
 from .token_rows import row_variants
 
 GEMM = "gemm"
+BMM = "bmm"
 ROWS = "rows"
 
 # (activation, weight, accumulator) dtypes -> the hand-scheduled TIR kernel with that GEMM (tests check each by
@@ -157,6 +162,31 @@ def _gemm_block(leaf: _Leaf) -> GemmBlock | None:
     return None
 
 
+def _bmm_block(leaf: _Leaf) -> bool:
+    """Whether the leaf is a batched matmul ``Y[b..., i, j] += A[b..., i, k] * B[b..., k, j]`` with static i, j."""
+    b = leaf.block
+    kinds = _kinds(b)
+    if len(kinds) < 4 or kinds[-1] != tirx.IterVar.CommReduce or set(kinds[:-1]) != {tirx.IterVar.DataPar} \
+            or len(leaf.loops) != len(kinds) or b.init is None:
+        return False
+    if not all(_is(v, lp.loop_var) for v, lp in zip(leaf.iter_values, leaf.loops)):
+        return False
+    *batch, i, j, k = (iv.var for iv in b.iter_vars)
+    store = b.body
+    if not isinstance(store, tirx.BufferStore) or not _indexed(store.indices, *batch, i, j):
+        return False
+    value = store.value
+    if not (isinstance(value, tirx.Add) and _is_load(value.a) and value.a.source.same_as(store.buffer)
+            and _indexed(value.a.indices, *batch, i, j) and isinstance(value.b, tirx.Mul)):
+        return False
+    x, y = _uncast(value.b.a), _uncast(value.b.b)
+    if not (_is_load(x) and _is_load(y)):
+        return False
+    if not (_indexed(x.indices, *batch, i, k) and _indexed(y.indices, *batch, k, j)):
+        return False
+    return all(isinstance(lp.extent, tirx.IntImm) for lp in leaf.loops[-3:-1])
+
+
 def _row_outer(leaf: _Leaf) -> bool:
     """Whether the block's outermost loop binds a spatial iterator directly (its rows)."""
     if not leaf.loops:
@@ -253,6 +283,21 @@ def _match_gemm(func, leaves, target, isa, schedule) -> PatternMatch | None:
                         tuple(gemms), quantum)
 
 
+def _match_bmm(func, leaves) -> PatternMatch | None:
+    bmms = [leaf for leaf in leaves if _bmm_block(leaf)]
+    others = [leaf for leaf in leaves if leaf not in bmms]
+    if len(bmms) != 1 or any(set(_kinds(leaf.block)) != {tirx.IterVar.DataPar} or not _row_outer(leaf)
+                             for leaf in others):
+        return None
+    operands = {r.source.name for r in bmms[0].block.reads} - {w.source.name for w in bmms[0].block.writes}
+    candidates = [leaf.block.name_hint for leaf in others if not _writes_param(leaf, func)
+                  and not {w.source.name for w in leaf.block.writes} & operands]
+    inline = _inlinable(func, candidates)
+    epilogue = tuple(leaf.block.name_hint for leaf in others if leaf.block.name_hint not in inline)
+    knobs = CpuBatchedGemm(block=bmms[0].block.name_hint, inline=inline, epilogue=epilogue)
+    return PatternMatch(BMM, KernelSchedule("bmm", DEFAULT, "cpu_batched_gemm", knobs, {}, "pattern bmm"), func)
+
+
 def _match_rows(func, leaves, isa) -> PatternMatch | None:
     if not leaves or not all(_row_outer(leaf) for leaf in leaves):
         return None
@@ -280,4 +325,5 @@ def match_kernel(func: tirx.PrimFunc, target: Target, isa: CpuIsa, schedule: str
         leaves = _leaves(_root(func).body)
     except _NoPattern:
         return None
-    return _match_gemm(func, leaves, target, isa, schedule) or _match_rows(func, leaves, isa)
+    return (_match_gemm(func, leaves, target, isa, schedule) or _match_bmm(func, leaves)
+            or _match_rows(func, leaves, isa))

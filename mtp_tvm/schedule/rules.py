@@ -6,9 +6,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from .cpu_rules import cpu_gemm, cpu_generic, cpu_lm_head, cpu_rows
+from .cpu_rules import cpu_batched_gemm, cpu_gemm, cpu_generic, cpu_lm_head, cpu_rows
 from .gpu_rules import gpu_flat, gpu_gemm, gpu_gemv, gpu_rows
-from .knobs import CpuGemm, CpuGeneric, CpuLmHead, CpuRows, GpuFlat, GpuGemm, GpuGemv, GpuRows
+from .knobs import CpuBatchedGemm, CpuGemm, CpuGeneric, CpuLmHead, CpuRows, GpuFlat, GpuGemm, GpuGemv, GpuRows
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,6 +26,7 @@ RULES: dict[str, Rule] = {
     "cpu_rows": Rule(cpu_rows, CpuRows, samples=True),
     "cpu_lm_head": Rule(cpu_lm_head, CpuLmHead),
     "cpu_generic": Rule(cpu_generic, CpuGeneric),  # kernels matched by pattern (patterns.py)
+    "cpu_batched_gemm": Rule(cpu_batched_gemm, CpuBatchedGemm),  # batched matmuls matched by pattern
     "gpu_gemm": Rule(gpu_gemm, GpuGemm),
     "gpu_gemv": Rule(gpu_gemv, GpuGemv),
     "gpu_rows": Rule(gpu_rows, GpuRows),
