@@ -35,6 +35,19 @@ def test_the_host_target_adds_the_dot_products_a_vm_reports_beyond_its_cpu_name(
     assert isa.bf16_dot and isa.int8_dot == "vnni"
 
 
+def test_a_target_with_mattr_round_trips_through_its_json():
+    """Reproducers and manifests store ``target_json``; an ``mattr`` list (the host's extra dot products) was
+    written as the string of a tuple, which no build could read back."""
+    import json
+
+    from mtp_tvm.passes.target import target_json
+
+    spec = {"kind": "llvm", "mcpu": "rocketlake", "mattr": ["+avx512bf16", "+avxvnni"], "num-cores": 2}
+    stored = json.loads(json.dumps(target_json(resolve_target(spec))))
+    assert stored["mattr"] == ["+avx512bf16", "+avxvnni"]
+    assert cpu_isa(resolve_target(stored)).bf16_dot
+
+
 def test_isa_of_the_aarch64_cross_target():
     isa = cpu_isa(resolve_target({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon"]}))
     assert (isa.name, isa.fp32_lanes, isa.int8_dot, isa.bf16_dot) == ("neon", 4, None, False)

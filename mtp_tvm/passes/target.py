@@ -14,6 +14,7 @@ import json
 import re
 
 import tvm
+import tvm_ffi
 from tvm.target import Target
 
 from ..support.errors import UsageError, did_you_mean, last_line
@@ -170,7 +171,12 @@ def target_name(target: Target) -> str:
 
 def target_json(target: Target) -> dict:
     """The target as plain JSON (what manifests and reports store)."""
-    return {k: (v if isinstance(v, (int, float, str, bool)) else str(v)) for k, v in target.export().items()
+    def plain(v):
+        if isinstance(v, (int, float, str, bool)):
+            return v
+        return [plain(x) for x in v] if isinstance(v, (list, tuple, tvm_ffi.Array)) else str(v)
+
+    return {k: plain(v) for k, v in target.export().items()
             if k not in ("host", "keys", "features")} | {"kind": target.kind.name}
 
 
