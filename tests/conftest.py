@@ -3,7 +3,8 @@
 ``slow`` marks a test that compiles with nvcc, builds a FLASH-size case, starts a subprocess that imports TVM or
 torch, tunes, or takes over ~1 s on its own on two cores. ``make check-fast`` (``-m "not slow"``) runs the rest in
 under two minutes and still reaches every layer: tiny LLVM builds checked against the goldens, the CLI, the
-comparators, the schedule rules and files, the dumps tools, artifacts. ``make test`` (CI) runs everything. A test
+comparators, the schedule rules and files, the dumps tools, artifacts. ``make test`` (CI) runs everything, the
+``timing`` tests (two timings of one thing compared) last, alone in one process. A test
 that only reads a tiny build takes ``compiled`` instead of calling ``mtp_tvm.compile``; a parametrized matrix keeps
 one representative fast (``helpers.slow_except``)."""
 
