@@ -96,7 +96,7 @@ def test_as_argv_reads_back_to_the_same_options(spec, debug):
 
 def test_the_refusal_sets_come_from_the_declarations():
     assert {"case", "preset", "frontend", "tokens", "vocab_shard", "owners", "tp", "cuda_graph", "seed", "arch",
-            "compile_only", "nan_check", "max_error_ratio", "max_e2e_abs_diff", "perturb_logit"} == set(CASE_OPTIONS)
+            "compile_only", "nan_check", "max_e2e_abs_diff", "perturb_logit"} == set(CASE_OPTIONS)
     assert {"target", "schedule", "dump_passes"} <= set(MANIFEST_OPTIONS) and "tokens" not in MANIFEST_OPTIONS
     assert set(DEBUG_OPTIONS) == set(flags(DebugOptions)) - {"dump_passes"}
 

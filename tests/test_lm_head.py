@@ -248,7 +248,7 @@ def test_cli_default_budget_and_guard(delta, passes, message, capsys):
 @pytest.mark.parametrize("argv, message", [
     (["--case", "lm-head", "--perturb-logit", "1,2"], "OWNER,ROW,COL"),
     (["--case", "lm-head", "--perturb-logit", "2,0,0"], "inside logits (2, 8, 1024)"),
-    (["--case", "tail", "--max-error-ratio", "0"], "'tail' has none"),
+    (["--case", "tail", "--max-e2e-abs-diff", "0.4"], "'tail' has none"),
     (["--case", "lm-head", "--max-error-ratio", "1.5"], "max_error_ratio must be in [0, 1]"),
     (["--case", "lm-head", "--max-e2e-abs-diff", "0"], "max_e2e_abs_diff must be finite and > 0"),
     (["--case", "lm-head", "--owners", "3"], "owners must be one of"),

@@ -286,7 +286,8 @@ MODULE_FILE = str(Path(__file__).resolve().parent.parent / "examples" / "tvmscri
     (lambda: mtp_tvm.compile(case="norm", preset="tiny", disable_passes=None),
      "disable_passes takes a list of pass names, got NoneType"),
     (lambda: mtp_tvm.check(case="norm", preset="tiny", tolerance="0.1", **NO_LOG),
-     "tolerance must be a RatioTolerance or a dict with keys among atol, rtol, max_error_ratio, got str '0.1'"),
+     "tolerance must be a Tolerance, a RatioTolerance or a dict with keys among atol, rtol, max_error_ratio, "
+     "exact, got str '0.1'"),
     (lambda: mtp_tvm.check(case="norm", preset="tiny", tolerance={"atol": "0.1"}, **NO_LOG),
      "atol must be a number, got '0.1'"),
     (lambda: mtp_tvm.check(case="norm", preset="tiny", tolerance={"atl": 0.1}, **NO_LOG),
@@ -296,7 +297,7 @@ MODULE_FILE = str(Path(__file__).resolve().parent.parent / "examples" / "tvmscri
     (lambda: mtp_tvm.check(case="lm-head", preset="tiny", logits_tol={"max_e2e_abs_diff": "1"}, **NO_LOG),
      "max_e2e_abs_diff must be a number, got '1'"),
     (lambda: mtp_tvm.check(case="lm-head", preset="tiny", logits_tol=0.1, **NO_LOG),
-     "logits tolerance must be a LogitsTolerance or a dict"),
+     "logits tolerance must be a Tolerance, a LogitsTolerance or a dict"),
     (lambda: mtp_tvm.check(case="norm", preset="tiny", report=5, **NO_LOG), "report must be a file path, got int 5"),
     (lambda: mtp_tvm.check(case="norm", preset="tiny", report=["r.json"], **NO_LOG), "report must be a file path"),
     (lambda: mtp_tvm.check(case="norm", preset="tiny", log=5), "log must be a function"),

@@ -60,7 +60,8 @@ def test_a_schedule_naming_a_missing_block_is_one_line(monkeypatch):
         return {**loaded, "lm_head_logits": schedules}
 
     monkeypatch.setattr(files, "_load", renamed)
-    with pytest.raises(MtpError, match=r"build of logits for llvm failed: schedule 'default' "
+    with pytest.raises(MtpError, match=r"build of logits for llvm failed in pass schedule/ApplySchedules on TIR kernel "
+                       r"lm_head_logits: schedule 'default' "
                        r"\(llvm/lm_head_logits.json, rule cpu_gemm\) on lm_head_logits: no block named 'logit' in the "
                        r"kernel \(its blocks: logits, root\)$"):
         mtp_tvm.compile(case="logits", preset="tiny")

@@ -8,7 +8,16 @@ from ..compiler.options import DebugOptions
 from ..support.errors import UsageError
 from ..support.flags import flag_names
 from ..tools.bisect.search import BisectSearch
-from .common import SEED, add_build_args, build_spec, debug_options, given_flags, source_spec
+from .common import (
+    SEED,
+    add_build_args,
+    add_tolerance_args,
+    build_spec,
+    debug_options,
+    given_flags,
+    source_spec,
+    tolerance_of,
+)
 
 
 def _cmd_bisect(args) -> int:
@@ -17,7 +26,8 @@ def _cmd_bisect(args) -> int:
     spec, debug = source_spec(args), debug_options(args)
     from ..tools.bisect.bisection import bisect_passes
 
-    return _print_bisect(bisect_passes(spec, debug, seed=args.seed, search=args.search))
+    return _print_bisect(bisect_passes(spec, debug, seed=args.seed, tolerance=tolerance_of(args),
+                                      search=args.search))
 
 
 def _cmd_bisect_schedule(args) -> int:
@@ -38,7 +48,8 @@ def _cmd_bisect_schedule(args) -> int:
         raise UsageError(f"cannot read schedule trace {args.schedule_trace}: {e.strerror}") from None
     from ..tools.bisect.bisection import bisect_schedule
 
-    return _print_bisect(bisect_schedule(args.func, text, spec, seed=args.seed, search=args.search))
+    return _print_bisect(bisect_schedule(args.func, text, spec, seed=args.seed, tolerance=tolerance_of(args),
+                                        search=args.search))
 
 
 def _print_bisect(result) -> int:
@@ -56,6 +67,7 @@ def add_bisect_command(sub, common: argparse.ArgumentParser) -> None:
                        "golden check fails (also of a --module FILE.py)")
     add_build_args(p)
     SEED.add_to(p)
+    add_tolerance_args(p)
     p.add_argument("--search", choices=BisectSearch.names(), default=BisectSearch.BINARY.value,
                    help="binary: log2(n) builds, exact when failure is monotone; linear: every prefix")
     p.add_argument("--schedule-trace", metavar="FILE",

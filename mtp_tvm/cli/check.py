@@ -10,20 +10,21 @@ import sys
 from ..support.atomic_file import require_writable
 from ..support.errors import UsageError
 from ..support.timing import phase, time_line
-from ..verify.tolerances import LogitsTolerance, ModuleTolerance
+from ..verify.tolerances import LogitsTolerance
 from .common import (
     COMPILE_ONLY,
     DEBUG_OPTIONS,
     MANIFEST_OPTIONS,
     MAX_E2E_ABS_DIFF,
-    MAX_ERROR_RATIO,
     NAN_CHECK,
     PERTURB_LOGIT,
     SEED,
+    TOLERANCE_OPTIONS,
     add_arch_arg,
     add_build_args,
     add_profile_arg,
     add_shape_arg,
+    add_tolerance_args,
     add_weights_arg,
     build_spec,
     check_exit,
@@ -31,21 +32,18 @@ from .common import (
     given_flags,
     load_weights,
     module_options,
-    module_tolerance,
     print_debug_footer,
     print_reproducers,
     refuse_case_options,
     refuse_checkpoint_options,
+    tolerance_of,
 )
 
 
-def _add_lm_head_check_args(p: argparse.ArgumentParser) -> None:
-    """The LM-head logits comparator's options (cases lm-head, tail-lm-head; spec §3.3)."""
-    MAX_ERROR_RATIO.add_to(p)
-    for bound in ("absolute", "relative"):
-        p.add_argument(f"--{bound[0]}tol", type=float, default=None,
-                       help=f"LM-head logits {bound} tolerance (default 0.01); with --module: every output's (default "
-                            "torch.testing.assert_close's for its dtype)")
+def _add_check_tolerance_args(p: argparse.ArgumentParser) -> None:
+    """Every comparison's tolerance, and the LM-head logits comparator's own options (cases lm-head,
+    tail-lm-head; spec §3.3)."""
+    add_tolerance_args(p)
     for flag in (MAX_E2E_ABS_DIFF, PERTURB_LOGIT):
         flag.add_to(p)
 
@@ -67,14 +65,15 @@ def _cmd_check(args) -> int:
     loaded = load_weights(args, spec.case, spec.preset, spec.tp, spec.owners)
     if loaded is not None:
         spec = loaded.sized(spec)
-    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(LogitsTolerance)
-             if getattr(args, f.name) is not None}
+    tolerance = tolerance_of(args)
+    logits_tol = None if args.max_e2e_abs_diff is None else LogitsTolerance(
+        **tolerance.given(), max_e2e_abs_diff=args.max_e2e_abs_diff)  # the rest as every output's
     with phase("import"):
         from ..artifact.export import build_target, parse_archs
         from ..tools.check.check import check
 
     result = check(dataclasses.replace(spec, target=build_target(args.target, parse_archs(args.arch))), debug,
-                   seed=args.seed, report=args.report, logits_tol=LogitsTolerance(**given) if given else None,
+                   seed=args.seed, report=args.report, tolerance=tolerance, logits_tol=logits_tol,
                    perturb_logit=parse_logit_perturbation(args.perturb_logit) if args.perturb_logit else None,
                    profile=args.profile, nan_check=args.nan_check,
                    weights=None if loaded is None else loaded.weights)
@@ -110,7 +109,7 @@ def _cmd_check_module(args) -> int:
         from ..ir.module_sizes import parse_shapes
         from ..tools.check.check import check
 
-    result = check(debug=debug, tolerance=ModuleTolerance(args.atol, args.rtol), report=args.report,
+    result = check(debug=debug, tolerance=tolerance_of(args), report=args.report,
                    profile=args.profile, shapes=parse_shapes(args.shape), seed=args.seed, nan_check=args.nan_check,
                    **module_options(args))
     _print_check(args, result)
@@ -126,13 +125,11 @@ def _cmd_localize(args) -> int:
         return _cmd_localize_module(args)
     if args.against is None:
         raise UsageError("localize of a case needs --against KEY=VALUE (the reference build, e.g. schedule=none)")
-    if args.atol is not None or args.rtol is not None:
-        raise UsageError("--atol/--rtol apply to localize --module against torch; a case uses its own tolerance")
     spec, debug = build_spec(args), debug_options(args)
     with phase("import"):
         from ..tools.check.localize import localize
 
-    result = localize(spec, debug, against=args.against, seed=args.seed,
+    result = localize(spec, debug, against=args.against, seed=args.seed, tolerance=tolerance_of(args),
                       max_mb=args.localize_max_mb, log=lambda line: print(line, file=sys.stderr))
     return _localize_verdict(args, result)
 
@@ -157,7 +154,7 @@ def _cmd_localize_module(args) -> int:
     with phase("import"):
         from ..tools.check.module_localize import localize_module
 
-    result = localize_module(debug=debug, against=args.against, tolerance=module_tolerance(args),
+    result = localize_module(debug=debug, against=args.against, tolerance=tolerance_of(args),
                              log=lambda line: print(line, file=sys.stderr), **module_options(args))
     return _localize_verdict(args, result)
 
@@ -172,7 +169,7 @@ def _cmd_minimize(args) -> int:
     with phase("import"):
         from ..tools.minimize.minimize import minimize_module
 
-    result = minimize_module(debug=debug, tolerance=module_tolerance(args), out=args.out,
+    result = minimize_module(debug=debug, tolerance=tolerance_of(args), out=args.out,
                              log=lambda line: print(line, file=sys.stderr), **module_options(args))
     print(result.summary())
     print(time_line())
@@ -184,8 +181,8 @@ def _cmd_check_prebuilt(args) -> int:
     for flag, given, what in (("--profile", args.profile, "times"), ("--nan-check", args.nan_check, "searches")):
         if given:  # both run a fresh build's kernels one by one
             raise UsageError(f"{flag} {what} a fresh build's kernels; drop --artifact/--compile-only")
-    unused = given_flags(args, ("max_error_ratio", "atol", "rtol", "max_e2e_abs_diff", "perturb_logit",
-                                          *(("seed", "report") if not args.artifact else ())))
+    unused = given_flags(args, (*TOLERANCE_OPTIONS, "max_e2e_abs_diff", "perturb_logit",
+                                *(("seed", "report") if not args.artifact else ())))
     if unused:
         what = "--artifact checks with the default tolerances" if args.artifact else "--compile-only runs no check"
         raise UsageError(f"{what}, so {', '.join(unused)} cannot apply; drop them")
@@ -218,7 +215,7 @@ def add_check_command(sub, common: argparse.ArgumentParser) -> None:
     SEED.add_to(p)
     p.add_argument("--report", default=None, metavar="FILE", help="write the result as JSON")
     add_arch_arg(p)
-    _add_lm_head_check_args(p)
+    _add_check_tolerance_args(p)
     p.add_argument("--artifact", default=None, metavar="DIR",
                    help="golden-check a prebuilt artifact on fresh seeded inputs (a --module artifact: its stored "
                         "example inputs and reference outputs), without compiling")
@@ -238,10 +235,7 @@ def add_localize_command(sub, common: argparse.ArgumentParser) -> None:
                    help="the reference build: target, frontend, schedule, disable-pass, bisect-limit, pass-plugin "
                         "(e.g. schedule=none); it drops this build's debugging changes unless named. A case needs "
                         "it; --module without it compares every op with eager torch")
-    p.add_argument("--atol", type=float, default=None,
-                   help="--module against torch: every op's absolute tolerance (default assert_close's per dtype)")
-    p.add_argument("--rtol", type=float, default=None,
-                   help="--module against torch: every op's relative tolerance (default assert_close's per dtype)")
+    add_tolerance_args(p)
     SEED.add_to(p)
     p.add_argument("--localize-max-mb", type=float, default=None, metavar="MB",
                    help="keep at most MB of recorded tensors at once (oldest calls compared and dropped first)")
@@ -255,8 +249,7 @@ def add_minimize_command(sub, common: argparse.ArgumentParser) -> None:
     add_build_args(p)
     p.add_argument("--out", default=None, metavar="FILE.py",
                    help="where to write the piece (default: <module>_min.py in the current folder)")
-    p.add_argument("--atol", type=float, default=None, help="every output's absolute tolerance, as check --module's")
-    p.add_argument("--rtol", type=float, default=None, help="every output's relative tolerance, as check --module's")
+    add_tolerance_args(p)
     p.set_defaults(handler=_cmd_minimize)
 
 

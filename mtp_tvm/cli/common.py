@@ -12,7 +12,7 @@ from ..support.errors import UsageError
 from ..support.flags import Flag, add_flags, flag_names, flags, options_from
 from ..support.timing import phase, time_line
 from ..tools.convert.convert import WeightSource  # no TVM, no torch: the parser reads its declarations
-from ..verify.tolerances import ModuleTolerance
+from ..verify.tolerances import Tolerance
 
 
 class Parser(argparse.ArgumentParser):
@@ -59,15 +59,13 @@ COMPILE_ONLY = Flag("compile_only", "build the target binary (CUDA device code i
                     "run", groups=("case", "manifest"))
 NAN_CHECK = Flag("nan_check", "name the first kernel call whose output holds NaN/Inf while its inputs held none",
                  groups=("case",))
-MAX_ERROR_RATIO = Flag("max_error_ratio", "LM-head logits outlier budget", type=float, metavar="R", shown="0.01",
-                       groups=("case",))
 MAX_E2E_ABS_DIFF = Flag("max_e2e_abs_diff", "LM-head logits end-to-end guard against the CPU golden, max "
                         "|logit - CPU golden|", type=float, metavar="G", shown="0.5", groups=("case",))
 PERTURB_LOGIT = Flag("perturb_logit", "debugging: add DELTA (default 1.0) to one device logit before the "
                      "comparison", metavar="OWNER,ROW,COL[,DELTA]", groups=("case",))
 RPC_TRACKER = Flag("rpc_tracker", "", metavar="HOST:PORT")  # help: the command's
 RPC_KEY = Flag("rpc_key", "device key registered with the tracker", metavar="KEY", default="mtp")
-COMMAND_FLAGS = (SEED, ARCH, COMPILE_ONLY, NAN_CHECK, MAX_ERROR_RATIO, MAX_E2E_ABS_DIFF, PERTURB_LOGIT)
+COMMAND_FLAGS = (SEED, ARCH, COMPILE_ONLY, NAN_CHECK, MAX_E2E_ABS_DIFF, PERTURB_LOGIT)
 
 # what a case is made of, meaningless for --module (its file says it all)
 CASE_OPTIONS = flag_names(BuildSpec, "case") + flag_names(COMMAND_FLAGS, "case")
@@ -220,9 +218,17 @@ def print_reproducers(result) -> None:
         print(f"kernel reproducer: {result.kernel_repro_dir} (python {result.kernel_repro_dir}/repro.py)")
 
 
-def module_tolerance(args) -> ModuleTolerance | None:
-    """``--atol``/``--rtol`` of a module file's comparison; None: ``assert_close``'s defaults per dtype."""
-    return None if args.atol is None and args.rtol is None else ModuleTolerance(args.atol, args.rtol)
+def add_tolerance_args(p: argparse.ArgumentParser) -> None:
+    """``--atol``, ``--rtol``, ``--max-error-ratio``, ``--exact``: the ``Tolerance`` of every verb that compares."""
+    add_flags(p, Tolerance)
+
+
+def tolerance_of(args) -> Tolerance:
+    """The ``tolerance`` keyword of a verb that compares, from its tolerance flags (none given: the defaults)."""
+    return options_from(args, Tolerance)
+
+
+TOLERANCE_OPTIONS = tuple(flags(Tolerance))  # refused where a command compares with the defaults (--artifact)
 
 
 def check_exit(args, result) -> int:

@@ -8,8 +8,8 @@ import sys
 from ..compiler.options import BuildSpec
 from ..support.flags import add_flags, options_from
 from ..tools.convert.convert import WeightSource  # no TVM, no torch
-from ..verify.tolerances import RatioTolerance
-from .common import MAX_ERROR_RATIO, SEED
+from ..verify.tolerances import RatioTolerance, Tolerance
+from .common import SEED
 
 
 def _cmd_convert(args) -> int:
@@ -37,10 +37,10 @@ def add_convert_command(sub, common: argparse.ArgumentParser) -> None:
     add_flags(p, WeightSource)
     SEED.add_to(p, "seed of the projection's activations without --calibration")
     add_flags(p, BuildSpec, only=("tokens",), help={"tokens": "token count of those activations"})
-    p.add_argument("--atol", type=float, default=None,
-                   help="the projection's absolute tolerance (default 0.03 x the reference's RMS)")
-    p.add_argument("--rtol", type=float, default=None, help="the projection's relative tolerance (default 0.03)")
-    MAX_ERROR_RATIO.add_to(p, "the projection's outlier budget (default 0.02)")
+    add_flags(p, Tolerance, only=("atol", "rtol", "max_error_ratio"),
+              help={"atol": "the projection's absolute tolerance (default 0.03 x the reference's RMS)",
+                    "rtol": "the projection's relative tolerance (default 0.03)",
+                    "max_error_ratio": "the projection's outlier budget (default 0.02)"})
     p.add_argument("--out", required=True, metavar="FILE.safetensors", help="the converted weights to write")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
     p.set_defaults(handler=_cmd_convert)

@@ -11,12 +11,14 @@ from pathlib import Path
 
 from ..compiler.options import BuildSpec, DebugOptions
 from ..support.flags import Flag, flags
+from ..verify.tolerances import Tolerance
 from .common import COMMAND_FLAGS
 
 TABLES: dict[str, tuple[Flag, ...]] = {
     "BuildSpec": tuple(flags(BuildSpec).values()),
     "DebugOptions": tuple(flags(DebugOptions).values()),
     "command": COMMAND_FLAGS,
+    "Tolerance": tuple(flags(Tolerance).values()),
 }
 _BLOCK = re.compile(r"(<!-- flags: (\w+) -->\n)(.*?)(<!-- end flags -->)", re.S)
 

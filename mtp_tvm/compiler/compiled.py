@@ -21,6 +21,7 @@ from ..compiler.runtime import Runnable
 from ..compiler.weights import WeightCache
 from ..instrument.idle_passes import IdlePassWatch, idle_disabled
 from ..instrument.pass_clock import PassClock
+from ..instrument.pass_failure import RunningPasses, where_it_failed
 from ..instrument.recorder import DumpOptions, PassRecord, PassRecorder
 from ..instrument.run_folder import mark_complete, prune, retention
 from ..passes.codegen import Launches, device_source, generated_code, kernel_launches
@@ -164,7 +165,7 @@ def build_ir(make_module, name: str, tgt: Target, applier: ApplySchedules, debug
 def _lower(b: _Build, mod: tvm.IRModule, t0: float) -> _Lowered:
     """The pipeline on ``mod``, and what the build recorded (its seconds since ``t0``); a failure as one line
     (``_failed``)."""
-    captured, clock = {}, PassClock()
+    captured, clock, running, passes_seen = {}, PassClock(), RunningPasses(), {}
     watch = IdlePassWatch({phase: [p.info.name for p in passes] for phase, passes in b.extra.items()})
 
     def on_phase(phase_name, m):
@@ -173,14 +174,15 @@ def _lower(b: _Build, mod: tvm.IRModule, t0: float) -> _Lowered:
 
     try:
         with phase("codegen"), tvm.transform.PassContext(opt_level=3, config=graph_config(b.meta.get("cuda_graph")),
-                                                         instruments=[clock, *filter(None, [b.recorder]),
+                                                         instruments=[clock, running, *filter(None, [b.recorder]),
                                                                       *([watch] if b.extra else [])]):
-            ex = compile_through_phases(mod, b.target, b.applier, b.extra, on_phase=on_phase)
+            ex = compile_through_phases(mod, b.target, b.applier, b.extra, on_phase=on_phase,
+                                        passes_seen=passes_seen)
             transfer(clock.seconds, "passes")
     except UsageError:
         raise
     except (Exception, SystemExit) as e:  # TVM errors are multi-line C++ traces; keep the last line
-        _failed(b, e)
+        _failed(b, e, running.failing(), passes_seen)
     records = b.recorder.records if b.recorder is not None else []
     _check_disabled_names(b.gate, records)
     return _Lowered(ex, time.perf_counter() - t0, device_source(ex) if is_gpu(b.target) else None, records,
@@ -189,22 +191,29 @@ def _lower(b: _Build, mod: tvm.IRModule, t0: float) -> _Lowered:
                    + (idle_disabled(b.recorder.disabled_inputs, b.target) if b.recorder is not None else []))
 
 
-def _failed(b: _Build, e: BaseException):
-    """Raise a failed build as one line (a user pass's failure as a UsageError naming it), its dumps complete."""
+def _failed(b: _Build, e: BaseException, running: list, passes_seen: dict):
+    """Raise a failed build as one line (a user pass's failure as a UsageError naming it; TVM's, naming the pass
+    and what it was processing: ``instrument.pass_failure``), its dumps complete."""
     debug, name = b.debug, b.name
     exited = isinstance(e, SystemExit)  # a user pass called sys.exit (passes.pipeline registers it)
     in_plugin = None if exited else _plugin_frame(debug, e)
-    message = (f"{_user_passes(debug)} called sys.exit({e.code!r}) during the build of {name}; user code "
-               "must return, not exit") if exited else (
-        f"{_user_passes(debug)} raised {type(e).__name__} in {in_plugin} during the build of {name}: "
-        f"{last_line(e)}") if in_plugin else last_line(e)
+    if exited or in_plugin:
+        message = (f"{_user_passes(debug)} called sys.exit({e.code!r}) during the build of {name}; user code "
+                   "must return, not exit") if exited else (
+            f"{_user_passes(debug)} raised {type(e).__name__} in {in_plugin} during the build of {name}: "
+            f"{last_line(e)}")
+    else:
+        place = where_it_failed(running, passes_seen)
+        message = f"{place}: {last_line(e)}" if place else last_line(e)
     run_dir = _finish_dumps(b.recorder, b.meta, error=message) if b.recorder is not None else None
     if run_dir is not None:
         mark_complete(run_dir)
     where = f" (IR dumps: {run_dir})" if run_dir else ""
     if exited or in_plugin:
         raise UsageError(message + where) from None
-    raise BuildError(f"build of {name} for {target_name(b.target)} failed: {message}{where}") from e
+    raise BuildError(f"build of {name} for {target_name(b.target)} failed {message}{where}"
+                     if message.startswith("in pass") else
+                     f"build of {name} for {target_name(b.target)} failed: {message}{where}") from e
 
 
 def _write_dumps(b: _Build, built: _Lowered, compiled: Compiled) -> None:

@@ -251,8 +251,10 @@ class PassRecorder:
         ``meanwhile`` runs on this thread while the assembly is generated on another. Returns the folder (None:
         no dumping)."""
         failing = self._failing_frame() if error is not None else None
-        if failing is not None:
-            failing.record.error = error
+        if failing is not None:  # the pass that raised and every pass it ran inside: FAILED, at any depth shown
+            for frame in self._frames:
+                if frame.record is not None:
+                    frame.record.error = error
         if self.dump is None:
             return None
         if error is None and self.dump.func is not None and not self._func_seen:

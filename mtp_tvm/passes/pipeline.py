@@ -165,10 +165,12 @@ OPTIONAL_PASS_GROUPS: tuple[tuple[str, ...], ...] = (
 
 
 def relax_pipeline(target: Target, applier: tvm.transform.Pass | None, extra_passes: dict[str, list] | None = None,
-                   first_phase: str = RELAX_PHASES[0].name, on_phase=None) -> tvm.transform.Pass:
+                   first_phase: str = RELAX_PHASES[0].name, on_phase=None,
+                   passes_seen: dict | None = None) -> tvm.transform.Pass:
     """Every Relax phase from ``first_phase`` on, each opened by its marker, as one pass for
     ``tvm.compile(relax_pipeline=...)``. ``extra_passes`` (phase name -> passes) run first in their phase;
-    ``on_phase(name, mod)`` sees the module entering each phase; ``applier`` is the schedule phase's pass."""
+    ``on_phase(name, mod)`` sees the module entering each phase; ``applier`` is the schedule phase's pass;
+    ``passes_seen`` gets every pass by name (a failure's pass run again to narrow it)."""
     extra_passes = extra_passes or {}
     names = [ph.name for ph in RELAX_PHASES]
     passes = []
@@ -177,6 +179,8 @@ def relax_pipeline(target: Target, applier: tvm.transform.Pass | None, extra_pas
             raise ValueError("a pipeline that runs the schedule phase needs its schedule applier")
         phase_passes = phase.passes(target, applier) if phase.takes_applier else phase.passes(target)
         passes += [phase_marker(phase.name, on_phase), *extra_passes.get(phase.name, ()), *phase_passes]
+    if passes_seen is not None:
+        passes_seen.update((p.info.name, p) for p in passes)
     seq = tvm.transform.Sequential(passes, name=RELAX_SEQUENCE)
 
     @tvm.transform.module_pass(opt_level=0, name=RELAX_PIPELINE)
@@ -210,11 +214,11 @@ def register_with_tvm() -> None:
 
 def compile_through_phases(mod: tvm.IRModule, target: Target, applier: tvm.transform.Pass | None,
                            extra_passes: dict[str, list] | None = None, first_phase: str = RELAX_PHASES[0].name,
-                           on_phase=None):
+                           on_phase=None, passes_seen: dict | None = None):
     """``tvm.compile`` through our named phases (from ``first_phase`` on, for a module that already went through
     the earlier ones, e.g. a reproducer's: then ``applier`` is None); ``applier`` schedules the kernels
-    (``schedule.apply``)."""
+    (``schedule.apply``); ``passes_seen`` as ``relax_pipeline``'s."""
     register_with_tvm()
     return tvm.compile(mod, target=target,
-                       relax_pipeline=relax_pipeline(target, applier, extra_passes, first_phase, on_phase),
+                       relax_pipeline=relax_pipeline(target, applier, extra_passes, first_phase, on_phase, passes_seen),
                        tir_pipeline=TIR_PIPELINE)

@@ -55,8 +55,11 @@ def ratio_allclose(tolerance: RatioTolerance = RatioTolerance(), max_show: int =
     A point is an outlier iff ``|a-e| > atol + rtol*|e|``; the check passes iff the outlier count is at most
     ``round(max_error_ratio * numel)`` (Python's banker's rounding). NaN/Inf in *actual* is a hard failure
     before any ratio logic. Unlike the reference, non-finite *expected* values are rejected too: a NaN
-    difference compares False and would otherwise never count as an outlier.
+    difference compares False and would otherwise never count as an outlier. ``tolerance.exact``: bitwise
+    equality instead (``bitwise_equal``).
     """
+    if tolerance.exact:
+        return bitwise_equal(max_show)
     atol, rtol, max_error_ratio = tolerance.atol, tolerance.rtol, tolerance.max_error_ratio
     name = f"ratio_allclose(atol={atol}, rtol={rtol}, max_error_ratio={max_error_ratio})"
 
@@ -100,6 +103,35 @@ def ratio_allclose(tolerance: RatioTolerance = RatioTolerance(), max_show: int =
             lines += [f"  at {tuple(int(i) for i in ix)}: actual={a[tuple(ix)]:.6g} expected={e[tuple(ix)]:.6g}"
                       for ix in shown]
         return Comparison(name, passed, numel, count, max_abs, worst, max_rel, "\n".join(lines))
+
+    compare.__name__ = name
+    return compare
+
+
+def bitwise_equal(max_show: int = 10) -> Callable[..., Comparison]:
+    """Every element's bits equal to the reference's, as FP32 (BF16 and FP16 widen exactly, so a value's bits are
+    compared, not its closeness): a pass bug within any tolerance still differs here; -0.0 is not 0.0, and a NaN
+    equals only the same NaN."""
+    name = "bitwise_equal"
+
+    def compare(actual, expected) -> Comparison:
+        a, e = as_float32(actual), as_float32(expected)
+        numel = int(a.size)
+        if a.shape != e.shape:
+            return Comparison(name, False, numel, detail=f"shape mismatch: actual {a.shape} vs expected {e.shape}")
+        bad = a.view(np.uint32) != e.view(np.uint32)
+        count = int(bad.sum())
+        if not count:
+            return Comparison(name, True, numel, detail=f"Bitwise equal: {numel} / {numel} elements")
+        with np.errstate(invalid="ignore", over="ignore"):
+            diff = np.where(bad, np.abs(a.astype(np.float64) - e.astype(np.float64)), 0.0)
+        diff = np.where(np.isnan(diff), np.inf, diff)  # a NaN against a number is the worst difference
+        worst = tuple(int(i) for i in np.unravel_index(int(np.argmax(diff)), diff.shape))
+        lines = [f"Mismatched elements: {count} / {numel} ({100.0 * count / max(numel, 1):.4f}%) differ bitwise, "
+                 "allowed 0 (--exact)", f"Greatest absolute difference: {float(diff[worst]):.6g} at index {worst}"]
+        lines += [f"  at {tuple(int(i) for i in ix)}: actual={a[tuple(ix)].item()!r} expected={e[tuple(ix)].item()!r}"
+                  for ix in np.argwhere(bad)[:max_show]]
+        return Comparison(name, False, numel, count, float(diff[worst]), worst, detail="\n".join(lines))
 
     compare.__name__ = name
     return compare

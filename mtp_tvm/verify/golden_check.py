@@ -26,7 +26,7 @@ from ..verify.comparators import (
     ratio_allclose,
 )
 from ..verify.results import CheckResult, OutputCheck
-from ..verify.tolerances import LogitsTolerance, RatioTolerance
+from ..verify.tolerances import LogitsTolerance, RatioTolerance, Tolerance
 
 
 def validate_check_args(seed, report, log) -> None:
@@ -112,6 +112,14 @@ class GoldenOptions:
         validate_seed(self.seed)
         RatioTolerance.require(self.tolerance, "GoldenOptions.tolerance")
         LogitsTolerance.require(self.logits_tol, "GoldenOptions.logits_tol")
+
+    @classmethod
+    def judging(cls, seed: int, tolerance, logits_tol=None, perturbation: dict | None = None) -> GoldenOptions:
+        """The options of a verb's ``tolerance`` keyword (``Tolerance``, ``RatioTolerance``, a dict or None) and
+        ``logits_tol``: a ``Tolerance`` judges the LM-head logits too, unless ``logits_tol`` says otherwise."""
+        shared = tolerance if isinstance(tolerance, Tolerance) else None
+        return cls(seed, RatioTolerance.of(tolerance), LogitsTolerance.of(shared if logits_tol is None else logits_tol),
+                   perturbation)
 
 
 @dataclasses.dataclass(frozen=True)

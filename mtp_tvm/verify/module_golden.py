@@ -35,7 +35,8 @@ def assert_close(actual, expected, tolerance: ModuleTolerance) -> Comparison:
     comparator is (worst point, mismatch count)."""
     a_dtype, e_dtype = dtype_name(actual), dtype_name(expected)
     exact = tolerance.for_dtype(e_dtype)
-    name = f"assert_close(atol={exact.atol:g}, rtol={exact.rtol:g})"
+    name = "bitwise_equal" if exact.exact else f"assert_close(atol={exact.atol:g}, rtol={exact.rtol:g}" + (
+        f", max_error_ratio={exact.max_error_ratio:g})" if exact.max_error_ratio else ")")
     if a_dtype != e_dtype:
         return Comparison(name, False, int(np.size(actual)), detail=f"dtype mismatch: actual {a_dtype} vs expected "
                                                                    f"{e_dtype}")

@@ -42,7 +42,7 @@ from ...schedule.steps import fresh_copy
 from ...support.errors import MtpError, UsageError, last_line
 from ...verify.golden_check import GoldenOptions, Provenance, golden_check, seeded_golden
 from ...verify.module_golden import golden_check_module, module_golden
-from ...verify.tolerances import ModuleTolerance, RatioTolerance
+from ...verify.tolerances import ModuleTolerance, RatioTolerance, Tolerance
 from .search import BisectSearch
 
 SCHEDULE_PHASE = "schedule"
@@ -163,14 +163,13 @@ def _run_search(kind: str, labels: list[str], probe_fn: Callable[[int], tuple[Ve
     return culprit, how, [*probes, full]
 
 
-def _verdict(compiled_fn, golden, seed: int, tolerance: RatioTolerance) -> tuple[Verdict, str]:
+def _verdict(compiled_fn, golden, options: GoldenOptions) -> tuple[Verdict, str]:
     try:
         c = compiled_fn()
     except MtpError as e:
         return Verdict.ERROR, str(e)
     built = Provenance(target_json(c.target), c.frontend, c.schedule, c.build_seconds)
-    result = golden_check(c.run, c.case, c.shapes, built, GoldenOptions(seed, tolerance), golden=golden,
-                          log=lambda *_: None)
+    result = golden_check(c.run, c.case, c.shapes, built, options, golden=golden, log=lambda *_: None)
     return (Verdict.PASS, "") if result.passed else (Verdict.FAIL, "fails: " + ", ".join(result.failed_outputs))
 
 
@@ -180,12 +179,12 @@ def _golden(spec: BuildSpec, seed: int) -> tuple[dict, dict]:
 
 
 def bisect_passes(spec: Spec | str | os.PathLike | None = None, debug: DebugOptions | None = None, *, seed: int = 0,
-                  tolerance: RatioTolerance | ModuleTolerance | Mapping | None = None,
+                  tolerance: Tolerance | RatioTolerance | ModuleTolerance | Mapping | None = None,
                   search: BisectSearch | str = BisectSearch.BINARY, progress=None, **options) -> BisectResult:
     """Name the first optional pass after which the golden check fails (see the module docstring), of a case
     (``BuildSpec``: its seeded inputs of ``seed`` against torch) or of a module file (its path, a ``ModuleSpec``
     or ``module=``: its example inputs against its reference, computed once; ``tolerance`` a ``ModuleTolerance``)
-    as ``check`` judges it. Keywords as for ``compile``."""
+    as ``check`` judges it (``tolerance``: as ``check``'s, a ``Tolerance`` for either). Keywords as for ``compile``."""
     spec, debug = split_options(spec, debug, options, "bisect_passes", EITHER)
     search = BisectSearch.parse(search, "search")
     if debug.bisect_limit is not None:
@@ -197,9 +196,9 @@ def bisect_passes(spec: Spec | str | os.PathLike | None = None, debug: DebugOpti
         return check(spec, d, seed=seed, tolerance=tolerance, log=lambda *_: None)
 
     if isinstance(spec, BuildSpec):
-        tolerance, golden = RatioTolerance.of(tolerance), _golden(spec, seed)
+        options, golden = GoldenOptions.judging(seed, tolerance), _golden(spec, seed)
         return _bisect_gate(lambda d: driver.compile(spec, d),
-                            lambda build: _verdict(build, golden, seed, tolerance), debug, search, progress, recheck)
+                            lambda build: _verdict(build, golden, options), debug, search, progress, recheck)
     if seed:
         raise UsageError("a module file runs on its example_inputs(): seed does not apply to its bisect")
     tolerance, loaded, expected = ModuleTolerance.of(tolerance), load_module_file(spec.module), {}
@@ -309,14 +308,14 @@ def _prefix(trace: Trace, steps: int) -> Callable[[s_tir.Schedule], None]:
 
 
 def bisect_schedule(func: str, trace, spec: BuildSpec | None = None, *, seed: int = 0,
-                    tolerance: RatioTolerance | Mapping | None = None,
+                    tolerance: Tolerance | RatioTolerance | Mapping | None = None,
                     search: BisectSearch | str = BisectSearch.BINARY, progress=None,
                     **options) -> BisectResult:
     """Name the first step of ``trace`` (applied to PrimFunc ``func`` in the ``schedule`` phase) after which
     the golden check fails (see the module docstring). The function arrives unscheduled and leaves marked
     scheduled, so ``schedule`` applies to the other kernels only."""
     spec, _ = split_options(spec, None, options, "bisect_schedule")
-    tolerance, search = RatioTolerance.of(tolerance), BisectSearch.parse(search, "search")
+    judging, search = GoldenOptions.judging(seed, tolerance), BisectSearch.parse(search, "search")
     golden = _golden(spec, seed)
     seen: dict = {}
     apply = as_apply(trace)
@@ -353,7 +352,7 @@ def bisect_schedule(func: str, trace, spec: BuildSpec | None = None, *, seed: in
     def build_prefix(k: int):
         return driver.compile(spec, extra_passes={SCHEDULE_PHASE: [trace_pass(func, _prefix(full_trace, k))]})
 
-    verdict, detail = (_verdict(lambda: reference, golden, seed, tolerance) if reference is not None
+    verdict, detail = (_verdict(lambda: reference, golden, judging) if reference is not None
                        else (Verdict.ERROR, "the full trace does not build"))
     full = Probe(len(steps), labels[-1] if labels else "whole trace", verdict, detail)
     if verdict != Verdict.FAIL:
@@ -361,7 +360,7 @@ def bisect_schedule(func: str, trace, spec: BuildSpec | None = None, *, seed: in
                             "nothing to bisect" if verdict == Verdict.PASS else detail, search, len(steps), [full])
     culprit, how, probes = _run_search(
         "schedule step", labels, lambda k: _verdict(lambda: build_prefix(steps[k - 1] if k else 0), golden,
-                                                    seed, tolerance), full, search, progress)
+                                                    judging), full, search, progress)
     if culprit is None:
         return BisectResult("schedule step", None, how, search, len(steps), probes)
     k = steps[culprit - 1]

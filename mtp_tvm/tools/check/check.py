@@ -28,7 +28,7 @@ from ...verify.golden_check import (
     validate_check_args,
 )
 from ...verify.results import CheckResult, ProfileReport
-from ...verify.tolerances import LogitsTolerance, ModuleTolerance, RatioTolerance
+from ...verify.tolerances import LogitsTolerance, ModuleTolerance, RatioTolerance, Tolerance
 from ..measure.profile import ProfileOptions, profile_options, write_to_run_folder
 from ..measure.profile import profile as profile_main
 from .kernel_calls import nan_origin, record
@@ -39,7 +39,8 @@ from .repro import write_repro
 
 
 def check(spec: Spec | str | os.PathLike | None = None, debug: DebugOptions | None = None, *, seed: int = 0,
-          report: str | os.PathLike | None = None, tolerance: RatioTolerance | ModuleTolerance | Mapping | None = None,
+          report: str | os.PathLike | None = None,
+          tolerance: Tolerance | RatioTolerance | ModuleTolerance | Mapping | None = None,
           logits_tol: LogitsTolerance | Mapping | None = None, perturb_logit: tuple | None = None,
           shapes: Mapping | None = None, profile: bool | ProfileOptions = False, nan_check: bool = False,
           weights: Mapping | None = None, log=print, **options) -> CheckResult:
@@ -49,10 +50,12 @@ def check(spec: Spec | str | os.PathLike | None = None, debug: DebugOptions | No
     reference (torch eagerly, or the module built for the CPU with no schedule and no optional pass), as
     ``torch.testing.assert_close`` with its default tolerances per dtype.
 
-    ``tolerance``: a case's every output's ``ratio_allclose`` (a ``RatioTolerance``, or a dict of some of its
-    fields); a module file's ``ModuleTolerance`` (or a dict with ``atol``/``rtol``). For the LM-head cases:
-    ``logits_tol`` (a ``LogitsTolerance`` or a dict of some of its fields: atol, rtol, max_error_ratio,
-    max_e2e_abs_diff), ``perturb_logit=(owner, row, col[, delta])`` adds delta (default 1.0) to one device logit
+    ``tolerance``: a ``Tolerance`` (the fields given replace those of every comparison: a case's outputs, its
+    LM-head logits unless ``logits_tol`` is given, a module file's outputs; ``exact``: bitwise equality); or a
+    case's every output's ``ratio_allclose`` (a ``RatioTolerance``, or a dict of some of its fields); a module
+    file's ``ModuleTolerance`` (or a dict of some of its fields). For the LM-head cases: ``logits_tol`` (a
+    ``LogitsTolerance`` or a dict of some of its fields: atol, rtol, max_error_ratio, exact, max_e2e_abs_diff),
+    ``perturb_logit=(owner, row, col[, delta])`` adds delta (default 1.0) to one device logit
     before the comparison. ``weights``: some or all of a case's weight inputs by name (``load_weights``) in place
     of the seeded ones, the golden computed on them. ``shapes`` (a module file: input name -> shape, within
     ``dynamic_shapes()``'s bounds): run and compare at that size instead, on inputs drawn from ``seed``, the
@@ -73,8 +76,7 @@ def check(spec: Spec | str | os.PathLike | None = None, debug: DebugOptions | No
         judge = ModuleCheck.of(spec, tolerance, shapes, seed)
     else:
         _refuse_given("a case is sized by its preset and tokens", shapes=shapes)
-        judge = CaseCheck(spec, _golden_options(spec, seed, RatioTolerance.of(tolerance), logits_tol, perturb_logit),
-                          weights)
+        judge = CaseCheck(spec, _golden_options(spec, seed, tolerance, logits_tol, perturb_logit), weights)
     threads_wanted()  # a bad TVM_NUM_THREADS fails before the build, not after it
     profiling = profile_options(profile)
     require_runs_here(spec.resolved_target)
@@ -143,9 +145,9 @@ class CaseCheck:
         return found
 
 
-def _golden_options(spec: BuildSpec, seed: int, tolerance: RatioTolerance, logits_tol, perturb_logit) -> GoldenOptions:
+def _golden_options(spec: BuildSpec, seed: int, tolerance, logits_tol, perturb_logit) -> GoldenOptions:
     """How the case's run is judged; the LM-head options refused, before the build, for a case without it."""
-    logits = LogitsTolerance.of(logits_tol)
+    options = GoldenOptions.judging(seed, tolerance, logits_tol)
     if perturb_logit is not None and not isinstance(perturb_logit, (tuple, list)):
         raise UsageError(f"perturb_logit must be (owner, row, col[, delta]), got {perturb_logit!r}")
     case, shapes = spec.resolve()
@@ -153,7 +155,7 @@ def _golden_options(spec: BuildSpec, seed: int, tolerance: RatioTolerance, logit
     if (logits_tol is not None or perturb_logit is not None) and lm_head is None:
         raise UsageError(f"LM-head logits options apply to cases with the lm_head stage; {case.name!r} has none")
     perturbation = None if perturb_logit is None else logit_perturbation(tuple(perturb_logit), lm_head.shape)
-    return GoldenOptions(seed, tolerance, logits, perturbation)
+    return dataclasses.replace(options, perturbation=perturbation)
 
 
 @contextlib.contextmanager

@@ -39,7 +39,7 @@ from ...support.atomic_file import write_user_file
 from ...support.errors import UsageError
 from ...support.text_table import text_table
 from ...verify.comparators import Comparison, ratio_allclose
-from ...verify.tolerances import RatioTolerance
+from ...verify.tolerances import RatioTolerance, Tolerance
 from .kernel_calls import PARAM, KernelCall, NanOrigin, nan_origin, record
 from .kernel_repro import KERNEL_REPRO_DIR, write_kernel_repro
 
@@ -351,7 +351,7 @@ def _describe(c) -> str:
 
 
 def localize(spec: BuildSpec | None = None, debug: DebugOptions | None = None, *, against: str | Against,
-             seed: int = 0, tolerance: RatioTolerance | Mapping | None = None, max_mb: float | None = None,
+             seed: int = 0, tolerance: Tolerance | RatioTolerance | Mapping | None = None, max_mb: float | None = None,
              kernel_repro: bool = True, log=print, **options) -> LocalizeResult:
     """Build ``spec`` with ``debug`` (keywords as for ``compile``) and the reference ``against`` names, compare
     every kernel call on the inputs of ``seed``, and for the first differing call write ``kernel_repro/``

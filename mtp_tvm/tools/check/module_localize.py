@@ -36,7 +36,7 @@ from ...support.errors import UsageError
 from ...support.text_table import text_table
 from ...verify.comparators import Comparison
 from ...verify.module_golden import assert_close
-from ...verify.tolerances import ModuleTolerance
+from ...verify.tolerances import ModuleTolerance, Tolerance
 from .kernel_calls import PARAM, KernelCall, NanOrigin, nan_origin, record
 from .kernel_repro import write_kernel_repro
 from .localize import Against, LocalizeOptions, LocalizeResult, compare_builds
@@ -226,7 +226,8 @@ def compare_with_torch(compiled: CompiledModule, tolerance: ModuleTolerance) -> 
 
 
 def localize_module(module: str | os.PathLike | ModuleSpec | None = None, debug: DebugOptions | None = None, *,
-                    against: str | Against | None = None, tolerance: ModuleTolerance | Mapping | None = None,
+                    against: str | Against | None = None,
+                    tolerance: Tolerance | ModuleTolerance | Mapping | None = None,
                     kernel_repro: bool = True, log=print, **options) -> ModuleLocalizeResult | LocalizeResult:
     """Build the module file ``module`` (a path or a ``ModuleSpec``; keywords as for ``compile``) and name the
     first op whose value differs from eager torch's beyond ``tolerance`` (as ``check``'s of a module file). With

@@ -30,7 +30,7 @@ from ...passes.target import device_for, target_json
 from ...support.errors import MtpError
 from ...verify.golden_check import Provenance
 from ...verify.module_golden import check_outputs
-from ...verify.tolerances import ModuleTolerance
+from ...verify.tolerances import ModuleTolerance, Tolerance
 from .repro import (
     NOT_REPRODUCED,
     REPRO_DIR,
@@ -61,7 +61,7 @@ def write_module_repro(compiled, inputs: dict, expected: dict, tolerance: Module
         (tmp / "module.py").write_text(module_script(compiled.optimized_module))
         spec = {"kind": "module", "module": str(compiled.module_file.path), "case": compiled.name,
                 "schedule": compiled.schedule, "shapes": result.shapes, "seed": result.seed,
-                "tolerance": {"atol": tolerance.atol, "rtol": tolerance.rtol},
+                "tolerance": dataclasses.asdict(tolerance),
                 "returns_tuple": compiled.returns_tuple, "target": target_json(compiled.target),
                 "gate": lowering_gate(compiled),
                 "inputs": save_arrays(tmp / "inputs.npz", {f"arg{i}": to_host(a) for i, a in enumerate(args)}),
@@ -91,7 +91,7 @@ def _rerun(folder: Path, log) -> int:
     from ...verify.results import summary_table
 
     spec = json.loads((folder / "repro.json").read_text())
-    tolerance = ModuleTolerance(spec["tolerance"]["atol"], spec["tolerance"]["rtol"])  # a bad one: before the build
+    tolerance = ModuleTolerance.of(spec["tolerance"])  # a bad one: before the build
     ex, target, seconds = rebuild_lowering(folder, spec)
     dev = device_for(target)
     inputs = read_npz(folder / "inputs.npz", spec["inputs"])
@@ -124,8 +124,7 @@ def module_command(compiled, shapes: dict | None, seed: int, tolerance: ModuleTo
     for name, shape in (shapes or {}).items():
         argv += ["--shape", f"{name}={','.join(map(str, shape))}"]
     argv += ["--seed", str(seed)] if seed else []
-    argv += [f"--{k}={v}" for k, v in (("atol", tolerance.atol), ("rtol", tolerance.rtol)) if v is not None]
-    return argv
+    return argv + Tolerance.restating(tolerance).argv()
 
 
 def module_reproducers(compiled, result, inputs: dict, tolerance: ModuleTolerance, shapes: dict | None, seed: int,

@@ -34,7 +34,7 @@ from ...passes.target import resolve_target, target_json
 from ...support.atomic_file import make_temp_dir, remove_own_temps, temp_prefix
 from ...support.errors import MtpError, last_line
 from ...verify.golden_check import GoldenOptions, Provenance, golden_check
-from ...verify.tolerances import LogitsTolerance, RatioTolerance
+from ...verify.tolerances import LogitsTolerance, RatioTolerance, Tolerance
 
 REPRO_DIR = "repro"
 PROJECT_ROOT = Path(__file__).resolve().parents[3]  # the folder holding the mtp_tvm package
@@ -97,10 +97,14 @@ def cli_command(compiled, options: GoldenOptions) -> str:
     if debug.api_only_passes:
         names = extra_pass_names(resolve_extra_passes(debug.extra_passes, compiled.target))
         notes.append(f"# plus extra passes given through the Python API: {', '.join(names)}")
-    for flag, value in options.logits_tol.overrides().items():
-        argv += [f"--{flag.replace('_', '-')}", str(value)]
-    if options.tolerance.overrides():
-        notes.append(f"# with tolerance {json.dumps(options.tolerance.overrides())} (Python API)")
+    shared = Tolerance.restating(options.tolerance)  # the CLI's flags set the LM-head logits' tolerance too
+    argv += shared.argv()
+    implied = LogitsTolerance.of(shared)
+    logits = {k: v for k, v in options.logits_tol.overrides().items() if getattr(implied, k) != v}
+    if set(logits) == {"max_e2e_abs_diff"}:
+        argv += ["--max-e2e-abs-diff", str(logits["max_e2e_abs_diff"])]
+    elif logits:
+        notes.append(f"# with logits tolerance {json.dumps(logits)} (Python API)")
     return "\n".join([shlex.join(argv), *notes]) + "\n"
 
 

@@ -35,7 +35,7 @@ from ...support.atomic_file import write_user_file
 from ...support.errors import MtpError, UsageError
 from ...support.lazy import lazy_module
 from ...verify.module_golden import golden_check_module
-from ...verify.tolerances import ModuleTolerance
+from ...verify.tolerances import ModuleTolerance, Tolerance
 from ..check.module_localize import compare_with_torch
 
 torch = lazy_module("torch")
@@ -162,7 +162,7 @@ def _ancestors(graph: ExportedGraph, name: str) -> list[str]:
 
 
 def minimize_module(module: str | Path | ModuleSpec | None = None, debug: DebugOptions | None = None, *,
-                    tolerance: ModuleTolerance | Mapping | None = None, out: str | Path | None = None,
+                    tolerance: Tolerance | ModuleTolerance | Mapping | None = None, out: str | Path | None = None,
                     log=print, **options) -> MinimizeResult:
     """Cut the module file ``module``'s exported graph down to the smallest piece whose ``check`` (same
     keywords: ``target``, ``schedule``, the fields of ``DebugOptions``; ``tolerance``) still fails, and write it to
