@@ -41,6 +41,21 @@ def test_a_tvmscript_module_is_timed_alone_its_peers_unavailable_with_why():
     assert "has no torch model" in r.unavailable["torch_eager"] and r.best_peer is None
 
 
+@pytest.mark.slow  # a build, two workers twice
+def test_a_module_artifact_races_its_files_model_while_the_file_is_unchanged(tmp_path):
+    from mtp_tvm import build
+
+    source = tmp_path / "block.py"
+    source.write_text(TORCH_EXAMPLE.read_text())
+    build(tmp_path / "art", str(source), log=lambda *_: None)
+    r = bench(artifact=str(tmp_path / "art"), peers=("torch_eager",), rounds=1)
+    assert not r.unavailable and r.median_ms["tvm"] > 0 and r.median_ms["torch_eager"] > 0
+    source.write_text(source.read_text() + "\n# edited after the build\n")
+    r = bench(artifact=str(tmp_path / "art"), peers=("torch_eager",), rounds=1)
+    assert r.median_ms["tvm"] > 0 and r.median_ms["torch_eager"] is None
+    assert "changed since the build (sha256 differs)" in r.unavailable["torch_eager"]
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--tokens", "4"], "--module builds your file, so --tokens"),
     (["--plot", "p.png"], "bench --module times your file at its example inputs; --plot cannot apply"),

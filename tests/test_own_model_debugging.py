@@ -85,6 +85,21 @@ def test_ddmin_finds_a_one_minimal_failing_subset():
     assert ddmin(["a"], lambda s: True) == ["a"]
 
 
+@pytest.mark.slow  # a few builds of small pieces
+def test_minimize_keeps_a_failing_build_and_its_piece_fails_the_same_way(tmp_path):
+    from mtp_tvm import check
+    from mtp_tvm.support.errors import BuildError
+    from mtp_tvm.tools.minimize.minimize import minimize_module
+
+    result = minimize_module(MODULES / "causal_mask_full.py", out=tmp_path / "mask_min.py", **QUIET)
+    assert "legalize/LegalizeOps" in result.failure and "op relax.full" in result.failure
+    assert "aten.full.default" in result.ops and len(result.nodes) <= 3 < result.graph_nodes
+    assert "still fail the build in pass legalize/LegalizeOps" in result.summary()
+    assert "torch.export.Dim('seq', min=2, max=64)" in (tmp_path / "mask_min.py").read_text()  # the size kept symbolic
+    with pytest.raises(BuildError, match=r"in pass legalize/LegalizeOps on Relax function main, op relax\.full"):
+        check(tmp_path / "mask_min.py", **QUIET)
+
+
 def test_a_node_names_the_users_source_line_over_torchs_own():
     from pathlib import Path
     from types import SimpleNamespace

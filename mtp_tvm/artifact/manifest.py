@@ -140,6 +140,8 @@ def _module_problems(module, m: dict) -> list[str]:
     out = []
     if not isinstance(module.get("path"), str):
         out.append("module.path: expected the module file's path (a string)")
+    if "sha256" in module and not _is_sha256(module["sha256"]):  # absent before bench --artifact ran peers
+        out.append(f"module.sha256: expected the module file's sha256, got {module['sha256']!r}")
     if module.get("kind") not in MODULE_KINDS:
         out.append(f"module.kind: expected one of {', '.join(MODULE_KINDS)}, got {module.get('kind')!r}")
     inputs = len(m["inputs"]) if isinstance(m["inputs"], dict) else 0

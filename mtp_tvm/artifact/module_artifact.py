@@ -3,13 +3,14 @@ it is (``module_identity``, the manifest's identity for ``artifact.export.build`
 case's artifact, plus the file's example inputs (parameters included) and their reference outputs, so that ``run`` and
 ``check --artifact`` need neither the file nor torch: the golden of a torch model can only be recomputed with the
 model, so it is computed once at build time and stored (``reference_outputs.npz``); the manifest records the
-file's path for the reader, not for use.
+file's path and sha256, so that ``bench --artifact`` can run the file's model as the peers only while it is unchanged.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from ..artifact.manifest import sha256_file
 from ..artifact.module_reference import EXAMPLE_INPUTS, REFERENCE_OUTPUTS
 from ..compiler.arrays import write_npz
 from ..compiler.module_build import CompiledModule
@@ -27,8 +28,8 @@ def module_identity(compiled: CompiledModule, folder: Path) -> dict:
     return {"case": user.name, "description": f"module file {user.path.name} ({user.kind})", "preset": NO_PRESET,
             "frontend": compiled.frontend, "shapes": user.example_shapes,
             "symbolic_dims": {d: "a symbolic size of the module" for d in user.symbolic_dims},
-            "module": {"path": str(user.path), "kind": user.kind, "num_input": user.num_input,
-                       "returns_tuple": user.returns_tuple, "example_inputs": EXAMPLE_INPUTS,
-                       "reference_outputs": REFERENCE_OUTPUTS, "reference": reference,
+            "module": {"path": str(user.path), "sha256": sha256_file(user.path), "kind": user.kind,
+                       "num_input": user.num_input, "returns_tuple": user.returns_tuple,
+                       "example_inputs": EXAMPLE_INPUTS, "reference_outputs": REFERENCE_OUTPUTS, "reference": reference,
                        "dim_bounds": {d: list(b) for d, b in user.dim_bounds.items()},
                        "dim_names": dict(user.dim_names)}}

@@ -213,7 +213,8 @@ def _failed(b: _Build, e: BaseException, running: list, passes_seen: dict):
         raise UsageError(message + where) from None
     raise BuildError(f"build of {name} for {target_name(b.target)} failed {message}{where}"
                      if message.startswith("in pass") else
-                     f"build of {name} for {target_name(b.target)} failed: {message}{where}") from e
+                     f"build of {name} for {target_name(b.target)} failed: {message}{where}",
+                     place, last_line(e)) from e
 
 
 def _write_dumps(b: _Build, built: _Lowered, compiled: Compiled) -> None:

@@ -14,9 +14,14 @@ class UsageError(MtpError):
 
 
 class BuildError(MtpError):
-    """TVM could not lower or build the module for the requested target."""
+    """TVM could not lower or build the module for the requested target: ``place`` where (``in pass P on ...``,
+    empty when no pass was running), ``cause`` TVM's own line."""
 
     exit_code = 3
+
+    def __init__(self, message: str, place: str = "", cause: str = ""):
+        super().__init__(message)
+        self.place, self.cause = place, cause
 
 
 def last_line(error: BaseException | str) -> str:

@@ -36,7 +36,7 @@ from ...compiler.options import MODULE_FILES, DebugOptions, ModuleSpec, split_op
 from ...compiler.tensors import to_host
 from ...passes.target import is_gpu, require_runs_here, target_json, usable_cores
 from ...support.atomic_file import write_user_file
-from ...support.errors import UsageError
+from ...support.errors import MtpError, UsageError
 from ...support.text_table import text_table
 from ...support.timing import phase
 from ...verify.comparators import flat_outputs
@@ -178,8 +178,9 @@ def bench_module_file(spec: ModuleSpec | str | os.PathLike | None, options: Modu
     """``bench`` of a module file: build it (keywords: ``module``, ``target``, ``schedule`` and the fields of
     ``DebugOptions``: a pass disabled or added, dumps) and race it against
     its torch peers as ``options`` say (keywords: its fields too); see the module docstring. ``artifact``: a
-    module file's artifact timed instead of a build, on its stored example inputs against its stored reference
-    (it carries no model: its peers are unavailable)."""
+    module file's artifact timed instead of a build, on its stored example inputs against its stored reference;
+    the peers run the module file the manifest names while its sha256 is the one built (else they are unavailable,
+    with why)."""
     if options is not None and not isinstance(options, ModuleBenchOptions):
         raise UsageError(f"bench of a module file takes ModuleBenchOptions, got {type(options).__name__}")
     option_fields = {f.name for f in dataclasses.fields(ModuleBenchOptions)}
@@ -204,7 +205,7 @@ def bench_module_file(spec: ModuleSpec | str | os.PathLike | None, options: Modu
         build = _build(spec, debug, folder) if artifact is None else prebuilt
         race = Race(folder, threads, (EXAMPLE,), running, log, where=lambda _size: "on the example inputs")
         race.start(TVM, ModuleTvmJob(str(build.artifact), options.number))
-        _start_peers(race, build.module_file, options, folder, "cuda" if is_gpu(tgt) else "cpu", threads)
+        _start_peers(race, build, options, folder, "cuda" if is_gpu(tgt) else "cpu", threads)
         with phase("build"):
             race.set_up()
         with phase("run"):
@@ -215,19 +216,22 @@ def bench_module_file(spec: ModuleSpec | str | os.PathLike | None, options: Modu
 
 @dataclasses.dataclass(frozen=True)
 class _Build:
-    """The module's artifact and what the race needs of it: the loaded file (None for a prebuilt artifact), what
-    it is (path, kind, example shapes), the reference outputs as one vector (the golden), the bytes ``main`` must
-    move (every input, parameter and output once), the build's seconds."""
+    """The module's artifact and what the race needs of it: the loaded file (None where the peers cannot run:
+    ``no_peers`` says why), what it is (path, kind, example shapes), the example inputs the peers run, the reference
+    outputs as one vector (the golden), the bytes ``main`` must move (every input, parameter and output once), the
+    build's seconds."""
 
     artifact: Path
     module_file: object  # ir.module_file.ModuleFile, or None
     module: str
     kind: str
     shapes: dict[str, list[int]]
+    examples: dict[str, np.ndarray]
     golden: np.ndarray
     moved: float
     seconds: float
     spec: ModuleSpec | None = None  # a prebuilt artifact's, from its manifest
+    no_peers: str | None = None
 
 
 def _build(spec: ModuleSpec, debug: DebugOptions, folder: Path) -> _Build:
@@ -240,13 +244,13 @@ def _build(spec: ModuleSpec, debug: DebugOptions, folder: Path) -> _Build:
     outputs = built.manifest["outputs"]
     reference = read_npz(built.path / REFERENCE_OUTPUTS, {n: s["dtype"] for n, s in outputs.items()})
     moved = float(sum(a.nbytes for a in (*user.examples.values(), *reference.values())))
-    return _Build(built.path, user, str(user.path), user.kind, user.example_shapes,
+    return _Build(built.path, user, str(user.path), user.kind, user.example_shapes, dict(user.examples),
                   flat_outputs([reference[n] for n in user.output_names]), moved, built.compiled.build_seconds)
 
 
 def _prebuilt(path: Path) -> _Build:
     """A module file's artifact as the race needs it, from its manifest and stored arrays (refused unless it is
-    one)."""
+    one), with the module file it was built from while that is unchanged (the peers' model)."""
     from ...artifact.manifest import read_manifest
     from ...artifact.module_reference import stored_arrays
 
@@ -256,20 +260,41 @@ def _prebuilt(path: Path) -> _Build:
     inputs, reference = stored_arrays(path, m, "example_inputs"), stored_arrays(path, m, "reference_outputs")
     moved = float(sum(a.nbytes for a in (*inputs.values(), *reference.values())))
     spec = ModuleSpec(m["module"]["path"], m["target"], m["schedule"]["name"])
-    return _Build(path, None, m["module"]["path"], m["module"]["kind"], m["shapes"],
-                  flat_outputs([reference[n] for n in m["outputs"]]), moved, m["build"]["compile_seconds"], spec)
+    user, why = _built_from(m["module"])
+    return _Build(path, user, m["module"]["path"], m["module"]["kind"], m["shapes"], inputs,
+                  flat_outputs([reference[n] for n in m["outputs"]]), moved, m["build"]["compile_seconds"], spec, why)
 
 
-def _start_peers(race: Race, user, options: ModuleBenchOptions, folder: Path, device: str, threads: int) -> None:
-    """A worker per torch peer (a TVMScript module has none: unavailable, with why)."""
-    peers = list(options.peers)
-    if user is None:
+def _built_from(module: dict):
+    """The module file an artifact was built from, loaded, or None and why the peers cannot run it: a TVMScript
+    module has no torch model, and a file that is gone or changed since the build (its sha256) is not the model
+    the artifact holds."""
+    from ...artifact.manifest import sha256_file
+    from ...ir.module_file import load_module_file
+
+    source = Path(module["path"])
+    if module["kind"] != "torch":
+        return None, "a TVMScript module file has no torch model to run"
+    if "sha256" not in module:
+        return None, "the artifact records no sha256 of its module file (built before bench --artifact ran peers)"
+    if not source.is_file():
+        return None, f"its module file {source} is gone"
+    if sha256_file(source) != module["sha256"]:
+        return None, f"its module file {source} changed since the build (sha256 differs)"
+    try:
+        return load_module_file(source), None
+    except MtpError as e:
+        return None, f"its module file {source} no longer loads: {e}"
+
+
+def _start_peers(race: Race, build: _Build, options: ModuleBenchOptions, folder: Path, device: str,
+                 threads: int) -> None:
+    """A worker per torch peer, on the inputs TVM runs (none where the model cannot run: unavailable, with why)."""
+    peers, user = list(options.peers), build.module_file
+    why = build.no_peers or (None if user.kind == "torch" else "a TVMScript module file has no torch model to run")
+    if why:
         for p in peers:
-            race.unavailable[EXAMPLE][p] = "a prebuilt artifact carries no model to run (bench --module FILE.py does)"
-        return
-    if user.kind != "torch":
-        for p in peers:
-            race.unavailable[EXAMPLE][p] = "a TVMScript module file has no torch model to run"
+            race.unavailable[EXAMPLE][p] = why
         return
     import torch
 
@@ -278,7 +303,7 @@ def _start_peers(race: Race, user, options: ModuleBenchOptions, folder: Path, de
 
     torch.save(dict(user.program.state_dict), folder / STATE_DICT)
     files = InputFiles.write(folder, {n: s.dtype for n, s in user.input_specs.items()}, user.activation_names,
-                             {EXAMPLE: dict(user.examples)})
+                             {EXAMPLE: build.examples})
     for p in peers:
         why = peer_unavailable(p, device == "cuda")
         if why:

@@ -1,16 +1,19 @@
 """``mtp-tvm minimize --module FILE.py``: the smallest piece of the user's exported graph that still fails
 ``check --module`` with the same build options (a pass plugin, a disabled pass, a schedule), written as a module
-file of its own, as torch.compile's accuracy minifier does for Inductor.
+file of its own, as torch.compile's accuracy minifier does for Inductor. When the file's build itself fails, the
+failure kept is that build failure, in the same pass on the same op (``BuildError.place`` less its binding, and
+TVM's line), as torch's minifier does for compile errors.
 
 A piece is a set of the graph's call nodes; a node left out whose value a kept node reads becomes an input of
 the piece, fed the value torch computed there on the file's example inputs ("inputs recorded at the cut"; a
-size or a scalar is written in as a constant). The piece's outputs are its nodes no other kept node reads. The
+size or a scalar is written in as a constant; an input's symbolic sizes stay symbolic, under the user's ``Dim``
+names and bounds, since a failure may need them). The piece's outputs are its nodes no other kept node reads. The
 search starts from the first op ``localize --module`` names and everything it depends on (the whole graph when
-no op differs, or when that piece passes), then delta debugging (Zeller's ddmin) over its nodes: a chunk or
-its complement that still fails replaces the set, until no single node can go. Each try writes the piece as a
-module file and checks it as ``check --module`` does (one export, import and build; no run folder, no
-reproducer). A piece that cannot be made (a tuple cut in two) or built counts as passing: only a failure of the
-check itself is kept.
+no op differs, when that piece passes, or when the build fails), then delta debugging (Zeller's ddmin) over its
+nodes: a chunk or its complement that still fails replaces the set, until no single node can go. Each try writes
+the piece as a module file and checks it as ``check --module`` does (one export, import and build; no run folder,
+no reproducer). A piece that cannot be made (a tuple cut in two) or built counts as passing: only a failure of the
+check itself (or the same build failure) is kept.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import io
+import re
 import tempfile
 import time
 from collections.abc import Mapping
@@ -32,7 +36,7 @@ from ...ir.graph_nodes import ExportedGraph, node_values
 from ...ir.module_file import TORCH, load_module_file, to_torch
 from ...passes.target import require_runs_here
 from ...support.atomic_file import write_user_file
-from ...support.errors import MtpError, UsageError
+from ...support.errors import BuildError, MtpError, UsageError
 from ...support.lazy import lazy_module
 from ...verify.module_golden import golden_check_module
 from ...verify.tolerances import ModuleTolerance, Tolerance
@@ -41,7 +45,7 @@ from ..check.module_localize import compare_with_torch
 torch = lazy_module("torch")
 
 _FILE = '''"""Minimised by mtp-tvm minimize from {origin}: {kept} of its {total} graph ops, which still fail
-`mtp-tvm check --module` with {options}. The inputs are the values torch computed at the cut on the original's
+{failure} with {options}. The inputs are the values torch computed at the cut on the original's
 example inputs; the ops are torch.export's (ATen), as the original's exported graph ran them."""
 
 import base64
@@ -68,15 +72,46 @@ def model():
 def example_inputs():
     arrays = np.load(io.BytesIO(base64.b64decode("".join(_INPUTS))))
     return tuple(torch.from_numpy(arrays[name]).to(getattr(torch, dtype)) for name, dtype in _DTYPES.items())
+{dynamic}'''
+
+_DYNAMIC = '''
+
+def dynamic_shapes():
+{dims}
+    return {shapes}
 '''
+
+CHECK_FAILS = "`mtp-tvm check --module`"
 
 
 class NotAPiece(Exception):
     """A set of nodes that cannot be written as a module file (why: its message)."""
 
 
-def piece_source(graph: ExportedGraph, keep: list[str], values: dict, origin: str, options: str) -> str:
-    """The module file of the nodes ``keep`` (see the module docstring)."""
+def _dynamic_shapes(graph: ExportedGraph, inputs: list[str], dim_names: dict[str, str]) -> str:
+    """The piece's ``dynamic_shapes()``: each input dim that is one of the program's symbols, as a ``Dim`` of the
+    user's name (torch's symbol where it has none) and the program's bounds; empty when no dim is symbolic."""
+    nodes = {n.name: n for n in graph.program.graph.nodes}
+    bounds = {str(k): v for k, v in graph.program.range_constraints.items()}
+    dims: dict[str, str] = {}
+    shapes = []
+    for name in inputs:
+        shape = getattr(nodes[name].meta.get("val"), "shape", ())
+        symbolic = {d: str(size) for d, size in enumerate(shape) if str(size) in bounds}
+        for symbol in symbolic.values():
+            low, high = bounds[symbol].lower, bounds[symbol].upper
+            limits = "".join([f", min={int(low)}" if low >= 2 else "",
+                              f", max={int(high)}" if getattr(high, "is_finite", True) and high < 2 ** 62 else ""])
+            dims.setdefault(symbol, f"    {symbol} = torch.export.Dim({dim_names.get(symbol, symbol)!r}{limits})")
+        shapes.append("{" + ", ".join(f"{d}: {symbol}" for d, symbol in symbolic.items()) + "}" if symbolic else "None")
+    if not dims:
+        return ""
+    return _DYNAMIC.format(dims="\n".join(dims.values()), shapes="(" + ", ".join(shapes) + ",)")
+
+
+def piece_source(graph: ExportedGraph, keep: list[str], values: dict, origin: str, options: str,
+                 failure: str = CHECK_FAILS, dim_names: dict[str, str] | None = None) -> str:
+    """The module file of the nodes ``keep`` (see the module docstring), which still fail ``failure``."""
     fx = torch.fx
     kept = [n for n in graph.program.graph.nodes if n.name in set(keep)]
     g = fx.Graph()
@@ -105,8 +140,10 @@ def piece_source(graph: ExportedGraph, keep: list[str], values: dict, origin: st
     text = base64.b64encode(buffer.getvalue()).decode()
     blob = "\n".join(f'    "{text[i:i + 100]}"' for i in range(0, len(text), 100))
     dtypes = {k: str(v.dtype).removeprefix("torch.") for k, v in inputs.items()}
-    return _FILE.format(origin=origin, kept=len(kept), total=len(graph.nodes), options=options, blob=blob,
-                        dtypes=dtypes, forward="\n".join(f"    {line}".rstrip() for line in code.splitlines()))
+    forward = "\n".join(f"    {line}".rstrip() for line in code.splitlines())
+    return _FILE.format(origin=origin, kept=len(kept), total=len(graph.nodes), failure=failure, options=options,
+                        blob=blob, dtypes=dtypes, forward=forward,
+                        dynamic=_dynamic_shapes(graph, list(inputs), dim_names or {}))
 
 
 def ddmin(items: list[str], fails) -> list[str]:
@@ -129,7 +166,8 @@ def ddmin(items: list[str], fails) -> list[str]:
 
 @dataclasses.dataclass(frozen=True)
 class MinimizeResult:
-    """The piece written: its nodes (by name, graph order), how many the graph and the start had, the tries."""
+    """The piece written: its nodes (by name, graph order), how many the graph and the start had, the tries, the
+    failure it keeps (``check --module``, or the build's own failure)."""
 
     module: str
     out: Path
@@ -140,12 +178,20 @@ class MinimizeResult:
     started_from: str              # what the search started from
     tries: int
     seconds: float
+    failure: str = CHECK_FAILS
 
     def summary(self) -> str:
-        return (f"minimize {self.module}: {len(self.nodes)} of {self.graph_nodes} graph ops still fail "
+        fails = "still fail" if self.failure == CHECK_FAILS else f"still fail {self.failure}"
+        return (f"minimize {self.module}: {len(self.nodes)} of {self.graph_nodes} graph ops {fails} "
                 f"({self.started_from}: {self.start_nodes} ops; {self.tries} tries, {self.seconds:.0f}s)\n"
                 f"  kept: {', '.join(f'{n} ({op})' for n, op in zip(self.nodes, self.ops))}\n"
                 f"  written: {self.out} (mtp-tvm check --module {self.out} ... fails the same way)")
+
+
+def _build_failure(error: BuildError) -> tuple[str, str]:
+    """What makes two build failures the same: the pass and what it was processing (less the binding's name,
+    which a piece may rename), and TVM's line."""
+    return re.sub(r" \(binding [^)]*\)", "", error.place), error.cause
 
 
 def _ancestors(graph: ExportedGraph, name: str) -> list[str]:
@@ -165,8 +211,9 @@ def minimize_module(module: str | Path | ModuleSpec | None = None, debug: DebugO
                     tolerance: Tolerance | ModuleTolerance | Mapping | None = None, out: str | Path | None = None,
                     log=print, **options) -> MinimizeResult:
     """Cut the module file ``module``'s exported graph down to the smallest piece whose ``check`` (same
-    keywords: ``target``, ``schedule``, the fields of ``DebugOptions``; ``tolerance``) still fails, and write it to
-    ``out`` (default ``<file>_min.py`` in the current folder) as a module file."""
+    keywords: ``target``, ``schedule``, the fields of ``DebugOptions``; ``tolerance``) still fails, or whose build
+    fails as the file's does, and write it to ``out`` (default ``<file>_min.py`` in the current folder) as a module
+    file."""
     spec, debug = split_options(module, debug, options, "minimize_module", MODULE_FILES)
     tolerance = ModuleTolerance.of(tolerance)
     out = Path(out) if out is not None else Path.cwd() / f"{Path(spec.module).stem}_min.py"
@@ -181,11 +228,17 @@ def minimize_module(module: str | Path | ModuleSpec | None = None, debug: DebugO
     quiet = lambda *_: None  # noqa: E731
     graph = user.graph
     values = node_values(graph, tuple(to_torch(user.examples[n]) for n in user.activation_names))
-    argv = " ".join(debug.replace(dump_passes=None).as_argv()) or "its default build"
-    described = f"--schedule {spec.schedule} {argv}".strip()
+    described = " ".join(["--schedule", spec.schedule, *debug.replace(dump_passes=None).as_argv()])
     trying = debug.replace(dump_passes=None)  # no run folder per try
     tries = 0
     seen: dict[tuple[str, ...], bool] = {}
+    log(f"[BUILD] module={spec.module}: localize the first op that differs from torch")
+    try:
+        first, build_fails = compare_with_torch(compile(spec, debug, loaded=user), tolerance).first, None
+    except BuildError as e:
+        first, build_fails = None, _build_failure(e)
+        log(f"[MINIMIZE] its build fails {e.place or ''}: keep that failure ({e.cause})")
+    failure = CHECK_FAILS if build_fails is None else f"the build {build_fails[0] or ''} ({build_fails[1]})"
 
     with tempfile.TemporaryDirectory(prefix="mtp-minimize-") as tmp:
         def fails(keep: list[str]) -> bool:
@@ -198,29 +251,33 @@ def minimize_module(module: str | Path | ModuleSpec | None = None, debug: DebugO
             tries += 1
             path = Path(tmp) / f"piece{tries}.py"
             try:
-                path.write_text(piece_source(graph, keep, values, user.path.name, described))
+                path.write_text(piece_source(graph, keep, values, user.path.name, described, failure,
+                                             user.dim_names))
                 piece = load_module_file(path)  # checked as check --module does, without its reproducers
                 built = compile(dataclasses.replace(spec, module=path), trying, loaded=piece)
-                result = golden_check_module(built, tolerance, quiet)
+                passed = build_fails is not None or golden_check_module(built, tolerance, quiet).passed
+            except BuildError as e:
+                same = build_fails is not None and _build_failure(e) == build_fails
+                log(f"[MINIMIZE] try {tries}: {len(keep)} ops: "
+                    f"{'FAILS (the same build failure)' if same else f'not a failing piece ({e})'}")
+                return same
             except (NotAPiece, MtpError) as e:
                 log(f"[MINIMIZE] try {tries}: {len(keep)} ops: not a failing piece ({e})")
                 return False
-            log(f"[MINIMIZE] try {tries}: {len(keep)} ops: {'FAILS' if not result.passed else 'passes'}")
-            return not result.passed
+            log(f"[MINIMIZE] try {tries}: {len(keep)} ops: {'FAILS' if not passed else 'passes'}")
+            return not passed
 
-        log(f"[BUILD] module={spec.module}: localize the first op that differs from torch")
-        first = compare_with_torch(compile(spec, debug, loaded=user), tolerance).first
         start, where = list(graph.nodes), "the whole graph"
         if first is not None:
             start, where = _ancestors(graph, first.node.name), f"{first.node.name} and what it depends on"
             if not fails(start):
                 start, where = list(graph.nodes), "the whole graph (the first differing op's piece passes)"
         if where.startswith("the whole graph") and not fails(start):
-            raise UsageError(f"module file {user.path.name} does not fail check --module as a piece of its own graph "
+            raise UsageError(f"module file {user.path.name} does not fail {failure} as a piece of its own graph "
                              "with these options: nothing to minimize")
         kept = ddmin(start, fails)
-    source = piece_source(graph, kept, values, user.path.name, described)
+    source = piece_source(graph, kept, values, user.path.name, described, failure, user.dim_names)
     write_user_file(out, lambda p: p.write_text(source), what="minimized module ")
     nodes = {n.name: n for n in graph.program.graph.nodes}
     return MinimizeResult(user.path.name, out, tuple(kept), tuple(str(nodes[n].target) for n in kept),
-                          len(graph.nodes), len(start), where, tries, time.perf_counter() - t0)
+                          len(graph.nodes), len(start), where, tries, time.perf_counter() - t0, failure)
