@@ -104,3 +104,12 @@ def test_an_op_the_importer_makes_unlowerable_is_named_before_the_build(tmp_path
                                          r"y.topk\(2\).values: TVM's importer makes it relax.topk, which no "
                                          "legalisation lowers"):
         load_module_file(path)
+
+
+@pytest.mark.slow  # two builds
+@pytest.mark.parametrize("size", [8, 64])
+def test_a_table_sliced_to_a_symbolic_size_in_bounds_keeps_that_size(size):
+    from mtp_tvm import check
+
+    module = REPO / "tests" / "modules" / "rope_table_slice.py"
+    assert check(module, shapes={"x": (size, 16)} if size != 8 else None, log=lambda *_: None).passed

@@ -127,8 +127,27 @@ def _native_group_norm(node, importer):
     return _emit(importer, relax.Tuple([out, *(_emit(importer, s) for s in stats)]))
 
 
+def _slice(node, importer):
+    """``aten.slice.Tensor`` up to a symbolic size that torch proved in bounds (``self.cos[:s]`` of a RoPE table
+    with ``s <= `` its rows, from ``dynamic_shapes()``'s bounds): the importer's ``strided_slice`` assumes in bounds,
+    so its size is ``s`` as torch's is. The importer's own checks it, and its size stays ``min(s, rows)``, which
+    no later shape equals: every op after it has an unknown shape and FoldConstant cannot build it."""
+    import torch
+
+    start, end, step = _arg(node, 2, "start", None), _arg(node, 3, "end", None), _arg(node, 4, "step", 1)
+    dim = _arg(node, 1, "dim", 0)
+    size = getattr(node.meta.get("val"), "shape", None)
+    end_size = end.meta.get("val") if isinstance(end, torch.fx.Node) else None
+    if (start in (None, 0) and step == 1 and isinstance(end_size, torch.SymInt) and size is not None
+            and str(size[dim]) == str(end_size)):
+        x = importer.env[node.args[0]]
+        return _emit(importer, relax.op.strided_slice(x, [dim], [0], [importer.env[end]], [1], assume_inbound=True))
+    return importer._slice(node)
+
+
 CONVERTERS = {
     **CUSTOM_CONVERTERS,
+    "slice.Tensor": _slice,
     "max.dim": _reduce_with_index(relax.op.max, relax.op.argmax),
     "min.dim": _reduce_with_index(relax.op.min, relax.op.argmin),
     "amin.default": _amin,
