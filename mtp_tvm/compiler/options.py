@@ -89,6 +89,18 @@ class OnTarget:
         return {k: v for k, v in self.__dict__.items() if k != "resolved_target"}
 
 
+def _resolve_case(spec: BuildSpec) -> tuple[Case, Shapes]:
+    """``BuildSpec.resolve``'s work, done once per sizing."""
+    case = get_case(spec.case)
+    shapes = spec.shapes()
+    case.check_shapes(shapes)
+    check_frontend(spec.frontend)
+    return case, shapes
+
+
+_RESOLVED: dict[tuple, tuple[Case, Shapes]] = {}  # BuildSpec._sizing -> its case and shapes, checked
+
+
 @dataclasses.dataclass(frozen=True)
 class BuildSpec(OnTarget):
     """One binary: ``case`` for ``target`` at ``preset`` sizes through ``frontend``, scheduled by ``schedule``.
@@ -130,14 +142,28 @@ class BuildSpec(OnTarget):
         return make_shapes(self.preset, self.tokens if tokens is None else tokens, self.vocab_shard, self.owners,
                            self.tp)
 
+    @property
+    def _sizing(self) -> tuple:
+        """What the case and its sizes depend on: a spec that differs only in target or schedule shares them."""
+        return self.case, self.preset, self.frontend, self.tokens, self.vocab_shard, self.owners, self.tp
+
     def resolve(self) -> tuple[Case, Shapes]:
         """The case and its sizes, every name and size checked (one-line ``UsageError``s) without importing TVM
-        or torch, so a command refuses a typo at once instead of after seconds of imports."""
-        case = get_case(self.case)
-        shapes = self.shapes()
-        case.check_shapes(shapes)
-        check_frontend(self.frontend)
-        return case, shapes
+        or torch, so a command refuses a typo at once instead of after seconds of imports. Worked out once per
+        process for a sizing (``_RESOLVED``) and carried to a worker process with the spec (``__getstate__``),
+        however many layers ask: the CLI to refuse early, the verb, the driver."""
+        if self._sizing not in _RESOLVED:
+            _RESOLVED[self._sizing] = _resolve_case(self)
+        return _RESOLVED[self._sizing]
+
+    def __getstate__(self) -> dict:
+        return {**super().__getstate__(), "_resolution": _RESOLVED.get(self._sizing)}
+
+    def __setstate__(self, state: dict) -> None:
+        resolution = state.pop("_resolution", None)
+        self.__dict__.update(state)
+        if resolution is not None:
+            _RESOLVED.setdefault(self._sizing, resolution)
 
     def as_argv(self, target_flag: str | None = None) -> list[str]:
         """The ``mtp-tvm`` flags of this spec (sizes left at their default are omitted); ``target_flag``
