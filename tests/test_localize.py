@@ -15,7 +15,7 @@ from mtp_tvm.cli import main
 from mtp_tvm.passes.plugins import load_pass_plugin
 from mtp_tvm.support.errors import UsageError
 from mtp_tvm.tools.check.kernel_calls import record
-from mtp_tvm.tools.check.kernel_repro import kernel_script, rerun
+from mtp_tvm.tools.check.kernel_repro import kernel_script, rerun_kernels
 from mtp_tvm.tools.check.localize import Against, localize
 from mtp_tvm.tools.check.repro import save_arrays
 from mtp_tvm.verify.results import NanReport
@@ -69,10 +69,10 @@ def test_the_kernel_reproducer_reproduces_alone_and_agrees_once_the_kernel_is_fi
     spec["test"]["args"] = [list(a) for a in call.args]
     (fixed / "kernel.json").write_text(json.dumps(spec))
     lines = []
-    assert rerun(fixed, log=lines.append) == 0, lines
+    assert rerun_kernels(fixed, log=lines.append) == 0, lines
     assert lines[-1].startswith("NOT REPRODUCED")
     (fixed / "test_inputs.npz").unlink()
-    assert rerun(fixed, log=lines.append) == 2 and "test_inputs.npz" in lines[-1]
+    assert rerun_kernels(fixed, log=lines.append) == 2 and "test_inputs.npz" in lines[-1]
 
 
 @pytest.mark.slow  # two builds, over 1 s
@@ -161,7 +161,7 @@ def test_a_kernel_reproducer_with_a_bad_tolerance_or_field_is_broken_2_not_repro
         spec["tolerance"]["atol"] = -1.0 if bad == "atol -1" else "x"
     (folder / "kernel.json").write_text(json.dumps(spec))
     lines = []
-    assert rerun(folder, log=lines.append) == 2 and lines[-1].startswith("repro: error:"), lines
+    assert rerun_kernels(folder, log=lines.append) == 2 and lines[-1].startswith("repro: error:"), lines
     if bad == "atol -1":  # the launcher too: exit 2, one line (the launcher is a subprocess: slow only)
         run = subprocess.run([sys.executable, str(folder / "repro.py")], capture_output=True, text=True,
                              cwd=tmp_path)
@@ -220,7 +220,7 @@ def test_the_kernel_call_recorder_and_the_kernel_reproducer_take_every_dtype(eve
             spec[name] = {**side, "inputs": inputs}
         (folder / "kernel.json").write_text(json.dumps(spec))
         lines = []
-        assert rerun(folder, log=lines.append) == 0, (c.kernel, lines)
+        assert rerun_kernels(folder, log=lines.append) == 0, (c.kernel, lines)
 
 
 def _every_case_and_frontend():

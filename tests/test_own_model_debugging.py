@@ -223,7 +223,7 @@ def test_check_module_at_another_size_with_the_nan_check(capsys):
 def test_a_failing_module_check_writes_a_reproducer_that_fails_alone(tmp_path, monkeypatch, capsys):
     from pathlib import Path
 
-    from mtp_tvm.tools.check.module_repro import rerun
+    from mtp_tvm.tools.check.repro import rerun
 
     monkeypatch.chdir(tmp_path)
     assert main(["check", "--module", str(BLOCK), "--pass-plugin", str(FP16_NORM)]) == 1

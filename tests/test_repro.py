@@ -145,4 +145,4 @@ def test_the_launcher_puts_the_checkout_that_wrote_it_first():
     from mtp_tvm.tools.check.repro import PROJECT_ROOT, launcher
 
     assert (PROJECT_ROOT / "mtp_tvm" / "__init__.py").is_file()
-    assert repr(str(PROJECT_ROOT)) in launcher("mtp_tvm.tools.check.repro", "doc")
+    assert repr(str(PROJECT_ROOT)) in launcher("mtp_tvm.tools.check.repro", "rerun", "doc")

@@ -1,21 +1,30 @@
 """``check``: the main job. Build a case or a module file, run it (a case on seeded inputs, a module file on its
-example inputs), golden-check every output (a case's stages against torch, a module file against its reference:
-``module_check``), and leave a reproducer when it fails. The build, the debugging options, the profile, the NaN
-check, the run folder's verdict and the report are the same for both."""
+example inputs or at ``--shape``), golden-check every output (a case's stages against torch, a module file against
+its reference), and leave a reproducer when it fails. One verb, a strategy per kind (``CaseCheck``,
+``ModuleCheck``: how it builds, its inputs, its verdict, its reproducers' record and command line); the build,
+the debugging options, the profile, the NaN check, the run folder's verdict and the report are the same for
+both."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
+import shlex
 from collections.abc import Mapping
 
+from ...compiler.arrays import to_numpy
 from ...compiler.compiled import Compiled, finish_run
 from ...compiler.driver import CompiledCase, compile_open
+from ...compiler.module_build import CompiledModule
 from ...compiler.options import EITHER, BuildSpec, DebugOptions, ModuleSpec, Spec, split_options
 from ...compiler.runtime import threads_wanted
+from ...compiler.tensors import to_host
 from ...instrument.run_folder import retention, update_index
-from ...passes.target import require_runs_here, target_json
+from ...ir.module_file import load_module_file
+from ...passes.plugins import extra_pass_names, resolve_extra_passes
+from ...passes.target import require_runs_here, resolve_target, target_json
 from ...support.errors import MtpError, UsageError
 from ...support.timing import phase
 from ...verify.golden_check import (
@@ -27,6 +36,7 @@ from ...verify.golden_check import (
     seeded_golden,
     validate_check_args,
 )
+from ...verify.module_golden import golden_check_module, module_golden
 from ...verify.results import CheckResult, ProfileReport
 from ...verify.tolerances import LogitsTolerance, ModuleTolerance, RatioTolerance, Tolerance
 from ..measure.profile import ProfileOptions, profile_options, write_to_run_folder
@@ -34,8 +44,7 @@ from ..measure.profile import profile as profile_main
 from .kernel_calls import nan_origin, record
 from .kernel_repro import KERNEL_REPRO_DIR
 from .localize import localize_failure
-from .module_check import ModuleCheck
-from .repro import write_repro
+from .repro import ReproRecord, write_repro
 
 
 def check(spec: Spec | str | os.PathLike | None = None, debug: DebugOptions | None = None, *, seed: int = 0,
@@ -125,24 +134,129 @@ class CaseCheck:
         return golden_check(compiled.run, c, s, built, self.options, golden=self.golden, log=log)
 
     def reproducers(self, compiled: CompiledCase, result: CheckResult, dump_root, log) -> dict:
-        """A failing check's reproducers as ``CheckResult`` fields: ``repro/`` (or why none), and with dumps
-        ``kernel_repro/`` (the first kernel call that differs from a ``schedule=none`` build); none when a
-        perturbation made it fail."""
+        """``reproducers``, none when a perturbation made it fail."""
         if self.options.perturbation is not None:
             return {}
-        found = {}
+        return reproducers(self, compiled, result, dump_root, log)
+
+    def repro_record(self, compiled: CompiledCase, _result: CheckResult) -> ReproRecord:
+        s, options = compiled.shapes, self.options
+        fields = {"case": compiled.case.name, "preset": s.preset.name, "frontend": compiled.frontend,
+                  "tokens": s.tokens, "vocab_shard": s.vocab_shard, "owners": s.owners, "tp": s.tp,
+                  "seed": options.seed, "tolerance": dataclasses.asdict(options.tolerance),
+                  "logits_tol": dataclasses.asdict(options.logits_tol)}
+        return ReproRecord("case", fields, *self.golden, self.command(compiled))
+
+    def command(self, compiled: CompiledCase) -> str:
+        """The ``mtp-tvm check`` command line that rebuilds this case with the same options (the sizes as
+        resolved, the target as JSON unless it is the plain ``llvm``/``cuda``), and notes for what only the API
+        can say."""
+        tj = target_json(compiled.target)
+        short = next((n for n in ("llvm", "cuda") if target_json(resolve_target(n)) == tj), None)
+        s, options = compiled.shapes, self.options
+        spec = dataclasses.replace(compiled.spec, tokens=s.tokens, vocab_shard=s.vocab_shard, owners=s.owners,
+                                   tp=s.tp)
+        debug = _rebuilding(compiled.debug)
+        argv = ["mtp-tvm", "check", *spec.as_argv(short or json.dumps(tj)), "--seed", str(options.seed),
+                *debug.as_argv()]
+        notes = []
+        if debug.api_only_passes:
+            names = extra_pass_names(resolve_extra_passes(debug.extra_passes, compiled.target))
+            notes.append(f"# plus extra passes given through the Python API: {', '.join(names)}")
+        shared = Tolerance.restating(options.tolerance)  # the CLI's flags set the LM-head logits' tolerance too
+        argv += shared.argv()
+        implied = LogitsTolerance.of(shared)
+        logits = {k: v for k, v in options.logits_tol.overrides().items() if getattr(implied, k) != v}
+        if set(logits) == {"max_e2e_abs_diff"}:
+            argv += ["--max-e2e-abs-diff", str(logits["max_e2e_abs_diff"])]
+        elif logits:
+            notes.append(f"# with logits tolerance {json.dumps(logits)} (Python API)")
+        return "\n".join([shlex.join(argv), *notes]) + "\n"
+
+    def localize(self, compiled: CompiledCase):
+        return localize_failure(compiled, self.seed, self.options.tolerance)
+
+
+@dataclasses.dataclass
+class ModuleCheck:
+    """How a module file is checked: ``shapes`` (input name -> shape, within ``dynamic_shapes()``'s bounds) runs
+    and compares at that size on inputs drawn from ``seed``, the reference recomputed there; without it, the
+    example inputs. ``inputs`` are known once the file is loaded (``build``)."""
+
+    spec: ModuleSpec
+    tolerance: ModuleTolerance
+    shapes: Mapping | None
+    seed: int
+    inputs: dict | None = None
+
+    @classmethod
+    def of(cls, spec: ModuleSpec, tolerance, shapes: Mapping | None, seed: int) -> ModuleCheck:
+        """Refused before the build: a bad tolerance, a seed without shapes."""
+        tolerance = ModuleTolerance.of(tolerance)
+        if seed and not shapes:
+            raise UsageError("a module file runs on its example_inputs(): a seed draws inputs only at another --shape")
+        return cls(spec, tolerance, dict(shapes) if shapes else None, seed)
+
+    def build(self, debug: DebugOptions, log) -> CompiledModule:
+        log(f"[BUILD] module={self.spec.module} schedule={self.spec.schedule}")
+        with phase("build"):
+            loaded = load_module_file(self.spec.module)
+        self.inputs = loaded.inputs_at(self.shapes, self.seed) if self.shapes else loaded.examples  # before the build
+        return compile_open(self.spec, debug, loaded=loaded)
+
+    def verdict(self, compiled: CompiledModule, log) -> CheckResult:
+        return golden_check_module(compiled, self.tolerance, log, inputs=self.inputs if self.shapes else None,
+                                   seed=self.seed)
+
+    def reproducers(self, compiled: CompiledModule, result: CheckResult, dump_root, log) -> dict:
+        return reproducers(self, compiled, result, dump_root, log)
+
+    def repro_record(self, compiled: CompiledModule, result: CheckResult) -> ReproRecord:
+        """main's arguments as the built module takes them (the parameters packed), the reference outputs."""
+        args = compiled.device_args([to_numpy(self.inputs[n]) for n in compiled.input_specs])
+        expected = module_golden(compiled, self.inputs if self.shapes else None)
+        fields = {"module": str(compiled.module_file.path), "case": compiled.name, "shapes": result.shapes,
+                  "seed": result.seed, "tolerance": dataclasses.asdict(self.tolerance),
+                  "returns_tuple": compiled.returns_tuple}
+        return ReproRecord("module", fields, {f"arg{i}": to_host(a) for i, a in enumerate(args)}, expected,
+                           self.command(compiled))
+
+    def command(self, compiled: CompiledModule) -> str:
+        """The ``mtp-tvm check --module`` command line that rebuilds and rechecks this build."""
+        argv = ["mtp-tvm", "check", "--module", str(compiled.module_file.path), "--schedule", compiled.schedule,
+                "--target", json.dumps(target_json(compiled.target)), *_rebuilding(compiled.debug).as_argv()]
+        for name, shape in (self.shapes or {}).items():
+            argv += ["--shape", f"{name}={','.join(map(str, shape))}"]
+        argv += ["--seed", str(self.seed)] if self.seed else []
+        return shlex.join(argv + Tolerance.restating(self.tolerance).argv()) + "\n"
+
+    def localize(self, compiled: CompiledModule):
+        from .module_localize import localize_module_failure
+
+        return localize_module_failure(compiled, self.tolerance)
+
+
+def _rebuilding(debug: DebugOptions) -> DebugOptions:
+    """A build's debugging options less what only watches it (dumps, timing): what a reproducer's command keeps."""
+    return dataclasses.replace(debug, dump_passes=None, dump_only_changed=False, dump_filter=None, dump_func=None,
+                               time_passes=False)
+
+
+def reproducers(judge: CaseCheck | ModuleCheck, compiled: Compiled, result: CheckResult, dump_root, log) -> dict:
+    """A failing check's reproducers as ``CheckResult`` fields: ``repro/`` (or why none), and with dumps
+    ``kernel_repro/`` (the first kernel call that differs from a ``schedule=none`` build)."""
+    found = {}
+    try:
+        found["repro_dir"] = str(write_repro(compiled, judge.repro_record(compiled, result), result, dump_root))
+    except (MtpError, OSError) as e:  # the failure is the news: report it (exit 1), and why no reproducer
+        found["repro_error"] = str(e) if isinstance(e, MtpError) else f"{e.strerror}: {e.filename}"
+    if compiled.dump_dir is not None:
+        log("[LOCALIZE] every kernel call against schedule=none")
         try:
-            found["repro_dir"] = str(write_repro(compiled, *self.golden, self.options, result, dump_root))
-        except (UsageError, OSError) as e:  # the failure is the news: report it (exit 1), and why no reproducer
-            found["repro_error"] = str(e) if isinstance(e, UsageError) else f"{e.strerror}: {e.filename}"
-        if compiled.dump_dir is not None:
-            log("[LOCALIZE] every kernel call against schedule=none")
-            try:
-                found["kernel_repro_dir"] = localize_failure(compiled, self.seed,
-                                                             self.options.tolerance).kernel_repro_dir
-            except (MtpError, OSError) as e:
-                log(f"[LOCALIZE] no kernel reproducer: {e}")
-        return found
+            found["kernel_repro_dir"] = judge.localize(compiled).kernel_repro_dir
+        except (MtpError, OSError) as e:
+            log(f"[LOCALIZE] no kernel reproducer: {e}")
+    return found
 
 
 def _golden_options(spec: BuildSpec, seed: int, tolerance, logits_tol, perturb_logit) -> GoldenOptions:

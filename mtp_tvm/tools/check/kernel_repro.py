@@ -66,9 +66,9 @@ def write_kernel_repro(result, test, reference, options, root=None) -> Path:
                           "outputs": [[list(s), d] for s, d in call.outputs]}
         (tmp / "kernel.json").write_text(json.dumps(spec, indent=1) + "\n")
         (tmp / "repro.py").write_text(launcher(
-            "mtp_tvm.tools.check.kernel_repro", "One-kernel reproducer written by mtp_tvm localize: builds "
-            "test_kernel.py and reference_kernel.py,\ncalls each on its recorded inputs and compares the outputs. "
-            "Exit 1: they differ; 0: they agree; 2: this folder cannot be rerun."))
+            "mtp_tvm.tools.check.kernel_repro", "rerun_kernels", "One-kernel reproducer written by mtp_tvm "
+            "localize: builds test_kernel.py and reference_kernel.py,\ncalls each on its recorded inputs and "
+            "compares the outputs. Exit 1: they differ; 0: they agree; 2: this folder cannot be rerun."))
 
     final = write_folder(run, KERNEL_REPRO_DIR, fill)
     if test.dump_dir is None:
@@ -91,14 +91,14 @@ def _run_side(folder: Path, side: str, spec: dict) -> list[np.ndarray]:
     return [o.numpy() for o in outputs]
 
 
-def rerun(folder: Path, log=print) -> int:
+def rerun_kernels(folder: Path, log=print) -> int:
     """Rebuild and compare both kernels of a ``kernel_repro/`` folder: ``REPRODUCED`` (1) while their outputs
     differ beyond the tolerance, ``NOT_REPRODUCED`` (0) when they agree, ``BROKEN`` (2, one line why: a missing
     or damaged file, a bad tolerance, a kernel that no longer builds)."""
-    return guarded_rerun(_rerun, folder, log)
+    return guarded_rerun(_compare_kernels, folder, log)
 
 
-def _rerun(folder: Path, log) -> int:
+def _compare_kernels(folder: Path, log) -> int:
     spec = json.loads((folder / "kernel.json").read_text())
     compare = ratio_allclose(RatioTolerance.of(spec["tolerance"]))
     t, r = spec["test"], spec["reference"]
