@@ -18,7 +18,7 @@ GLOBAL = {"help", "debug", "verbose", "command", "handler", "dumps_command"}
 # every API call a command hands its work to (patched to stop there)
 ENTRY_POINTS = {
     "mtp_tvm.tools.check.check": ["check"], "mtp_tvm.tools.check.localize": ["localize"],
-    "mtp_tvm.tools.tune.tune": ["tune"], "mtp_tvm.tools.check.module_localize": ["localize_module"],
+    "mtp_tvm.tools.tune.tune": ["tune"],
     "mtp_tvm.tools.minimize.minimize": ["minimize_module"], "mtp_tvm.artifact.export": ["build"],
     "mtp_tvm.artifact.load": ["check_artifact"],
     "mtp_tvm.tools.bisect.bisection": ["bisect_passes", "bisect_schedule"], "mtp_tvm.tools.bench.bench": ["bench"],

@@ -141,7 +141,7 @@ def test_localize_module_of_a_correct_build_passes_with_most_calls_partnered(tmp
 
 
 def test_a_call_is_partnered_by_value_only_with_a_node_of_its_value():
-    from mtp_tvm.tools.check.module_localize import NEAR, _distance
+    from mtp_tvm.tools.check.torch_reference import NEAR, _distance
 
     scores = np.arange(16, dtype=np.float32).reshape(4, 4)
     masked = np.where(np.tril(np.ones((4, 4), bool)), scores, -np.inf).astype(np.float32)
@@ -178,17 +178,17 @@ def test_localize_module_names_the_bug_never_the_causal_mask(tmp_path, variant):
     """A kernel that adds the causal mask to the scores holds what no torch node holds (SDPA is one node): it has
     no partner, not the nearest node of its shape (at 16 rows the scores have the heads' shape). A boolean mask
     torch computes too is compared exactly and matches."""
-    from mtp_tvm import localize_module
+    from mtp_tvm import localize
     from mtp_tvm.compiler.options import DebugOptions
     from mtp_tvm.passes.plugins import load_pass_plugin
 
     block = _block_variant(tmp_path, "block.py", variant)
-    clean = localize_module(block, **QUIET)
+    clean = localize(block, **QUIET)
     assert clean.passed, clean.describe_first()
     masks = [op for op in clean.ops if op.comparison is not None and op.comparison.numel and
              op.call.outputs[0][1] == "bool"]
     assert all(op.comparison.passed for op in masks) and (masks or variant is SQUARE_SCORES)
-    buggy = localize_module(block, DebugOptions(extra_passes=load_pass_plugin(FP16_NORM)), **QUIET)
+    buggy = localize(block, DebugOptions(extra_passes=load_pass_plugin(FP16_NORM)), **QUIET)
     assert buggy.first is not None and "RMSNorm" in buggy.first.node.module
     assert NORM_LINE in buggy.first.node.source
 
@@ -197,12 +197,12 @@ def test_localize_module_names_the_bug_never_the_causal_mask(tmp_path, variant):
 def test_localize_module_against_another_build_writes_a_kernel_reproducer(tmp_path, monkeypatch):
     from pathlib import Path
 
-    from mtp_tvm import localize_module
+    from mtp_tvm import localize
     from mtp_tvm.compiler.options import DebugOptions
     from mtp_tvm.passes.plugins import load_pass_plugin
 
     monkeypatch.chdir(tmp_path)  # its dumps/ with kernel_repro/
-    result = localize_module(BLOCK, DebugOptions(extra_passes=load_pass_plugin(FP16_NORM)),
+    result = localize(BLOCK, DebugOptions(extra_passes=load_pass_plugin(FP16_NORM)),
                              against="schedule=none", **QUIET)
     assert not result.passed and result.first.test.kernel.startswith("matmul")
     assert not result.first.inputs_matched  # its input is the norm's output: the norm is where it began
@@ -280,7 +280,7 @@ def test_the_users_forward_never_runs_in_this_process(tmp_path):
     file's own code runs only in the child that loads it (``support/user_process.py``), so it cannot decide them."""
     import os
 
-    from mtp_tvm import check, localize_module
+    from mtp_tvm import check, localize
 
     pids = tmp_path / "pids.txt"
     path = tmp_path / "pid_model.py"
@@ -289,8 +289,15 @@ def test_the_users_forward_never_runs_in_this_process(tmp_path):
                     "        return torch.relu(x) * 2\n\n\ndef model():\n    return M()\n\n\n"
                     "def example_inputs():\n    return (torch.randn(4, 8),)\n\n\n"
                     "def dynamic_shapes():\n    return ({0: torch.export.Dim('rows', min=2, max=16)},)\n")
-    assert localize_module(path, **QUIET).passed
+    assert localize(path, **QUIET).passed
     r = check(path, shapes={"x": (11, 8)}, seed=3, **QUIET)
     assert r.passed and r.shapes == {"x": [11, 8]}
     ran_in = {int(p) for p in pids.read_text().split()}
     assert ran_in and os.getpid() not in ran_in  # the children ran it (export, eager); this process never did
+
+
+def test_the_old_name_localize_module_still_answers_with_a_deprecation_warning():
+    import mtp_tvm
+
+    with pytest.warns(DeprecationWarning, match=r"localize_module is deprecated: localize\(\) takes a module file"):
+        assert mtp_tvm.localize_module is mtp_tvm.localize

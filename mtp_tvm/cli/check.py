@@ -36,6 +36,7 @@ from .common import (
     print_reproducers,
     refuse_case_options,
     refuse_checkpoint_options,
+    source_spec,
     tolerance_of,
 )
 
@@ -120,12 +121,10 @@ def _cmd_check_module(args) -> int:
 
 
 def _cmd_localize(args) -> int:
+    """``localize``: a case against the build ``--against`` names; a module file against eager torch op by op
+    (or, ``--against``, another build of it)."""
     require_writable(args.report, "--report")
-    if args.module:
-        return _cmd_localize_module(args)
-    if args.against is None:
-        raise UsageError("localize of a case needs --against KEY=VALUE (the reference build, e.g. schedule=none)")
-    spec, debug = build_spec(args), debug_options(args)
+    spec, debug = source_spec(args), debug_options(args)
     with phase("import"):
         from ..tools.check.localize import localize
 
@@ -141,22 +140,6 @@ def _localize_verdict(args, result) -> int:
         result.write_json(args.report)
         print(f"report: {args.report}")
     return 0 if result.passed else 1
-
-
-def _cmd_localize_module(args) -> int:
-    """``localize --module FILE.py``: the first op that differs from eager torch (or, ``--against``, the first
-    kernel call that differs from another build's)."""
-    refuse_case_options(args)
-    debug = debug_options(args)
-    if args.localize_max_mb is not None:
-        raise UsageError("--localize-max-mb applies to a case; a module file's calls are compared at its example "
-                         "size in one run")
-    with phase("import"):
-        from ..tools.check.module_localize import localize_module
-
-    result = localize_module(debug=debug, against=args.against, tolerance=tolerance_of(args),
-                             log=lambda line: print(line, file=sys.stderr), **module_options(args))
-    return _localize_verdict(args, result)
 
 
 def _cmd_minimize(args) -> int:

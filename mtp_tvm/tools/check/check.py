@@ -75,7 +75,7 @@ def check(spec: Spec | str | os.PathLike | None = None, debug: DebugOptions | No
     ``main`` afterwards (``tools/measure/profile.py``) into ``result.profile``, and ``profile.json`` into the run
     folder when dumping. ``nan_check``: name the first kernel call whose output holds NaN/Inf
     (``result.nan_origin``). A failing check that dumps also compares every kernel call with a ``schedule=none``
-    build and writes ``kernel_repro/`` beside ``repro/`` (``tools/check/localize.py``, ``module_localize.py``).
+    build and writes ``kernel_repro/`` beside ``repro/`` (``tools/check/localize.py``).
     """
     spec, debug = split_options(spec, debug, options, "check", EITHER)
     validate_check_args(seed, report, log)
@@ -116,6 +116,10 @@ class CaseCheck:
     @property
     def seed(self) -> int:
         return self.options.seed
+
+    @property
+    def tolerance(self) -> RatioTolerance:
+        return self.options.tolerance
 
     @property
     def inputs(self) -> dict:
@@ -173,9 +177,6 @@ class CaseCheck:
             notes.append(f"# with logits tolerance {json.dumps(logits)} (Python API)")
         return "\n".join([shlex.join(argv), *notes]) + "\n"
 
-    def localize(self, compiled: CompiledCase):
-        return localize_failure(compiled, self.seed, self.options.tolerance)
-
 
 @dataclasses.dataclass
 class ModuleCheck:
@@ -230,11 +231,6 @@ class ModuleCheck:
         argv += ["--seed", str(self.seed)] if self.seed else []
         return shlex.join(argv + Tolerance.restating(self.tolerance).argv()) + "\n"
 
-    def localize(self, compiled: CompiledModule):
-        from .module_localize import localize_module_failure
-
-        return localize_module_failure(compiled, self.tolerance)
-
 
 def _rebuilding(debug: DebugOptions) -> DebugOptions:
     """A build's debugging options less what only watches it (dumps, timing): what a reproducer's command keeps."""
@@ -253,7 +249,7 @@ def reproducers(judge: CaseCheck | ModuleCheck, compiled: Compiled, result: Chec
     if compiled.dump_dir is not None:
         log("[LOCALIZE] every kernel call against schedule=none")
         try:
-            found["kernel_repro_dir"] = judge.localize(compiled).kernel_repro_dir
+            found["kernel_repro_dir"] = localize_failure(compiled, judge.seed, judge.tolerance).kernel_repro_dir
         except (MtpError, OSError) as e:
             log(f"[LOCALIZE] no kernel reproducer: {e}")
     return found

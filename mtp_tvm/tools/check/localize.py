@@ -1,6 +1,8 @@
 """``localize``: which kernel call first computed something different. The case is built twice, the build under
 test and a reference (``--against KEY=VALUE,...``), both run on the same seeded inputs, and every kernel call's
-outputs are compared (``tools/check/kernel_calls.py`` records them).
+outputs are compared (``tools/check/kernel_calls.py`` records them). A module file is the same verb: with
+``--against`` two builds of it on its example inputs, each output by its file's tolerance (``assert_close``);
+without, its reference is eager torch op by op (``torch_reference.py``).
 
 The reference is a clean baseline: it drops the test build's debugging changes (``--extra-passes``,
 ``--disable-pass``, ``--bisect-limit``) unless ``--against`` names them. Calls are aligned by kernel name and
@@ -28,7 +30,8 @@ import numpy as np
 
 from ...compiler.compiled import finish_run
 from ...compiler.driver import CompiledCase, compile, compile_open
-from ...compiler.options import BuildSpec, DebugOptions, split_options
+from ...compiler.module_build import CompiledModule
+from ...compiler.options import EITHER, BuildSpec, DebugOptions, ModuleSpec, split_options
 from ...contract.cases import validate_seed
 from ...instrument.run_folder import update_index
 from ...ir.model import FRONTENDS
@@ -39,9 +42,11 @@ from ...support.atomic_file import write_user_file
 from ...support.errors import UsageError
 from ...support.text_table import text_table
 from ...verify.comparators import Comparison, ratio_allclose
-from ...verify.tolerances import RatioTolerance, Tolerance
+from ...verify.module_golden import assert_close
+from ...verify.tolerances import ModuleTolerance, RatioTolerance, Tolerance
 from .kernel_calls import PARAM, KernelCall, NanOrigin, nan_origin, record
 from .kernel_repro import KERNEL_REPRO_DIR, write_kernel_repro
+from .torch_reference import TorchLocalizeResult, compare_with_torch
 
 AGAINST_KEYS = ("target", "frontend", "schedule", "disable-pass", "bisect-limit", "pass-plugin")
 
@@ -350,14 +355,23 @@ def _describe(c) -> str:
     return f"frontend={c.frontend} schedule={c.schedule} target={c.target.kind.name}" + (f" {debug}" if debug else "")
 
 
-def localize(spec: BuildSpec | None = None, debug: DebugOptions | None = None, *, against: str | Against,
-             seed: int = 0, tolerance: Tolerance | RatioTolerance | Mapping | None = None, max_mb: float | None = None,
-             kernel_repro: bool = True, log=print, **options) -> LocalizeResult:
+def localize(spec: BuildSpec | ModuleSpec | str | os.PathLike | None = None, debug: DebugOptions | None = None, *,
+             against: str | Against | None = None, seed: int = 0,
+             tolerance: Tolerance | RatioTolerance | ModuleTolerance | Mapping | None = None,
+             max_mb: float | None = None, kernel_repro: bool = True, log=print,
+             **options) -> LocalizeResult | TorchLocalizeResult:
     """Build ``spec`` with ``debug`` (keywords as for ``compile``) and the reference ``against`` names, compare
     every kernel call on the inputs of ``seed``, and for the first differing call write ``kernel_repro/``
     (``tools/check/kernel_repro.py``) into the test build's run folder (a new one under ``dumps/`` when not
-    dumping)."""
-    spec, debug = split_options(spec, debug, options, "localize")
+    dumping). A module file (its path, a ``ModuleSpec`` or ``module=``) runs on its example inputs, each output
+    judged by ``tolerance`` as ``check`` judges the file's (``assert_close``); without ``against``, its reference
+    is eager torch op by op, and the first op that differs is named with its source line."""
+    spec, debug = split_options(spec, debug, options, "localize", EITHER)
+    if isinstance(spec, ModuleSpec):
+        return _localize_module_file(spec, debug, against, seed, ModuleTolerance.of(tolerance), max_mb,
+                                     kernel_repro, log)
+    if against is None:
+        raise UsageError("localize of a case needs --against KEY=VALUE (the reference build, e.g. schedule=none)")
     against = against if isinstance(against, Against) else Against.parse(against)
     opts = LocalizeOptions(against, seed, RatioTolerance.of(tolerance), max_mb)
     ref_spec, ref_debug = against.reference(spec)
@@ -371,18 +385,60 @@ def localize(spec: BuildSpec | None = None, debug: DebugOptions | None = None, *
         if reference.shapes != test.shapes:
             raise UsageError("the reference build has other sizes than the build under test")
         log(f"[RUN] seed={seed}: every kernel call of both builds")
-        result = compare_builds(test, reference, opts)
-        if kernel_repro and result.first is not None:
-            try:
-                result = dataclasses.replace(result, kernel_repro_dir=str(
-                    write_kernel_repro(result, test, reference, opts, debug.dump_root)))
-            except (UsageError, OSError) as e:
-                result = dataclasses.replace(result, kernel_repro_error=str(e) if isinstance(e, UsageError)
-                                             else f"{e.strerror}: {e.filename}")
+        result = _with_kernel_repro(compare_builds(test, reference, opts), test, reference, opts,
+                                    debug.dump_root if kernel_repro else False)
         _show_in_run(test, result)
     finally:
         finish_run(test)
     return result
+
+
+def _localize_module_file(spec: ModuleSpec, debug: DebugOptions, against, seed: int, tolerance: ModuleTolerance,
+                          max_mb, kernel_repro: bool, log) -> LocalizeResult | TorchLocalizeResult:
+    """``localize`` of a module file: against eager torch op by op, or (``against``) another build of it."""
+    from ...ir.module_file import load_module_file
+
+    if max_mb is not None:
+        raise UsageError("--localize-max-mb applies to a case; a module file's calls are compared at its example "
+                         "size in one run")
+    if seed:
+        raise UsageError("seed applies to a case; a module file's calls are compared on its example_inputs()")
+    require_runs_here(spec.resolved_target)
+    if against is None:
+        log(f"[BUILD] module={spec.module} schedule={spec.schedule}")
+        compiled = compile(spec, debug)
+        log("[RUN] example inputs: every kernel call, and torch node by node")
+        return compare_with_torch(compiled, tolerance)
+    against = against if isinstance(against, Against) else Against.parse(against)
+    ref_spec, ref_debug = against.reference(spec)
+    require_runs_here(ref_spec.resolved_target)
+    user = load_module_file(spec.module)
+    log(f"[BUILD] reference ({against}): schedule={ref_spec.schedule}")
+    reference = compile(ref_spec, ref_debug, loaded=user)
+    log(f"[BUILD] test: module={spec.module} schedule={spec.schedule}")
+    test = compile(spec, debug, loaded=user)
+    log("[RUN] example inputs: every kernel call of both builds")
+    options = LocalizeOptions(against)
+    result = compare_builds(test, reference, options, _module_comparison(tolerance))
+    return _with_kernel_repro(result, test, reference, options, debug.dump_root if kernel_repro else False)
+
+
+def _module_comparison(tolerance: ModuleTolerance):
+    """A module file's outputs compared as ``check --module`` compares them."""
+    return lambda actual, expected: assert_close(actual, expected, tolerance)
+
+
+def _with_kernel_repro(result: LocalizeResult, test, reference, options: LocalizeOptions, root) -> LocalizeResult:
+    """``result`` with ``kernel_repro/`` written for its first differing call (under ``root`` when the test build
+    has no run folder; ``False``: none asked), or why it could not be."""
+    if root is False or result.first is None:
+        return result
+    try:
+        return dataclasses.replace(result, kernel_repro_dir=str(write_kernel_repro(result, test, reference, options,
+                                                                                   root)))
+    except (UsageError, OSError) as e:
+        return dataclasses.replace(result, kernel_repro_error=str(e) if isinstance(e, UsageError)
+                                   else f"{e.strerror}: {e.filename}")
 
 
 def _show_in_run(test: CompiledCase, result: LocalizeResult) -> None:
@@ -391,13 +447,15 @@ def _show_in_run(test: CompiledCase, result: LocalizeResult) -> None:
         update_index(test.dump_dir, localize=result.page_section())
 
 
-def localize_failure(test: CompiledCase, seed: int,
-                     tolerance: RatioTolerance = RatioTolerance()) -> LocalizeResult:
+def localize_failure(test: CompiledCase | CompiledModule, seed: int = 0,
+                     tolerance: RatioTolerance | ModuleTolerance = RatioTolerance()) -> LocalizeResult:
     """What a failing ``check --dump-passes`` adds beside ``repro/``: the build it checked against a clean
-    ``schedule=none`` build of the same case, and ``kernel_repro/`` for the first differing call."""
-    options = LocalizeOptions(Against(schedule="none"), seed, tolerance)
-    reference = compile(*options.against.reference(test.spec))
-    result = compare_builds(test, reference, options)
+    ``schedule=none`` build of the same case or module file, and ``kernel_repro/`` for the first differing call."""
+    is_module = isinstance(test, CompiledModule)
+    options = LocalizeOptions(Against(schedule="none"), seed, RatioTolerance() if is_module else tolerance)
+    ref_spec, ref_debug = options.against.reference(test.spec)
+    reference = compile(ref_spec, ref_debug, **({"loaded": test.module_file} if is_module else {}))
+    result = compare_builds(test, reference, options, _module_comparison(tolerance) if is_module else None)
     if result.first is not None:
         result = dataclasses.replace(result, kernel_repro_dir=str(write_kernel_repro(result, test, reference,
                                                                                      options)))

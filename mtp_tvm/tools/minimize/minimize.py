@@ -40,7 +40,7 @@ from ...support.errors import BuildError, MtpError, UsageError
 from ...support.lazy import lazy_module
 from ...verify.module_golden import golden_check_module
 from ...verify.tolerances import ModuleTolerance, Tolerance
-from ..check.module_localize import compare_with_torch
+from ..check.torch_reference import compare_with_torch
 
 torch = lazy_module("torch")
 

@@ -1,6 +1,7 @@
-"""``localize --module FILE.py``: the first op of the user's own torch model whose TVM value differs from eager
-torch's. The build runs once on the file's example inputs with every kernel call recorded
-(``tools/kernel_calls.py``); torch runs the exported graph TVM imported, node by node (``ir/graph_nodes.py``).
+"""The reference ``localize`` takes for a module file without ``--against``: eager torch, op by op. It names the
+first op of the user's own torch model whose TVM value differs from eager torch's. The build runs once on the
+file's example inputs with every kernel call recorded (``tools/kernel_calls.py``); torch runs the exported graph
+TVM imported, node by node (``ir/graph_nodes.py``).
 
 Each kernel call's output is partnered with a graph node: by name where the call binds a var named after one
 (``ir/graph_nodes`` names them; a kernel that is one op keeps it), else, where fusion renamed it, with the node of
@@ -18,28 +19,22 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Mapping
 
 import numpy as np
 import tvm
 from tvm import relax
 
 from ...compiler.arrays import dtype_name, to_numpy
-from ...compiler.driver import compile
 from ...compiler.module_build import CompiledModule
-from ...compiler.options import MODULE_FILES, DebugOptions, ModuleSpec, split_options
 from ...ir.graph_nodes import GraphNode, node_values
-from ...ir.module_file import TORCH, load_module_file, to_torch
-from ...passes.target import require_runs_here
+from ...ir.module_file import TORCH, to_torch
 from ...support.atomic_file import write_user_file
 from ...support.errors import UsageError
 from ...support.text_table import text_table
 from ...verify.comparators import Comparison
 from ...verify.module_golden import assert_close
-from ...verify.tolerances import ModuleTolerance, Tolerance
+from ...verify.tolerances import ModuleTolerance
 from .kernel_calls import PARAM, KernelCall, NanOrigin, nan_origin, record
-from .kernel_repro import write_kernel_repro
-from .localize import Against, LocalizeOptions, LocalizeResult, compare_builds
 
 BY_NAME, BY_VALUE = "name", "value"  # how a call was partnered with its node
 
@@ -68,7 +63,7 @@ class OpDiff:
 
 
 @dataclasses.dataclass(frozen=True)
-class ModuleLocalizeResult:
+class TorchLocalizeResult:
     """Every kernel call against torch, the first that differs, and the first NaN/Inf."""
 
     module: str
@@ -193,7 +188,7 @@ def _partner(call: KernelCall, var: str, values: dict, nodes: dict[str, GraphNod
     return best, BY_VALUE
 
 
-def compare_with_torch(compiled: CompiledModule, tolerance: ModuleTolerance) -> ModuleLocalizeResult:
+def compare_with_torch(compiled: CompiledModule, tolerance: ModuleTolerance) -> TorchLocalizeResult:
     """Record every kernel call of ``compiled`` on its example inputs and compare each with torch (see the module
     docstring)."""
     user = compiled.module_file
@@ -221,59 +216,5 @@ def compare_with_torch(compiled: CompiledModule, tolerance: ModuleTolerance) -> 
         ops.append(OpDiff(call, var, user.graph.nodes[name], how, comparison, differing))
     build = f"schedule={compiled.schedule} target={compiled.target.kind.name}"
     debug = " ".join(compiled.debug.replace(dump_passes=None).as_argv())
-    return ModuleLocalizeResult(user.path.name, build + (f" {debug}" if debug else ""), tuple(ops),
+    return TorchLocalizeResult(user.path.name, build + (f" {debug}" if debug else ""), tuple(ops),
                                 nan_origin(calls))
-
-
-def localize_module(module: str | os.PathLike | ModuleSpec | None = None, debug: DebugOptions | None = None, *,
-                    against: str | Against | None = None,
-                    tolerance: Tolerance | ModuleTolerance | Mapping | None = None,
-                    kernel_repro: bool = True, log=print, **options) -> ModuleLocalizeResult | LocalizeResult:
-    """Build the module file ``module`` (a path or a ``ModuleSpec``; keywords as for ``compile``) and name the
-    first op whose value differs from eager torch's beyond ``tolerance`` (as ``check``'s of a module file). With
-    ``against`` (as ``localize``'s: another target, schedule or pass set) compare two TVM builds kernel by kernel
-    instead, as ``localize`` does for a case (``tools/check/localize.py``, ``kernel_repro/`` for the first
-    differing call)."""
-    spec, debug = split_options(module, debug, options, "localize_module", MODULE_FILES)
-    tolerance = ModuleTolerance.of(tolerance)
-    if against is not None:
-        return _against_build(spec, debug, against if isinstance(against, Against) else Against.parse(against),
-                              tolerance, kernel_repro, log)
-    require_runs_here(spec.resolved_target)
-    log(f"[BUILD] module={spec.module} schedule={spec.schedule}")
-    compiled = compile(spec, debug)
-    log("[RUN] example inputs: every kernel call, and torch node by node")
-    return compare_with_torch(compiled, tolerance)
-
-
-def _against_build(spec: ModuleSpec, debug: DebugOptions, against: Against, tolerance: ModuleTolerance,
-                   kernel_repro: bool, log) -> LocalizeResult:
-    ref_spec, ref_debug = against.reference(spec)
-    require_runs_here(spec.resolved_target)
-    require_runs_here(ref_spec.resolved_target)
-    user = load_module_file(spec.module)
-    log(f"[BUILD] reference ({against}): schedule={ref_spec.schedule}")
-    reference = compile(ref_spec, ref_debug, loaded=user)
-    log(f"[BUILD] test: module={spec.module} schedule={spec.schedule}")
-    test = compile(spec, debug, loaded=user)
-    log("[RUN] example inputs: every kernel call of both builds")
-    options = LocalizeOptions(against)
-    result = compare_builds(test, reference, options, lambda a, e: assert_close(a, e, tolerance))
-    if kernel_repro and result.first is not None:
-        result = dataclasses.replace(result, kernel_repro_dir=str(
-            write_kernel_repro(result, test, reference, options, debug.dump_root)))
-    return result
-
-
-def localize_module_failure(test: CompiledModule, tolerance: ModuleTolerance) -> LocalizeResult:
-    """What a failing ``check --module --dump-passes`` adds beside ``repro/``, as a case's
-    (``localize.localize_failure``): the build against a clean ``schedule=none`` build of the same file, and
-    ``kernel_repro/`` for the first differing call."""
-    options = LocalizeOptions(Against(schedule="none"))
-    ref_spec, ref_debug = options.against.reference(test.spec)
-    reference = compile(ref_spec, ref_debug, loaded=test.module_file)
-    result = compare_builds(test, reference, options, lambda a, e: assert_close(a, e, tolerance))
-    if result.first is not None:
-        result = dataclasses.replace(result, kernel_repro_dir=str(write_kernel_repro(result, test, reference,
-                                                                                     options)))
-    return result
