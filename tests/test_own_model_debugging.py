@@ -10,7 +10,7 @@ import pytest
 
 from helpers import QUIET, REPO
 from mtp_tvm.cli import main
-from mtp_tvm.contract.cases import TensorSpec
+from mtp_tvm.contract.cases import TensorDecl
 from mtp_tvm.ir.graph_nodes import GraphNode, source_line
 from mtp_tvm.ir.module_sizes import bind_sizes, parse_shapes, sized_inputs
 from mtp_tvm.support.errors import UsageError
@@ -21,8 +21,8 @@ BLOCK = MODULES / "transformer_block.py"
 FP16_NORM = MODULES / "fp16_norm_accumulator.py"
 NORM_LINE = "x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight"
 
-SPECS = {"x": TensorSpec("x", ("s0", 32), "float32"), "mask": TensorSpec("mask", ("s0", "s1"), "int64"),
-         "w": TensorSpec("w", (32,), "float32")}
+SPECS = {"x": TensorDecl("x", ("s0", 32), "float32"), "mask": TensorDecl("mask", ("s0", "s1"), "int64"),
+         "w": TensorDecl("w", (32,), "float32")}
 EXAMPLES = {"x": np.ones((8, 32), np.float32), "mask": np.array([[0, 3], [1, 2]], np.int64),
             "w": np.arange(32, dtype=np.float32)}
 

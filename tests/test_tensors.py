@@ -14,10 +14,10 @@ from helpers import within
 from mtp_tvm.compiler import tensors
 from mtp_tvm.compiler.arrays import DTYPES_MEMBER, NUMPY_DTYPES, read_npz, write_npz
 from mtp_tvm.compiler.tensors import validate_inputs
-from mtp_tvm.contract.cases import TensorSpec
+from mtp_tvm.contract.cases import TensorDecl
 from mtp_tvm.support.errors import UsageError
 
-SPECS = {"x": TensorSpec("x", ("T", 8), "bfloat16"), "y": TensorSpec("y", ("T", 4), "float32")}
+SPECS = {"x": TensorDecl("x", ("T", 8), "bfloat16"), "y": TensorDecl("y", ("T", 4), "float32")}
 
 
 def test_symbolic_dim_binds_to_the_first_input():
@@ -39,7 +39,7 @@ def test_every_non_finite_bf16_bit_pattern_is_found():
     every = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(ml_dtypes.bfloat16)
     bad = np.flatnonzero(~np.isfinite(every.astype(np.float32)))
     with pytest.raises(UsageError, match=rf"has {bad.size} non-finite values \(NaN/Inf\), the first at \({bad[0]},\)"):
-        validate_inputs({"w": TensorSpec("w", (1 << 16,), "bfloat16")}, {"w": every}, "c")
+        validate_inputs({"w": TensorDecl("w", (1 << 16,), "bfloat16")}, {"w": every}, "c")
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32", "float16"])
@@ -48,14 +48,14 @@ def test_the_first_non_finite_value_is_named_across_scan_chunks(monkeypatch, dty
     a = np.ones((4, 6), np.float32)
     a[3, 0], a[2, 3], a[3, 5] = np.inf, np.nan, -np.inf
     with pytest.raises(UsageError, match=r"input 'w' has 3 non-finite values \(NaN/Inf\), the first at \(2, 3\)$"):
-        validate_inputs({"w": TensorSpec("w", (4, 6), dtype)}, {"w": a.astype(NUMPY_DTYPES[dtype])}, "c")
+        validate_inputs({"w": TensorDecl("w", (4, 6), dtype)}, {"w": a.astype(NUMPY_DTYPES[dtype])}, "c")
 
 
 def test_the_non_finite_scan_of_a_large_bf16_weight_allocates_no_copy():
     w = np.ones((4096, 2048), ml_dtypes.bfloat16)  # 16 MB; widened to FP32 it would be 32 MB
     tracemalloc.start()
     try:
-        validate_inputs({"w": TensorSpec("w", w.shape, "bfloat16")}, {"w": w}, "c")
+        validate_inputs({"w": TensorDecl("w", w.shape, "bfloat16")}, {"w": w}, "c")
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -203,5 +203,5 @@ def test_a_tensor_used_in_place_is_shared_when_compact_and_aligned_else_compacte
     strided = x.t()
     compacted = torch.from_dlpack(tensors.shared_in_place(strided))
     assert compacted.data_ptr() != strided.data_ptr() and torch.equal(compacted, strided)
-    arrays, bound = validate_inputs({"x": TensorSpec("x", ("T", 3), "bfloat16")}, {"x": strided}, "c", dev=None)
+    arrays, bound = validate_inputs({"x": TensorDecl("x", ("T", 3), "bfloat16")}, {"x": strided}, "c", dev=None)
     assert bound == {"T": 4} and isinstance(arrays[0], np.ndarray)  # no device given: host validation

@@ -22,7 +22,7 @@ from ..artifact.manifest import artifact_file, manifest_spec, read_manifest, sha
 from ..compiler.options import require_path
 from ..compiler.runtime import Runnable
 from ..compiler.weights import WeightCache
-from ..contract.cases import Case, TensorSpec, get_case
+from ..contract.cases import Case, TensorDecl, get_case
 from ..contract.presets import Shapes
 from ..passes.target import cpu_arch
 from ..support.errors import UsageError, last_line
@@ -31,8 +31,8 @@ from ..verify.results import CheckResult
 from ..verify.tolerances import RatioTolerance
 
 
-def _specs(section: dict) -> dict[str, TensorSpec]:
-    return {n: TensorSpec(n, tuple(d["shape"]), d["dtype"]) for n, d in section.items()}
+def _specs(section: dict) -> dict[str, TensorDecl]:
+    return {n: TensorDecl(n, tuple(d["shape"]), d["dtype"]) for n, d in section.items()}
 
 
 @dataclasses.dataclass
@@ -47,11 +47,11 @@ class Artifact(Runnable):
     _weights: WeightCache = dataclasses.field(default_factory=WeightCache, repr=False)
 
     @property
-    def input_specs(self) -> dict[str, TensorSpec]:
+    def input_specs(self) -> dict[str, TensorDecl]:
         return _specs(self.manifest["inputs"])
 
     @property
-    def output_specs(self) -> dict[str, TensorSpec]:
+    def output_specs(self) -> dict[str, TensorDecl]:
         return _specs(self.manifest["outputs"])
 
     def _runtime(self):

@@ -10,7 +10,7 @@ import dataclasses
 
 import tvm
 
-from ..contract.cases import ROWS, TOKENS, Case, TensorSpec
+from ..contract.cases import ROWS, TOKENS, Case, TensorDecl
 from ..contract.presets import Shapes, make_shapes
 from ..ir.model import build_relax_module
 from ..ir.module_file import ModuleFile
@@ -47,11 +47,11 @@ class CompiledCase(Compiled):
         return self.case.name
 
     @property
-    def input_specs(self) -> dict[str, TensorSpec]:
+    def input_specs(self) -> dict[str, TensorDecl]:
         return self.case.input_specs(self.shapes)
 
     @property
-    def output_specs(self) -> dict[str, TensorSpec]:
+    def output_specs(self) -> dict[str, TensorDecl]:
         return self.case.output_specs(self.shapes)
 
     def _runtime(self):

@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from ..contract.cases import TensorSpec
+from ..contract.cases import TensorDecl
 from ..contract.presets import NO_PRESET
 from ..ir.module_file import ModuleFile, load_module_file
 from ..passes.target import device_for, target_json
@@ -42,11 +42,11 @@ class CompiledModule(Compiled):
         return self.module_file.name
 
     @property
-    def input_specs(self) -> dict[str, TensorSpec]:
+    def input_specs(self) -> dict[str, TensorDecl]:
         return dict(self.module_file.input_specs)
 
     @property
-    def output_specs(self) -> dict[str, TensorSpec]:
+    def output_specs(self) -> dict[str, TensorDecl]:
         return dict(self.module_file.output_specs)
 
     @property

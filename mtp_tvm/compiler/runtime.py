@@ -28,7 +28,7 @@ from ..compiler.tensors import (
     validate_inputs,
 )
 from ..compiler.weights import PackedWeights, WeightCache, is_tracked
-from ..contract.cases import Case, TensorSpec, leading_activations
+from ..contract.cases import Case, TensorDecl, leading_activations
 from ..contract.presets import Shapes
 from ..passes.target import usable_cores
 from ..support.env import env_int
@@ -65,8 +65,8 @@ def runtime_threads() -> int:
 class CallPlan:
     """What every call needs, worked out once per runnable (its specs are made anew on each access)."""
 
-    activation_specs: dict[str, TensorSpec]
-    weight_specs: dict[str, TensorSpec]
+    activation_specs: dict[str, TensorDecl]
+    weight_specs: dict[str, TensorDecl]
     output_names: tuple[str, ...]
     device: tvm.runtime.Device
     owner: str  # how messages name the binary
@@ -77,8 +77,8 @@ class Runnable:
     differ only in where their specs, module and device come from (``_runtime``) and in what they check about
     the bound sizes (``_check_sizes``). Subclasses hold ``_vm`` (None until the first run) and ``_weights``."""
 
-    input_specs: dict[str, TensorSpec]
-    output_specs: dict[str, TensorSpec]
+    input_specs: dict[str, TensorDecl]
+    output_specs: dict[str, TensorDecl]
     _vm: VirtualMachine | None
     _weights: WeightCache
 
@@ -130,12 +130,12 @@ class Runnable:
                         device, owner)
 
     @property
-    def activation_specs(self) -> dict[str, TensorSpec]:
+    def activation_specs(self) -> dict[str, TensorDecl]:
         """The leading inputs, which every call passes (``BoundCase.run``'s)."""
         return dict(self._plan.activation_specs)
 
     @property
-    def weight_specs(self) -> dict[str, TensorSpec]:
+    def weight_specs(self) -> dict[str, TensorDecl]:
         """The inputs after the activations, packed once (``bind``'s)."""
         return dict(self._plan.weight_specs)
 

@@ -38,9 +38,9 @@ LM_HEAD_LOGITS, SAMPLED_IDS = "logits", "sampled_ids"  # the TP-sharded LM head'
 
 
 @dataclasses.dataclass(frozen=True)
-class TensorSpec:
-    """One named tensor of a case. ``shape`` names the token dim ``"T"`` (and rows per owner ``"R"``) so it can
-    be shown symbolically."""
+class TensorDecl:
+    """One named tensor's declaration (a case's, a module file's, an artifact's): name, shape, dtype. ``shape``
+    names the token dim ``"T"`` (and rows per owner ``"R"``) so it can be shown symbolically."""
 
     name: str
     shape: tuple[int | str, ...]
@@ -308,11 +308,11 @@ class Case:
         first = self.chain[0].hidden_input
         return (() if first is None else (first,)) + tuple(p for st in self.chain for p in st.params)
 
-    def input_specs(self, s: Shapes) -> dict[str, TensorSpec]:
-        return {p.name: TensorSpec(p.name, p.shape(s), p.dtype) for p in self.params()}
+    def input_specs(self, s: Shapes) -> dict[str, TensorDecl]:
+        return {p.name: TensorDecl(p.name, p.shape(s), p.dtype) for p in self.params()}
 
-    def output_specs(self, s: Shapes) -> dict[str, TensorSpec]:
-        return {o.name: TensorSpec(o.name, o.shape(s), o.dtype) for st in self.chain for o in st.outputs}
+    def output_specs(self, s: Shapes) -> dict[str, TensorDecl]:
+        return {o.name: TensorDecl(o.name, o.shape(s), o.dtype) for st in self.chain for o in st.outputs}
 
     def check_shapes(self, s: Shapes, tokens: int | None = None) -> None:
         """Raise ``UsageError`` unless every stage can serve these sizes (``tokens`` defaults to the shapes')."""

@@ -23,7 +23,7 @@ import numpy as np
 import tvm
 from tvm import relax, tirx
 
-from ..contract.cases import TensorSpec
+from ..contract.cases import TensorDecl
 from ..ir.graph_nodes import ExportedGraph
 from ..ir.module_sizes import sized_inputs
 from ..ir.op_coverage import import_program, refuse_custom_ops
@@ -49,8 +49,8 @@ class ModuleFile:
     path: Path
     kind: str
     mod: tvm.IRModule
-    input_specs: dict[str, TensorSpec]
-    output_specs: dict[str, TensorSpec]  # ``output0``, ``output1``...: ``main``'s results in order
+    input_specs: dict[str, TensorDecl]
+    output_specs: dict[str, TensorDecl]  # ``output0``, ``output1``...: ``main``'s results in order
     returns_tuple: bool                 # whether main returns a tuple (outputs ``output0``...) or one tensor
     num_input: int                      # the leading inputs that are activations (the rest: parameters)
     examples: dict[str, np.ndarray]     # every input of ``main``: example inputs, then parameters
@@ -245,20 +245,20 @@ def _tuple_of(path: Path, value, what: str, kinds: tuple, kind_name: str) -> tup
     return value
 
 
-def _spec(name: str, ty, path: Path, what: str) -> TensorSpec:
+def _spec(name: str, ty, path: Path, what: str) -> TensorDecl:
     """One tensor of ``main`` as a spec: each symbolic size by its variable's name (``validate_inputs`` binds
     it)."""
     if not isinstance(ty, relax.TensorType) or ty.shape is None:
         raise UsageError(f"module file {path}: main's {what} {name!r} is not a tensor of known shape ({ty})")
     shape = tuple(int(d) if isinstance(d, tirx.IntImm) else str(d) for d in ty.shape)
-    return TensorSpec(name, shape, str(ty.dtype))
+    return TensorDecl(name, shape, str(ty.dtype))
 
 
-def _specs(func: relax.Function, path: Path) -> dict[str, TensorSpec]:
+def _specs(func: relax.Function, path: Path) -> dict[str, TensorDecl]:
     return {p.name: _spec(p.name, p.ty, path, "input") for p in func.params}
 
 
-def _outputs(func: relax.Function, path: Path) -> tuple[dict[str, TensorSpec], bool]:
+def _outputs(func: relax.Function, path: Path) -> tuple[dict[str, TensorDecl], bool]:
     """``main``'s outputs as specs (``output0``, ``output1``...) and whether it returns a tuple."""
     ret = func.ret_ty
     is_tuple = isinstance(ret, relax.TupleType)

@@ -13,7 +13,7 @@ import os
 
 import numpy as np
 
-from ..contract.cases import TensorSpec
+from ..contract.cases import TensorDecl
 from ..support.errors import UsageError
 
 Bounds = dict[str, tuple[int, int | None]]  # symbolic size -> (lowest, highest or None)
@@ -39,7 +39,7 @@ def physical_memory() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def bind_sizes(specs: dict[str, TensorSpec], activations: tuple[str, ...], shapes: dict[str, tuple[int, ...]],
+def bind_sizes(specs: dict[str, TensorDecl], activations: tuple[str, ...], shapes: dict[str, tuple[int, ...]],
                bounds: Bounds | None, names: dict[str, str] | None = None) -> dict[str, int]:
     """Each symbolic size's value at ``shapes`` (input name -> shape), every rule above checked."""
     def say(dim: str) -> str:
@@ -77,7 +77,7 @@ def bind_sizes(specs: dict[str, TensorSpec], activations: tuple[str, ...], shape
     return sizes
 
 
-def sized_inputs(specs: dict[str, TensorSpec], activations: tuple[str, ...], examples: dict[str, np.ndarray],
+def sized_inputs(specs: dict[str, TensorDecl], activations: tuple[str, ...], examples: dict[str, np.ndarray],
                  shapes: dict[str, tuple[int, ...]], bounds: Bounds | None, seed: int = 0,
                  names: dict[str, str] | None = None) -> dict[str, np.ndarray]:
     """Every input of ``main`` at ``shapes``: the activations drawn from ``seed``, the parameters the examples'."""

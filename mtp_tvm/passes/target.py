@@ -74,31 +74,31 @@ def cpu_arch(triple: str) -> str:
     return triple.split("-", 1)[0]
 
 
-def resolve_target(spec: str | dict | Target, arch: str = "sm_90") -> Target:
+def resolve_target(target: str | dict | Target, arch: str = "sm_90") -> Target:
     """``llvm``, ``cuda`` or a target JSON object (string or dict) -> ``Target``."""
-    if isinstance(spec, Target):
-        return spec
-    if isinstance(spec, str) and spec.strip().startswith("{"):
+    if isinstance(target, Target):
+        return target
+    if isinstance(target, str) and target.strip().startswith("{"):
         try:
-            spec = json.loads(spec)
+            target = json.loads(target)
         except json.JSONDecodeError as e:
             raise UsageError(f"malformed target JSON: {e.msg} at char {e.pos}") from None
-    if spec == "llvm":
-        spec = host_target()
-    elif spec == "cuda":
+    if target == "llvm":
+        target = host_target()
+    elif target == "cuda":
         if arch not in CUDA_ARCHS:
             raise UsageError(f"unsupported CUDA arch {arch!r}; choose one of {', '.join(CUDA_ARCHS)}")
         # the static shared memory a block may use on every supported arch (dlight sizes its tiles by it)
-        spec = {"kind": "cuda", "arch": arch, "max_shared_memory_per_block": 49152}
-    if not isinstance(spec, dict):
-        classic = classic_as_json(spec) if isinstance(spec, str) else None
-        raise UsageError(f"unknown target {spec!r}; use llvm, cuda or a target JSON object"
+        target = {"kind": "cuda", "arch": arch, "max_shared_memory_per_block": 49152}
+    if not isinstance(target, dict):
+        classic = classic_as_json(target) if isinstance(target, str) else None
+        raise UsageError(f"unknown target {target!r}; use llvm, cuda or a target JSON object"
                          + (f", here '{json.dumps(classic)}'" if classic else ""))
     with native_stderr():  # LLVM prints its own complaint about an mcpu: ours says it in one line
         try:
-            target = Target(spec)
+            target = Target(target)
         except Exception as e:  # TVM raises ValueError/TVMError with multi-line text
-            raise UsageError(f"invalid target {json.dumps(spec)}: {last_line(e)}") from None
+            raise UsageError(f"invalid target {json.dumps(target)}: {last_line(e)}") from None
         _check_mcpu(target)
     return target
 
