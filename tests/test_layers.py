@@ -151,3 +151,51 @@ def test_cli_wings_share_only_common():
                 if m.startswith("mtp_tvm.cli.") and m != "mtp_tvm.cli.common"
                 for t in targets if t.startswith("mtp_tvm.cli") and t != "mtp_tvm.cli.common"]
     assert crossing == []
+
+
+# ---- one verb for a case and a module file (issue 43) ------------------------------------------------------
+
+# module-file twins still to fold into their verb: bench's (tools/bench/module_bench.py, module_peers.py)
+KNOWN_TWINS = {"ModuleBenchOptions", "ModuleBenchResult", "ModuleTvmJob", "ModuleTvmWorker", "ModulePeerJob",
+               "ModulePeerWorker", "bench_module_file"}
+KNOWN_MODULE_FILES = {"module_bench.py", "module_peers.py"}
+
+
+def _top_level_names(root: Path) -> set[str]:
+    names = set()
+    for path in root.rglob("*.py"):
+        names |= {n.name for n in ast.parse(path.read_text()).body
+                  if isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))}
+    return names
+
+
+def module_twins(names: set[str]) -> set[str]:
+    """The names that are a module file's twin of another name: ``module_X``/``X_module``/``X_module_file`` beside
+    ``X``, ``ModuleX`` beside ``X`` (a verb, a result, an options class written twice, once per kind)."""
+    twins = set()
+    for name in names:
+        for prefix in ("module_", "Module", "_module_"):
+            if name.startswith(prefix) and len(name) > len(prefix) and any(
+                    other in names for other in (name[len(prefix):], "_" + name[len(prefix):])):
+                twins.add(name)
+        for suffix in ("_module", "_module_file", "_module_failure"):
+            base = name[:-len(suffix)] if name.endswith(suffix) else None
+            if base and (base in names or base + "_failure" in names):
+                twins.add(name)
+    return twins
+
+
+def test_tools_hold_no_new_module_file_twin():
+    tools = PACKAGE / "tools"
+    files = {p.name for p in tools.rglob("module_*.py")}
+    assert files <= KNOWN_MODULE_FILES, f"a module file's part of a verb belongs in it: {files - KNOWN_MODULE_FILES}"
+    assert module_twins(_top_level_names(tools)) <= KNOWN_TWINS
+
+
+def test_the_twin_rule_sees_a_planted_twin(tmp_path):
+    verb = tmp_path / "tools" / "shape"
+    verb.mkdir(parents=True)
+    (verb / "shape.py").write_text("def shape(spec): ...\nclass ShapeResult: ...\n")
+    (verb / "module_shape.py").write_text("def shape_module(path): ...\nclass ModuleShapeResult: ...\n")
+    assert module_twins(_top_level_names(tmp_path)) == {"shape_module", "ModuleShapeResult"}
+    assert {p.name for p in tmp_path.rglob("module_*.py")} == {"module_shape.py"}
