@@ -19,12 +19,13 @@ import pytest
 import mtp_tvm
 from helpers import REPO, slow_except
 from mtp_tvm.compiler.arrays import to_numpy
-from mtp_tvm.compiler.options import BuildSpec
+from mtp_tvm.compiler.options import BuildSpec, token_counts
 from mtp_tvm.contract.cases import CASES, STAGES
 from mtp_tvm.contract.presets import make_shapes
 from mtp_tvm.passes.target import resolve_target, usable_cores
 from mtp_tvm.support.errors import UsageError
-from mtp_tvm.tools.bench.bench import BENCH_CASES, PEERS, BenchOptions, bench, parse_tokens
+from mtp_tvm.tools.bench.bench import BENCH_CASES, PEERS, BenchOptions, bench
+from mtp_tvm.tools.bench.options import CASE_PEERS
 from mtp_tvm.tools.bench.peer_worker import peer_runner
 from mtp_tvm.tools.bench.race import golden_mismatch
 from mtp_tvm.tools.bench.stage_peers import STAGE_PEERS
@@ -219,16 +220,16 @@ def test_bad_bench_arguments_are_usage_errors(kwargs):
 
 
 def test_bench_options_read_the_sweep_and_the_peers():
-    assert parse_tokens("1,2,4,8,16") == (1, 2, 4, 8, 16) and parse_tokens("8") == (8,)
+    assert token_counts("1,2,4,8,16") == (1, 2, 4, 8, 16) and token_counts("8") == 8  # a list of one is that T
     with pytest.raises(UsageError, match="comma list"):
-        parse_tokens("1,,2")
+        token_counts("1,,2")
     o = BenchOptions(tokens=4, peers=("torch_compile", "numpy_fp32"))
     assert o.tokens == (4,) and o.peers == ("numpy_fp32", "torch_compile")  # in PEERS' order; TVM always runs
     assert BenchOptions(tokens=(2, 1, 2)).tokens == (2, 1)
 
 
 def test_bench_peers_and_cases_come_from_the_stages():
-    assert tuple(PEERS) == (*EAGER, "torch_compile", "torch_compile_max_autotune")
+    assert tuple(PEERS) == (*EAGER, "torch_compile", "torch_compile_max_autotune") == CASE_PEERS  # named once
     assert all(st.name in STAGE_PEERS for case in BENCH_CASES for st in CASES[case].chain)
     assert set(STAGE_PEERS) <= set(STAGES) and "lm_head" not in STAGE_PEERS  # keyed by stage; the LM head is not raced
     assert set(BENCH_CASES) == {"logits", "projection", "norm", "tail"}

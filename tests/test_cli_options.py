@@ -11,7 +11,9 @@ from unittest import mock
 import pytest
 
 from mtp_tvm.cli import build_parser
+from mtp_tvm.compiler.options import token_counts
 from mtp_tvm.support.errors import MtpError
+from mtp_tvm.verify.tolerances import parse_logit_perturbation
 
 GLOBAL = {"help", "debug", "verbose", "command", "handler", "dumps_command"}
 
@@ -58,8 +60,10 @@ def _value(action: argparse.Action, default) -> list[str]:
         return []
     if action.choices:
         return [next(str(c) for c in action.choices if c != default)]
-    if action.type in (int, float):
+    if action.type in (int, float, token_counts):
         return ["3"]
+    if action.type is parse_logit_perturbation:
+        return ["0,0,0"]
     return ["x1.py" if action.dest in ("module", "extra_passes") else "x1"]
 
 

@@ -22,6 +22,7 @@ import traceback
 import warnings
 
 from ..support.errors import MtpError, UsageError
+from ..support.flags import Flag
 from ..support.native_log import VERBOSE_ENV
 from ..support.timing import start
 from .artifact import add_build_command, add_run_command
@@ -34,15 +35,16 @@ from .convert import add_convert_command
 from .dumps import add_dumps_command
 from .tune import add_tune_command
 
+DEBUG = Flag("debug", "show tracebacks for errors")
+VERBOSE = Flag("verbose", "let TVM's and LLVM's own log lines through (otherwise kept in the run folder's tvm.log)")
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="mtp-tvm", description="DeepSeek-V4 MTP decode tail on Apache TVM")
     common = Parser(add_help=False)  # also after the subcommand (there not set: the above's)
     for p in (parser, common):
-        p.add_argument("--debug", action="store_true", help="show tracebacks for errors",
-                       **({"default": argparse.SUPPRESS} if p is common else {}))
-        p.add_argument("--verbose", action="store_true", help="let TVM's and LLVM's own log lines through (otherwise "
-                       "kept in the run folder's tvm.log)", **({"default": argparse.SUPPRESS} if p is common else {}))
+        for flag in (DEBUG, VERBOSE):
+            flag.add_to(p, **({"default": argparse.SUPPRESS} if p is common else {}))
     sub = parser.add_subparsers(dest="command", required=True)
     for add in (add_check_command, add_localize_command, add_tune_command, add_build_command, add_run_command,
                 add_bench_command, add_inputs_command, add_convert_command, add_list_command, add_dumps_command,
@@ -107,7 +109,11 @@ def _refuse_empty_values(args) -> None:
 
 def _run(argv: list[str] | None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except MtpError as e:  # a flag's word its type refuses (``--tokens 1,x``): one line, as the API's refusals
+        print(f"mtp-tvm: error: {e}", file=sys.stderr)
+        return e.exit_code
     start(_process_startup())
     if args.verbose:
         os.environ[VERBOSE_ENV] = "1"

@@ -6,22 +6,30 @@ import argparse
 
 from ..compiler.options import BuildSpec
 from ..support.atomic_file import require_not_input
-from ..support.errors import UsageError
-from ..support.flags import add_flags
+from ..support.flags import Flag, add_flags
 from ..support.timing import phase, time_line
 from .common import (
+    CHECKPOINT_WITHOUT_WEIGHTS,
+    FORCE,
     SEED,
+    Refusal,
     add_arch_arg,
     add_build_args,
     add_shape_arg,
     add_weights_arg,
     debug_options,
-    given_flags,
     load_weights,
     print_debug_footer,
-    refuse_checkpoint_options,
+    refuse,
     source_spec,
 )
+
+BUILD_OUT = Flag("out", "the artifact folder to create", metavar="DIR", required=True)
+CHECK = Flag("check", "golden-check the written artifact before committing it; the result goes in its manifest")
+INPUTS = Flag("inputs", "one array per input name (mtp-tvm inputs writes one)", metavar="IN.npz")
+RANDOM_INPUTS = Flag("random_inputs", "the seeded inputs check draws (--seed, --tokens)")
+RUN_OUT = Flag("out", "where to write the outputs (without it: shapes and dtypes only)", metavar="OUT.npz")
+ALLOW_FAILED = Flag("allow_failed", "run an artifact even though its recorded golden check failed")
 
 
 def _cmd_build(args) -> int:
@@ -44,13 +52,12 @@ def _cmd_build(args) -> int:
 
 
 def _cmd_run(args) -> int:
-    refuse_checkpoint_options(args)
+    refuse(args, CHECKPOINT_WITHOUT_WEIGHTS)
     require_not_input(args.out, "--out", [("the --inputs file", args.inputs)])
-    if args.inputs is None and args.random_inputs is None:
-        raise UsageError("give --inputs IN.npz (make one with `mtp-tvm inputs`) or --random-inputs")
-    if args.random_inputs is None and given_flags(args, ("seed", "tokens", "shape")):
-        raise UsageError("--seed, --tokens and --shape size the seeded inputs of --random-inputs; drop them with "
-                         "--inputs")
+    refuse(args, Refusal("give --inputs IN.npz (make one with `mtp-tvm inputs`) or --random-inputs",
+                         when=lambda args: args.inputs is None and not args.random_inputs),
+           Refusal("--seed, --tokens and --shape size the seeded inputs of --random-inputs; drop them with --inputs",
+                   ("seed", "tokens", "shape"), lambda args: not args.random_inputs))
     from ..artifact.load import load
     from ..compiler.arrays import read_npz, write_npz
 
@@ -85,10 +92,9 @@ def add_build_command(sub, common: argparse.ArgumentParser) -> None:
                        "library, generated source, manifest")
     add_build_args(p)
     add_arch_arg(p)
-    p.add_argument("--out", required=True, metavar="DIR", help="the artifact folder to create")
-    p.add_argument("--force", action="store_true", help="replace DIR if it is an existing artifact")
-    p.add_argument("--check", action="store_true",
-                   help="golden-check the written artifact before committing it; the result goes in its manifest")
+    BUILD_OUT.add_to(p)
+    FORCE.add_to(p, "replace DIR if it is an existing artifact")
+    CHECK.add_to(p)
     SEED.add_to(p, "input seed for --check")
     p.set_defaults(handler=_cmd_build)
 
@@ -98,15 +104,13 @@ def add_run_command(sub, common: argparse.ArgumentParser) -> None:
                        help="run an artifact on named inputs from an .npz file, or on seeded ones")
     p.add_argument("artifact", metavar="DIR", help="an artifact folder written by build")
     group = p.add_mutually_exclusive_group()
-    group.add_argument("--inputs", metavar="IN.npz", help="one array per input name (mtp-tvm inputs writes one)")
-    group.add_argument("--random-inputs", action="store_const", const=True, default=None,
-                       help="the seeded inputs check draws (--seed, --tokens)")
+    INPUTS.add_to(group)
+    RANDOM_INPUTS.add_to(group)
     SEED.add_to(p, "with --random-inputs: input seed")
     add_flags(p, BuildSpec, only=("tokens",),
               help={"tokens": "with --random-inputs: token count T (default: the artifact's)"})
     add_shape_arg(p, "with --random-inputs, a module file's artifact: ")
-    p.add_argument("--out", metavar="OUT.npz", help="where to write the outputs (without it: shapes and dtypes only)")
-    p.add_argument("--allow-failed", action="store_true",
-                   help="run an artifact even though its recorded golden check failed")
+    RUN_OUT.add_to(p)
+    ALLOW_FAILED.add_to(p)
     add_weights_arg(p)
     p.set_defaults(handler=_cmd_run)

@@ -3,21 +3,28 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from ..compiler.options import DebugOptions
-from ..support.errors import UsageError
-from ..support.flags import flag_names
+from ..support.flags import Flag, flag_names
 from ..tools.bisect.search import BisectSearch
 from .common import (
     SEED,
+    Refusal,
     add_build_args,
     add_tolerance_args,
     build_spec,
     debug_options,
-    given_flags,
+    refuse,
     source_spec,
     tolerance_of,
 )
+
+SEARCH = Flag("search", "binary: log2(n) builds, exact when failure is monotone; linear: every prefix",
+              choices=BisectSearch.names(), default=BisectSearch.BINARY.value)
+SCHEDULE_TRACE = Flag("schedule_trace", "bisect the steps of this schedule trace (Python text of str(sch.trace)) "
+                      "instead of passes", metavar="FILE")
+FUNC = Flag("func", "the PrimFunc that --schedule-trace schedules", metavar="NAME")
 
 
 def _cmd_bisect(args) -> int:
@@ -32,24 +39,19 @@ def _cmd_bisect(args) -> int:
 
 def _cmd_bisect_schedule(args) -> int:
     """``bisect --schedule-trace FILE --func NAME``: the first step of a case's kernel schedule that fails."""
-    if args.module:
-        raise UsageError("bisect --module bisects passes; --schedule-trace/--func apply to a case")
-    if not args.schedule_trace:
-        raise UsageError("--func names the PrimFunc of a --schedule-trace; give the trace, or drop --func")
-    passes = given_flags(args, flag_names(DebugOptions, "debug"))  # a trace's steps are bisected, not passes
-    if passes:
-        raise UsageError(f"--schedule-trace bisects a trace's steps, so {', '.join(passes)} cannot apply; drop them")
-    if not args.func:
-        raise UsageError("--schedule-trace needs --func NAME (the PrimFunc the trace schedules)")
+    refuse(args, Refusal("bisect --module bisects passes; --schedule-trace/--func apply to a case",
+                         when=lambda args: args.module),
+           Refusal("--func names the PrimFunc of a --schedule-trace; give the trace, or drop --func",
+                   when=lambda args: not args.schedule_trace),
+           Refusal("--schedule-trace bisects a trace's steps, so {flags} cannot apply; drop them",
+                   flag_names(DebugOptions, "debug")),  # a trace's steps are bisected, not passes
+           Refusal("--schedule-trace needs --func NAME (the PrimFunc the trace schedules)",
+                   when=lambda args: not args.func))
     spec = build_spec(args)
-    try:
-        text = open(args.schedule_trace).read()
-    except OSError as e:
-        raise UsageError(f"cannot read schedule trace {args.schedule_trace}: {e.strerror}") from None
     from ..tools.bisect.bisection import bisect_schedule
 
-    return _print_bisect(bisect_schedule(args.func, text, spec, seed=args.seed, tolerance=tolerance_of(args),
-                                        search=args.search))
+    return _print_bisect(bisect_schedule(args.func, Path(args.schedule_trace), spec, seed=args.seed,
+                                         tolerance=tolerance_of(args), search=args.search))
 
 
 def _print_bisect(result) -> int:
@@ -68,9 +70,6 @@ def add_bisect_command(sub, common: argparse.ArgumentParser) -> None:
     add_build_args(p)
     SEED.add_to(p)
     add_tolerance_args(p)
-    p.add_argument("--search", choices=BisectSearch.names(), default=BisectSearch.BINARY.value,
-                   help="binary: log2(n) builds, exact when failure is monotone; linear: every prefix")
-    p.add_argument("--schedule-trace", metavar="FILE",
-                   help="bisect the steps of this schedule trace (Python text of str(sch.trace)) instead of passes")
-    p.add_argument("--func", metavar="NAME", help="the PrimFunc that --schedule-trace schedules")
+    for flag in (SEARCH, SCHEDULE_TRACE, FUNC):
+        flag.add_to(p)
     p.set_defaults(handler=_cmd_bisect)

@@ -8,8 +8,10 @@ from ..compiler.options import BuildSpec
 from ..contract.cases import CASES
 from ..contract.presets import PRESETS
 from ..support.atomic_file import require_writable
-from ..support.flags import add_flags, options_from
-from .common import SEED, add_spec_args, refuse_build_flags
+from ..support.flags import Flag, add_flags, options_from
+from .common import ARTIFACT, BUILD_FLAGS_WITH_ARTIFACT, FORCE, SEED, add_spec_args, refuse
+
+INPUTS_OUT = Flag("out", "the .npz to write", metavar="IN.npz", required=True)
 
 
 def _cmd_inputs(args) -> int:
@@ -17,7 +19,7 @@ def _cmd_inputs(args) -> int:
     artifact (its manifest's case and sizes)."""
     require_writable(args.out, "--out", force=args.force)
     if args.artifact:
-        refuse_build_flags(args)
+        refuse(args, BUILD_FLAGS_WITH_ARTIFACT)
         from ..artifact.load import load
 
         inputs = load(args.artifact, allow_failed=True).make_inputs(tokens=args.tokens, seed=args.seed)
@@ -57,10 +59,9 @@ def add_inputs_command(sub, common: argparse.ArgumentParser) -> None:
     add_spec_args(p)
     add_flags(p, BuildSpec, only=("tokens",))
     SEED.add_to(p)
-    p.add_argument("--artifact", default=None, metavar="DIR",
-                   help="the inputs of this artifact (its case and sizes; --tokens and --seed still apply)")
-    p.add_argument("--out", required=True, metavar="IN.npz", help="the .npz to write")
-    p.add_argument("--force", action="store_true", help="replace --out if it exists")
+    ARTIFACT.add_to(p, "the inputs of this artifact (its case and sizes; --tokens and --seed still apply)")
+    INPUTS_OUT.add_to(p)
+    FORCE.add_to(p, "replace --out if it exists")
     p.set_defaults(handler=_cmd_inputs)
 
 

@@ -4,22 +4,25 @@ follow-ups (``tools/check``, ``tools/minimize``)."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 
 from ..support.atomic_file import require_writable
-from ..support.errors import UsageError
+from ..support.flags import Flag
 from ..support.timing import phase, time_line
 from ..verify.tolerances import LogitsTolerance
 from .common import (
+    ARTIFACT,
+    CHECKPOINT_WITHOUT_WEIGHTS,
     COMPILE_ONLY,
     DEBUG_OPTIONS,
     MANIFEST_OPTIONS,
     MAX_E2E_ABS_DIFF,
     NAN_CHECK,
     PERTURB_LOGIT,
+    REPORT,
     SEED,
     TOLERANCE_OPTIONS,
+    Refusal,
     add_arch_arg,
     add_build_args,
     add_profile_arg,
@@ -27,18 +30,31 @@ from .common import (
     add_tolerance_args,
     add_weights_arg,
     build_spec,
+    case_flags_refused,
     check_exit,
     debug_options,
-    given_flags,
     load_weights,
     module_options,
     print_debug_footer,
     print_reproducers,
-    refuse_case_options,
-    refuse_checkpoint_options,
+    refuse,
     source_spec,
     tolerance_of,
 )
+
+AGAINST = Flag("against", "the reference build: target, frontend, schedule, disable-pass, bisect-limit, pass-plugin "
+               "(e.g. schedule=none); it drops this build's debugging changes unless named. A case needs it; --module "
+               "without it compares every op with eager torch", metavar="KEY=VALUE[,...]")
+LOCALIZE_MAX_MB = Flag("localize_max_mb", "keep at most MB of recorded tensors at once (oldest calls compared and "
+                       "dropped first)", type=float, metavar="MB")
+MINIMIZE_OUT = Flag("out", "where to write the piece", shown="<module>_min.py in the current folder",
+                    metavar="FILE.py")
+
+
+
+def _prebuilt(args) -> bool:
+    """``--artifact`` (no compile) or ``--compile-only`` (no check)."""
+    return bool(args.artifact or args.compile_only)
 
 
 def _add_check_tolerance_args(p: argparse.ArgumentParser) -> None:
@@ -50,17 +66,17 @@ def _add_check_tolerance_args(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_check(args) -> int:
-    refuse_checkpoint_options(args)
-    if (args.module or args.artifact or args.compile_only) and args.weights:
-        raise UsageError("--weights golden-checks a fresh build of a case on those weights; drop --module, --artifact "
-                         "and --compile-only (run ARTIFACT --weights runs an artifact on them)")
-    if args.module and args.artifact:
-        raise UsageError("--artifact checks the module file's artifact on what it stores; drop --module")
+    refuse(args, CHECKPOINT_WITHOUT_WEIGHTS,
+           Refusal("--weights golden-checks a fresh build of a case on those weights; drop --module, --artifact and "
+                   "--compile-only (run ARTIFACT --weights runs an artifact on them)", ("weights",),
+                   lambda args: args.module or _prebuilt(args)),
+           Refusal("--artifact checks the module file's artifact on what it stores; drop --module", ("module",),
+                   lambda args: args.artifact))
     if args.module:
         return _cmd_check_module(args)
-    if args.shape:
-        raise UsageError("--shape sizes a module file's inputs (check --module FILE.py); a case takes --tokens")
-    if args.artifact or args.compile_only:
+    refuse(args, Refusal("--shape sizes a module file's inputs (check --module FILE.py); a case takes --tokens",
+                         ("shape",)))
+    if _prebuilt(args):
         return _cmd_check_prebuilt(args)
     spec, debug = build_spec(args), debug_options(args)
     loaded = load_weights(args, spec.case, spec.preset, spec.tp, spec.owners)
@@ -70,13 +86,10 @@ def _cmd_check(args) -> int:
     logits_tol = None if args.max_e2e_abs_diff is None else LogitsTolerance(
         **tolerance.given(), max_e2e_abs_diff=args.max_e2e_abs_diff)  # the rest as every output's
     with phase("import"):
-        from ..artifact.export import build_target, parse_archs
         from ..tools.check.check import check
 
-    result = check(dataclasses.replace(spec, target=build_target(args.target, parse_archs(args.arch))), debug,
-                   seed=args.seed, report=args.report, tolerance=tolerance, logits_tol=logits_tol,
-                   perturb_logit=parse_logit_perturbation(args.perturb_logit) if args.perturb_logit else None,
-                   profile=args.profile, nan_check=args.nan_check,
+    result = check(spec, debug, seed=args.seed, report=args.report, tolerance=tolerance, logits_tol=logits_tol,
+                   perturb_logit=args.perturb_logit, profile=args.profile, nan_check=args.nan_check, arch=args.arch,
                    weights=None if loaded is None else loaded.weights)
     _print_check(args, result)
     if result.profile is not None and result.dump_dir:
@@ -101,10 +114,10 @@ def _print_check(args, result) -> None:
 
 def _cmd_check_module(args) -> int:
     """``check --module FILE.py``: the user's own model against its reference (``tools.check.check``)."""
-    refuse_case_options(args, keep=("seed", "nan_check"))
-    if args.seed and not args.shape:  # the API's refusal names its keyword; the CLI names the flag
-        raise UsageError("--module runs your file's example_inputs(), so --seed cannot apply without --shape (a seed "
-                         "draws inputs only at another size); drop it")
+    refuse(args, case_flags_refused(keep=("seed", "nan_check")),
+           Refusal("--module runs your file's example_inputs(), so {flags} cannot apply without --shape (a seed "
+                   "draws inputs only at another size); drop it", ("seed",),
+                   lambda args: args.seed and not args.shape))  # the API's refusal names its keyword
     debug = debug_options(args)
     with phase("import"):
         from ..ir.module_sizes import parse_shapes
@@ -124,7 +137,7 @@ def _cmd_localize(args) -> int:
     """``localize``: a case against the build ``--against`` names; a module file against eager torch op by op
     (or, ``--against``, another build of it)."""
     require_writable(args.report, "--report")
-    spec, debug = source_spec(args), debug_options(args)
+    spec, debug = source_spec(args), debug_options(args)  # a case without --against: refused by localize()
     with phase("import"):
         from ..tools.check.localize import localize
 
@@ -144,9 +157,8 @@ def _localize_verdict(args, result) -> int:
 
 def _cmd_minimize(args) -> int:
     """``minimize --module FILE.py``: the smallest failing piece of the file's graph (``tools.minimize``)."""
-    if not args.module:
-        raise UsageError("minimize cuts your own model: give --module FILE.py")
-    refuse_case_options(args)
+    refuse(args, Refusal("minimize cuts your own model: give --module FILE.py", when=lambda args: not args.module),
+           case_flags_refused())
     require_writable(args.out, "--out")
     debug = debug_options(args)
     with phase("import"):
@@ -161,15 +173,14 @@ def _cmd_minimize(args) -> int:
 
 def _cmd_check_prebuilt(args) -> int:
     """``check --compile-only`` (build the artifact, discard it) and ``check --artifact DIR`` (no compile)."""
-    for flag, given, what in (("--profile", args.profile, "times"), ("--nan-check", args.nan_check, "searches")):
-        if given:  # both run a fresh build's kernels one by one
-            raise UsageError(f"{flag} {what} a fresh build's kernels; drop --artifact/--compile-only")
-    unused = given_flags(args, (*TOLERANCE_OPTIONS, "max_e2e_abs_diff", "perturb_logit",
-                                *(("seed", "report") if not args.artifact else ())))
-    if unused:
-        what = "--artifact checks with the default tolerances" if args.artifact else "--compile-only runs no check"
-        raise UsageError(f"{what}, so {', '.join(unused)} cannot apply; drop them")
-    if args.compile_only and not args.artifact:
+    compared = (*TOLERANCE_OPTIONS, "max_e2e_abs_diff", "perturb_logit")
+    refuse(args, *(Refusal(f"{{flags}} {what} a fresh build's kernels; drop --artifact/--compile-only", (flag,))
+                   for flag, what in (("profile", "times"), ("nan_check", "searches"))),  # kernels one by one
+           Refusal("--artifact checks with the default tolerances, so {flags} cannot apply; drop them", compared,
+                   lambda args: args.artifact),
+           Refusal("--compile-only runs no check, so {flags} cannot apply; drop them", (*compared, "seed", "report"),
+                   lambda args: not args.artifact))
+    if not args.artifact:
         spec, debug = build_spec(args), debug_options(args)
         from ..artifact.export import build, describe
 
@@ -177,12 +188,8 @@ def _cmd_check_prebuilt(args) -> int:
         print(describe(built))
         print_debug_footer(args, built.compiled.pass_records, built.compiled.gate, built.compiled.dump_dir)
         return 0
-    if given_flags(args, MANIFEST_OPTIONS):
-        raise UsageError(f"--artifact takes {', '.join(given_flags(args, MANIFEST_OPTIONS))} from the artifact's "
-                         "manifest; drop them")
-    if given_flags(args, DEBUG_OPTIONS):
-        raise UsageError(f"--artifact does not compile, so {', '.join(given_flags(args, DEBUG_OPTIONS))} cannot "
-                         "apply; drop them")
+    refuse(args, Refusal("--artifact takes {flags} from the artifact's manifest; drop them", MANIFEST_OPTIONS),
+           Refusal("--artifact does not compile, so {flags} cannot apply; drop them", DEBUG_OPTIONS))
     from ..artifact.load import check_artifact
     from ..verify.results import summary_table
 
@@ -196,12 +203,11 @@ def add_check_command(sub, common: argparse.ArgumentParser) -> None:
                        "stage (--module FILE.py: your own model against torch or its unoptimised build)")
     add_build_args(p)
     SEED.add_to(p)
-    p.add_argument("--report", default=None, metavar="FILE", help="write the result as JSON")
+    REPORT.add_to(p)
     add_arch_arg(p)
     _add_check_tolerance_args(p)
-    p.add_argument("--artifact", default=None, metavar="DIR",
-                   help="golden-check a prebuilt artifact on fresh seeded inputs (a --module artifact: its stored "
-                        "example inputs and reference outputs), without compiling")
+    ARTIFACT.add_to(p, "golden-check a prebuilt artifact on fresh seeded inputs (a --module artifact: its stored "
+                       "example inputs and reference outputs), without compiling")
     COMPILE_ONLY.add_to(p)
     add_profile_arg(p)
     NAN_CHECK.add_to(p)
@@ -214,15 +220,11 @@ def add_localize_command(sub, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("localize", parents=[common],
                        help="name the first kernel call whose numbers differ from a reference build's")
     add_build_args(p)
-    p.add_argument("--against", default=None, metavar="KEY=VALUE[,...]",
-                   help="the reference build: target, frontend, schedule, disable-pass, bisect-limit, pass-plugin "
-                        "(e.g. schedule=none); it drops this build's debugging changes unless named. A case needs "
-                        "it; --module without it compares every op with eager torch")
+    AGAINST.add_to(p)
     add_tolerance_args(p)
     SEED.add_to(p)
-    p.add_argument("--localize-max-mb", type=float, default=None, metavar="MB",
-                   help="keep at most MB of recorded tensors at once (oldest calls compared and dropped first)")
-    p.add_argument("--report", default=None, metavar="FILE", help="write the result as JSON")
+    LOCALIZE_MAX_MB.add_to(p)
+    REPORT.add_to(p)
     p.set_defaults(handler=_cmd_localize)
 
 
@@ -230,19 +232,7 @@ def add_minimize_command(sub, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("minimize", parents=[common], help="cut a failing --module FILE.py's exported graph down to the "
                        "smallest piece that still fails check --module, written as a module file")
     add_build_args(p)
-    p.add_argument("--out", default=None, metavar="FILE.py",
-                   help="where to write the piece (default: <module>_min.py in the current folder)")
+    MINIMIZE_OUT.add_to(p)
     add_tolerance_args(p)
     p.set_defaults(handler=_cmd_minimize)
 
-
-def parse_logit_perturbation(text: str) -> tuple[int, int, int, float]:
-    """``"OWNER,ROW,COL[,DELTA]"`` (DELTA default 1.0) -> a tuple for ``check(perturb_logit=...)``."""
-    parts = [p.strip() for p in text.split(",")]
-    try:
-        if len(parts) not in (3, 4):
-            raise ValueError
-        return int(parts[0]), int(parts[1]), int(parts[2]), float(parts[3]) if len(parts) == 4 else 1.0
-    except ValueError:
-        raise UsageError(f"perturbation must be OWNER,ROW,COL[,DELTA] (integers, DELTA a number), got {text!r}"
-                         ) from None

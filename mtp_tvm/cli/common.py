@@ -1,18 +1,21 @@
 """What every command's wing shares: the parser that knows which flags were given, the build and debug flags
-(declared with their fields: ``support.flags``), the refusal sets they derive, and the printing of a build's
+(declared with their fields: ``support.flags``), the command keywords' flags several wings take, the flag
+combinations a command cannot do (``Refusal``, refused in one place: ``refuse``), and the printing of a build's
 debugging footer."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
+from collections.abc import Callable
 
 from ..compiler.options import BuildSpec, DebugOptions, ModuleSpec
 from ..support.errors import UsageError
 from ..support.flags import Flag, add_flags, flag_names, flags, options_from
 from ..support.timing import phase, time_line
 from ..tools.convert.convert import WeightSource  # no TVM, no torch: the parser reads its declarations
-from ..verify.tolerances import Tolerance
+from ..verify.tolerances import Tolerance, parse_logit_perturbation
 
 
 class Parser(argparse.ArgumentParser):
@@ -48,6 +51,26 @@ def given_flags(args, names) -> list[str]:
     return [known.get(n, "--" + n.replace("_", "-")) for n in names if n in args.given]
 
 
+@dataclasses.dataclass(frozen=True)
+class Refusal:
+    """A flag combination a command cannot do: where ``when(args)`` holds, the flags given among ``flags``
+    (dests) are refused, named by ``message``'s ``{flags}``; without ``flags``, ``when`` alone refuses (a flag
+    the others need is missing). A value's own check is the API's, not the CLI's."""
+
+    message: str
+    flags: tuple[str, ...] = ()
+    when: Callable[[argparse.Namespace], object] = lambda args: True
+
+
+def refuse(args, *refusals: Refusal) -> None:
+    """The CLI's one refusal: the first of ``refusals`` that applies, as a one-line ``UsageError``."""
+    for r in refusals:
+        if r.when(args):
+            given = given_flags(args, r.flags)
+            if given or not r.flags:
+                raise UsageError(r.message.format(flags=", ".join(given)))
+
+
 DEFAULTS = BuildSpec()  # the one table of build defaults: every command's flags and the API's keywords
 
 # the command-level flags that describe a case or come from an artifact's manifest (the rest: BuildSpec's and
@@ -62,10 +85,24 @@ NAN_CHECK = Flag("nan_check", "name the first kernel call whose output holds NaN
 MAX_E2E_ABS_DIFF = Flag("max_e2e_abs_diff", "LM-head logits end-to-end guard against the CPU golden, max "
                         "|logit - CPU golden|", type=float, metavar="G", shown="0.5", groups=("case",))
 PERTURB_LOGIT = Flag("perturb_logit", "debugging: add DELTA (default 1.0) to one device logit before the "
-                     "comparison", metavar="OWNER,ROW,COL[,DELTA]", groups=("case",))
+                     "comparison", type=parse_logit_perturbation, metavar="OWNER,ROW,COL[,DELTA]", groups=("case",))
 RPC_TRACKER = Flag("rpc_tracker", "", metavar="HOST:PORT")  # help: the command's
 RPC_KEY = Flag("rpc_key", "device key registered with the tracker", metavar="KEY", default="mtp")
 COMMAND_FLAGS = (SEED, ARCH, COMPILE_ONLY, NAN_CHECK, MAX_E2E_ABS_DIFF, PERTURB_LOGIT)
+# the keywords of several verbs (help: the command's where it says more)
+MODULE = Flag("module", "your own model instead of a case: FILE.py defines model() (a torch.nn.Module) and "
+              "example_inputs(), optionally dynamic_shapes(); or module() (a tvm.IRModule with a Relax main) and "
+              "example_inputs() (numpy arrays). See examples/ and the README", metavar="FILE.py")
+SHAPE = Flag("shape", "run input NAME at this shape instead of the example's (repeat per input; symbolic sizes within "
+             "dynamic_shapes()'s bounds), on inputs drawn from --seed", metavar="NAME=DIM,...", repeat=True)
+PROFILE = Flag("profile", "also time every kernel of main: its ms, share of main, GB/s, GFLOP/s, roofline fraction "
+               "(profile.json in the run folder when dumping)")
+WEIGHTS = Flag("weights", "the weights of a DeepSeek checkpoint (folder or file, converted to W8A8 here) or of a file "
+               "mtp-tvm convert wrote, in place of the seeded ones", metavar="CKPT_OR_CONVERTED")
+ARTIFACT = Flag("artifact", "", metavar="DIR")  # help: the command's
+REPORT = Flag("report", "write the result as JSON", metavar="FILE")
+FORCE = Flag("force", "")  # help: the command's (what it replaces)
+KEYWORD_FLAGS = (MODULE, SHAPE, PROFILE, WEIGHTS, REPORT)
 
 # what a case is made of, meaningless for --module (its file says it all)
 CASE_OPTIONS = flag_names(BuildSpec, "case") + flag_names(COMMAND_FLAGS, "case")
@@ -93,25 +130,18 @@ def add_schedule_arg(p: argparse.ArgumentParser) -> None:
 
 
 def add_shape_arg(p: argparse.ArgumentParser, where: str) -> None:
-    p.add_argument("--shape", action="append", default=None, metavar="NAME=DIM,...",
-                   help=f"{where}run input NAME at this shape instead of the example's (repeat per input; symbolic "
-                        "sizes within dynamic_shapes()'s bounds), on inputs drawn from --seed")
+    SHAPE.add_to(p, where + SHAPE.help)
 
 
 def add_module_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--module", default=None, metavar="FILE.py",
-                   help="your own model instead of a case: FILE.py defines model() (a torch.nn.Module) and "
-                        "example_inputs(), optionally dynamic_shapes(); or module() (a tvm.IRModule with a Relax "
-                        "main) and example_inputs() (numpy arrays). See examples/ and the README")
+    MODULE.add_to(p)
 
 
-def refuse_case_options(args, keep: tuple[str, ...] = ()) -> None:
+def case_flags_refused(keep: tuple[str, ...] = ()) -> Refusal:
     """``--module`` with a flag that describes a case (other than ``keep``, which the command uses for something
     else): a one-line error naming it, not a silent no-op."""
-    given = given_flags(args, [o for o in CASE_OPTIONS if o not in keep])
-    if given:
-        raise UsageError(f"--module builds your file, so {', '.join(given)} (which describe a case) cannot apply; "
-                         "drop them")
+    return Refusal("--module builds your file, so {flags} (which describe a case) cannot apply; drop them",
+                   tuple(o for o in CASE_OPTIONS if o not in keep), lambda args: args.module)
 
 
 def module_options(args) -> dict:
@@ -130,7 +160,7 @@ def source_spec(args) -> BuildSpec | ModuleSpec:
     """What a verb that takes either kind builds: the ``--module`` file (a case flag beside it refused by name),
     else the case ``add_build_args`` describes."""
     if args.module:
-        refuse_case_options(args)
+        refuse(args, case_flags_refused())
         return ModuleSpec(args.module, args.target, args.schedule)
     return build_spec(args)
 
@@ -170,9 +200,7 @@ def print_debug_footer(args, records, gate, dump_dir) -> None:
 
 
 def add_profile_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--profile", action="store_true",
-                   help="also time every kernel of main: its ms, share of main, GB/s, GFLOP/s, roofline fraction "
-                        "(profile.json in the run folder when dumping)")
+    PROFILE.add_to(p)
 
 
 def add_arch_arg(p: argparse.ArgumentParser) -> None:
@@ -180,22 +208,18 @@ def add_arch_arg(p: argparse.ArgumentParser) -> None:
 
 
 def add_checkpoint_args(p: argparse.ArgumentParser) -> None:
-    """How a DeepSeek checkpoint is read and converted (``WeightSource``'s fields; --weights of check, run, bench)."""
-    add_flags(p, WeightSource, only=CHECKPOINT_OPTIONS)
+    """How a DeepSeek checkpoint is read and converted (``WeightSource``'s flags; --weights of check, run, bench)."""
+    add_flags(p, WeightSource)
 
 
 def add_weights_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--weights", metavar="CKPT_OR_CONVERTED", default=None,
-                   help="the weights of a DeepSeek checkpoint (folder or file, converted to W8A8 here) or of a file "
-                        "mtp-tvm convert wrote, in place of the seeded ones")
+    WEIGHTS.add_to(p)
     add_checkpoint_args(p)
 
 
-def refuse_checkpoint_options(args) -> None:
-    """The checkpoint options without ``--weights``: a one-line error, not a silent no-op."""
-    given = given_flags(args, CHECKPOINT_OPTIONS)
-    if given and args.weights is None:
-        raise UsageError(f"{', '.join(given)} read a checkpoint: give --weights CKPT")
+# the checkpoint options without --weights: a one-line error, not a silent no-op
+CHECKPOINT_WITHOUT_WEIGHTS = Refusal("{flags} read a checkpoint: give --weights CKPT", CHECKPOINT_OPTIONS,
+                                     lambda args: args.weights is None)
 
 
 def load_weights(args, case: str, preset: str | None, tp: int | None = None, owners: int | None = None):
@@ -246,20 +270,11 @@ def add_rpc_args(p: argparse.ArgumentParser, tracker_help: str) -> None:
 
 def rpc_of(args) -> tuple[str, str] | None:
     """``(tracker, key)`` of ``--rpc-tracker``/``--rpc-key``; a key without a tracker is refused, not ignored."""
-    if args.rpc_tracker:
-        return args.rpc_tracker, args.rpc_key
-    if given_flags(args, ("rpc_key",)):
-        raise UsageError("--rpc-key names a server of an --rpc-tracker; give the tracker, or drop --rpc-key")
-    return None
+    refuse(args, Refusal("--rpc-key names a server of an --rpc-tracker; give the tracker, or drop --rpc-key",
+                         ("rpc_key",), lambda args: not args.rpc_tracker))
+    return (args.rpc_tracker, args.rpc_key) if args.rpc_tracker else None
 
 
-def refuse_build_flags(args) -> None:
-    """``--artifact`` takes what was built from the artifact's manifest: a build flag set beside it is an error."""
-    given = given_flags(args, flag_names(BuildSpec, "manifest"))
-    if given:
-        raise UsageError(f"--artifact takes {', '.join(given)} from the artifact's manifest; drop them")
-
-
-def comma_list(text: str | None) -> tuple[str, ...]:
-    """``"a, b"`` -> ``("a", "b")``: a comma list flag."""
-    return tuple(filter(None, (s.strip() for s in (text or "").split(","))))
+# --artifact takes what was built from the artifact's manifest: a build flag set beside it is an error
+BUILD_FLAGS_WITH_ARTIFACT = Refusal("--artifact takes {flags} from the artifact's manifest; drop them",
+                                    flag_names(BuildSpec, "manifest"), lambda args: args.artifact)

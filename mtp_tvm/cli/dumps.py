@@ -4,6 +4,19 @@ from __future__ import annotations
 
 import argparse
 
+from ..support.flags import Flag
+
+ROOT = Flag("root", "the dumps root", shown="dumps/ or $MTP_TVM_DUMPS", metavar="DIR")
+CHANGED = Flag("changed", "in the table, only passes that changed the IR")
+PHASE = Flag("phase", "in the table, only passes of this phase", metavar="PHASE")
+NESTED = Flag("nested", "in the table, also the passes run inside another (folded into its row by default)")
+FUNC = Flag("func", "only this function (of PASS's module, or with --history)", metavar="NAME")
+HISTORY = Flag("history", "with --func: every pass that changed the function, its diffs in order")
+HTML = Flag("html", "also write the comparison as one self-contained page", metavar="OUT.html")
+KEEP = Flag("keep", "keep the newest N complete runs", type=int, metavar="N")
+OLDER_THAN = Flag("older_than", "remove complete runs finished more than AGE ago: a number with d, h or m (7d, 12h)",
+                  metavar="AGE")
+
 
 def _cmd_dumps(args) -> int:
     from ..tools.dumps import browse as dump_browse
@@ -30,29 +43,23 @@ def _cmd_dumps(args) -> int:
 def add_dumps_command(sub, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("dumps", parents=[common], help="read run folders written by --dump-passes")
     p.set_defaults(handler=_cmd_dumps)
-    p.add_argument("--root", default=None, help="the dumps root (default dumps/ or $MTP_TVM_DUMPS)")
+    ROOT.add_to(p)
     dsub = p.add_subparsers(dest="dumps_command", required=True)
     dsub.add_parser("list", parents=[common], help="every run folder: case, target, passes, status")
     q = dsub.add_parser("show", parents=[common], help="a run's pass table, or one pass's dump")
     q.add_argument("run", help="run folder, its name, a unique prefix, or 'latest'")
     q.add_argument("pass_", nargs="?", metavar="PASS", help="pass number, name, 'input', or a file of the run")
-    q.add_argument("--changed", action="store_true", help="in the table, only passes that changed the IR")
-    q.add_argument("--phase", help="in the table, only passes of this phase")
-    q.add_argument("--nested", action="store_true",
-                   help="in the table, also the passes run inside another (folded into its row by default)")
-    q.add_argument("--func", metavar="NAME", help="only this function (of PASS's module, or with --history)")
-    q.add_argument("--history", action="store_true",
-                   help="with --func: every pass that changed the function, its diffs in order")
+    for flag in (CHANGED, PHASE, NESTED, FUNC, HISTORY):
+        flag.add_to(q)
     q = dsub.add_parser("compare", parents=[common],
                         help="two runs pass by pass: where they diverge, and their generated code")
     q.add_argument("a", metavar="RUN_A", help="run folder, its name, a unique prefix, or 'latest'")
     q.add_argument("b", metavar="RUN_B", help="run folder, its name, a unique prefix, or 'latest'")
-    q.add_argument("--html", metavar="OUT.html", help="also write the comparison as one self-contained page")
+    HTML.add_to(q)
     q = dsub.add_parser("prune", parents=[common],
                         help="remove old complete runs (never one being written or marked kept)")
-    q.add_argument("--keep", type=int, default=None, metavar="N", help="keep the newest N complete runs")
-    q.add_argument("--older-than", default=None, metavar="AGE",
-                   help="remove complete runs finished more than AGE ago: a number with d, h or m (7d, 12h)")
+    KEEP.add_to(q)
+    OLDER_THAN.add_to(q)
     q = dsub.add_parser("keep", parents=[common], help="mark a run so that pruning never removes it")
     q.add_argument("run", help="run folder, its name, a unique prefix, or 'latest'")
     q = dsub.add_parser("diff", parents=[common], help="unified diff between the modules after two passes")

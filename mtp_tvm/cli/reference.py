@@ -11,13 +11,16 @@ from pathlib import Path
 
 from ..compiler.options import BuildSpec, DebugOptions
 from ..support.flags import Flag, flags
+from ..tools.bench.options import BenchOptions
 from ..verify.tolerances import Tolerance
-from .common import COMMAND_FLAGS
+from .common import COMMAND_FLAGS, KEYWORD_FLAGS
 
 TABLES: dict[str, tuple[Flag, ...]] = {
     "BuildSpec": tuple(flags(BuildSpec).values()),
     "DebugOptions": tuple(flags(DebugOptions).values()),
     "command": COMMAND_FLAGS,
+    "keywords": KEYWORD_FLAGS,
+    "BenchOptions": tuple(flags(BenchOptions).values()),
     "Tolerance": tuple(flags(Tolerance).values()),
 }
 _BLOCK = re.compile(r"(<!-- flags: (\w+) -->\n)(.*?)(<!-- end flags -->)", re.S)

@@ -8,13 +8,21 @@ import sys
 from ..compiler.options import BuildSpec
 from ..support.flags import add_flags, options_from
 from ..tools.tune.options import TuneOptions
-from .common import add_module_arg, add_rpc_args, add_spec_args, add_target_args, refuse_case_options, rpc_of
+from .common import (
+    add_module_arg,
+    add_rpc_args,
+    add_spec_args,
+    add_target_args,
+    case_flags_refused,
+    refuse,
+    rpc_of,
+)
 
 
 def _cmd_tune(args) -> int:
     spec = options_from(args, BuildSpec)
     if args.module:
-        refuse_case_options(args, keep=("seed",))  # the search's seed
+        refuse(args, case_flags_refused(keep=("seed",)))  # the search's seed
     else:
         spec.resolve()
     rpc = rpc_of(args)

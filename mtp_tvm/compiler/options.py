@@ -72,6 +72,16 @@ def _optional_int(name: str, value, minimum: int) -> None:
              f"{name} must be an integer >= {minimum}, got {value!r}")
 
 
+def token_counts(text: str) -> int | tuple[int, ...]:
+    """``--tokens``' word, one meaning on every verb: one T (``8``) or a comma list of T (``1,2,4``), which a
+    verb that sweeps takes whole and the others refuse (``make_shapes``: one T); a list of one is that T."""
+    try:
+        counts = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise UsageError(f"--tokens takes T or a comma list of T such as 1,2,4,8,16; got {text!r}") from None
+    return counts[0] if len(counts) == 1 else counts
+
+
 class OnTarget:
     """A spec's ``target`` as given ("llvm", "cuda", a target JSON object or string, or a ``Target``) and, as
     ``resolved_target``, the typed ``Target`` every step of the build uses: resolved once, on first use (TVM is
@@ -118,7 +128,7 @@ class BuildSpec(OnTarget):
                          groups=("case", "manifest"))
     frontend: str = option("tir", help=f"one of: {', '.join(FRONTEND_NAMES)}", metavar="F",
                            groups=("case", "manifest"))
-    tokens: int | None = option(None, help="token count T", shown="the preset's B*S = 8", type=int,
+    tokens: int | None = option(None, help="token count T", shown="the preset's B*S = 8", type=token_counts,
                                 metavar="T", groups=("case",))
     vocab_shard: int | None = option(None, help="vocab shard columns", shown="512", type=int, metavar="V",
                                      groups=("case", "manifest"))

@@ -11,7 +11,9 @@ layer that declares options): the CLI's parser tells given flags from defaulted 
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -26,7 +28,8 @@ class Flag:
     """One command-line option: ``dest`` the field (or keyword) it sets; ``repeat`` appends to a tuple;
     ``optional_value`` the value of the bare flag when its value may be left out (``--dump-passes [DIR]``);
     ``text`` its value as the flag's word (None: no flag restates it); ``groups`` of ``GROUPS``; ``aliases``
-    older spellings the parser still accepts; ``shown`` what an unset default stands for."""
+    older spellings the parser still accepts; ``deprecated`` renamed spellings it still accepts with a warning;
+    ``shown`` what an unset default stands for; ``required`` a flag the command cannot do without."""
 
     dest: str
     help: str
@@ -40,10 +43,13 @@ class Flag:
     default: Any = None  # a keyword's own default (a field's is the field's)
     aliases: tuple[str, ...] = ()  # older spellings still accepted
     shown: str | None = None  # what an unset (None) default means, for the help: "512", "the preset's"
+    deprecated: tuple[str, ...] = ()  # renamed spellings, accepted for one release with a warning on stderr
+    required: bool = False
 
     def __post_init__(self):
         unknown = set(self.groups) - set(GROUPS)
         assert not unknown, f"flag {self.name}: unknown groups {unknown}"
+        assert not self.deprecated or not (self.switch or self.repeat), f"flag {self.name}: a renamed value flag"
         object.__setattr__(self, "groups", frozenset(self.groups))
 
     @property
@@ -66,8 +72,12 @@ class Flag:
             help += f" (default {self.default_text})"
         kwargs: dict[str, Any] = {"dest": self.dest, "help": help,
                                   "default": self.default if default is _MISSING else default}
+        if self.required:
+            kwargs["required"] = True
         if self.switch and self.optional_value is None:
             kwargs["action"] = "store_true"
+            if kwargs["default"] is None:  # a switch left off is False, as argparse's own
+                kwargs["default"] = False
         else:
             if self.repeat:
                 kwargs["action"] = "append"
@@ -77,6 +87,10 @@ class Flag:
                 if getattr(self, key) is not None:
                     kwargs[key] = getattr(self, key)
         parser.add_argument(self.name, *self.aliases, **kwargs)
+        for old in self.deprecated:
+            parser.add_argument(old, dest=self.dest, help=argparse.SUPPRESS, default=argparse.SUPPRESS,
+                                action=_Renamed, const=self.name,
+                                **{k: v for k, v in kwargs.items() if k in ("type", "metavar", "choices")})
 
     @property
     def default_text(self) -> str | None:
@@ -98,6 +112,15 @@ class Flag:
             return [w for v in value for w in (self.name, self.text(v))]
         text = self.text(value)
         return [] if text is None else [self.name, text]
+
+
+class _Renamed(argparse.Action):
+    """A renamed flag's old spelling (``Flag.deprecated``): sets the same field, and says so on stderr."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"{parser.prog}: warning: {option_string} is deprecated and goes in the next release; use "
+              f"{self.const}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
 
 
 def option(default: Any = _MISSING, *, help: str, default_factory=_MISSING, compare: bool = True,
@@ -124,12 +147,13 @@ def flag_names(cls_or_flags, group: str) -> tuple[str, ...]:
     return tuple(f.dest for f in found if group in f.groups)
 
 
-def add_flags(parser, cls, only: Iterable[str] | None = None, help: dict[str, str] | None = None) -> None:
-    """Add ``cls``'s flags (``only`` those) to ``parser``; ``help`` replaces a flag's help text where a command
-    uses it in its own way."""
+def add_flags(parser, cls, only: Iterable[str] | None = None, help: dict[str, str] | None = None,
+              defaults: dict[str, Any] | None = None) -> None:
+    """Add ``cls``'s flags (``only`` those) to ``parser``; ``help`` replaces a flag's help text, ``defaults`` its
+    default, where a command uses it in its own way."""
     for name, f in flags(cls).items():
         if only is None or name in only:
-            f.add_to(parser, (help or {}).get(name))
+            f.add_to(parser, (help or {}).get(name), (defaults or {}).get(name, _MISSING))
 
 
 def options_from(args, cls, **overrides):
@@ -138,6 +162,11 @@ def options_from(args, cls, **overrides):
     values = {name: tuple(getattr(args, name)) if f.repeat and getattr(args, name) is not None
               else getattr(args, name) for name, f in flags(cls).items() if hasattr(args, name)}
     return cls(**{**values, **overrides})
+
+
+def comma_list(text: str) -> tuple[str, ...]:
+    """A comma list flag's word: ``"a, b"`` -> ``("a", "b")``, ``""`` -> ``()``."""
+    return tuple(filter(None, (s.strip() for s in text.split(","))))
 
 
 def as_argv(obj, **text: str) -> list[str]:

@@ -187,3 +187,16 @@ class Tolerance:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                 if getattr(self, f.name) is not None and getattr(self, f.name) is not False}
 
+
+
+def parse_logit_perturbation(text: str) -> tuple[int, int, int, float]:
+    """``--perturb-logit``'s word ``"OWNER,ROW,COL[,DELTA]"`` (DELTA default 1.0) -> ``check(perturb_logit=...)``:
+    a deliberate error in one device logit, to see the logits comparator fail."""
+    parts = [p.strip() for p in text.split(",")]
+    try:
+        if len(parts) not in (3, 4):
+            raise ValueError
+        return int(parts[0]), int(parts[1]), int(parts[2]), float(parts[3]) if len(parts) == 4 else 1.0
+    except ValueError:
+        raise UsageError(f"perturbation must be OWNER,ROW,COL[,DELTA] (integers, DELTA a number), got {text!r}"
+                         ) from None

@@ -77,96 +77,24 @@ from ...compiler.arrays import to_numpy
 from ...compiler.options import BuildSpec, DebugOptions, ModuleSpec, split_options
 from ...contract.cases import TOKENS, Case, get_case
 from ...contract.presets import Shapes
-from ...ir.frontend_names import FRONTEND_NAMES
 from ...passes.target import cpu_isa, is_gpu, require_runs_here, target_json, usable_cores
 from ...support.errors import UsageError
 from ...support.timing import phase
 from ..measure.peaks import FMA, Probes
 from ..measure.profile import Profile, ProfileOptions, profile_options
 from ..measure.roofline import gemm_work, roofline_peak
-from .module_bench import ModuleBenchOptions, ModuleBenchResult, bench_module_file
+from .module_bench import ModuleBenchResult, bench_module_file
+from .options import BenchOptions, ModuleBenchOptions
 from .peer_isa import PEER_ISA_ENV, peer_env, wider
 from .peer_worker import PEERS, PeerJob, peer_unavailable
-from .race import Race, check_race_counts, cold_cache, require_count
+from .race import Race, cold_cache
 from .result import BenchResult, tokens_figures
 from .tvm_worker import API, TVM, TvmJob
 from .worker import InputFiles
 
 BENCH_CASES = ("logits", "projection", "norm", "tail")  # every stage of each has peers (``STAGE_PEERS``)
-
-
-# ---- options ----------------------------------------------------------------------------------------------
-
-@dataclasses.dataclass(frozen=True)
-class BenchOptions:
-    """How ``bench`` races (what it builds is a ``BuildSpec``): ``tokens`` the T sweep (an int or a sequence;
-    empty: the spec's T); ``peers`` those of ``PEERS`` that race TVM (TVM always runs; empty: TVM alone);
-    ``rounds`` timing rounds; ``number`` calls per timed batch (None: about 50 ms of each); ``threads`` every
-    worker's thread count (None: every usable core); ``seed`` of the inputs; ``compare_schedules`` and
-    ``compare_frontends`` more TVM builds (other schedules, other frontends) timed in the same rounds;
-    ``profile`` (True or ``ProfileOptions``) every kernel of ``main`` at the first T; ``rpc = (HOST:PORT, key)``
-    TVM timed on a server of a TVM RPC tracker (``tools/remote.py``);
-    ``artifact`` a prebuilt artifact folder timed instead of a build (its manifest says what it is; TVM's runtime
-    alone will do, as on a deployment machine); ``api`` also times the public API path (``tvm:api``, beside the
-    kernel: ``bench_tvm.API``)."""
-
-    tokens: tuple[int, ...] = ()
-    peers: tuple[str, ...] = tuple(PEERS)
-    rounds: int = 7
-    number: int | None = None
-    threads: int | None = None
-    seed: int = 0
-    compare_schedules: tuple[str, ...] = ()
-    compare_frontends: tuple[str, ...] = ()
-    profile: bool | ProfileOptions = False
-    rpc: tuple[str, str] | None = None
-    artifact: str | None = None
-    api: bool = False
-
-    def __post_init__(self):
-        if not isinstance(self.api, bool):
-            raise UsageError(f"api must be True or False, got {self.api!r}")
-        if self.api and self.rpc is not None:
-            raise UsageError("api times the Python API here; it cannot go with rpc")
-        tokens = (self.tokens,) if isinstance(self.tokens, int) else tuple(self.tokens)
-        for t in tokens:
-            require_count("tokens", t)
-        peers = (self.peers,) if isinstance(self.peers, str) else tuple(self.peers)
-        unknown = [p for p in peers if p not in PEERS]
-        if unknown:
-            raise UsageError(f"unknown peer {unknown[0]!r}; choose from {', '.join(PEERS)} (TVM always runs)")
-        check_race_counts(self.rounds, self.number, self.threads)
-        if self.artifact is not None:
-            clash = [flag for flag, given in (("compare_schedules", self.compare_schedules),
-                                              ("compare_frontends", self.compare_frontends),
-                                              ("profile", self.profile), ("rpc", self.rpc)) if given]
-            if clash:
-                raise UsageError(f"artifact: a prebuilt binary is timed as it is; {clash[0]} needs a build")
-        object.__setattr__(self, "tokens", tuple(dict.fromkeys(tokens)))
-        object.__setattr__(self, "peers", tuple(p for p in PEERS if p in peers))
-        object.__setattr__(self, "compare_schedules", tuple(self.compare_schedules))
-        object.__setattr__(self, "compare_frontends", tuple(self.compare_frontends))
-        unknown = [f for f in self.compare_frontends if f not in FRONTEND_NAMES]
-        if unknown:
-            raise UsageError(f"compare_frontends: unknown frontend {unknown[0]!r}; choose from "
-                             f"{', '.join(FRONTEND_NAMES)}")
-
-
 _OPTION_FIELDS = {f.name for f in dataclasses.fields(BenchOptions)}
 _SPEC_FIELDS = {f.name for f in dataclasses.fields(BuildSpec)}
-
-
-def parse_tokens(text: str) -> tuple[int, ...]:
-    """``"1,2,4"`` -> ``(1, 2, 4)``: ``bench --tokens``, one T or a comma list."""
-    try:
-        return tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise UsageError(f"--tokens takes T or a comma list of T such as 1,2,4,8,16; got {text!r}") from None
-
-
-def parse_peers(text: str) -> tuple[str, ...]:
-    """``"torch_bf16,torch_compile"`` -> a tuple (checked by ``BenchOptions``): ``bench --peers``."""
-    return tuple(filter(None, (part.strip() for part in text.split(","))))
 
 
 # ---- the race ---------------------------------------------------------------------------------------------

@@ -40,34 +40,12 @@ from ...support.errors import MtpError, UsageError
 from ...support.text_table import text_table
 from ...support.timing import phase
 from ...verify.comparators import flat_outputs
-from .race import Race, check_race_counts, cold_cache
+from .options import MODULE_PEERS, ModuleBenchOptions
+from .race import Race, cold_cache
 from .tvm_worker import TVM
 from .worker import EXAMPLE, InputFiles, Ready, calls_per_batch
 
-TORCH_EAGER, TORCH_COMPILE, TORCH_COMPILE_MAX = "torch_eager", "torch_compile", "torch_compile_max_autotune"
-MODULE_PEERS = {TORCH_EAGER: None, TORCH_COMPILE: "default", TORCH_COMPILE_MAX: "max-autotune"}  # -> compile mode
 STATE_DICT = "state_dict.pt"
-
-
-@dataclasses.dataclass(frozen=True)
-class ModuleBenchOptions:
-    """How ``bench --module`` races: ``peers`` those of ``MODULE_PEERS`` that race TVM (TVM always runs);
-    ``rounds``; ``number`` calls per timed batch (None: about 50 ms); ``threads`` every worker's (None: every
-    usable core)."""
-
-    peers: tuple[str, ...] = tuple(MODULE_PEERS)
-    rounds: int = 7
-    number: int | None = None
-    threads: int | None = None
-
-    def __post_init__(self):
-        peers = (self.peers,) if isinstance(self.peers, str) else tuple(self.peers)
-        unknown = [p for p in peers if p not in MODULE_PEERS]
-        if unknown:
-            raise UsageError(f"unknown peer {unknown[0]!r} for a module file; choose from "
-                             f"{', '.join(MODULE_PEERS)} (TVM always runs)")
-        check_race_counts(self.rounds, self.number, self.threads)
-        object.__setattr__(self, "peers", tuple(p for p in MODULE_PEERS if p in peers))
 
 
 # ---- the workers ------------------------------------------------------------------------------------------

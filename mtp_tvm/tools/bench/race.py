@@ -1,7 +1,7 @@
 """The race of a bench, a case's (``bench.py``) or a module file's (``module_bench.py``): TVM and every peer in a
 worker process of its own (``worker.py``), started, set up one after the other, checked against the golden
 (``PEER_CHECK``, BF16-level) before they are timed side by side in rounds, the load watched around them; a peer
-whose worker fails is dropped with why. ``check_race_counts``: the rounds, calls per batch and threads checked."""
+whose worker fails is dropped with why."""
 
 from __future__ import annotations
 
@@ -10,8 +10,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ...passes.target import usable_cores
-from ...support.errors import UsageError
 from ...support.load_average import LoadWatch
 from ...verify.comparators import ratio_allclose
 from ...verify.tolerances import RatioTolerance
@@ -24,23 +22,6 @@ TIME_LIMIT_S = 600.0  # one timed batch; a worker silent this long is hung
 # untimed calls of each contender at each T just before its first timed batch, as a user's stopwatch warms up
 # (the first seconds of a fresh worker run 1.5-25x its steady time: caches, allocator, OpenMP and BLAS pools)
 WARMUP_S = 1.5
-
-
-def require_count(name: str, value, optional: bool = False) -> None:
-    if optional and value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise UsageError(f"{name} must be an integer >= 1, got {value!r}")
-
-
-def check_race_counts(rounds, number, threads) -> None:
-    """A race's ``rounds``, calls per batch (``number``, None: sized) and threads per worker (None: every core),
-    checked: the threads become every worker's TVM_NUM_THREADS, so no more than this process may use."""
-    require_count("rounds", rounds)
-    require_count("number", number, optional=True)
-    require_count("threads", threads, optional=True)
-    if threads is not None and threads > usable_cores():
-        raise UsageError(f"threads must be at most the {usable_cores()} cores this process may use, got {threads}")
 
 
 def golden_mismatch(actual, expected, where: str) -> str | None:

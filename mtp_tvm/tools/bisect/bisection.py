@@ -26,6 +26,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping
 from enum import StrEnum
+from pathlib import Path
 
 import tvm
 import tvm_ffi
@@ -282,7 +283,12 @@ def trace_pass(func: str, apply: Callable[[s_tir.Schedule], None], seen: dict | 
 
 def as_apply(trace) -> Callable[[s_tir.Schedule], None]:
     """A trace as ``apply(sch)``: a ``Trace``, a ``Schedule`` (its trace), a callable, or the Python text of
-    ``str(sch.trace)`` (``def apply_trace(sch): ...``)."""
+    ``str(sch.trace)`` (``def apply_trace(sch): ...``), as a string or a file (a ``Path``)."""
+    if isinstance(trace, os.PathLike):
+        try:
+            trace = Path(trace).read_text()
+        except OSError as e:
+            raise UsageError(f"cannot read schedule trace {trace}: {e.strerror}") from None
     if isinstance(trace, s_tir.Schedule):
         trace = trace.trace
     if isinstance(trace, Trace):
@@ -316,9 +322,9 @@ def bisect_schedule(func: str, trace, spec: BuildSpec | None = None, *, seed: in
     scheduled, so ``schedule`` applies to the other kernels only."""
     spec, _ = split_options(spec, None, options, "bisect_schedule")
     judging, search = GoldenOptions.judging(seed, tolerance), BisectSearch.parse(search, "search")
+    apply = as_apply(trace)
     golden = _golden(spec, seed)
     seen: dict = {}
-    apply = as_apply(trace)
     try:
         reference = driver.compile(spec, extra_passes={SCHEDULE_PHASE: [trace_pass(func, apply, seen)]})
     except MtpError:

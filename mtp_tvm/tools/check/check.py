@@ -14,6 +14,7 @@ import os
 import shlex
 from collections.abc import Mapping
 
+from ...artifact.export import build_target, parse_archs
 from ...compiler.arrays import to_numpy
 from ...compiler.compiled import Compiled, finish_run
 from ...compiler.driver import CompiledCase, compile_open
@@ -52,7 +53,7 @@ def check(spec: Spec | str | os.PathLike | None = None, debug: DebugOptions | No
           tolerance: Tolerance | RatioTolerance | ModuleTolerance | Mapping | None = None,
           logits_tol: LogitsTolerance | Mapping | None = None, perturb_logit: tuple | None = None,
           shapes: Mapping | None = None, profile: bool | ProfileOptions = False, nan_check: bool = False,
-          weights: Mapping | None = None, log=print, **options) -> CheckResult:
+          weights: Mapping | None = None, arch: str | None = None, log=print, **options) -> CheckResult:
     """Build ``spec`` (keywords: the fields of its spec and of ``DebugOptions``, as for ``compile``), run it and
     compare its outputs with their golden: a case (``BuildSpec``) on inputs drawn from ``seed``, each stage against
     torch; a module file (its path, a ``ModuleSpec`` or ``module=``) on its ``example_inputs()`` against its
@@ -65,9 +66,10 @@ def check(spec: Spec | str | os.PathLike | None = None, debug: DebugOptions | No
     file's ``ModuleTolerance`` (or a dict of some of its fields). For the LM-head cases: ``logits_tol`` (a
     ``LogitsTolerance`` or a dict of some of its fields: atol, rtol, max_error_ratio, exact, max_e2e_abs_diff),
     ``perturb_logit=(owner, row, col[, delta])`` adds delta (default 1.0) to one device logit
-    before the comparison. ``weights``: some or all of a case's weight inputs by name (``load_weights``) in place
-    of the seeded ones, the golden computed on them. ``shapes`` (a module file: input name -> shape, within
-    ``dynamic_shapes()``'s bounds): run and compare at that size instead, on inputs drawn from ``seed``, the
+    before the comparison. ``arch`` (a case for the cuda target: ``"sm_80,sm_90"``): the CUDA archs to build for.
+    ``weights``: some or all of a case's weight inputs by name (``load_weights``) in place of the seeded ones, the
+    golden computed on them. ``shapes`` (a module file: input name -> shape, within ``dynamic_shapes()``'s bounds):
+    run and compare at that size instead, on inputs drawn from ``seed``, the
     reference recomputed there (a torch model's by its exported program: ``verify.module_golden``).
 
     When the check fails (and no perturbation caused it), a reproducer is written to ``repro/`` in the run folder
@@ -81,10 +83,12 @@ def check(spec: Spec | str | os.PathLike | None = None, debug: DebugOptions | No
     validate_check_args(seed, report, log)
     if isinstance(spec, ModuleSpec):
         _refuse_given("a module file runs on its example inputs against its reference", logits_tol=logits_tol,
-                      perturb_logit=perturb_logit, weights=weights)
+                      perturb_logit=perturb_logit, weights=weights, arch=arch)
         judge = ModuleCheck.of(spec, tolerance, shapes, seed)
     else:
         _refuse_given("a case is sized by its preset and tokens", shapes=shapes)
+        if arch is not None:
+            spec = dataclasses.replace(spec, target=build_target(spec.target, parse_archs(arch)))
         judge = CaseCheck(spec, _golden_options(spec, seed, tolerance, logits_tol, perturb_logit), weights)
     threads_wanted()  # a bad TVM_NUM_THREADS fails before the build, not after it
     profiling = profile_options(profile)

@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from ...contract.cases import CASES, get_case
+from ...contract.cases import get_case
 from ...contract.checkpoint import Checkpoint, LayoutName, find_layout, read_header
 from ...contract.convert_weights import (
     CALIBRATION_INPUTS,
@@ -51,14 +51,12 @@ class WeightSource:
     for SmoothQuant with ``alpha`` (None: smoothing ones)."""
 
     path: str | os.PathLike
-    case: str = option("tail", help=f"whose weight inputs to write: one of {', '.join(CASES)}", metavar="CASE")
-    preset: str | None = option(None, help=f"one of: {', '.join(PRESETS)}", metavar="P",
-                                shown="the checkpoint's hidden size decides")
-    tp: int | None = option(None, help="TP degree of the LM head: the rank's rows are vocab / TP", shown="2",
-                            type=int, metavar="TP")
+    case: str = "tail"  # these four: BuildSpec's flags (convert's, with their meaning here)
+    preset: str | None = None
+    tp: int | None = None
     rank: int | None = option(None, help="the TP rank whose LM-head rows are read", shown="0", type=int, metavar="R",
                               groups=("checkpoint",))
-    owners: int | None = option(None, help="LM head: token owners 2, 4 or 8", shown="2", type=int, metavar="O")
+    owners: int | None = None
     layout: str | None = option(None, help="the checkpoint's layout", shown="found from its tensor names",
                                 choices=LayoutName.names(), groups=("checkpoint",))
     calibration: str | os.PathLike | None = option(

@@ -1,0 +1,128 @@
+"""How ``bench`` races, apart from the race (which imports TVM and torch): ``BenchOptions`` of a case,
+``ModuleBenchOptions`` of a module file, their shared ``RaceOptions``, and the peers' names. The command line
+declares its flags from these fields (``support.flags``) without loading the bench."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, ClassVar
+
+from ...ir.frontend_names import FRONTEND_NAMES
+from ...support.errors import UsageError
+from ...support.flags import comma_list, option
+from ...support.load_average import usable_cores
+
+if TYPE_CHECKING:
+    from ..measure.profile import ProfileOptions
+
+# the peers of a case (``peer_worker.PEERS`` runs them), in the tables' order
+CASE_PEERS = ("torch_bf16", "torch_fp32", "numpy_fp32", "torch_golden", "torch_compile", "torch_compile_max_autotune")
+# the peers of a module file (``module_peers.py`` runs them) -> their torch.compile mode
+MODULE_PEERS = {"torch_eager": None, "torch_compile": "default", "torch_compile_max_autotune": "max-autotune"}
+
+
+def require_count(name: str, value, optional: bool = False) -> None:
+    if optional and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UsageError(f"{name} must be an integer >= 1, got {value!r}")
+
+
+def check_race_counts(rounds, number, threads) -> None:
+    """A race's ``rounds``, calls per batch (``number``, None: sized) and threads per worker (None: every core),
+    checked: the threads become every worker's TVM_NUM_THREADS, so no more than this process may use."""
+    require_count("rounds", rounds)
+    require_count("number", number, optional=True)
+    require_count("threads", threads, optional=True)
+    if threads is not None and threads > usable_cores():
+        raise UsageError(f"threads must be at most the {usable_cores()} cores this process may use, got {threads}")
+
+
+@dataclasses.dataclass(frozen=True)
+class RaceOptions:
+    """What both benches' races take: ``peers`` those of the kind's set that race TVM (TVM always runs; None:
+    every one; empty: TVM alone); ``rounds`` timing rounds; ``number`` calls per timed batch (None: about 50 ms
+    of each); ``threads`` every worker's thread count (None: every usable core)."""
+
+    PEER_NAMES: ClassVar[tuple[str, ...]] = ()
+    OF: ClassVar[str] = ""  # the kind, as the unknown-peer error names it
+
+    peers: tuple[str, ...] | None = option(
+        None, help="the peers that race TVM, '' for none", type=comma_list, metavar="A,B,...",
+        shown=f"all: {', '.join(CASE_PEERS)}; with --module: {', '.join(MODULE_PEERS)}", text=",".join,
+        deprecated=("--contenders",))
+    rounds: int = option(7, help="timing rounds, each timing TVM and every peer in turn; medians over them",
+                         type=int, metavar="N")
+    number: int | None = None
+    threads: int | None = option(None, help="threads of every worker process, TVM's and each peer's",
+                                 shown="every usable core", type=int, metavar="N")
+
+    def __post_init__(self):
+        peers = self.PEER_NAMES if self.peers is None else (
+            (self.peers,) if isinstance(self.peers, str) else tuple(self.peers))
+        unknown = [p for p in peers if p not in self.PEER_NAMES]
+        if unknown:
+            raise UsageError(f"unknown peer {unknown[0]!r}{self.OF}; choose from {', '.join(self.PEER_NAMES)} (TVM "
+                             "always runs)")
+        check_race_counts(self.rounds, self.number, self.threads)
+        object.__setattr__(self, "peers", tuple(p for p in self.PEER_NAMES if p in peers))
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchOptions(RaceOptions):
+    """How ``bench`` races a case (what it builds is a ``BuildSpec``): ``tokens`` the T sweep (an int or a
+    sequence; empty: the spec's T; the flag is ``BuildSpec``'s ``--tokens``, a comma list here); ``seed`` of the
+    inputs; ``compare_schedules`` and ``compare_frontends`` more TVM builds (other schedules, other frontends)
+    timed in the same rounds; ``profile`` (True or ``ProfileOptions``) every kernel of ``main`` at the first T;
+    ``rpc = (HOST:PORT, key)`` TVM timed on a server of a TVM RPC tracker (``tools/remote.py``); ``artifact`` a
+    prebuilt artifact folder timed instead of a build (its manifest says what it is; TVM's runtime alone will do,
+    as on a deployment machine); ``api`` also times the public API path (``tvm:api``, beside the kernel:
+    ``bench_tvm.API``)."""
+
+    PEER_NAMES: ClassVar[tuple[str, ...]] = CASE_PEERS
+
+    tokens: tuple[int, ...] = ()
+    seed: int = 0
+    compare_schedules: tuple[str, ...] = option(
+        (), help="also time TVM with these schedules in the same rounds, e.g. none,default,tuned,dlight",
+        type=comma_list, metavar="A,B,...", text=",".join)
+    compare_frontends: tuple[str, ...] = option(
+        (), help=f"also time TVM built from these frontends ({', '.join(FRONTEND_NAMES)}) in the same rounds, e.g. "
+        "torch,tir (the case imported from torch.export against the hand-written kernels)", type=comma_list,
+        metavar="A,B,...", text=",".join)
+    profile: bool | ProfileOptions = False  # --profile, check's too
+    rpc: tuple[str, str] | None = None  # --rpc-tracker and --rpc-key (cli/common.py: tune's too)
+    artifact: str | None = None  # --artifact, a keyword flag of several commands
+    api: bool = option(False, help="also time the public API path beside the kernel (tvm:api): bound.run on "
+                       "activations already on the binary's device (torch tensors), outputs left there")
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not isinstance(self.api, bool):
+            raise UsageError(f"api must be True or False, got {self.api!r}")
+        if self.api and self.rpc is not None:
+            raise UsageError("api times the Python API here; it cannot go with rpc")
+        tokens = (self.tokens,) if isinstance(self.tokens, int) else tuple(self.tokens)
+        for t in tokens:
+            require_count("tokens", t)
+        if self.artifact is not None:
+            clash = [flag for flag, given in (("compare_schedules", self.compare_schedules),
+                                              ("compare_frontends", self.compare_frontends),
+                                              ("profile", self.profile), ("rpc", self.rpc)) if given]
+            if clash:
+                raise UsageError(f"artifact: a prebuilt binary is timed as it is; {clash[0]} needs a build")
+        object.__setattr__(self, "tokens", tuple(dict.fromkeys(tokens)))
+        object.__setattr__(self, "compare_schedules", tuple(self.compare_schedules))
+        object.__setattr__(self, "compare_frontends", tuple(self.compare_frontends))
+        unknown = [f for f in self.compare_frontends if f not in FRONTEND_NAMES]
+        if unknown:
+            raise UsageError(f"compare_frontends: unknown frontend {unknown[0]!r}; choose from "
+                             f"{', '.join(FRONTEND_NAMES)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModuleBenchOptions(RaceOptions):
+    """How ``bench --module`` races: ``peers`` those of ``MODULE_PEERS``; the rest as a case's."""
+
+    PEER_NAMES: ClassVar[tuple[str, ...]] = tuple(MODULE_PEERS)
+    OF: ClassVar[str] = " for a module file"
