@@ -25,7 +25,7 @@ from mtp_tvm.contract.presets import make_shapes
 from mtp_tvm.passes.target import resolve_target, usable_cores
 from mtp_tvm.support.errors import UsageError
 from mtp_tvm.tools.bench.bench import BENCH_CASES, PEERS, BenchOptions, bench
-from mtp_tvm.tools.bench.options import CASE_PEERS
+from mtp_tvm.tools.bench.options import CASE, CASE_PEERS
 from mtp_tvm.tools.bench.peer_worker import peer_runner
 from mtp_tvm.tools.bench.race import golden_mismatch
 from mtp_tvm.tools.bench.stage_peers import STAGE_PEERS
@@ -223,7 +223,7 @@ def test_bench_options_read_the_sweep_and_the_peers():
     assert token_counts("1,2,4,8,16") == (1, 2, 4, 8, 16) and token_counts("8") == 8  # a list of one is that T
     with pytest.raises(UsageError, match="comma list"):
         token_counts("1,,2")
-    o = BenchOptions(tokens=4, peers=("torch_compile", "numpy_fp32"))
+    o = BenchOptions(tokens=4, peers=("torch_compile", "numpy_fp32")).for_kind(CASE)
     assert o.tokens == (4,) and o.peers == ("numpy_fp32", "torch_compile")  # in PEERS' order; TVM always runs
     assert BenchOptions(tokens=(2, 1, 2)).tokens == (2, 1)
 
@@ -562,7 +562,7 @@ def test_an_avx2_builds_peers_run_avx2_code_in_every_library(tmp_path):
     from mtp_tvm.tools.bench.peer_isa import peer_env
     from mtp_tvm.tools.bench.peer_worker import PeerJob
 
-    plan = _plan(None, BenchOptions(tokens=(1,)), None, {"case": "tail", "preset": "tiny"})
+    plan = _plan(None, BenchOptions(tokens=(1,)).for_kind(CASE), None, {"case": "tail", "preset": "tiny"})
     files = _write_inputs(plan, tmp_path).files
     for peer, libraries in (("torch_bf16", {"aten"}), ("torch_fp32", {"aten", "mkl"}),
                             ("numpy_fp32", {"openblas", "numpy"})):

@@ -84,7 +84,7 @@ def test_a_flag_spelt_by_hand_is_caught():
 
 def test_every_declared_flag_name_is_one_declarations():
     """A flag name several commands share means one thing: ``--tokens`` is ``BuildSpec.tokens`` on every verb
-    (a list of one is one T; a sweep where a verb sweeps), --peers/--rounds are ``RaceOptions``' on either bench."""
+    (a list of one is one T; a sweep where a verb sweeps), --peers/--rounds are ``BenchOptions``' on either bench."""
     assert build_parser().parse_args(["check", "--tokens", "8"]).tokens == 8
     assert build_parser().parse_args(["bench", "--tokens", "8"]).tokens == 8
     assert build_parser().parse_args(["bench", "--tokens", "1,2,4"]).tokens == (1, 2, 4)

@@ -156,7 +156,7 @@ def test_cli_wings_share_only_common():
 # ---- one verb for a case and a module file (issue 43) ------------------------------------------------------
 
 # module-file twins still to fold into their verb: bench's (tools/bench/module_bench.py, module_peers.py)
-KNOWN_TWINS = {"ModuleBenchOptions", "ModuleBenchResult", "ModuleTvmJob", "ModuleTvmWorker", "ModulePeerJob",
+KNOWN_TWINS = {"ModuleBenchResult", "ModuleTvmJob", "ModuleTvmWorker", "ModulePeerJob",
                "ModulePeerWorker", "bench_module_file"}
 KNOWN_MODULE_FILES = {"module_bench.py", "module_peers.py"}
 

@@ -12,7 +12,7 @@ import pytest
 from mtp_tvm.cli import main
 from mtp_tvm.support.errors import UsageError
 from mtp_tvm.tools.bench.bench import BenchOptions, bench
-from mtp_tvm.tools.bench.module_bench import ModuleBenchOptions
+from mtp_tvm.tools.bench.options import CASE, MODULE_FILE
 
 REPO = Path(__file__).resolve().parent.parent
 TORCH_EXAMPLE = REPO / "examples" / "torch_mlp_block.py"
@@ -71,12 +71,18 @@ def test_bench_module_user_errors_are_one_line_before_any_build(argv, message, c
 
 
 def test_bench_module_options_are_checked():
-    with pytest.raises(UsageError, match="unknown peer 'numpy_fp32'"):
-        ModuleBenchOptions(peers=("numpy_fp32",))
-    with pytest.raises(UsageError, match=r"bench\(\) got unknown option\(s\) tokens \(a module file takes"):
+    with pytest.raises(UsageError, match="unknown peer 'numpy_fp32' for a module file"):
+        BenchOptions(peers=("numpy_fp32",)).for_kind(MODULE_FILE)
+    with pytest.raises(UsageError, match="unknown peer 'torch_eager' for a case"):
+        BenchOptions(peers=("torch_eager",)).for_kind(CASE)
+    with pytest.raises(UsageError, match="unknown peer 'pytorch'; choose from torch_bf16"):
+        BenchOptions(peers=("pytorch",))
+    with pytest.raises(UsageError, match="bench of a module file times it once.*tokens applies to a case"):
         bench(TORCH_EXAMPLE, tokens=4)
     with pytest.raises(UsageError, match="weights apply to a case"):
         bench(TORCH_EXAMPLE, weights={})
-    with pytest.raises(UsageError, match="takes ModuleBenchOptions, got BenchOptions"):
-        bench(module=str(TORCH_EXAMPLE), options=BenchOptions())
-    assert ModuleBenchOptions(peers=("torch_compile", "torch_eager")).peers == ("torch_eager", "torch_compile")
+    with pytest.raises(UsageError, match=r"bench\(\) takes BenchOptions, got dict"):
+        bench(module=str(TORCH_EXAMPLE), options={"rounds": 1})
+    assert BenchOptions(peers=("torch_compile", "torch_eager")).for_kind(MODULE_FILE).peers == (
+        "torch_eager", "torch_compile")
+    assert BenchOptions().for_kind(MODULE_FILE).peers == ("torch_eager", "torch_compile", "torch_compile_max_autotune")

@@ -9,7 +9,7 @@ from ..compiler.options import BuildSpec, DebugOptions
 from ..support.atomic_file import require_writable
 from ..support.flags import Flag, add_flags, flags, options_from
 from ..support.timing import phase, time_line
-from ..tools.bench.options import BenchOptions, ModuleBenchOptions  # no TVM: the parser reads its declarations
+from ..tools.bench.options import BenchOptions  # no TVM: the parser reads its declarations
 from .common import (
     ARTIFACT,
     BUILD_FLAGS_WITH_ARTIFACT,
@@ -65,7 +65,7 @@ def _cmd_bench_module(args) -> int:
         from ..tools.bench.bench import bench
 
     where = {"artifact": args.artifact} if prebuilt else module_options(args)
-    result = bench(options=options_from(args, ModuleBenchOptions), debug=debug_options(args),
+    result = bench(options=options_from(args, BenchOptions), debug=debug_options(args),
                    log=lambda line: print(line, file=sys.stderr, flush=True), **where)
     print(result.table())
     if args.json:

@@ -84,7 +84,7 @@ from ..measure.peaks import FMA, Probes
 from ..measure.profile import Profile, ProfileOptions, profile_options
 from ..measure.roofline import gemm_work, roofline_peak
 from .module_bench import ModuleBenchResult, bench_module_file
-from .options import BenchOptions, ModuleBenchOptions
+from .options import CASE, MODULE_FILE, BenchOptions
 from .peer_isa import PEER_ISA_ENV, peer_env, wider
 from .peer_worker import PEERS, PeerJob, peer_unavailable
 from .race import Race, cold_cache
@@ -108,12 +108,11 @@ def _portable_debug(debug):
     return dataclasses.replace(debug, extra_passes=None), plugin
 
 
-def _of_module_file(spec, options, keywords: dict) -> bool:
-    """Whether ``bench`` races a module file: its path, a ``ModuleSpec``, ``module=``, ``ModuleBenchOptions``, or a
-    module file's artifact (its manifest says so)."""
-    artifact = keywords.get("artifact", getattr(options, "artifact", None))
+def _of_module_file(spec, options: BenchOptions, keywords: dict) -> bool:
+    """Whether ``bench`` races a module file: its path, a ``ModuleSpec``, ``module=``, or a module file's artifact
+    (its manifest says so)."""
     return (isinstance(spec, (str, os.PathLike, ModuleSpec)) or "module" in keywords
-            or isinstance(options, ModuleBenchOptions) or (artifact is not None and is_module_artifact(artifact)))
+            or (options.artifact is not None and is_module_artifact(options.artifact)))
 
 
 def require_known_schedules(spec: BuildSpec, names: tuple[str, ...], what: str = "compare_schedules") -> None:
@@ -316,7 +315,7 @@ def _result(plan: _Plan, timed: _Timed) -> BenchResult:
 
 
 def bench(spec: BuildSpec | ModuleSpec | str | os.PathLike | None = None,
-          options: BenchOptions | ModuleBenchOptions | None = None, *, debug: DebugOptions | None = None,
+          options: BenchOptions | None = None, *, debug: DebugOptions | None = None,
           log: Callable[[str], None] | None = None, weights: dict | None = None,
           **keywords) -> BenchResult | ModuleBenchResult:
     """Build ``spec`` (default: the ``logits`` case) and race it against its peers as ``options`` say; see the
@@ -327,9 +326,9 @@ def bench(spec: BuildSpec | ModuleSpec | str | os.PathLike | None = None,
     ``weights``: some or all of the case's weight inputs by name (``load_weights``) in place of the seeded ones,
     for every peer.
 
-    A module file (its path, a ``ModuleSpec``, ``module=``, ``ModuleBenchOptions`` or ``artifact=`` a module
-    file's artifact) races its own torch model on its example inputs instead (``tools/bench/module_bench.py``:
-    keywords ``target``, ``schedule`` and the fields of ``ModuleBenchOptions``) -> ``ModuleBenchResult``.
+    A module file (its path, a ``ModuleSpec``, ``module=`` or ``artifact=`` a module file's artifact) races its
+    own torch model on its example inputs instead (``tools/bench/module_bench.py``: keywords ``target``,
+    ``schedule``, and of ``BenchOptions`` those a module file takes) -> ``ModuleBenchResult``.
 
     ``compare_schedules`` / ``compare_frontends``: one that cannot be built here is listed as unavailable, with
     why. ``profile``: also
@@ -337,12 +336,15 @@ def bench(spec: BuildSpec | ModuleSpec | str | os.PathLike | None = None,
     run folder when dumping). ``rpc``: the weights are packed here, so the target must run here too; the peers
     and the roofline probes run only here, so they are not measured then.
     """
+    if options is not None and not isinstance(options, BenchOptions):
+        raise UsageError(f"bench() takes BenchOptions, got {type(options).__name__}")
+    options = dataclasses.replace(options or BenchOptions(),
+                                  **{k: keywords.pop(k) for k in list(keywords) if k in _OPTION_FIELDS})
     if _of_module_file(spec, options, keywords):
         if weights is not None:
             raise UsageError("bench(): weights apply to a case (a module file runs on its example inputs); drop them")
-        return bench_module_file(spec, options, debug=debug, log=log, **keywords)
-    options = dataclasses.replace(options or BenchOptions(),
-                                  **{k: keywords.pop(k) for k in list(keywords) if k in _OPTION_FIELDS})
+        return bench_module_file(spec, options.for_kind(MODULE_FILE), debug=debug, log=log, **keywords)
+    options = options.for_kind(CASE)
     if weights is not None and options.artifact is not None:
         raise UsageError("weights replace the weights of a build; bench an artifact on its seeded weights, or drop "
                          "artifact")

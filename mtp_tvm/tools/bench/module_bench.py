@@ -40,7 +40,7 @@ from ...support.errors import MtpError, UsageError
 from ...support.text_table import text_table
 from ...support.timing import phase
 from ...verify.comparators import flat_outputs
-from .options import MODULE_PEERS, ModuleBenchOptions
+from .options import MODULE_PEERS, BenchOptions
 from .race import Race, cold_cache
 from .tvm_worker import TVM
 from .worker import EXAMPLE, InputFiles, Ready, calls_per_batch
@@ -150,21 +150,15 @@ class ModuleBenchResult:
 
 # ---- the race ---------------------------------------------------------------------------------------------
 
-def bench_module_file(spec: ModuleSpec | str | os.PathLike | None, options: ModuleBenchOptions | None = None, *,
+def bench_module_file(spec: ModuleSpec | str | os.PathLike | None, options: BenchOptions, *,
                       debug: DebugOptions | None = None, log: Callable[[str], None] | None = None,
                       **keywords) -> ModuleBenchResult:
     """``bench`` of a module file: build it (keywords: ``module``, ``target``, ``schedule`` and the fields of
-    ``DebugOptions``: a pass disabled or added, dumps) and race it against
-    its torch peers as ``options`` say (keywords: its fields too); see the module docstring. ``artifact``: a
-    module file's artifact timed instead of a build, on its stored example inputs against its stored reference;
-    the peers run the module file the manifest names while its sha256 is the one built (else they are unavailable,
-    with why)."""
-    if options is not None and not isinstance(options, ModuleBenchOptions):
-        raise UsageError(f"bench of a module file takes ModuleBenchOptions, got {type(options).__name__}")
-    option_fields = {f.name for f in dataclasses.fields(ModuleBenchOptions)}
-    options = dataclasses.replace(options or ModuleBenchOptions(),
-                                  **{k: keywords.pop(k) for k in list(keywords) if k in option_fields})
-    artifact = keywords.pop("artifact", None)
+    ``DebugOptions``: a pass disabled or added, dumps) and race it against its torch peers as ``options`` (made
+    ``for_kind(MODULE_FILE)``) say; see the module docstring. ``options.artifact``: a module file's artifact timed
+    instead of a build, on its stored example inputs against its stored reference; the peers run the module file
+    the manifest names while its sha256 is the one built (else they are unavailable, with why)."""
+    artifact = options.artifact
     if artifact is None:
         spec, debug = split_options(spec, debug, keywords, "bench", MODULE_FILES)
     elif spec is not None or keywords:
@@ -265,7 +259,7 @@ def _built_from(module: dict):
         return None, f"its module file {source} no longer loads: {e}"
 
 
-def _start_peers(race: Race, build: _Build, options: ModuleBenchOptions, folder: Path, device: str,
+def _start_peers(race: Race, build: _Build, options: BenchOptions, folder: Path, device: str,
                  threads: int) -> None:
     """A worker per torch peer, on the inputs TVM runs (none where the model cannot run: unavailable, with why)."""
     peers, user = list(options.peers), build.module_file
@@ -291,7 +285,7 @@ def _start_peers(race: Race, build: _Build, options: ModuleBenchOptions, folder:
                                         threads, options.number), cold_cache(folder, p) if MODULE_PEERS[p] else None)
 
 
-def _result(spec: ModuleSpec, tgt, options: ModuleBenchOptions, race: Race, build: _Build,
+def _result(spec: ModuleSpec, tgt, options: BenchOptions, race: Race, build: _Build,
             load: dict, bandwidths: list[float]) -> ModuleBenchResult:
     samples, unavailable = race.samples[EXAMPLE], race.unavailable[EXAMPLE]
     names = [TVM, *options.peers]

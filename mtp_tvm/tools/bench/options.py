@@ -1,11 +1,12 @@
-"""How ``bench`` races, apart from the race (which imports TVM and torch): ``BenchOptions`` of a case,
-``ModuleBenchOptions`` of a module file, their shared ``RaceOptions``, and the peers' names. The command line
-declares its flags from these fields (``support.flags``) without loading the bench."""
+"""How ``bench`` races, apart from the race (which imports TVM and torch): ``BenchOptions``, one class for a case
+and a module file (``for_kind`` resolves its peers for the kind and refuses what only a case has), and the
+peers' names. The command line declares its flags from these fields (``support.flags``) without loading the
+bench."""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING
 
 from ...ir.frontend_names import FRONTEND_NAMES
 from ...support.errors import UsageError
@@ -38,14 +39,24 @@ def check_race_counts(rounds, number, threads) -> None:
         raise UsageError(f"threads must be at most the {usable_cores()} cores this process may use, got {threads}")
 
 
-@dataclasses.dataclass(frozen=True)
-class RaceOptions:
-    """What both benches' races take: ``peers`` those of the kind's set that race TVM (TVM always runs; None:
-    every one; empty: TVM alone); ``rounds`` timing rounds; ``number`` calls per timed batch (None: about 50 ms
-    of each); ``threads`` every worker's thread count (None: every usable core)."""
+CASE, MODULE_FILE = "a case", "a module file"
+# the fields only a case's bench reads: a module file is timed once, at its example inputs, on this machine
+CASE_ONLY = ("tokens", "seed", "compare_schedules", "compare_frontends", "profile", "rpc", "api")
 
-    PEER_NAMES: ClassVar[tuple[str, ...]] = ()
-    OF: ClassVar[str] = ""  # the kind, as the unknown-peer error names it
+
+@dataclasses.dataclass(frozen=True)
+class BenchOptions:
+    """How ``bench`` races (what it builds is a ``BuildSpec`` or a module file's ``ModuleSpec``): ``peers`` those
+    that race TVM (TVM always runs; None: every peer of the kind, ``CASE_PEERS`` or ``MODULE_PEERS``; empty: TVM
+    alone); ``rounds`` timing rounds; ``number`` calls per timed batch (None: about 50 ms of each); ``threads``
+    every worker's thread count (None: every usable core). A case's only (``CASE_ONLY``): ``tokens`` the T sweep
+    (an int or a sequence; empty: the spec's T; the flag is ``BuildSpec``'s ``--tokens``, a comma list here);
+    ``seed`` of the inputs; ``compare_schedules`` and ``compare_frontends`` more TVM builds (other schedules,
+    other frontends) timed in the same rounds; ``profile`` (True or ``ProfileOptions``) every kernel of ``main``
+    at the first T; ``rpc = (HOST:PORT, key)`` TVM timed on a server of a TVM RPC tracker (``tools/remote.py``);
+    ``api`` also times the public API path (``tvm:api``, beside the kernel: ``bench_tvm.API``). ``artifact``: a
+    prebuilt artifact folder timed instead of a build (its manifest says what it is, a case's or a module file's;
+    TVM's runtime alone will do, as on a deployment machine)."""
 
     peers: tuple[str, ...] | None = option(
         None, help="the peers that race TVM, '' for none", type=comma_list, metavar="A,B,...",
@@ -56,31 +67,6 @@ class RaceOptions:
     number: int | None = None
     threads: int | None = option(None, help="threads of every worker process, TVM's and each peer's",
                                  shown="every usable core", type=int, metavar="N")
-
-    def __post_init__(self):
-        peers = self.PEER_NAMES if self.peers is None else (
-            (self.peers,) if isinstance(self.peers, str) else tuple(self.peers))
-        unknown = [p for p in peers if p not in self.PEER_NAMES]
-        if unknown:
-            raise UsageError(f"unknown peer {unknown[0]!r}{self.OF}; choose from {', '.join(self.PEER_NAMES)} (TVM "
-                             "always runs)")
-        check_race_counts(self.rounds, self.number, self.threads)
-        object.__setattr__(self, "peers", tuple(p for p in self.PEER_NAMES if p in peers))
-
-
-@dataclasses.dataclass(frozen=True)
-class BenchOptions(RaceOptions):
-    """How ``bench`` races a case (what it builds is a ``BuildSpec``): ``tokens`` the T sweep (an int or a
-    sequence; empty: the spec's T; the flag is ``BuildSpec``'s ``--tokens``, a comma list here); ``seed`` of the
-    inputs; ``compare_schedules`` and ``compare_frontends`` more TVM builds (other schedules, other frontends)
-    timed in the same rounds; ``profile`` (True or ``ProfileOptions``) every kernel of ``main`` at the first T;
-    ``rpc = (HOST:PORT, key)`` TVM timed on a server of a TVM RPC tracker (``tools/remote.py``); ``artifact`` a
-    prebuilt artifact folder timed instead of a build (its manifest says what it is; TVM's runtime alone will do,
-    as on a deployment machine); ``api`` also times the public API path (``tvm:api``, beside the kernel:
-    ``bench_tvm.API``)."""
-
-    PEER_NAMES: ClassVar[tuple[str, ...]] = CASE_PEERS
-
     tokens: tuple[int, ...] = ()
     seed: int = 0
     compare_schedules: tuple[str, ...] = option(
@@ -97,7 +83,15 @@ class BenchOptions(RaceOptions):
                        "activations already on the binary's device (torch tensors), outputs left there")
 
     def __post_init__(self):
-        super().__post_init__()
+        if self.peers is not None:
+            peers = (self.peers,) if isinstance(self.peers, str) else tuple(self.peers)
+            known = (*CASE_PEERS, *MODULE_PEERS)
+            unknown = [p for p in peers if p not in known]
+            if unknown:
+                raise UsageError(f"unknown peer {unknown[0]!r}; choose from {', '.join(CASE_PEERS)} (a case) or "
+                                 f"{', '.join(MODULE_PEERS)} (a module file); TVM always runs")
+            object.__setattr__(self, "peers", tuple(dict.fromkeys(peers)))
+        check_race_counts(self.rounds, self.number, self.threads)
         if not isinstance(self.api, bool):
             raise UsageError(f"api must be True or False, got {self.api!r}")
         if self.api and self.rpc is not None:
@@ -119,10 +113,22 @@ class BenchOptions(RaceOptions):
             raise UsageError(f"compare_frontends: unknown frontend {unknown[0]!r}; choose from "
                              f"{', '.join(FRONTEND_NAMES)}")
 
+    def for_kind(self, kind: str) -> BenchOptions:
+        """These options for ``kind`` (``CASE`` or ``MODULE_FILE``): the peers resolved to that kind's (in its
+        tables' order; a peer of the other kind refused by name), and for a module file a case's only option
+        refused by name."""
+        names = CASE_PEERS if kind == CASE else tuple(MODULE_PEERS)
+        peers = names if self.peers is None else self.peers
+        unknown = [p for p in peers if p not in names]
+        if unknown:
+            raise UsageError(f"unknown peer {unknown[0]!r} for {kind}; choose from {', '.join(names)} (TVM always "
+                             "runs)")
+        if kind == MODULE_FILE:
+            given = [f for f in CASE_ONLY if getattr(self, f) != getattr(_DEFAULT, f)]
+            if given:
+                raise UsageError(f"bench of a module file times it once, at its example inputs, here: {given[0]} "
+                                 "applies to a case; drop it")
+        return dataclasses.replace(self, peers=tuple(p for p in names if p in peers))
 
-@dataclasses.dataclass(frozen=True)
-class ModuleBenchOptions(RaceOptions):
-    """How ``bench --module`` races: ``peers`` those of ``MODULE_PEERS``; the rest as a case's."""
 
-    PEER_NAMES: ClassVar[tuple[str, ...]] = tuple(MODULE_PEERS)
-    OF: ClassVar[str] = " for a module file"
+_DEFAULT = BenchOptions()
