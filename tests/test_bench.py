@@ -345,7 +345,7 @@ class Job:
 
     def imported_for_peers(self, names):
         """Which of ``names`` a peer's worker holds once it has imported what unpickling a peer's job imports."""
-        import mtp_tvm.tools.bench.module_peers, mtp_tvm.tools.bench.peer_worker  # noqa: F401
+        import mtp_tvm.tools.bench.peer_worker  # noqa: F401
         return [n for n in names if n in sys.modules]
 
     def compiler(self, temp, trap):

@@ -228,8 +228,8 @@ def _write_inputs(plan: _Plan, folder: Path, given: dict | None = None) -> _Inpu
 def _start_workers(plan: _Plan, race: Race, files: InputFiles) -> None:
     """The TVM worker, and one per peer that can run here (the others are unavailable, with why)."""
     o = plan.options
-    race.start(TVM, TvmJob(plan.spec, plan.debug, plan.plugin, plan.others, plan.sweep, files, o.number,
-                           o.rpc, profiles=plan.profiling is not None, artifact=o.artifact, api=o.api))
+    race.start(TVM, TvmJob(plan.spec, o.number, plan.debug, plan.plugin, plan.others, plan.sweep, files, o.rpc,
+                           profiles=plan.profiling is not None, artifact=o.artifact, api=o.api))
     for p in o.peers:
         why = f"runs here; TVM runs on {plan.remote}" if plan.remote else peer_unavailable(p, plan.gpu)
         if why:

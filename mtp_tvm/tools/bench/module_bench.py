@@ -33,7 +33,6 @@ from pathlib import Path
 import numpy as np
 
 from ...compiler.options import MODULE_FILES, DebugOptions, ModuleSpec, split_options
-from ...compiler.tensors import to_host
 from ...passes.target import is_gpu, require_runs_here, target_json, usable_cores
 from ...support.atomic_file import write_user_file
 from ...support.errors import MtpError, UsageError
@@ -42,52 +41,10 @@ from ...support.timing import phase
 from ...verify.comparators import flat_outputs
 from .options import MODULE_PEERS, BenchOptions
 from .race import Race, cold_cache
-from .tvm_worker import TVM
-from .worker import EXAMPLE, InputFiles, Ready, calls_per_batch
+from .tvm_worker import TVM, TvmJob
+from .worker import EXAMPLE, InputFiles
 
 STATE_DICT = "state_dict.pt"
-
-
-# ---- the workers ------------------------------------------------------------------------------------------
-
-@dataclasses.dataclass(frozen=True)
-class ModuleTvmJob:
-    """The module's artifact (built by the bench process) timed on its stored example inputs."""
-
-    artifact: str
-    number: int | None
-
-    def open(self) -> ModuleTvmWorker:
-        return ModuleTvmWorker(self)
-
-
-class ModuleTvmWorker:
-    def __init__(self, job: ModuleTvmJob):
-        self.job = job
-
-    def setup(self) -> Ready:
-        from ...artifact.load import load
-        from ..measure.peaks import CopyProbe
-
-        artifact = load(self.job.artifact)
-        self.args = artifact.device_args([artifact.make_inputs()[n] for n in artifact.input_specs])
-        self.vm, self.device = artifact.vm, artifact.device
-        self.stream = CopyProbe(artifact.device)
-        outs = self.vm["main"](*self.args)
-        ready = Ready()
-        ready.outputs[TVM] = {EXAMPLE: flat_outputs([to_host(o) for o in (outs if artifact.returns_tuple
-                                                                           else [outs])])}
-        self.calls = calls_per_batch(self._batch_ms, self.job.number)
-        return ready
-
-    def _batch_ms(self, calls: int) -> float:
-        return self.vm.time_evaluator("main", self.device, number=calls, repeat=1)(*self.args).mean * 1e3
-
-    def time_ms(self, _name: str, _tokens: int) -> float:
-        return self._batch_ms(self.calls)
-
-    def bandwidth_gbs(self) -> float:
-        return self.stream.gbs()
 
 
 # ---- the result -------------------------------------------------------------------------------------------
@@ -176,7 +133,7 @@ def bench_module_file(spec: ModuleSpec | str | os.PathLike | None, options: Benc
         folder = Path(tmp)
         build = _build(spec, debug, folder) if artifact is None else prebuilt
         race = Race(folder, threads, (EXAMPLE,), running, log, where=lambda _size: "on the example inputs")
-        race.start(TVM, ModuleTvmJob(str(build.artifact), options.number))
+        race.start(TVM, TvmJob(None, options.number, artifact=str(build.artifact)))
         _start_peers(race, build, options, folder, "cuda" if is_gpu(tgt) else "cpu", threads)
         with phase("build"):
             race.set_up()
@@ -270,8 +227,7 @@ def _start_peers(race: Race, build: _Build, options: BenchOptions, folder: Path,
         return
     import torch
 
-    from .module_peers import ModulePeerJob
-    from .peer_worker import peer_unavailable
+    from .peer_worker import ModelPeerJob, peer_unavailable
 
     torch.save(dict(user.program.state_dict), folder / STATE_DICT)
     files = InputFiles.write(folder, {n: s.dtype for n, s in user.input_specs.items()}, user.activation_names,
@@ -281,7 +237,7 @@ def _start_peers(race: Race, build: _Build, options: BenchOptions, folder: Path,
         if why:
             race.unavailable[EXAMPLE][p] = why
         else:
-            race.start(p, ModulePeerJob(p, MODULE_PEERS[p], str(user.path), str(folder / STATE_DICT), files, device,
+            race.start(p, ModelPeerJob(p, MODULE_PEERS[p], str(user.path), str(folder / STATE_DICT), files, device,
                                         threads, options.number), cold_cache(folder, p) if MODULE_PEERS[p] else None)
 
 

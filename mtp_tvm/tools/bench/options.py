@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 # the peers of a case (``peer_worker.PEERS`` runs them), in the tables' order
 CASE_PEERS = ("torch_bf16", "torch_fp32", "numpy_fp32", "torch_golden", "torch_compile", "torch_compile_max_autotune")
-# the peers of a module file (``module_peers.py`` runs them) -> their torch.compile mode
+# the peers of a module file (``peer_worker.ModelPeerJob`` runs them) -> their torch.compile mode
 MODULE_PEERS = {"torch_eager": None, "torch_compile": "default", "torch_compile_max_autotune": "max-autotune"}
 
 

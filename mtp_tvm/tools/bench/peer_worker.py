@@ -10,6 +10,9 @@ process (``tools/bench/worker.py``).
   (inductor, ``freezing``, static shapes: one compile per T, as a user with a fixed T gets), default mode and
   ``max-autotune``. The compile happens while the worker is set up; its time is reported apart.
 
+- a module file's ``torch_eager``, ``torch_compile``, ``torch_compile_max_autotune``: the file's own model
+  (``ModelPeerJob``), eagerly or through ``torch.compile``, on its example activations.
+
 A peer computes the whole chain (the projection with its norms and quantisation, the tail end to end) and its
 output is checked against the golden before it is timed (``bench``): a peer that computes garbage fast does not
 win.
@@ -20,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -27,10 +31,11 @@ import torch
 from ...compiler.arrays import dtype_name
 from ...contract.cases import TOKENS, Case, get_case
 from ...contract.presets import Shapes
-from ...verify.comparators import as_float32
+from ...support.user_code import load_user_file, run_user_code
+from ...verify.comparators import as_float32, flat_outputs
 from .peer_isa import INDUCTOR, NUMPY_LIBRARIES, TORCH_LIBRARIES, ran_isa
 from .stage_peers import STAGE_PEERS
-from .worker import InputFiles, Ready, calls_per_batch
+from .worker import EXAMPLE, InputFiles, Ready, calls_per_batch
 
 Run = Callable[[], object]
 # Dynamo keeps one compiled graph per T (the guards fail on a new shape or module) up to its recompile limit (8),
@@ -236,3 +241,67 @@ class PeerWorker(TorchWorker):
     def time_ms(self, name: str, tokens: int) -> float:
         """Milliseconds per call over one batch at ``tokens``."""
         return self.batch_ms(*self.runs[tokens])
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelPeerJob:
+    """A module file's own torch model as ``peer`` runs it (``bench`` of a module file): eagerly (``mode`` None)
+    or through ``torch.compile`` in ``mode`` ("default", "max-autotune"), its parameters from ``state_dict``, its
+    example activations from ``inputs``, on ``device``, on ``threads`` torch threads."""
+
+    peer: str
+    mode: str | None
+    path: str
+    state_dict: str
+    inputs: InputFiles
+    device: str
+    threads: int
+    number: int | None
+
+    def open(self) -> ModelPeerWorker:
+        return ModelPeerWorker(self)
+
+
+class ModelPeerWorker(TorchWorker):
+    """The user's model prepared (loaded, compiled) by ``setup`` and timed by ``time_ms``."""
+
+    def __init__(self, job: ModelPeerJob):
+        super().__init__(job.threads, job.device)
+        self.job = job
+
+    def _model(self):
+        job = self.job
+        file = load_user_file(Path(job.path), "module file")
+        model = run_user_code(f"module file {job.path}: model()", file.model)
+        model.load_state_dict(torch.load(job.state_dict, weights_only=True))
+        return model.eval().to(job.device)
+
+    def setup(self) -> Ready:
+        job, ready = self.job, Ready()
+        args = [as_torch(a).to(job.device) for a in job.inputs.activations_of(EXAMPLE).values()]
+        t0 = time.perf_counter()
+        try:
+            model = self._model()
+            if job.mode is not None:
+                model = torch.compile(model, mode=None if job.mode == "default" else job.mode, dynamic=False)
+
+            def run():
+                with torch.no_grad():
+                    return model(*args)
+
+            with torch._inductor.config.patch(freezing=True):
+                out = run()  # a compiled peer compiles here: its compile time
+            self.sync()
+        except Exception as e:  # noqa: BLE001  (the user's model or a compile that fails: say why, time the rest)
+            ready.unavailable[job.peer] = {EXAMPLE: f"setup failed: {failure_reason(e)}"}
+            return ready
+        if job.mode is not None:
+            ready.compile_seconds[job.peer] = time.perf_counter() - t0
+        leaves, _ = torch.utils._pytree.tree_flatten(out)
+        ready.outputs[job.peer] = {EXAMPLE: flat_outputs(leaves)}
+        self.run = run
+        self.calls = calls_per_batch(lambda calls: self.batch_ms(run, calls), job.number)
+        return ready
+
+    def time_ms(self, _name: str, _tokens: int) -> float:
+        return self.batch_ms(self.run, self.calls)

@@ -17,15 +17,16 @@ from typing import TYPE_CHECKING
 
 from ...compiler.options import BuildSpec, DebugOptions
 from ...compiler.runtime import Runnable
+from ...compiler.tensors import to_host
 from ...contract.cases import get_case
 from ...passes.target import cpu_isa, device_for, is_gpu
 from ...support.errors import MtpError
-from ...verify.comparators import as_float32
+from ...verify.comparators import as_float32, flat_outputs
 from ..measure.peaks import CopyProbe, Probes, StreamProbe, measure_probes
 from ..measure.profile import Profile, ProfileOptions, write_to_run_folder
 from ..measure.profile import profile as profile_main
 from ..measure.roofline import instruction_mix, kinds_used
-from .worker import InputFiles, Ready, calls_per_batch
+from .worker import EXAMPLE, InputFiles, Ready, calls_per_batch
 
 if TYPE_CHECKING:  # the compiler is imported where a build is made: a prebuilt artifact needs TVM's runtime alone
     from ...compiler.driver import CompiledCase
@@ -52,17 +53,18 @@ class TvmJob:
     batch (None: about ``bench_worker.SAMPLE_MS``), here or on ``rpc = (HOST:PORT, key)``. ``profiles``: a
     ``profile`` call will follow, so a dumping build's run folder stays open for its ``profile.json``.
     ``artifact``: time this prebuilt artifact folder instead of building ``spec`` (``spec`` is its manifest's):
-    nothing is compiled, so TVM's runtime alone will do, and the bandwidth is a device copy (``CopyProbe``).
-    ``api``: also time ``API``, the public ``bound.run`` beside the kernel."""
+    nothing is compiled, so TVM's runtime alone will do, and the bandwidth is a device copy (``CopyProbe``). A
+    module file's artifact has no ``spec``: it is timed at its stored example inputs (``worker.EXAMPLE``), every
+    output returned. ``api``: also time ``API``, the public ``bound.run`` beside the kernel."""
 
-    spec: BuildSpec
-    debug: DebugOptions
-    plugin: str | None
-    others: tuple[tuple[str, BuildSpec], ...]
-    tokens: tuple[int, ...]
-    inputs: InputFiles
+    spec: BuildSpec | None
     number: int | None
-    rpc: tuple[str, str] | None
+    debug: DebugOptions | None = None
+    plugin: str | None = None
+    others: tuple[tuple[str, BuildSpec], ...] = ()
+    tokens: tuple[int, ...] = ()
+    inputs: InputFiles | None = None
+    rpc: tuple[str, str] | None = None
     profiles: bool = False
     artifact: str | None = None
     api: bool = False
@@ -84,6 +86,8 @@ class TvmWorker:
 
     def setup(self) -> Ready:
         job, ready = self.job, Ready()
+        if job.spec is None:
+            return self._example_inputs(ready)
         if job.artifact is not None:
             self._load_artifact(ready)
         else:
@@ -168,6 +172,21 @@ class TvmWorker:
         self.stream = CopyProbe(artifact.device)
         ready.details.update(instruction_mix={}, kinds_used=[], isa=None, frontend=artifact.manifest["frontend"],
                              dump_dir=None)
+
+    def _example_inputs(self, ready: Ready) -> Ready:
+        """A module file's artifact on its stored example inputs: every output, ``main`` timed there."""
+        from ...artifact.load import load
+
+        artifact = load(self.job.artifact)
+        self.builds[TVM], self.device = artifact, artifact.device
+        self.stream = CopyProbe(artifact.device)
+        args = artifact.device_args([artifact.make_inputs()[n] for n in artifact.input_specs])
+        outs = artifact.vm["main"](*args)
+        ready.outputs[TVM] = {EXAMPLE: flat_outputs([to_host(o) for o in (outs if artifact.returns_tuple
+                                                                           else [outs])])}
+        time_ms = self._local(artifact, args)
+        self.timers[TVM] = {EXAMPLE: (time_ms, calls_per_batch(time_ms, self.job.number))}
+        return ready
 
     def _local(self, build: Runnable, args: list):
         vm, dev = build.vm, self.device
