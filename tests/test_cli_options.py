@@ -24,7 +24,7 @@ ENTRY_POINTS = {
     "mtp_tvm.tools.minimize.minimize": ["minimize_module"], "mtp_tvm.artifact.export": ["build"],
     "mtp_tvm.artifact.load": ["check_artifact"],
     "mtp_tvm.tools.bisect.bisection": ["bisect_passes", "bisect_schedule"], "mtp_tvm.tools.bench.bench": ["bench"],
-    "mtp_tvm.compiler.arrays": ["read_npz", "write_npz"], "mtp_tvm.tools.convert.convert": ["load"],
+    "mtp_tvm.compiler.arrays": ["read_npz", "write_npz"], "mtp_tvm.tools.convert.convert": ["read_weight_source"],
 }
 
 # the ways each command runs: the argv before the option under test

@@ -3,11 +3,11 @@
 
 One module per wing of the tools (``check``, ``bisect``, ``tune``, ``bench``, ``dumps``; ``artifact`` for
 build/run, ``cases`` for list/inputs, ``convert``); each command parses, makes the options, makes one API call
-and prints. Flags of a dataclass's fields are declared with the field (``support.flags``); ``common`` holds what
-the wings share. A bad value is refused by the API (the same message a Python caller gets); the CLI refuses
-only flag combinations, a flag given where it cannot apply. Only the modules the parser needs load with it:
-each handler imports what it needs, so ``--help``, ``list``, ``dumps ...`` and usage errors never import TVM or
-torch (tests/test_cli.py measures it)."""
+(after reading ``--weights`` where given) and prints. Flags of a dataclass's fields are declared with the field
+(``support.flags``); ``common`` holds what the wings share. A bad value is refused by the API (the same message
+a Python caller gets); the CLI refuses only flag combinations, a flag given where it cannot apply. Only the
+modules the parser needs load with it: each handler imports what it needs, so ``--help``, ``list``,
+``dumps ...`` and usage errors never import TVM or torch (tests/test_cli.py measures it)."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from .common import (
     add_shape_arg,
     add_weights_arg,
     debug_options,
-    load_weights,
+    given_weights,
     print_debug_footer,
     refuse,
     source_spec,
@@ -65,7 +65,7 @@ def _cmd_run(args) -> int:
     loaded = None
     if args.weights is not None:  # a case's artifact (a module file's has no case to size weights by)
         case, shapes = artifact.sized()
-        loaded = load_weights(args, case.name, shapes.preset.name, shapes.tp, shapes.owners)
+        loaded = given_weights(args, case.name, shapes.preset.name, shapes.tp, shapes.owners)
         loaded.require_fits(shapes, args.artifact)
     if args.inputs is not None:
         inputs = read_npz(args.inputs, {n: t.dtype for n, t in artifact.input_specs.items()})

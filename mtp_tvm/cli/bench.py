@@ -25,7 +25,7 @@ from .common import (
     add_weights_arg,
     case_flags_refused,
     debug_options,
-    load_weights,
+    given_weights,
     module_options,
     refuse,
     rpc_of,
@@ -94,7 +94,7 @@ def _cmd_bench(args) -> int:
     spec = _bench_spec(args)
     refuse(args, Refusal("--weights replaces the weights of a build; bench an artifact on its seeded weights, or drop "
                          "--artifact", ("weights",), lambda args: args.artifact))  # the weights are read by a case
-    loaded = load_weights(args, spec.case, spec.preset) if spec is not None else None
+    loaded = given_weights(args, spec.case, spec.preset) if spec is not None else None
     if loaded is not None:
         spec = loaded.sized(spec)
     with phase("import"):

@@ -33,7 +33,7 @@ from .common import (
     case_flags_refused,
     check_exit,
     debug_options,
-    load_weights,
+    given_weights,
     module_options,
     print_debug_footer,
     print_reproducers,
@@ -79,7 +79,7 @@ def _cmd_check(args) -> int:
     if _prebuilt(args):
         return _cmd_check_prebuilt(args)
     spec, debug = build_spec(args), debug_options(args)
-    loaded = load_weights(args, spec.case, spec.preset, spec.tp, spec.owners)
+    loaded = given_weights(args, spec.case, spec.preset, spec.tp, spec.owners)
     if loaded is not None:
         spec = loaded.sized(spec)
     tolerance = tolerance_of(args)

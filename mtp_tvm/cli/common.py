@@ -222,15 +222,15 @@ CHECKPOINT_WITHOUT_WEIGHTS = Refusal("{flags} read a checkpoint: give --weights 
                                      lambda args: args.weights is None)
 
 
-def load_weights(args, case: str, preset: str | None, tp: int | None = None, owners: int | None = None):
+def given_weights(args, case: str, preset: str | None, tp: int | None = None, owners: int | None = None):
     """``--weights``: the case's weights with their sizes (``tools.convert.convert.Loaded``), progress on stderr; None
     without it."""
     if args.weights is None:
         return None
-    from ..tools.convert.convert import load
+    from ..tools.convert.convert import read_weight_source
 
     source = options_from(args, WeightSource, path=args.weights, case=case, preset=preset, tp=tp, owners=owners)
-    return load(source, log=lambda line: print(line, file=sys.stderr, flush=True))
+    return read_weight_source(source, log=lambda line: print(line, file=sys.stderr, flush=True))
 
 
 def print_reproducers(result) -> None:

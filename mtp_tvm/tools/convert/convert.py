@@ -160,7 +160,7 @@ class Loaded:
                              f"has {self.shapes.vocab_shard} rows (build with --vocab-shard {self.shapes.vocab_shard})")
 
 
-def load(source: WeightSource, log: Callable[[str], None] | None = None) -> Loaded:
+def read_weight_source(source: WeightSource, log: Callable[[str], None] | None = None) -> Loaded:
     """``source``'s weights for its case: a converted file read by name, a checkpoint converted."""
     case = get_case(source.case)
     meta = converted_metadata(source.path)
@@ -229,7 +229,7 @@ def load_weights(path: str | os.PathLike, case: str = "tail", preset: str | None
     a file ``mtp-tvm convert`` wrote. ``options``: the other fields of ``WeightSource`` (owners, layout,
     calibration, alpha) and ``log`` (a progress line per read)."""
     log = options.pop("log", None)
-    return load(WeightSource(path, case, preset, tp, rank, **options), log).weights
+    return read_weight_source(WeightSource(path, case, preset, tp, rank, **options), log).weights
 
 
 @dataclasses.dataclass(frozen=True)
@@ -324,7 +324,7 @@ def convert(source: WeightSource, out: str | os.PathLike | None = None, *, seed:
     ckpt = Checkpoint(source.path)  # its index and headers: no tensor is read
     require_not_input(out, "--out", [*(("a file of the checkpoint", f) for f in ckpt.files()),
                                      ("the --calibration file", source.calibration)])
-    loaded = load(source, log)
+    loaded = read_weight_source(source, log)
     projection, rms_rel, tokens_used = None, None, 0
     if loaded.reference:
         activations = _activations(loaded, seed, tokens)
