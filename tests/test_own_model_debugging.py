@@ -301,3 +301,21 @@ def test_the_old_name_localize_module_still_answers_with_a_deprecation_warning()
 
     with pytest.warns(DeprecationWarning, match=r"localize_module is deprecated: localize\(\) takes a module file"):
         assert mtp_tvm.localize_module is mtp_tvm.localize
+
+
+@pytest.mark.slow  # a TVMScript module built twice (the check's and its reference)
+def test_a_failing_module_check_computes_its_reference_once_for_the_verdict_and_the_reproducer(tmp_path,
+                                                                                             monkeypatch):
+    """Issue 43: the reproducer reuses the reference the verdict computed (a TVMScript module's is a build)."""
+    from mtp_tvm import check
+    from mtp_tvm.compiler.options import DebugOptions
+    from mtp_tvm.passes.plugins import load_pass_plugin
+    from mtp_tvm.verify import module_golden
+    from mtp_tvm.verify.tolerances import Tolerance
+
+    builds, real = [], module_golden.reference_build
+    monkeypatch.setattr(module_golden, "reference_build", lambda compiled: builds.append(1) or real(compiled))
+    monkeypatch.setenv("MTP_TVM_DUMPS", str(tmp_path))  # the reproducer's run folder
+    plugin = DebugOptions(extra_passes=load_pass_plugin(MODULES / "loose_epsilon.py"))
+    result = check(REPO / "examples" / "tvmscript_module.py", plugin, tolerance=Tolerance(exact=True), **QUIET)
+    assert not result.passed and result.repro_dir and len(builds) == 1

@@ -186,13 +186,16 @@ class CaseCheck:
 class ModuleCheck:
     """How a module file is checked: ``shapes`` (input name -> shape, within ``dynamic_shapes()``'s bounds) runs
     and compares at that size on inputs drawn from ``seed``, the reference recomputed there; without it, the
-    example inputs. ``inputs`` are known once the file is loaded (``build``)."""
+    example inputs. ``inputs`` are known once the file is loaded (``build``), the reference outputs once the
+    verdict computed them (``expected``: kept for the reproducer, so a TVMScript module's reference build runs
+    once)."""
 
     spec: ModuleSpec
     tolerance: ModuleTolerance
     shapes: Mapping | None
     seed: int
     inputs: dict | None = None
+    expected: dict | None = None
 
     @classmethod
     def of(cls, spec: ModuleSpec, tolerance, shapes: Mapping | None, seed: int) -> ModuleCheck:
@@ -210,7 +213,10 @@ class ModuleCheck:
         return compile_open(self.spec, debug, loaded=loaded)
 
     def verdict(self, compiled: CompiledModule, log) -> CheckResult:
-        return golden_check_module(compiled, self.tolerance, log, inputs=self.inputs if self.shapes else None,
+        sized = self.inputs if self.shapes else None
+        with phase("golden"):
+            self.expected = module_golden(compiled, sized)
+        return golden_check_module(compiled, self.tolerance, log, expected=self.expected, inputs=sized,
                                    seed=self.seed)
 
     def reproducers(self, compiled: CompiledModule, result: CheckResult, dump_root, log) -> dict:
@@ -219,11 +225,10 @@ class ModuleCheck:
     def repro_record(self, compiled: CompiledModule, result: CheckResult) -> ReproRecord:
         """main's arguments as the built module takes them (the parameters packed), the reference outputs."""
         args = compiled.device_args([to_numpy(self.inputs[n]) for n in compiled.input_specs])
-        expected = module_golden(compiled, self.inputs if self.shapes else None)
         fields = {"module": str(compiled.module_file.path), "case": compiled.name, "shapes": result.shapes,
                   "seed": result.seed, "tolerance": dataclasses.asdict(self.tolerance),
                   "returns_tuple": compiled.returns_tuple}
-        return ReproRecord("module", fields, {f"arg{i}": to_host(a) for i, a in enumerate(args)}, expected,
+        return ReproRecord("module", fields, {f"arg{i}": to_host(a) for i, a in enumerate(args)}, self.expected,
                            self.command(compiled))
 
     def command(self, compiled: CompiledModule) -> str:
