@@ -225,59 +225,74 @@ def minimize_module(module: str | Path | ModuleSpec | None = None, debug: DebugO
     if user.kind != TORCH or user.graph is None:
         raise UsageError(f"minimize cuts a torch model's exported graph: {user.path.name} defines module() (a "
                          "TVMScript module)")
-    quiet = lambda *_: None  # noqa: E731
-    graph = user.graph
-    values = node_values(graph, tuple(to_torch(user.examples[n]) for n in user.activation_names))
-    described = " ".join(["--schedule", spec.schedule, *debug.replace(dump_passes=None).as_argv()])
-    trying = debug.replace(dump_passes=None)  # no run folder per try
-    tries = 0
-    seen: dict[tuple[str, ...], bool] = {}
     log(f"[BUILD] module={spec.module}: localize the first op that differs from torch")
     try:
         first, build_fails = compare_with_torch(compile(spec, debug, loaded=user), tolerance).first, None
     except BuildError as e:
         first, build_fails = None, _build_failure(e)
         log(f"[MINIMIZE] its build fails {e.place or ''}: keep that failure ({e.cause})")
-    failure = CHECK_FAILS if build_fails is None else f"the build {build_fails[0] or ''} ({build_fails[1]})"
-
+    graph = user.graph
     with tempfile.TemporaryDirectory(prefix="mtp-minimize-") as tmp:
-        def fails(keep: list[str]) -> bool:
-            if tuple(keep) not in seen:
-                seen[tuple(keep)] = try_piece(keep)
-            return seen[tuple(keep)]
-
-        def try_piece(keep: list[str]) -> bool:
-            nonlocal tries
-            tries += 1
-            path = Path(tmp) / f"piece{tries}.py"
-            try:
-                path.write_text(piece_source(graph, keep, values, user.path.name, described, failure,
-                                             user.dim_names))
-                piece = load_module_file(path)  # checked as check --module does, without its reproducers
-                built = compile(dataclasses.replace(spec, module=path), trying, loaded=piece)
-                passed = build_fails is not None or golden_check_module(built, tolerance, quiet).passed
-            except BuildError as e:
-                same = build_fails is not None and _build_failure(e) == build_fails
-                log(f"[MINIMIZE] try {tries}: {len(keep)} ops: "
-                    f"{'FAILS (the same build failure)' if same else f'not a failing piece ({e})'}")
-                return same
-            except (NotAPiece, MtpError) as e:
-                log(f"[MINIMIZE] try {tries}: {len(keep)} ops: not a failing piece ({e})")
-                return False
-            log(f"[MINIMIZE] try {tries}: {len(keep)} ops: {'FAILS' if not passed else 'passes'}")
-            return not passed
-
+        pieces = _Pieces(Path(tmp), spec, debug, tolerance, user, build_fails, log)
         start, where = list(graph.nodes), "the whole graph"
         if first is not None:
             start, where = _ancestors(graph, first.node.name), f"{first.node.name} and what it depends on"
-            if not fails(start):
+            if not pieces.fails(start):
                 start, where = list(graph.nodes), "the whole graph (the first differing op's piece passes)"
-        if where.startswith("the whole graph") and not fails(start):
-            raise UsageError(f"module file {user.path.name} does not fail {failure} as a piece of its own graph "
-                             "with these options: nothing to minimize")
-        kept = ddmin(start, fails)
-    source = piece_source(graph, kept, values, user.path.name, described, failure, user.dim_names)
+        if where.startswith("the whole graph") and not pieces.fails(start):
+            raise UsageError(f"module file {user.path.name} does not fail {pieces.failure} as a piece of its own "
+                             "graph with these options: nothing to minimize")
+        kept = ddmin(start, pieces.fails)
+    source = pieces.source(kept)
     write_user_file(out, lambda p: p.write_text(source), what="minimized module ")
     nodes = {n.name: n for n in graph.program.graph.nodes}
     return MinimizeResult(user.path.name, out, tuple(kept), tuple(str(nodes[n].target) for n in kept),
-                          len(graph.nodes), len(start), where, tries, time.perf_counter() - t0, failure)
+                          len(graph.nodes), len(start), where, pieces.tries, time.perf_counter() - t0,
+                          pieces.failure)
+
+
+class _Pieces:
+    """The tries of one minimisation: a piece (a list of node names) written as a module file under ``folder``,
+    loaded and built as ``check --module`` does (no run folder, no reproducer), and judged: it fails when its
+    check fails, or, where the file's own build failed (``build_fails``), when its build fails the same way. Each
+    piece is tried once."""
+
+    def __init__(self, folder: Path, spec: ModuleSpec, debug: DebugOptions, tolerance: ModuleTolerance, user,
+                 build_fails: tuple[str, str] | None, log):
+        self.folder, self.spec, self.tolerance, self.user, self.build_fails, self.log = (
+            folder, spec, tolerance, user, build_fails, log)
+        self.debug = debug.replace(dump_passes=None)  # no run folder per try
+        self.described = " ".join(["--schedule", spec.schedule, *self.debug.as_argv()])
+        self.failure = CHECK_FAILS if build_fails is None else " ".join(
+            filter(None, ("the build", build_fails[0], f"({build_fails[1]})")))
+        self.values = node_values(user.graph, tuple(to_torch(user.examples[n]) for n in user.activation_names))
+        self.tries = 0
+        self.seen: dict[tuple[str, ...], bool] = {}
+
+    def source(self, keep: list[str]) -> str:
+        return piece_source(self.user.graph, keep, self.values, self.user.path.name, self.described, self.failure,
+                            self.user.dim_names)
+
+    def fails(self, keep: list[str]) -> bool:
+        if tuple(keep) not in self.seen:
+            self.seen[tuple(keep)] = self._try(keep)
+        return self.seen[tuple(keep)]
+
+    def _try(self, keep: list[str]) -> bool:
+        self.tries += 1
+        said = f"[MINIMIZE] try {self.tries}: {len(keep)} ops:"
+        path = self.folder / f"piece{self.tries}.py"
+        try:
+            path.write_text(self.source(keep))
+            piece = load_module_file(path)
+            built = compile(dataclasses.replace(self.spec, module=path), self.debug, loaded=piece)
+            passed = self.build_fails is not None or golden_check_module(built, self.tolerance, lambda *_: None).passed
+        except BuildError as e:
+            same = self.build_fails is not None and _build_failure(e) == self.build_fails
+            self.log(f"{said} {'FAILS (the same build failure)' if same else f'not a failing piece ({e})'}")
+            return same
+        except (NotAPiece, MtpError) as e:
+            self.log(f"{said} not a failing piece ({e})")
+            return False
+        self.log(f"{said} {'FAILS' if not passed else 'passes'}")
+        return not passed
