@@ -169,18 +169,16 @@ def _top_level_names(root: Path) -> set[str]:
 
 
 def module_twins(names: set[str]) -> set[str]:
-    """The names that are a module file's twin of another name: ``module_X``/``X_module``/``X_module_file`` beside
-    ``X``, ``ModuleX`` beside ``X`` (a verb, a result, an options class written twice, once per kind)."""
+    """The public names that are a module file's twin of another name: ``module_X``, ``X_module``,
+    ``write_module_X``, ``ModuleX`` beside the name without that word (a verb, a result, an options class written
+    twice, once per kind). A private helper of one verb for one kind is the verb's own business."""
     twins = set()
-    for name in names:
-        for prefix in ("module_", "Module", "_module_"):
-            if name.startswith(prefix) and len(name) > len(prefix) and any(
-                    other in names for other in (name[len(prefix):], "_" + name[len(prefix):])):
-                twins.add(name)
-        for suffix in ("_module", "_module_file", "_module_failure"):
-            base = name[:-len(suffix)] if name.endswith(suffix) else None
-            if base and (base in names or base + "_failure" in names):
-                twins.add(name)
+    for name in (n for n in names if not n.startswith("_")):
+        for word in ("module_file_", "_module_file", "module_", "_module", "Module"):
+            if word in name:
+                other = name.replace(word, "_" if word.startswith("_") and word.endswith("_") else "", 1)
+                if other != name and (other in names or other.lstrip("_") in names or "_" + other in names):
+                    twins.add(name)
     return twins
 
 
@@ -195,6 +193,7 @@ def test_the_twin_rule_sees_a_planted_twin(tmp_path):
     verb = tmp_path / "tools" / "shape"
     verb.mkdir(parents=True)
     (verb / "shape.py").write_text("def shape(spec): ...\nclass ShapeResult: ...\n")
-    (verb / "module_shape.py").write_text("def shape_module(path): ...\nclass ModuleShapeResult: ...\n")
-    assert module_twins(_top_level_names(tmp_path)) == {"shape_module", "ModuleShapeResult"}
+    (verb / "module_shape.py").write_text("def shape_module(path): ...\nclass ModuleShapeResult: ...\n"
+                                          "def write_module_shape(): ...\ndef write_shape(): ...\n")
+    assert module_twins(_top_level_names(tmp_path)) == {"shape_module", "ModuleShapeResult", "write_module_shape"}
     assert {p.name for p in tmp_path.rglob("module_*.py")} == {"module_shape.py"}
