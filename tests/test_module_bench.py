@@ -56,6 +56,15 @@ def test_a_module_artifact_races_its_files_model_while_the_file_is_unchanged(tmp
     assert "changed since the build (sha256 differs)" in r.unavailable["torch_eager"]
 
 
+@pytest.mark.slow  # a build and torch.compile, held to AVX2
+def test_an_avx2_build_of_a_module_file_races_avx2_peers():
+    haswell = {"kind": "llvm", "mcpu": "haswell", "num-cores": 1}
+    r = bench(TORCH_EXAMPLE, target=haswell, peers=("torch_eager", "torch_compile"), rounds=1, threads=1)
+    assert r.peers_held_to == "avx2" and not r.unavailable
+    assert {n: isa["name"] for n, isa in r.peer_isa.items()} == {"torch_eager": "avx2", "torch_compile": "avx2"}
+    assert "peers held to avx2" in r.table()
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--tokens", "4"], "--module builds your file, so --tokens"),
     (["--plot", "p.png"], "bench --module times your file at its example inputs; --plot cannot apply"),

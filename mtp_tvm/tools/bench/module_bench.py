@@ -33,13 +33,14 @@ from pathlib import Path
 import numpy as np
 
 from ...compiler.options import MODULE_FILES, DebugOptions, ModuleSpec, split_options
-from ...passes.target import is_gpu, require_runs_here, target_json, usable_cores
+from ...passes.target import cpu_isa, is_gpu, require_runs_here, target_json, usable_cores
 from ...support.atomic_file import write_user_file
 from ...support.errors import MtpError, UsageError
 from ...support.text_table import text_table
 from ...support.timing import phase
 from ...verify.comparators import flat_outputs
 from .options import MODULE_PEERS, BenchOptions
+from .peer_isa import PEER_ISA_ENV, peer_env, wider
 from .race import Race, cold_cache
 from .tvm_worker import TVM, TvmJob
 from .worker import EXAMPLE, InputFiles
@@ -73,6 +74,8 @@ class ModuleBenchResult:
     best_peer: str | None
     tvm_vs_best_peer: float | None
     isolation: str = "process"
+    peers_held_to: str | None = None  # the build's ISA, which the peers were held to (None: native)
+    peer_isa: dict[str, dict] = dataclasses.field(default_factory=dict)  # peer -> ``peer_isa.ran_isa``
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -97,6 +100,10 @@ class ModuleBenchResult:
         if self.best_peer is not None and self.tvm_vs_best_peer is not None:
             notes.append(f"best peer {self.best_peer}; best peer / tvm {self.tvm_vs_best_peer:.2f}x"
                          + (" (UNRELIABLE: the load exceeded the cores)" if la.get("unreliable") else ""))
+        if self.peer_isa:
+            notes.append("isa: each peer's the widest its code ran (JSON peer_isa: "
+                         + ", ".join(f"{n} {isa['name']}" for n, isa in self.peer_isa.items()) + "); peers "
+                         + (f"held to {self.peers_held_to}" if self.peers_held_to else "native"))
         notes.append("compile s (apart from the figures): "
                      + "; ".join(f"{n} {s:.1f}" for n, s in self.compile_seconds.items()))
         notes.append(f"memory floor: {self.bytes / 1e6:.2f} MB (inputs, parameters, outputs once) / "
@@ -127,6 +134,8 @@ def bench_module_file(spec: ModuleSpec | str | os.PathLike | None, options: Benc
         spec = prebuilt.spec
     tgt = spec.resolved_target
     require_runs_here(tgt)
+    isa = None if is_gpu(tgt) else cpu_isa(tgt).name
+    held_to = isa if isa in PEER_ISA_ENV else None  # an AVX2 build races AVX2 peers
     log = log or (lambda _message: None)
     threads = options.threads or usable_cores()
     with tempfile.TemporaryDirectory(prefix="mtp-bench-module-") as tmp, contextlib.ExitStack() as running:
@@ -134,13 +143,14 @@ def bench_module_file(spec: ModuleSpec | str | os.PathLike | None, options: Benc
         build = _build(spec, debug, folder) if artifact is None else prebuilt
         race = Race(folder, threads, (EXAMPLE,), running, log, where=lambda _size: "on the example inputs")
         race.start(TVM, TvmJob(None, options.number, artifact=str(build.artifact)))
-        _start_peers(race, build, options, folder, "cuda" if is_gpu(tgt) else "cpu", threads)
+        _start_peers(race, build, options, folder, "cuda" if is_gpu(tgt) else "cpu", threads, held_to)
         with phase("build"):
             race.set_up()
         with phase("run"):
             race.check({EXAMPLE: build.golden})
+            _refuse_wider_peers(race, held_to)
             load, bandwidths = race.time(options.rounds, bandwidth=True)
-    return _result(spec, tgt, options, race, build, load, bandwidths)
+    return _result(spec, tgt, options, race, build, load, bandwidths, held_to)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,8 +227,9 @@ def _built_from(module: dict):
 
 
 def _start_peers(race: Race, build: _Build, options: BenchOptions, folder: Path, device: str,
-                 threads: int) -> None:
-    """A worker per torch peer, on the inputs TVM runs (none where the model cannot run: unavailable, with why)."""
+                 threads: int, held_to: str | None) -> None:
+    """A worker per torch peer, on the inputs TVM runs (none where the model cannot run: unavailable, with why),
+    held to the ISA ``held_to`` (``peer_isa.PEER_ISA_ENV``; None: native) as a case's peers are."""
     peers, user = list(options.peers), build.module_file
     why = build.no_peers or (None if user.kind == "torch" else "a TVMScript module file has no torch model to run")
     if why:
@@ -238,11 +249,20 @@ def _start_peers(race: Race, build: _Build, options: BenchOptions, folder: Path,
             race.unavailable[EXAMPLE][p] = why
         else:
             race.start(p, ModelPeerJob(p, MODULE_PEERS[p], str(user.path), str(folder / STATE_DICT), files, device,
-                                        threads, options.number), cold_cache(folder, p) if MODULE_PEERS[p] else None)
+                                       threads, options.number),
+                       {**(cold_cache(folder, p) if MODULE_PEERS[p] else {}), **peer_env(held_to)})
+
+
+def _refuse_wider_peers(race: Race, held_to: str | None) -> None:
+    """A peer held to the build's ISA that ran wider code is not timed: its figure would be another ISA's."""
+    for name, ready in race.ready.items():
+        ran = ready.details.get("isa")
+        if held_to is not None and name != TVM and ran is not None and wider(ran["name"], held_to):
+            race.unavailable[EXAMPLE][name] = f"ran {ran['name']} code under an {held_to} build"
 
 
 def _result(spec: ModuleSpec, tgt, options: BenchOptions, race: Race, build: _Build,
-            load: dict, bandwidths: list[float]) -> ModuleBenchResult:
+            load: dict, bandwidths: list[float], held_to: str | None) -> ModuleBenchResult:
     samples, unavailable = race.samples[EXAMPLE], race.unavailable[EXAMPLE]
     names = [TVM, *options.peers]
     median = {n: statistics.median(samples[n]) if samples.get(n) else None for n in names}
@@ -257,4 +277,5 @@ def _result(spec: ModuleSpec, tgt, options: BenchOptions, race: Race, build: _Bu
         compile_seconds={TVM: build.seconds, **{n: v for r in race.ready.values()
                                                 for n, v in r.compile_seconds.items()}},
         bytes=build.moved, bandwidth_gbs=bandwidth, floor_ms=build.moved / bandwidth / 1e6, best_peer=best,
-        tvm_vs_best_peer=None if best is None or median[TVM] is None else peers[best] / median[TVM])
+        tvm_vs_best_peer=None if best is None or median[TVM] is None else peers[best] / median[TVM],
+        peers_held_to=held_to, peer_isa={n: r.details["isa"] for n, r in race.ready.items() if "isa" in r.details})

@@ -299,6 +299,8 @@ class ModelPeerWorker(TorchWorker):
             ready.compile_seconds[job.peer] = time.perf_counter() - t0
         leaves, _ = torch.utils._pytree.tree_flatten(out)
         ready.outputs[job.peer] = {EXAMPLE: flat_outputs(leaves)}
+        if job.device == "cpu":
+            ready.details["isa"] = ran_isa([run], (*TORCH_LIBRARIES, *((INDUCTOR,) if job.mode else ())), [])
         self.run = run
         self.calls = calls_per_batch(lambda calls: self.batch_ms(run, calls), job.number)
         return ready
