@@ -85,7 +85,7 @@ from ..measure.profile import Profile, ProfileOptions, profile_options
 from ..measure.roofline import gemm_work, roofline_peak
 from .module_bench import ModuleBenchResult, bench_module_file
 from .options import CASE, MODULE_FILE, BenchOptions
-from .peer_isa import PEER_ISA_ENV, peer_env, wider
+from .peer_isa import held_to, peer_env
 from .peer_worker import PEERS, PeerJob, peer_unavailable
 from .race import Race, cold_cache
 from .result import BenchResult, tokens_figures
@@ -200,7 +200,7 @@ def _plan(spec: BuildSpec | None, options: BenchOptions, debug: DebugOptions | N
                                target=spec.target if isinstance(spec.target, (str, dict)) else target)
     isa = None if gpu or options.artifact is not None else cpu_isa(spec.resolved_target).name
     return _Plan(spec, portable, plugin, options, case, shapes, target, gpu, options.threads or usable_cores(),
-                 profiling, isa if isa in PEER_ISA_ENV else None)
+                 profiling, held_to(isa))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -241,20 +241,6 @@ def _start_workers(plan: _Plan, race: Race, files: InputFiles) -> None:
                        {**(cold_cache(race.folder, p) if PEERS[p].compiles else {}), **peer_env(plan.peer_isa)})
 
 
-def _refuse_wider_peers(plan: _Plan, race: Race) -> None:
-    """A peer held to the build's ISA that ran wider code (a library that ignored its setting) is not timed:
-    its figure would be another ISA's."""
-    if plan.peer_isa is None:
-        return
-    for name, ready in race.ready.items():
-        ran = ready.details.get("isa")
-        if name != TVM and ran is not None and wider(ran["name"], plan.peer_isa):
-            which = "; ".join(f"{lib} {isa} ({what})" for lib, (isa, what) in ran["seen"].items()
-                              if wider(isa, plan.peer_isa))
-            for t in plan.sweep:
-                race.unavailable[t][name] = f"ran {ran['name']} code under an {plan.peer_isa} build: {which}"
-
-
 @dataclasses.dataclass
 class _Timed:
     """What the race measured: the workers' answers and samples, the load, the bandwidth samples, the probes
@@ -274,7 +260,7 @@ def _time(plan: _Plan, inputs: _Inputs, running: contextlib.ExitStack, folder: P
         race.set_up()
     with phase("run"):
         race.check(inputs.golden)
-        _refuse_wider_peers(plan, race)
+        race.refuse_wider_peers(plan.peer_isa)
         load, bandwidths = race.time(plan.options.rounds, bandwidth=plan.remote is None)
         if plan.remote is not None:
             return _Timed(race, load, bandwidths, None, None)

@@ -40,7 +40,7 @@ from ...support.text_table import text_table
 from ...support.timing import phase
 from ...verify.comparators import flat_outputs
 from .options import MODULE_PEERS, BenchOptions
-from .peer_isa import PEER_ISA_ENV, peer_env, wider
+from .peer_isa import held_to, peer_env
 from .race import Race, cold_cache
 from .tvm_worker import TVM, TvmJob
 from .worker import EXAMPLE, InputFiles
@@ -134,8 +134,7 @@ def bench_module_file(spec: ModuleSpec | str | os.PathLike | None, options: Benc
         spec = prebuilt.spec
     tgt = spec.resolved_target
     require_runs_here(tgt)
-    isa = None if is_gpu(tgt) else cpu_isa(tgt).name
-    held_to = isa if isa in PEER_ISA_ENV else None  # an AVX2 build races AVX2 peers
+    peers_held_to = held_to(None if is_gpu(tgt) else cpu_isa(tgt).name)
     log = log or (lambda _message: None)
     threads = options.threads or usable_cores()
     with tempfile.TemporaryDirectory(prefix="mtp-bench-module-") as tmp, contextlib.ExitStack() as running:
@@ -143,14 +142,14 @@ def bench_module_file(spec: ModuleSpec | str | os.PathLike | None, options: Benc
         build = _build(spec, debug, folder) if artifact is None else prebuilt
         race = Race(folder, threads, (EXAMPLE,), running, log, where=lambda _size: "on the example inputs")
         race.start(TVM, TvmJob(None, options.number, artifact=str(build.artifact)))
-        _start_peers(race, build, options, folder, "cuda" if is_gpu(tgt) else "cpu", threads, held_to)
+        _start_peers(race, build, options, folder, "cuda" if is_gpu(tgt) else "cpu", threads, peers_held_to)
         with phase("build"):
             race.set_up()
         with phase("run"):
             race.check({EXAMPLE: build.golden})
-            _refuse_wider_peers(race, held_to)
+            race.refuse_wider_peers(peers_held_to)
             load, bandwidths = race.time(options.rounds, bandwidth=True)
-    return _result(spec, tgt, options, race, build, load, bandwidths, held_to)
+    return _result(spec, tgt, options, race, build, load, bandwidths, peers_held_to)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -227,9 +226,9 @@ def _built_from(module: dict):
 
 
 def _start_peers(race: Race, build: _Build, options: BenchOptions, folder: Path, device: str,
-                 threads: int, held_to: str | None) -> None:
+                 threads: int, isa: str | None) -> None:
     """A worker per torch peer, on the inputs TVM runs (none where the model cannot run: unavailable, with why),
-    held to the ISA ``held_to`` (``peer_isa.PEER_ISA_ENV``; None: native) as a case's peers are."""
+    held to ``isa`` (``peer_isa.held_to``; None: native) as a case's peers are."""
     peers, user = list(options.peers), build.module_file
     why = build.no_peers or (None if user.kind == "torch" else "a TVMScript module file has no torch model to run")
     if why:
@@ -250,19 +249,11 @@ def _start_peers(race: Race, build: _Build, options: BenchOptions, folder: Path,
         else:
             race.start(p, ModelPeerJob(p, MODULE_PEERS[p], str(user.path), str(folder / STATE_DICT), files, device,
                                        threads, options.number),
-                       {**(cold_cache(folder, p) if MODULE_PEERS[p] else {}), **peer_env(held_to)})
-
-
-def _refuse_wider_peers(race: Race, held_to: str | None) -> None:
-    """A peer held to the build's ISA that ran wider code is not timed: its figure would be another ISA's."""
-    for name, ready in race.ready.items():
-        ran = ready.details.get("isa")
-        if held_to is not None and name != TVM and ran is not None and wider(ran["name"], held_to):
-            race.unavailable[EXAMPLE][name] = f"ran {ran['name']} code under an {held_to} build"
+                       {**(cold_cache(folder, p) if MODULE_PEERS[p] else {}), **peer_env(isa)})
 
 
 def _result(spec: ModuleSpec, tgt, options: BenchOptions, race: Race, build: _Build,
-            load: dict, bandwidths: list[float], held_to: str | None) -> ModuleBenchResult:
+            load: dict, bandwidths: list[float], peers_held_to: str | None) -> ModuleBenchResult:
     samples, unavailable = race.samples[EXAMPLE], race.unavailable[EXAMPLE]
     names = [TVM, *options.peers]
     median = {n: statistics.median(samples[n]) if samples.get(n) else None for n in names}
@@ -278,4 +269,5 @@ def _result(spec: ModuleSpec, tgt, options: BenchOptions, race: Race, build: _Bu
                                                 for n, v in r.compile_seconds.items()}},
         bytes=build.moved, bandwidth_gbs=bandwidth, floor_ms=build.moved / bandwidth / 1e6, best_peer=best,
         tvm_vs_best_peer=None if best is None or median[TVM] is None else peers[best] / median[TVM],
-        peers_held_to=held_to, peer_isa={n: r.details["isa"] for n, r in race.ready.items() if "isa" in r.details})
+        peers_held_to=peers_held_to,
+        peer_isa={n: r.details["isa"] for n, r in race.ready.items() if n != TVM and "isa" in r.details})

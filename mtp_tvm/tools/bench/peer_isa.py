@@ -43,6 +43,11 @@ def peer_env(isa: str | None) -> dict[str, str]:
     return PEER_ISA_ENV.get(isa, {}) if isa else {}
 
 
+def held_to(isa: str | None) -> str | None:
+    """The ISA a build of ``isa`` holds its peers to (an AVX2 build races AVX2 peers); None: native peers."""
+    return isa if isa in PEER_ISA_ENV else None
+
+
 def wider(ran: str | None, isa: str) -> bool:
     """Whether ``ran`` is an ISA wider than ``isa``."""
     return ran is not None and ISAS.index(ran) > ISAS.index(isa)

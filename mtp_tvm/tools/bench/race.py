@@ -13,6 +13,7 @@ from pathlib import Path
 from ...support.load_average import LoadWatch
 from ...verify.comparators import ratio_allclose
 from ...verify.tolerances import RatioTolerance
+from .peer_isa import wider
 from .tvm_worker import TVM
 from .worker import Ready, Worker, WorkerFailed
 
@@ -88,6 +89,19 @@ class Race:
                     why = golden_mismatch(out, golden[t], self.where(t))
                     if why:
                         self.unavailable[t][name] = why
+
+    def refuse_wider_peers(self, held_to: str | None) -> None:
+        """A peer held to the build's ISA ``held_to`` that ran wider code (a library that ignored its setting) is
+        not timed: its figure would be another ISA's."""
+        if held_to is None:
+            return
+        for name, ready in self.ready.items():
+            ran = ready.details.get("isa")
+            if name != TVM and ran is not None and wider(ran["name"], held_to):
+                which = "; ".join(f"{lib} {isa} ({what})" for lib, (isa, what) in ran["seen"].items()
+                                  if wider(isa, held_to))
+                for t in self.sweep:
+                    self.unavailable[t][name] = f"ran {ran['name']} code under an {held_to} build: {which}"
 
     def time(self, rounds: int, bandwidth: bool) -> tuple[dict, list[float]]:
         """``rounds`` rounds, each asking TVM and every peer in turn at every T for a batch (and, with

@@ -175,11 +175,8 @@ class TvmWorker:
 
     def _example_inputs(self, ready: Ready) -> Ready:
         """A module file's artifact on its stored example inputs: every output, ``main`` timed there."""
-        from ...artifact.load import load
-
-        artifact = load(self.job.artifact)
-        self.builds[TVM], self.device = artifact, artifact.device
-        self.stream = CopyProbe(artifact.device)
+        self._load_artifact(ready)
+        artifact = self.builds[TVM]
         args = artifact.device_args([artifact.make_inputs()[n] for n in artifact.input_specs])
         outs = artifact.vm["main"](*args)
         ready.outputs[TVM] = {EXAMPLE: flat_outputs([to_host(o) for o in (outs if artifact.returns_tuple

@@ -385,8 +385,9 @@ def localize(spec: BuildSpec | ModuleSpec | str | os.PathLike | None = None, deb
         if reference.shapes != test.shapes:
             raise UsageError("the reference build has other sizes than the build under test")
         log(f"[RUN] seed={seed}: every kernel call of both builds")
-        result = _with_kernel_repro(compare_builds(test, reference, opts), test, reference, opts,
-                                    debug.dump_root if kernel_repro else False)
+        result = compare_builds(test, reference, opts)
+        if kernel_repro:
+            result = _with_kernel_repro(result, test, reference, opts, debug.dump_root)
         _show_in_run(test, result)
     finally:
         finish_run(test)
@@ -420,7 +421,7 @@ def _localize_module_file(spec: ModuleSpec, debug: DebugOptions, against, seed: 
     log("[RUN] example inputs: every kernel call of both builds")
     options = LocalizeOptions(against)
     result = compare_builds(test, reference, options, _module_comparison(tolerance))
-    return _with_kernel_repro(result, test, reference, options, debug.dump_root if kernel_repro else False)
+    return _with_kernel_repro(result, test, reference, options, debug.dump_root) if kernel_repro else result
 
 
 def _module_comparison(tolerance: ModuleTolerance):
@@ -430,8 +431,8 @@ def _module_comparison(tolerance: ModuleTolerance):
 
 def _with_kernel_repro(result: LocalizeResult, test, reference, options: LocalizeOptions, root) -> LocalizeResult:
     """``result`` with ``kernel_repro/`` written for its first differing call (under ``root`` when the test build
-    has no run folder; ``False``: none asked), or why it could not be."""
-    if root is False or result.first is None:
+    has no run folder), or why it could not be."""
+    if result.first is None:
         return result
     try:
         return dataclasses.replace(result, kernel_repro_dir=str(write_kernel_repro(result, test, reference, options,
