@@ -25,7 +25,7 @@ from mtp_tvm.contract.presets import make_shapes
 from mtp_tvm.passes.target import resolve_target, usable_cores
 from mtp_tvm.support.errors import UsageError
 from mtp_tvm.tools.bench.bench import BENCH_CASES, PEERS, BenchOptions, bench
-from mtp_tvm.tools.bench.options import CASE, CASE_PEERS
+from mtp_tvm.tools.bench.options import CASE, CASE_PEERS, STOPWATCH_WARMUP_S, WARMUP_ENV, default_warmup
 from mtp_tvm.tools.bench.peer_worker import peer_runner
 from mtp_tvm.tools.bench.race import golden_mismatch
 from mtp_tvm.tools.bench.stage_peers import STAGE_PEERS
@@ -226,6 +226,19 @@ def test_bench_options_read_the_sweep_and_the_peers():
     o = BenchOptions(tokens=4, peers=("torch_compile", "numpy_fp32")).for_kind(CASE)
     assert o.tokens == (4,) and o.peers == ("numpy_fp32", "torch_compile")  # in PEERS' order; TVM always runs
     assert BenchOptions(tokens=(2, 1, 2)).tokens == (2, 1)
+
+
+def test_the_warm_up_is_a_stopwatchs_unless_set_and_a_bad_one_is_named(monkeypatch):
+    monkeypatch.delenv(WARMUP_ENV)
+    assert default_warmup() == STOPWATCH_WARMUP_S == BenchOptions().warmup == 1.5
+    monkeypatch.setenv(WARMUP_ENV, "0.25")
+    assert BenchOptions().warmup == 0.25 and BenchOptions(warmup=2).warmup == 2
+    for bad in ("soon", "-1", "nan"):
+        monkeypatch.setenv(WARMUP_ENV, bad)
+        with pytest.raises(UsageError, match=f"{WARMUP_ENV} must be a number in \\[0, 60\\]"):
+            BenchOptions()
+    with pytest.raises(UsageError, match="warmup must be a number of seconds"):
+        BenchOptions(warmup=-0.5)
 
 
 def test_bench_peers_and_cases_come_from_the_stages():
@@ -638,7 +651,7 @@ def test_the_bench_times_a_peer_as_a_plain_stopwatch_does():
     into the batch, bench's figure leaves the band (docs/benchmarks.md, issue 42)."""
     ratios = []
     for _ in range(STOPWATCH_TRIES):
-        r = bench(**STOPWATCH_CASE, rounds=3, peers=("torch_bf16",))
+        r = bench(**STOPWATCH_CASE, rounds=3, peers=("torch_bf16",), warmup=STOPWATCH_WARMUP_S)
         env = {**os.environ, **dict.fromkeys(("OMP_NUM_THREADS", "MKL_NUM_THREADS"), str(r.threads)),
                "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))}
         plain = float(subprocess.run([sys.executable, "-c", PLAIN_STOPWATCH, str(r.threads), repr(STOPWATCH_CASE)],

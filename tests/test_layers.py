@@ -155,9 +155,9 @@ def test_cli_wings_share_only_common():
 
 # ---- one verb for a case and a module file (issue 43) ------------------------------------------------------
 
-# module-file twins still to fold into their verb: bench's result and race (tools/bench/module_bench.py)
-KNOWN_TWINS = {"ModuleBenchResult", "bench_module_file"}
-KNOWN_MODULE_FILES = {"module_bench.py"}
+# module-file twins still to fold into their verb: none are left
+KNOWN_TWINS: set[str] = set()
+KNOWN_MODULE_FILES: set[str] = set()
 
 
 def _top_level_names(root: Path) -> set[str]:

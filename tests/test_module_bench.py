@@ -13,6 +13,7 @@ from mtp_tvm.cli import main
 from mtp_tvm.support.errors import UsageError
 from mtp_tvm.tools.bench.bench import BenchOptions, bench
 from mtp_tvm.tools.bench.options import CASE, MODULE_FILE
+from mtp_tvm.tools.bench.worker import EXAMPLE
 
 REPO = Path(__file__).resolve().parent.parent
 TORCH_EXAMPLE = REPO / "examples" / "torch_mlp_block.py"
@@ -22,23 +23,30 @@ TVMSCRIPT_EXAMPLE = REPO / "examples" / "tvmscript_module.py"
 @pytest.mark.slow  # a build, torch.compile and two workers
 def test_bench_module_races_tvm_against_the_files_own_torch_model(tmp_path):
     r = bench(TORCH_EXAMPLE, peers=("torch_eager", "torch_compile"), rounds=2)
-    assert list(r.median_ms) == ["tvm", "torch_eager", "torch_compile"] and not r.unavailable
-    assert all(ms > 0 and len(r.samples_ms[n]) == 2 for n, ms in r.median_ms.items())
+    f = r.per_tokens[EXAMPLE]  # one bench result for a case and a module file: one size, the example inputs
+    assert r.tokens == [EXAMPLE] and r.module == str(TORCH_EXAMPLE) and r.shapes == {"x": [8, 64]}
+    assert list(f.median_ms) == ["tvm", "torch_eager", "torch_compile"] and not f.unavailable
+    assert all(ms > 0 and len(f.samples_ms[n]) == 2 for n, ms in f.median_ms.items())
     assert len(set(r.workers.values())) == 3 and os.getpid() not in r.workers.values()
     assert r.compile_seconds["tvm"] > 0 and r.compile_seconds["torch_compile"] > 0
-    assert r.best_peer in ("torch_eager", "torch_compile")
-    assert r.tvm_vs_best_peer == pytest.approx(r.median_ms[r.best_peer] / r.median_ms["tvm"])
-    assert r.bytes > 0 and r.floor_ms == pytest.approx(r.bytes / r.bandwidth_gbs / 1e6)
-    assert "tvm:default" in r.table() and "memory floor" in r.table()
+    assert f.best_peer in ("torch_eager", "torch_compile")
+    assert f.tvm_vs_best_peer == pytest.approx(f.median_ms[f.best_peer] / f.median_ms["tvm"])
+    assert f.flops == 0 and f.bytes > 0 and f.roofline_ms == pytest.approx(f.bytes / r.bandwidth_gbs / 1e6)
+    table = r.table()
+    assert "tvm:default" in table and "memory floor" in table and "example" in table and "T=" not in table
     r.write_json(tmp_path / "b.json")
-    assert json.loads((tmp_path / "b.json").read_text())["inputs"] == {"x": [8, 64]}
+    r.plot(tmp_path / "b.png")
+    written = json.loads((tmp_path / "b.json").read_text())
+    assert written["shapes"] == {"x": [8, 64]} and written["module"] == str(TORCH_EXAMPLE)
+    assert written["per_tokens"]["example"]["median_ms"]["tvm"] > 0
+    assert (tmp_path / "b.png").read_bytes()[:4] == b"\x89PNG"
 
 
 @pytest.mark.slow  # a build and a worker
 def test_a_tvmscript_module_is_timed_alone_its_peers_unavailable_with_why():
-    r = bench(TVMSCRIPT_EXAMPLE, peers=("torch_eager",), rounds=1)
-    assert r.median_ms["tvm"] > 0 and r.median_ms["torch_eager"] is None
-    assert "has no torch model" in r.unavailable["torch_eager"] and r.best_peer is None
+    f = bench(TVMSCRIPT_EXAMPLE, peers=("torch_eager",), rounds=1).per_tokens[EXAMPLE]
+    assert f.median_ms["tvm"] > 0 and f.median_ms["torch_eager"] is None
+    assert "has no torch model" in f.unavailable["torch_eager"] and f.best_peer is None
 
 
 @pytest.mark.slow  # a build, two workers twice
@@ -48,26 +56,26 @@ def test_a_module_artifact_races_its_files_model_while_the_file_is_unchanged(tmp
     source = tmp_path / "block.py"
     source.write_text(TORCH_EXAMPLE.read_text())
     build(tmp_path / "art", str(source), log=lambda *_: None)
-    r = bench(artifact=str(tmp_path / "art"), peers=("torch_eager",), rounds=1)
-    assert not r.unavailable and r.median_ms["tvm"] > 0 and r.median_ms["torch_eager"] > 0
+    f = bench(artifact=str(tmp_path / "art"), peers=("torch_eager",), rounds=1).per_tokens[EXAMPLE]
+    assert not f.unavailable and f.median_ms["tvm"] > 0 and f.median_ms["torch_eager"] > 0
     source.write_text(source.read_text() + "\n# edited after the build\n")
-    r = bench(artifact=str(tmp_path / "art"), peers=("torch_eager",), rounds=1)
-    assert r.median_ms["tvm"] > 0 and r.median_ms["torch_eager"] is None
-    assert "changed since the build (sha256 differs)" in r.unavailable["torch_eager"]
+    f = bench(artifact=str(tmp_path / "art"), peers=("torch_eager",), rounds=1).per_tokens[EXAMPLE]
+    assert f.median_ms["tvm"] > 0 and f.median_ms["torch_eager"] is None
+    assert "changed since the build (sha256 differs)" in f.unavailable["torch_eager"]
 
 
 @pytest.mark.slow  # a build and torch.compile, held to AVX2
 def test_an_avx2_build_of_a_module_file_races_avx2_peers():
     haswell = {"kind": "llvm", "mcpu": "haswell", "num-cores": 1}
     r = bench(TORCH_EXAMPLE, target=haswell, peers=("torch_eager", "torch_compile"), rounds=1, threads=1)
-    assert r.peers_held_to == "avx2" and not r.unavailable
+    assert r.peers_held_to == "avx2" and not r.per_tokens[EXAMPLE].unavailable
     assert {n: isa["name"] for n, isa in r.peer_isa.items()} == {"torch_eager": "avx2", "torch_compile": "avx2"}
     assert "peers held to avx2" in r.table()
 
 
 @pytest.mark.parametrize("argv, message", [
     (["--tokens", "4"], "--module builds your file, so --tokens"),
-    (["--plot", "p.png"], "bench --module times your file at its example inputs; --plot cannot apply"),
+    (["--api"], "bench --module times your file at its example inputs; --api cannot apply"),
     (["--compare-schedules", "none"], "--compare-schedules cannot apply"),
     (["--case", "norm"], "--module builds your file, so --case"),
     (["--peers", "torch_bf16"], "unknown peer 'torch_bf16' for a module file"),

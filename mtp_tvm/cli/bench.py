@@ -51,28 +51,24 @@ def _bench_spec(args) -> BuildSpec | None:
     return spec
 
 
-def _cmd_bench_module(args) -> int:
+def _bench_module(args):
     """``bench --module FILE.py``: the user's own model against torch eager and torch.compile; ``bench --artifact``
     of a module file's artifact: its binary on its stored example inputs."""
     prebuilt = args.module is None
-    refused = ("compare_schedules", "compare_frontends", "rpc_tracker", "rpc_key", "profile", "plot", "api",
+    refused = ("compare_schedules", "compare_frontends", "rpc_tracker", "rpc_key", "profile", "api",
                *(("target", "schedule") if prebuilt else ("artifact",)))
     what = ("bench --artifact times a module file's artifact on its stored example inputs" if prebuilt
             else "bench --module times your file at its example inputs")
     refuse(args, case_flags_refused(), Refusal(what + "; {flags} cannot apply", refused))
-    require_writable(args.json, "--json")
     with phase("import"):
         from ..tools.bench.bench import bench
 
     where = {"artifact": args.artifact} if prebuilt else module_options(args)
-    result = bench(options=options_from(args, BenchOptions), debug=debug_options(args),
-                   log=lambda line: print(line, file=sys.stderr, flush=True), **where)
-    print(result.table())
-    if args.json:
-        result.write_json(args.json)
-        print(f"json: {args.json}")
-    print(time_line())
-    return 0
+    return bench(options=options_from(args, BenchOptions), debug=debug_options(args), log=_progress, **where)
+
+
+def _progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def _is_module_artifact(path) -> bool:
@@ -87,24 +83,12 @@ def _cmd_bench(args) -> int:
     refuse(args, CHECKPOINT_WITHOUT_WEIGHTS,
            Refusal("--weights replaces a case's weights; bench --module times your file's own", ("weights",),
                    lambda args: args.module))
-    if args.module or (args.artifact and _is_module_artifact(args.artifact)):
-        return _cmd_bench_module(args)
     require_writable(args.json, "--json")
     require_writable(args.plot, "--plot")
-    spec = _bench_spec(args)
-    refuse(args, Refusal("--weights replaces the weights of a build; bench an artifact on its seeded weights, or drop "
-                         "--artifact", ("weights",), lambda args: args.artifact))  # the weights are read by a case
-    loaded = given_weights(args, spec.case, spec.preset) if spec is not None else None
-    if loaded is not None:
-        spec = loaded.sized(spec)
-    with phase("import"):
-        from ..tools.bench.bench import bench
-
-    options = options_from(args, BenchOptions, tokens=() if args.tokens is None else args.tokens,
-                           profile=args.profile, rpc=rpc_of(args), artifact=args.artifact)
-    result = bench(spec, options, debug=debug_options(args), log=lambda line: print(line, file=sys.stderr,
-                                                                                     flush=True),
-                   weights=None if loaded is None else loaded.weights)
+    if args.module or (args.artifact and _is_module_artifact(args.artifact)):
+        result = _bench_module(args)
+    else:
+        result = _bench_case(args)
     print(result.table())
     if result.profile is not None:
         print(result.profile.table())
@@ -116,6 +100,23 @@ def _cmd_bench(args) -> int:
         print(f"plot: {args.plot}")
     print(time_line())
     return 0
+
+
+def _bench_case(args):
+    """``bench`` of a case, built or a prebuilt artifact's."""
+    spec = _bench_spec(args)
+    refuse(args, Refusal("--weights replaces the weights of a build; bench an artifact on its seeded weights, or drop "
+                         "--artifact", ("weights",), lambda args: args.artifact))  # the weights are read by a case
+    loaded = given_weights(args, spec.case, spec.preset) if spec is not None else None
+    if loaded is not None:
+        spec = loaded.sized(spec)
+    with phase("import"):
+        from ..tools.bench.bench import bench
+
+    options = options_from(args, BenchOptions, tokens=() if args.tokens is None else args.tokens,
+                           profile=args.profile, rpc=rpc_of(args), artifact=args.artifact)
+    return bench(spec, options, debug=debug_options(args), log=_progress,
+                 weights=None if loaded is None else loaded.weights)
 
 
 def add_bench_command(sub, common: argparse.ArgumentParser) -> None:

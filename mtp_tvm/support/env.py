@@ -24,6 +24,21 @@ def env_int(name: str, low: int, high: int, default: int, why: str = "") -> int:
     return value
 
 
+def env_float(name: str, low: float, high: float, default: float, why: str = "") -> float:
+    """``$name`` as a number in ``[low, high]`` (``default`` when unset); set but not a finite number in range is an
+    error. ``why`` says what the range means."""
+    text = os.environ.get(name)
+    if text is None:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not low <= value <= high:
+        raise UsageError(f"{name} must be a number in [{low:g}, {high:g}]{why}, got {text!r}")
+    return value
+
+
 def env_path(name: str) -> Path | None:
     """``$name`` as a folder path, None when unset; set but empty is an error (it would mean the current folder)."""
     text = os.environ.get(name)

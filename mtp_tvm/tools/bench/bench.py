@@ -1,4 +1,4 @@
-"""``bench``: time a case's TVM build (a module file's: ``module_bench.py``) against what a user would run instead,
+"""``bench``: time a case's TVM build (a module file's: ``user_model.py``) against what a user would run instead,
 TVM and each peer in a process of its own but side by side, at every T of a sweep, against this machine's roofline
 (``tools/measure/roofline.py``), and say why: the ISA the build targets, the FMA / dot-product instructions in each
 kernel's assembly, and the peak of the instruction the GEMMs run on.
@@ -30,7 +30,7 @@ How (``tools/bench/worker.py``):
   that cannot run here (a compile that raises, a torch without CUDA for a GPU build, numpy for a GPU build) or
   whose worker dies.
 - **Side by side.** Round r asks each worker in turn, at each T, to time a batch of calls (about 50 ms) and
-  answer ms per call (the first at each T after ``race.WARMUP_S`` of untimed calls, every one after an untimed
+  answer ms per call (the first at each T after ``BenchOptions.warmup`` of untimed calls, every one after an untimed
   batch, as a stopwatch times a warm loop), so drift in clock or load hits TVM and every peer alike; before the
   next batch the previous worker must have gone quiet (after a batch OpenBLAS's threads burn ~0.1 s of CPU, TVM's
   pool ~0.05 s). Medians over rounds.
@@ -83,13 +83,13 @@ from ...support.timing import phase
 from ..measure.peaks import FMA, Probes
 from ..measure.profile import Profile, ProfileOptions, profile_options
 from ..measure.roofline import gemm_work, roofline_peak
-from .module_bench import ModuleBenchResult, bench_module_file
 from .options import CASE, MODULE_FILE, BenchOptions
 from .peer_isa import held_to, peer_env
 from .peer_worker import PEERS, PeerJob, peer_unavailable
 from .race import Race, cold_cache
 from .result import BenchResult, tokens_figures
 from .tvm_worker import API, TVM, TvmJob
+from .user_model import race_user_model
 from .worker import InputFiles
 
 BENCH_CASES = ("logits", "projection", "norm", "tail")  # every stage of each has peers (``STAGE_PEERS``)
@@ -256,14 +256,11 @@ class _Timed:
 def _time(plan: _Plan, inputs: _Inputs, running: contextlib.ExitStack, folder: Path, log) -> _Timed:
     race = Race(folder, plan.threads, plan.sweep, running, log)
     _start_workers(plan, race, inputs.files)
-    with phase("build"):  # each worker builds or compiles what it times, one after the other
-        race.set_up()
+    load, bandwidths = race.run(inputs.golden, plan.peer_isa, plan.options.rounds, plan.options.warmup,
+                                bandwidth=plan.remote is None)
+    if plan.remote is not None:
+        return _Timed(race, load, bandwidths, None, None)
     with phase("run"):
-        race.check(inputs.golden)
-        race.refuse_wider_peers(plan.peer_isa)
-        load, bandwidths = race.time(plan.options.rounds, bandwidth=plan.remote is None)
-        if plan.remote is not None:
-            return _Timed(race, load, bandwidths, None, None)
         probes = race.workers[TVM].call("probes")
         probes = dataclasses.replace(probes, bandwidth_gbs=statistics.median(bandwidths),
                                      how=f"{probes.how}; bandwidth: the median of one sample a round")
@@ -289,7 +286,7 @@ def _result(plan: _Plan, timed: _Timed) -> BenchResult:
         shapes={k: v for k, v in first.as_dict().items() if k not in ("batch", "seq", "tokens", "tokens_padded")},
         tokens=list(plan.sweep), per_tokens=per_tokens,
         compile_seconds={n: v for r in race.ready.values() for n, v in r.compile_seconds.items()},
-        threads=plan.threads, load_average=timed.load,
+        threads=plan.threads, warmup_s=o.warmup, load_average=timed.load,
         workers=race.pids, peak_gflops=peak, peak_kind=peak_kind, peaks=peaks or {},
         bandwidth_gbs=bandwidth, bandwidth_samples_gbs=timed.bandwidths,
         probes="not measured: TVM ran on a remote device" if probes is None else probes.how,
@@ -303,7 +300,7 @@ def _result(plan: _Plan, timed: _Timed) -> BenchResult:
 def bench(spec: BuildSpec | ModuleSpec | str | os.PathLike | None = None,
           options: BenchOptions | None = None, *, debug: DebugOptions | None = None,
           log: Callable[[str], None] | None = None, weights: dict | None = None,
-          **keywords) -> BenchResult | ModuleBenchResult:
+          **keywords) -> BenchResult:
     """Build ``spec`` (default: the ``logits`` case) and race it against its peers as ``options`` say; see the
     module docstring. Keywords are the fields of ``BuildSpec``, ``DebugOptions`` and ``BenchOptions`` (``tokens``
     is the sweep: an int or a sequence) and override ``spec``/``options``/``debug`` (how TVM's builds are made: a
@@ -313,8 +310,8 @@ def bench(spec: BuildSpec | ModuleSpec | str | os.PathLike | None = None,
     for every peer.
 
     A module file (its path, a ``ModuleSpec``, ``module=`` or ``artifact=`` a module file's artifact) races its
-    own torch model on its example inputs instead (``tools/bench/module_bench.py``: keywords ``target``,
-    ``schedule``, and of ``BenchOptions`` those a module file takes) -> ``ModuleBenchResult``.
+    own torch model on its example inputs instead (``tools/bench/user_model.py``: keywords ``target``,
+    ``schedule``, and of ``BenchOptions`` those a module file takes), into the same ``BenchResult``.
 
     ``compare_schedules`` / ``compare_frontends``: one that cannot be built here is listed as unavailable, with
     why. ``profile``: also
@@ -329,7 +326,7 @@ def bench(spec: BuildSpec | ModuleSpec | str | os.PathLike | None = None,
     if _of_module_file(spec, options, keywords):
         if weights is not None:
             raise UsageError("bench(): weights apply to a case (a module file runs on its example inputs); drop them")
-        return bench_module_file(spec, options.for_kind(MODULE_FILE), debug=debug, log=log, **keywords)
+        return race_user_model(spec, options.for_kind(MODULE_FILE), debug=debug, log=log, **keywords)
     options = options.for_kind(CASE)
     if weights is not None and options.artifact is not None:
         raise UsageError("weights replace the weights of a build; bench an artifact on its seeded weights, or drop "

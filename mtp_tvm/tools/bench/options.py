@@ -9,6 +9,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from ...ir.frontend_names import FRONTEND_NAMES
+from ...support.env import env_float
 from ...support.errors import UsageError
 from ...support.flags import comma_list, option
 from ...support.load_average import usable_cores
@@ -39,6 +40,18 @@ def check_race_counts(rounds, number, threads) -> None:
         raise UsageError(f"threads must be at most the {usable_cores()} cores this process may use, got {threads}")
 
 
+# untimed calls of each contender at each size just before its first timed batch, as a user's stopwatch warms up
+# (the first seconds of a fresh worker run 1.5-25x its steady time: caches, allocator, OpenMP and BLAS pools)
+STOPWATCH_WARMUP_S = 1.5
+WARMUP_ENV = "MTP_TVM_BENCH_WARMUP_S"
+
+
+def default_warmup() -> float:
+    """``STOPWATCH_WARMUP_S``, unless ``$MTP_TVM_BENCH_WARMUP_S`` sets another default: a test suite's or a smoke
+    run's, which checks what bench does rather than how fast (its table then says the warm-up was short)."""
+    return env_float(WARMUP_ENV, 0.0, 60.0, STOPWATCH_WARMUP_S, " (seconds)")
+
+
 CASE, MODULE_FILE = "a case", "a module file"
 # the fields only a case's bench reads: a module file is timed once, at its example inputs, on this machine
 CASE_ONLY = ("tokens", "seed", "compare_schedules", "compare_frontends", "profile", "rpc", "api")
@@ -46,17 +59,18 @@ CASE_ONLY = ("tokens", "seed", "compare_schedules", "compare_frontends", "profil
 
 @dataclasses.dataclass(frozen=True)
 class BenchOptions:
-    """How ``bench`` races (what it builds is a ``BuildSpec`` or a module file's ``ModuleSpec``): ``peers`` those
-    that race TVM (TVM always runs; None: every peer of the kind, ``CASE_PEERS`` or ``MODULE_PEERS``; empty: TVM
-    alone); ``rounds`` timing rounds; ``number`` calls per timed batch (None: about 50 ms of each); ``threads``
-    every worker's thread count (None: every usable core). A case's only (``CASE_ONLY``): ``tokens`` the T sweep
-    (an int or a sequence; empty: the spec's T; the flag is ``BuildSpec``'s ``--tokens``, a comma list here);
-    ``seed`` of the inputs; ``compare_schedules`` and ``compare_frontends`` more TVM builds (other schedules,
-    other frontends) timed in the same rounds; ``profile`` (True or ``ProfileOptions``) every kernel of ``main``
-    at the first T; ``rpc = (HOST:PORT, key)`` TVM timed on a server of a TVM RPC tracker (``tools/remote.py``);
-    ``api`` also times the public API path (``tvm:api``, beside the kernel: ``bench_tvm.API``). ``artifact``: a
-    prebuilt artifact folder timed instead of a build (its manifest says what it is, a case's or a module file's;
-    TVM's runtime alone will do, as on a deployment machine)."""
+    """How ``bench`` races (what it builds is a ``BuildSpec`` or a module file's ``ModuleSpec``): ``peers`` those that
+    race TVM (TVM always runs; None: every peer of the kind, ``CASE_PEERS`` or ``MODULE_PEERS``; empty: TVM alone);
+    ``rounds`` timing rounds; ``number`` calls per timed batch (None: about 50 ms of each); ``threads`` every worker's
+    thread count (None: every usable core); ``warmup`` seconds of untimed calls of each contender at each size before
+    its first timed batch (default ``STOPWATCH_WARMUP_S``). A case's only (``CASE_ONLY``): ``tokens`` the T sweep (an
+    int or a sequence; empty: the spec's T; the flag is ``BuildSpec``'s ``--tokens``, a comma list here); ``seed`` of
+    the inputs; ``compare_schedules`` and ``compare_frontends`` more TVM builds (other schedules, other frontends) timed
+    in the same rounds; ``profile`` (True or ``ProfileOptions``) every kernel of ``main`` at the first T; ``rpc =
+    (HOST:PORT, key)`` TVM timed on a server of a TVM RPC tracker (``tools/remote.py``); ``api`` also times the public
+    API path (``tvm:api``, beside the kernel: ``bench_tvm.API``). ``artifact``: a prebuilt artifact folder timed instead
+    of a build (its manifest says what it is, a case's or a module file's; TVM's runtime alone will do, as on a
+    deployment machine)."""
 
     peers: tuple[str, ...] | None = option(
         None, help="the peers that race TVM, '' for none", type=comma_list, metavar="A,B,...",
@@ -67,6 +81,9 @@ class BenchOptions:
     number: int | None = None
     threads: int | None = option(None, help="threads of every worker process, TVM's and each peer's",
                                  shown="every usable core", type=int, metavar="N")
+    warmup: float = option(default_factory=default_warmup, type=float, metavar="S",
+                           help="seconds of untimed calls of each contender at each size before its first timed "
+                           f"batch, as a stopwatch warms up (${WARMUP_ENV} sets the default)")
     tokens: tuple[int, ...] = ()
     seed: int = 0
     compare_schedules: tuple[str, ...] = option(
@@ -92,6 +109,8 @@ class BenchOptions:
                                  f"{', '.join(MODULE_PEERS)} (a module file); TVM always runs")
             object.__setattr__(self, "peers", tuple(dict.fromkeys(peers)))
         check_race_counts(self.rounds, self.number, self.threads)
+        if isinstance(self.warmup, bool) or not isinstance(self.warmup, (int, float)) or not 0 <= self.warmup <= 60:
+            raise UsageError(f"warmup must be a number of seconds in [0, 60], got {self.warmup!r}")
         if not isinstance(self.api, bool):
             raise UsageError(f"api must be True or False, got {self.api!r}")
         if self.api and self.rpc is not None:

@@ -1,4 +1,4 @@
-"""The race of a bench, a case's (``bench.py``) or a module file's (``module_bench.py``): TVM and every peer in a
+"""The race of a bench, a case's (``bench.py``) or a module file's (``user_model.py``): TVM and every peer in a
 worker process of its own (``worker.py``), started, set up one after the other, checked against the golden
 (``PEER_CHECK``, BF16-level) before they are timed side by side in rounds, the load watched around them; a peer
 whose worker fails is dropped with why."""
@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ...support.load_average import LoadWatch
+from ...support.timing import phase
 from ...verify.comparators import ratio_allclose
 from ...verify.tolerances import RatioTolerance
 from .peer_isa import wider
@@ -20,9 +21,6 @@ from .worker import Ready, Worker, WorkerFailed
 # BF16-level: peers round differently
 PEER_CHECK = ratio_allclose(RatioTolerance(atol=5e-2, rtol=5e-2, max_error_ratio=0.05))
 TIME_LIMIT_S = 600.0  # one timed batch; a worker silent this long is hung
-# untimed calls of each contender at each T just before its first timed batch, as a user's stopwatch warms up
-# (the first seconds of a fresh worker run 1.5-25x its steady time: caches, allocator, OpenMP and BLAS pools)
-WARMUP_S = 1.5
 
 
 def golden_mismatch(actual, expected, where: str) -> str | None:
@@ -103,10 +101,21 @@ class Race:
                 for t in self.sweep:
                     self.unavailable[t][name] = f"ran {ran['name']} code under an {held_to} build: {which}"
 
-    def time(self, rounds: int, bandwidth: bool) -> tuple[dict, list[float]]:
+    def run(self, golden: dict, held_to: str | None, rounds: int, warmup: float,
+            bandwidth: bool) -> tuple[dict, list[float]]:
+        """The race once every worker is started: set up, checked against ``golden`` (size -> output), the peers
+        that ran wider code than ``held_to`` refused, then timed (``time``)."""
+        with phase("build"):  # each worker builds or compiles what it times, one after the other
+            self.set_up()
+        with phase("run"):
+            self.check(golden)
+            self.refuse_wider_peers(held_to)
+            return self.time(rounds, warmup, bandwidth)
+
+    def time(self, rounds: int, warmup: float, bandwidth: bool) -> tuple[dict, list[float]]:
         """``rounds`` rounds, each asking TVM and every peer in turn at every T for a batch (and, with
         ``bandwidth``, the TVM worker for a read-bandwidth sample first), the first batch of each warmed up for
-        ``WARMUP_S`` just before, and each worker quiet before the next one's batch (``Worker.settle``); the load
+        ``warmup`` seconds just before, and each worker quiet before the next one's batch (``Worker.settle``); the load
         around and during them (``LoadWatch.report``), and the bandwidth samples."""
         timed = [(name, worker) for worker, r in self.ready.items() for name in r.outputs]
         load, bandwidths = LoadWatch.start(), []
@@ -120,7 +129,7 @@ class Race:
                         continue
                     with self._dropping(worker, " while timed"):
                         w = self.workers[worker]
-                        _warm_up(w, name, t, WARMUP_S if r == 0 else 0.0)
+                        _warm_up(w, name, t, warmup if r == 0 else 0.0)
                         self.samples[t].setdefault(name, []).append(w.call("time_ms", name, t, timeout=TIME_LIMIT_S))
                         w.settle()
             load.sample()

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import TYPE_CHECKING
 
 from ...compiler.options import BuildSpec, DebugOptions
 from ...compiler.runtime import Runnable
@@ -28,20 +27,18 @@ from ..measure.profile import profile as profile_main
 from ..measure.roofline import instruction_mix, kinds_used
 from .worker import EXAMPLE, InputFiles, Ready, calls_per_batch
 
-if TYPE_CHECKING:  # the compiler is imported where a build is made: a prebuilt artifact needs TVM's runtime alone
-    from ...compiler.driver import CompiledCase
-
 TVM = "tvm"
 API = "tvm:api"  # the public path: ``bound.run`` on activations already on the device, outputs left there
 
 
-def isa_record(compiled: CompiledCase, used: set[str]) -> dict | None:
-    """The target ISA as the schedules read it (``passes.target.CpuIsa``) and the features the code uses."""
-    if is_gpu(compiled.target):
+def isa_record(target, used: set[str] | None) -> dict | None:
+    """The target ISA as the schedules read it (``passes.target.CpuIsa``) and the features the code uses (None:
+    not counted, a module file's artifact)."""
+    if is_gpu(target):
         return None
-    isa = cpu_isa(compiled.target)
+    isa = cpu_isa(target)
     return {"name": isa.name, "vector_bits": isa.vector_bits, "fma": isa.fma, "bf16_dot": isa.bf16_dot,
-            "int8_dot": isa.int8_dot, "used": sorted(used)}
+            "int8_dot": isa.int8_dot, "used": None if used is None else sorted(used)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,7 +156,7 @@ class TvmWorker:
             self.stream = StreamProbe(compiled.target)
         mix = instruction_mix(compiled)
         used = kinds_used(mix)
-        ready.details.update(instruction_mix=mix, kinds_used=sorted(used), isa=isa_record(compiled, used),
+        ready.details.update(instruction_mix=mix, kinds_used=sorted(used), isa=isa_record(compiled.target, used),
                              frontend=compiled.frontend, dump_dir=str(compiled.dump_dir) if compiled.dump_dir else None)
 
     def _load_artifact(self, ready: Ready) -> None:

@@ -55,7 +55,7 @@ REAP_S = 1.0  # how long close waits for a killed group to be gone (its members 
 CLOSE_GRACE_S = 2.0  # how long a worker's group has to end on SIGTERM (a compiler removing its files) before SIGKILL
 SETTLE_WINDOW_S, SETTLE_LIMIT_S = 0.02, 0.5  # quiet: under a quarter of a core over a window; wait at most this
 SAMPLE_MS, SIZING_MS, MAX_CALLS = 50.0, 10.0, 10_000  # a timed batch lasts about SAMPLE_MS (``calls_per_batch``)
-EXAMPLE = 0  # the sweep key of a race at one size: a module file's example inputs (not a token count)
+EXAMPLE = "example"  # the sweep key of a race at one size: a module file's example inputs (not a token count)
 
 
 class WorkerFailed(MtpError):

@@ -1,29 +1,28 @@
-"""``bench("FILE.py")``, ``bench --module FILE.py``: the user's own model as TVM builds it, timed against what they
-would run instead: the model eagerly in torch (``torch_eager``) and through ``torch.compile`` (inductor,
-``freezing``, default and ``max-autotune``), on the file's example inputs.
+"""What ``bench`` does only for a module file (``bench("FILE.py")``, ``bench --module FILE.py``): build the user's
+own model into an artifact (or take a module file's prebuilt one), and race it against what they would run
+instead, the model eagerly in torch (``torch_eager``) and through ``torch.compile`` (inductor, ``freezing``,
+default and ``max-autotune``), on the file's example inputs. The race, its workers, options and result are
+``bench``'s own (``race.py``, ``tvm_worker.py``, ``peer_worker.py``, ``options.py``, ``result.py``). What differs
+from a case:
 
-The rules are ``bench``'s (``tools/bench/bench.py``): TVM and every peer in a worker process of its own with the same
-thread count, set up one after the other, checked before it is timed, timed side by side in rounds, medians reported,
-compile times apart, the load average around the rounds. What differs:
-
-- **One size.** A module file is timed at its example inputs (its symbolic sizes have no sweep).
-- **TVM runs an artifact.** The build happens here, once (its time is the compile time), into an
-  artifact folder (``artifact.module_artifact``); the TVM worker loads it with the runtime, so it runs no torch
-  op and no export, and times ``main`` with the parameters packed once.
+- **One size**, ``worker.EXAMPLE``: a module file is timed at its example inputs (its symbolic sizes have no
+  sweep).
+- **TVM runs an artifact.** The build happens here, once (its time is the compile time), into an artifact folder
+  (``artifact.module_artifact``); the TVM worker loads it with the runtime, so it runs no torch op and no export,
+  and times ``main`` with the parameters packed once.
 - **The peers run the file's own model**, ``model()`` with the parameters of the model the build exported
   (``state_dict``: a model that initialises randomly is still the same model), on the same example inputs.
 - **The reference** is the golden of ``check --module`` (torch eagerly, or a TVMScript module's unscheduled CPU
   build); every output of TVM and of each peer must match it (``race.PEER_CHECK``, BF16-level) before it is timed. A
   TVMScript module has no torch model: its peers are unavailable.
-- **The floor** is the memory term of a roofline: every input, parameter and output moved once at the bandwidth of
-  a device copy sampled each round (a module's FLOPs are not counted).
+- **The roofline** is its memory term, the floor: every input, parameter and output moved once at the bandwidth of
+  a device copy sampled each round (a module declares no GEMMs, so its FLOPs are not counted).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
 import statistics
 import tempfile
@@ -33,91 +32,26 @@ from pathlib import Path
 import numpy as np
 
 from ...compiler.options import MODULE_FILES, DebugOptions, ModuleSpec, split_options
+from ...contract.presets import NO_PRESET
 from ...passes.target import cpu_isa, is_gpu, require_runs_here, target_json, usable_cores
-from ...support.atomic_file import write_user_file
 from ...support.errors import MtpError, UsageError
-from ...support.text_table import text_table
-from ...support.timing import phase
 from ...verify.comparators import flat_outputs
 from .options import MODULE_PEERS, BenchOptions
 from .peer_isa import held_to, peer_env
 from .race import Race, cold_cache
-from .tvm_worker import TVM, TvmJob
+from .result import BenchResult, size_figures
+from .tvm_worker import TVM, TvmJob, isa_record
 from .worker import EXAMPLE, InputFiles
 
 STATE_DICT = "state_dict.pt"
 
 
-# ---- the result -------------------------------------------------------------------------------------------
-
-@dataclasses.dataclass(frozen=True)
-class ModuleBenchResult:
-    """A ``bench --module`` run: TVM's and every peer's median ms (None: ``unavailable`` says why) and samples, the
-    memory floor (``bytes`` at the median copy bandwidth), the best peer and its ratio to TVM (above 1: TVM is
-    faster), compile seconds apart, and how it was measured."""
-
-    module: str
-    kind: str
-    target: dict
-    schedule: str
-    inputs: dict[str, list[int]]
-    threads: int
-    load_average: dict
-    workers: dict[str, int]
-    median_ms: dict[str, float | None]
-    samples_ms: dict[str, list[float]]
-    unavailable: dict[str, str]
-    compile_seconds: dict[str, float]
-    bytes: float
-    bandwidth_gbs: float
-    floor_ms: float
-    best_peer: str | None
-    tvm_vs_best_peer: float | None
-    isolation: str = "process"
-    peers_held_to: str | None = None  # the build's ISA, which the peers were held to (None: native)
-    peer_isa: dict[str, dict] = dataclasses.field(default_factory=dict)  # peer -> ``peer_isa.ran_isa``
-
-    def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    def write_json(self, path: str | os.PathLike) -> None:
-        write_user_file(path, lambda p: p.write_text(json.dumps(self.as_dict(), indent=1)))
-
-    def table(self) -> str:
-        la = self.load_average
-        shapes = ", ".join(f"{n}{s}" for n, s in self.inputs.items())
-        head = [f"module {self.module} ({self.kind}) target={self.target['kind']} schedule={self.schedule} "
-                f"inputs {shapes}; TVM and every peer in its own process, {self.threads} thread"
-                f"{'s' if self.threads > 1 else ''} each",
-                f"load average (1 min) {la['before']:.2f} before the rounds, {la['after']:.2f} after"
-                + (f"; WARNING: {la['warning']}" if la["warning"] else "")]
-        rows = [("timed", "median ms", "samples")]
-        for name, ms in self.median_ms.items():
-            rows.append((f"tvm:{self.schedule}" if name == TVM else name, "-" if ms is None else f"{ms:.4f}",
-                         str(len(self.samples_ms.get(name, [])))))
-        rows.append(("memory floor", f"{self.floor_ms:.4f}", "-"))
-        notes = [f"unavailable: {name}: {why}" for name, why in self.unavailable.items()]
-        if self.best_peer is not None and self.tvm_vs_best_peer is not None:
-            notes.append(f"best peer {self.best_peer}; best peer / tvm {self.tvm_vs_best_peer:.2f}x"
-                         + (" (UNRELIABLE: the load exceeded the cores)" if la.get("unreliable") else ""))
-        if self.peer_isa:
-            notes.append("isa: each peer's the widest its code ran (JSON peer_isa: "
-                         + ", ".join(f"{n} {isa['name']}" for n, isa in self.peer_isa.items()) + "); peers "
-                         + (f"held to {self.peers_held_to}" if self.peers_held_to else "native"))
-        notes.append("compile s (apart from the figures): "
-                     + "; ".join(f"{n} {s:.1f}" for n, s in self.compile_seconds.items()))
-        notes.append(f"memory floor: {self.bytes / 1e6:.2f} MB (inputs, parameters, outputs once) / "
-                     f"{self.bandwidth_gbs:.1f} GB/s (a device copy, the median of one sample a round); a module's "
-                     "FLOPs are not counted")
-        return "\n".join([*head, *text_table(rows, align_right=frozenset({1, 2})), *notes])
-
-
 # ---- the race ---------------------------------------------------------------------------------------------
 
-def bench_module_file(spec: ModuleSpec | str | os.PathLike | None, options: BenchOptions, *,
-                      debug: DebugOptions | None = None, log: Callable[[str], None] | None = None,
-                      **keywords) -> ModuleBenchResult:
-    """``bench`` of a module file: build it (keywords: ``module``, ``target``, ``schedule`` and the fields of
+def race_user_model(spec: ModuleSpec | str | os.PathLike | None, options: BenchOptions, *,
+                    debug: DebugOptions | None = None, log: Callable[[str], None] | None = None,
+                    **keywords) -> BenchResult:
+    """``bench``'s race of a module file: build it (keywords: ``module``, ``target``, ``schedule`` and the fields of
     ``DebugOptions``: a pass disabled or added, dumps) and race it against its torch peers as ``options`` (made
     ``for_kind(MODULE_FILE)``) say; see the module docstring. ``options.artifact``: a module file's artifact timed
     instead of a build, on its stored example inputs against its stored reference; the peers run the module file
@@ -143,25 +77,22 @@ def bench_module_file(spec: ModuleSpec | str | os.PathLike | None, options: Benc
         race = Race(folder, threads, (EXAMPLE,), running, log, where=lambda _size: "on the example inputs")
         race.start(TVM, TvmJob(None, options.number, artifact=str(build.artifact)))
         _start_peers(race, build, options, folder, "cuda" if is_gpu(tgt) else "cpu", threads, peers_held_to)
-        with phase("build"):
-            race.set_up()
-        with phase("run"):
-            race.check({EXAMPLE: build.golden})
-            race.refuse_wider_peers(peers_held_to)
-            load, bandwidths = race.time(options.rounds, bandwidth=True)
+        load, bandwidths = race.run({EXAMPLE: build.golden}, peers_held_to, options.rounds, options.warmup,
+                                    bandwidth=True)
     return _result(spec, tgt, options, race, build, load, bandwidths, peers_held_to)
 
 
 @dataclasses.dataclass(frozen=True)
 class _Build:
     """The module's artifact and what the race needs of it: the loaded file (None where the peers cannot run:
-    ``no_peers`` says why), what it is (path, kind, example shapes), the example inputs the peers run, the reference
-    outputs as one vector (the golden), the bytes ``main`` must move (every input, parameter and output once), the
-    build's seconds."""
+    ``no_peers`` says why), what it is (path, name, kind, example shapes), the example inputs the peers run, the
+    reference outputs as one vector (the golden), the bytes ``main`` must move (every input, parameter and output once),
+    the build's seconds."""
 
     artifact: Path
     module_file: object  # ir.module_file.ModuleFile, or None
     module: str
+    name: str
     kind: str
     shapes: dict[str, list[int]]
     examples: dict[str, np.ndarray]
@@ -182,7 +113,7 @@ def _build(spec: ModuleSpec, debug: DebugOptions, folder: Path) -> _Build:
     outputs = built.manifest["outputs"]
     reference = read_npz(built.path / REFERENCE_OUTPUTS, {n: s["dtype"] for n, s in outputs.items()})
     moved = float(sum(a.nbytes for a in (*user.examples.values(), *reference.values())))
-    return _Build(built.path, user, str(user.path), user.kind, user.example_shapes, dict(user.examples),
+    return _Build(built.path, user, str(user.path), user.name, user.kind, user.example_shapes, dict(user.examples),
                   flat_outputs([reference[n] for n in user.output_names]), moved, built.compiled.build_seconds)
 
 
@@ -199,7 +130,7 @@ def _prebuilt(path: Path) -> _Build:
     moved = float(sum(a.nbytes for a in (*inputs.values(), *reference.values())))
     spec = ModuleSpec(m["module"]["path"], m["target"], m["schedule"]["name"])
     user, why = _built_from(m["module"])
-    return _Build(path, user, m["module"]["path"], m["module"]["kind"], m["shapes"], inputs,
+    return _Build(path, user, m["module"]["path"], m["case"], m["module"]["kind"], m["shapes"], inputs,
                   flat_outputs([reference[n] for n in m["outputs"]]), moved, m["build"]["compile_seconds"], spec, why)
 
 
@@ -253,21 +184,20 @@ def _start_peers(race: Race, build: _Build, options: BenchOptions, folder: Path,
 
 
 def _result(spec: ModuleSpec, tgt, options: BenchOptions, race: Race, build: _Build,
-            load: dict, bandwidths: list[float], peers_held_to: str | None) -> ModuleBenchResult:
-    samples, unavailable = race.samples[EXAMPLE], race.unavailable[EXAMPLE]
-    names = [TVM, *options.peers]
-    median = {n: statistics.median(samples[n]) if samples.get(n) else None for n in names}
-    peers = {n: ms for n, ms in median.items() if n != TVM and ms is not None}
-    best = min(peers, key=peers.get) if peers else None
+            load: dict, bandwidths: list[float], peers_held_to: str | None) -> BenchResult:
+    """The race as ``bench``'s result: one size, ``EXAMPLE``, against its memory floor."""
     bandwidth = statistics.median(bandwidths)
-    return ModuleBenchResult(
-        module=build.module, kind=build.kind, target=target_json(tgt), schedule=spec.schedule,
-        inputs=build.shapes, threads=race.threads,
-        load_average=load,
-        workers=race.pids, median_ms=median, samples_ms=dict(samples), unavailable=dict(unavailable),
+    figures = size_figures(EXAMPLE, build.shapes, [TVM, *options.peers], race.samples[EXAMPLE],
+                           race.unavailable[EXAMPLE], 0.0, build.moved, None, bandwidth)
+    return BenchResult(
+        case=build.name, target=target_json(tgt), preset=NO_PRESET, frontend=build.kind, schedule=spec.schedule,
+        shapes=build.shapes, tokens=[EXAMPLE], per_tokens={EXAMPLE: figures},
         compile_seconds={TVM: build.seconds, **{n: v for r in race.ready.values()
                                                 for n, v in r.compile_seconds.items()}},
-        bytes=build.moved, bandwidth_gbs=bandwidth, floor_ms=build.moved / bandwidth / 1e6, best_peer=best,
-        tvm_vs_best_peer=None if best is None or median[TVM] is None else peers[best] / median[TVM],
-        peers_held_to=peers_held_to,
-        peer_isa={n: r.details["isa"] for n, r in race.ready.items() if n != TVM and "isa" in r.details})
+        threads=race.threads, warmup_s=options.warmup, load_average=load, workers=race.pids, peak_gflops=None,
+        peak_kind=None, peaks={},
+        bandwidth_gbs=bandwidth, bandwidth_samples_gbs=bandwidths,
+        probes="bandwidth: a device copy, the median of one sample a round", numpy_blas=[], isa=isa_record(tgt, None),
+        instruction_mix={}, peers_held_to=peers_held_to,
+        peer_isa={n: r.details["isa"] for n, r in race.ready.items() if n != TVM and "isa" in r.details},
+        module=build.module)
