@@ -20,16 +20,16 @@ TORCH_EXAMPLE = REPO / "examples" / "torch_mlp_block.py"
 TVMSCRIPT_EXAMPLE = REPO / "examples" / "tvmscript_module.py"
 
 
-@pytest.mark.slow  # a build, torch.compile and two workers
+@pytest.mark.slow  # a build and two workers (torch.compile of a module file: the AVX2 test below)
 def test_bench_module_races_tvm_against_the_files_own_torch_model(tmp_path):
-    r = bench(TORCH_EXAMPLE, peers=("torch_eager", "torch_compile"), rounds=2)
+    r = bench(TORCH_EXAMPLE, peers=("torch_eager",), rounds=2)
     f = r.per_tokens[EXAMPLE]  # one bench result for a case and a module file: one size, the example inputs
     assert r.tokens == [EXAMPLE] and r.module == str(TORCH_EXAMPLE) and r.shapes == {"x": [8, 64]}
-    assert list(f.median_ms) == ["tvm", "torch_eager", "torch_compile"] and not f.unavailable
+    assert list(f.median_ms) == ["tvm", "torch_eager"] and not f.unavailable
     assert all(ms > 0 and len(f.samples_ms[n]) == 2 for n, ms in f.median_ms.items())
-    assert len(set(r.workers.values())) == 3 and os.getpid() not in r.workers.values()
-    assert r.compile_seconds["tvm"] > 0 and r.compile_seconds["torch_compile"] > 0
-    assert f.best_peer in ("torch_eager", "torch_compile")
+    assert len(set(r.workers.values())) == 2 and os.getpid() not in r.workers.values()
+    assert r.compile_seconds["tvm"] > 0 and r.isa["name"] == r.peer_isa["torch_eager"]["name"]
+    assert f.best_peer == "torch_eager"
     assert f.tvm_vs_best_peer == pytest.approx(f.median_ms[f.best_peer] / f.median_ms["tvm"])
     assert f.flops == 0 and f.bytes > 0 and f.roofline_ms == pytest.approx(f.bytes / r.bandwidth_gbs / 1e6)
     table = r.table()
@@ -69,6 +69,7 @@ def test_an_avx2_build_of_a_module_file_races_avx2_peers():
     haswell = {"kind": "llvm", "mcpu": "haswell", "num-cores": 1}
     r = bench(TORCH_EXAMPLE, target=haswell, peers=("torch_eager", "torch_compile"), rounds=1, threads=1)
     assert r.peers_held_to == "avx2" and not r.per_tokens[EXAMPLE].unavailable
+    assert r.compile_seconds["torch_compile"] > 0 and r.isa["name"] == "avx2"
     assert {n: isa["name"] for n, isa in r.peer_isa.items()} == {"torch_eager": "avx2", "torch_compile": "avx2"}
     assert "peers held to avx2" in r.table()
 
