@@ -239,6 +239,20 @@ def test_the_warm_up_is_a_stopwatchs_unless_set_and_a_bad_one_is_named(monkeypat
             BenchOptions()
     with pytest.raises(UsageError, match="warmup must be a number of seconds"):
         BenchOptions(warmup=-0.5)
+    assert BenchOptions(warmup=0.2).warmup == 0.2  # given, the variable is not read
+
+
+def test_a_bad_warm_up_variable_fails_bench_alone_in_one_line(monkeypatch, capsys):
+    from mtp_tvm.cli import main
+
+    monkeypatch.setenv(WARMUP_ENV, "soon")
+    with pytest.raises(SystemExit) as e:  # the command line is declared without reading it
+        main(["dumps", "--help"])
+    assert e.value.code == 0
+    capsys.readouterr()
+    assert main(["bench", "--case", "norm", "--preset", "tiny", "--peers", "", "--rounds", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"mtp-tvm: error: {WARMUP_ENV} must be a number in [0, 60] (seconds), got 'soon'"
 
 
 def test_bench_peers_and_cases_come_from_the_stages():

@@ -81,9 +81,9 @@ class BenchOptions:
     number: int | None = None
     threads: int | None = option(None, help="threads of every worker process, TVM's and each peer's",
                                  shown="every usable core", type=int, metavar="N")
-    warmup: float = option(default_factory=default_warmup, type=float, metavar="S",
-                           help="seconds of untimed calls of each contender at each size before its first timed "
-                           f"batch, as a stopwatch warms up (${WARMUP_ENV} sets the default)")
+    warmup: float | None = option(None, type=float, metavar="S", shown=f"{STOPWATCH_WARMUP_S:g}, or ${WARMUP_ENV}",
+                                  help="seconds of untimed calls of each contender at each size before its first "
+                                  "timed batch, as a stopwatch warms up")
     tokens: tuple[int, ...] = ()
     seed: int = 0
     compare_schedules: tuple[str, ...] = option(
@@ -109,6 +109,8 @@ class BenchOptions:
                                  f"{', '.join(MODULE_PEERS)} (a module file); TVM always runs")
             object.__setattr__(self, "peers", tuple(dict.fromkeys(peers)))
         check_race_counts(self.rounds, self.number, self.threads)
+        if self.warmup is None:  # read here, not where the command line is declared: a bad value fails bench alone
+            object.__setattr__(self, "warmup", default_warmup())
         if isinstance(self.warmup, bool) or not isinstance(self.warmup, (int, float)) or not 0 <= self.warmup <= 60:
             raise UsageError(f"warmup must be a number of seconds in [0, 60], got {self.warmup!r}")
         if not isinstance(self.api, bool):
@@ -143,11 +145,11 @@ class BenchOptions:
             raise UsageError(f"unknown peer {unknown[0]!r} for {kind}; choose from {', '.join(names)} (TVM always "
                              "runs)")
         if kind == MODULE_FILE:
-            given = [f for f in CASE_ONLY if getattr(self, f) != getattr(_DEFAULT, f)]
+            given = [f for f in CASE_ONLY if getattr(self, f) != _DEFAULTS[f]]
             if given:
                 raise UsageError(f"bench of a module file times it once, at its example inputs, here: {given[0]} "
                                  "applies to a case; drop it")
         return dataclasses.replace(self, peers=tuple(p for p in names if p in peers))
 
 
-_DEFAULT = BenchOptions()
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(BenchOptions)}  # CASE_ONLY's: plain defaults
