@@ -51,7 +51,6 @@ MINIMIZE_OUT = Flag("out", "where to write the piece", shown="<module>_min.py in
                     metavar="FILE.py")
 
 
-
 def _prebuilt(args) -> bool:
     """``--artifact`` (no compile) or ``--compile-only`` (no check)."""
     return bool(args.artifact or args.compile_only)

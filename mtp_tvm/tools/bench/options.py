@@ -43,13 +43,14 @@ def check_race_counts(rounds, number, threads) -> None:
 # untimed calls of each contender at each size just before its first timed batch, as a user's stopwatch warms up
 # (the first seconds of a fresh worker run 1.5-25x its steady time: caches, allocator, OpenMP and BLAS pools)
 STOPWATCH_WARMUP_S = 1.5
+MAX_WARMUP_S = 60.0
 WARMUP_ENV = "MTP_TVM_BENCH_WARMUP_S"
 
 
 def default_warmup() -> float:
     """``STOPWATCH_WARMUP_S``, unless ``$MTP_TVM_BENCH_WARMUP_S`` sets another default: a test suite's or a smoke
     run's, which checks what bench does rather than how fast (its table then says the warm-up was short)."""
-    return env_float(WARMUP_ENV, 0.0, 60.0, STOPWATCH_WARMUP_S, " (seconds)")
+    return env_float(WARMUP_ENV, 0.0, MAX_WARMUP_S, STOPWATCH_WARMUP_S, " (seconds)")
 
 
 CASE, MODULE_FILE = "a case", "a module file"
@@ -111,8 +112,9 @@ class BenchOptions:
         check_race_counts(self.rounds, self.number, self.threads)
         if self.warmup is None:  # read here, not where the command line is declared: a bad value fails bench alone
             object.__setattr__(self, "warmup", default_warmup())
-        if isinstance(self.warmup, bool) or not isinstance(self.warmup, (int, float)) or not 0 <= self.warmup <= 60:
-            raise UsageError(f"warmup must be a number of seconds in [0, 60], got {self.warmup!r}")
+        if (isinstance(self.warmup, bool) or not isinstance(self.warmup, (int, float))
+                or not 0 <= self.warmup <= MAX_WARMUP_S):
+            raise UsageError(f"warmup must be a number of seconds in [0, {MAX_WARMUP_S:g}], got {self.warmup!r}")
         if not isinstance(self.api, bool):
             raise UsageError(f"api must be True or False, got {self.api!r}")
         if self.api and self.rpc is not None:

@@ -162,7 +162,7 @@ class BenchResult:
                          f"roofline: max(bytes / {self.bandwidth_gbs:.1f} GB/s{spread}, {compute})")
             beaten = {f.tokens: f.roofline_beaten_by for f in figures if f.roofline_beaten_by}
             if beaten:
-                where = ", ".join(f"T={t} ({name} ran faster)" for t, name in beaten.items())
+                where = ", ".join(f"{size_label(t)} ({name} ran faster)" for t, name in beaten.items())
                 notes.append(f"roofline WRONG at {where}: the probes understate this machine there, so no fraction "
                              "of it is given")
         else:

@@ -114,7 +114,8 @@ def _build(spec: ModuleSpec, debug: DebugOptions, folder: Path) -> _Build:
     reference = read_npz(built.path / REFERENCE_OUTPUTS, {n: s["dtype"] for n, s in outputs.items()})
     moved = float(sum(a.nbytes for a in (*user.examples.values(), *reference.values())))
     return _Build(built.path, user, str(user.path), user.name, user.kind, user.example_shapes, dict(user.examples),
-                  flat_outputs([reference[n] for n in user.output_names]), moved, built.compiled.build_seconds)
+                  flat_outputs([reference[n] for n in user.output_names]), moved, built.compiled.build_seconds,
+                  no_peers=_no_torch_model(user.kind))
 
 
 def _prebuilt(path: Path) -> _Build:
@@ -142,8 +143,8 @@ def _built_from(module: dict):
     from ...ir.module_file import load_module_file
 
     source = Path(module["path"])
-    if module["kind"] != "torch":
-        return None, "a TVMScript module file has no torch model to run"
+    if _no_torch_model(module["kind"]):
+        return None, _no_torch_model(module["kind"])
     if "sha256" not in module:
         return None, "the artifact records no sha256 of its module file (built before bench --artifact ran peers)"
     if not source.is_file():
@@ -156,15 +157,21 @@ def _built_from(module: dict):
         return None, f"its module file {source} no longer loads: {e}"
 
 
+def _no_torch_model(kind: str) -> str | None:
+    """Why a module file of ``kind`` has no model for the torch peers to run (None: it has one)."""
+    from ...ir.module_file import TORCH  # the loader: imported where a module file is read
+
+    return None if kind == TORCH else "a TVMScript module file has no torch model to run"
+
+
 def _start_peers(race: Race, build: _Build, options: BenchOptions, folder: Path, device: str,
                  threads: int, isa: str | None) -> None:
     """A worker per torch peer, on the inputs TVM runs (none where the model cannot run: unavailable, with why),
     held to ``isa`` (``peer_isa.held_to``; None: native) as a case's peers are."""
     peers, user = list(options.peers), build.module_file
-    why = build.no_peers or (None if user.kind == "torch" else "a TVMScript module file has no torch model to run")
-    if why:
+    if build.no_peers:
         for p in peers:
-            race.unavailable[EXAMPLE][p] = why
+            race.unavailable[EXAMPLE][p] = build.no_peers
         return
     import torch
 
