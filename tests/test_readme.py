@@ -7,7 +7,7 @@ How blocks are read (``readme_blocks``):
 - a fenced ```` ```python ```` block runs in a fresh ``python`` process;
 - an indented block whose lines start with ``$ `` is a session: each command runs in ``bash``, and the lines
   after it are its output, checked (``output_matches``): numbers, run-folder names and ids, the host CPU's name
-  and the instruction family and ISA its build took (``fma``, ``vdpbf16ps``..., ``avx512``, ``avx2``...) may
+  and the instruction family and ISA its build took (``fma``, ``vdpbf16ps``..., ``amx``, ``avx512``, ``avx2``...) may
   differ, a line ``...`` stands for any lines and a ``...`` inside a line for any text; everything else must be
   there, in order;
 - any other indented block needs a marker on the line before it, ``<!-- readme-test: KIND -->``, KIND one of
@@ -142,10 +142,12 @@ def readme_blocks(markdown: str, name: str = "README.md") -> list[Block]:
 
 # ---- output matching ----------------------------------------------------------------------------------------
 
+# an instruction family or ISA that a build, or a peer, took on the host
+_ISA_NAMES = r"(?:fma|vdpbf16ps|vpmaddwd|vpdpwssd|amx|avx512|avx2|sse|neon)"
 _VOLATILE = re.compile(r"(?P<run>" + RUN_NAME.pattern + r")|(?P<num>\d+(?:\.\d+)?(?:e[-+]?\d+)?)|(?P<dots>\.\.\.)"
                        r"|(?P<space> {2,})|(?P<rule>-{3,})"
                        r"|(?<=on llvm )(?P<cpu>[a-z][\w.-]*)"  # the host CPU a page's build ran on (znver4 ...)
-                       r"|(?P<isa>\b(?:fma|vdpbf16ps|vpmaddwd|vpdpwssd|avx512|avx2|sse|neon)\b)")  # the path and ISA
+                       r"|(?P<isa>\b" + _ISA_NAMES + r"\b)")  # the path and ISA
 # that CPU's build took (the widest ISA a peer ran is the host's too)
 
 
@@ -200,7 +202,7 @@ def _line_pattern(line: str, bindings: Bindings) -> re.Pattern:
         elif m.group("cpu"):
             out.append(r"[a-z][\w.-]*")
         elif m.group("isa"):
-            out.append(r"(?:fma|vdpbf16ps|vpmaddwd|vpdpwssd|avx512|avx2|sse|neon)")
+            out.append(_ISA_NAMES)
         else:
             out.append("-+")
         pos = m.end()
