@@ -33,11 +33,14 @@ LANES = 16  # FP32 lanes of one zmm accumulator (vdpbf16ps)
 # How far ahead of its loads a tile prefetches the packed weight stream. At T >= 8 a K step computes long enough
 # that the out-of-order window covers only a few cache lines of the stream, and the hardware prefetchers fall
 # behind: the weight then arrives at a third of the bandwidth (measured, AVX2 FMA form, FLASH logits, T = 8, one
-# thread: 29 ms without, 17 ms with 2-4 KiB; native ``vdpbf16ps``, two threads, T = 8: 11.4 ms, 8.9 ms). The first call of a K step (accumulator offset 0) issues it, so it
-# is one ``prefetcht0`` per K step once the tile is unrolled.
+# thread: 29 ms without, 17 ms with 2-4 KiB; native ``vdpbf16ps``, two threads, T = 8: 11.4 ms, 8.9 ms). Every call
+# of the tile's first row issues one (the accumulator's offset below its row stride): once the tile is unrolled,
+# one ``prefetcht0`` per weight vector of a K step, so a small-T tile spanning several packed strips prefetches
+# every stream, and a zmm strip of two vectors both of its cache lines (one call per K step, as before, left
+# those to the hardware: FLASH logits, SPR, two threads, T = 1/4/16 native 3.49/3.64/10.4 ms, after 2.43/2.97/9.39).
 PREFETCH_BYTES = 4096
 _PREFETCH_IR = f"""
-  %first = icmp eq i32 %ci, 0
+  %first = icmp ult i32 %ci, %row
   br i1 %first, label %fetch, label %compute
 fetch:
   %ahead = getelementptr i8, ptr %w, i32 {PREFETCH_BYTES}
@@ -48,7 +51,7 @@ INTRIN = "mtp_bf16_dpbf16ps_512"
 BF16_DOT_FUNCTION = "mtp_tvm_dpbf16ps_512"
 # linkonce_odr: every kernel of a module may import the same text, and the linker keeps one copy
 BF16_DOT_LLVM_IR = f"""
-define linkonce_odr i32 @{BF16_DOT_FUNCTION}(ptr noalias %c0, i32 %ci, ptr noalias %a0, i32 %ai, ptr noalias %w0, i32 %wi) #0 {{
+define linkonce_odr i32 @{BF16_DOT_FUNCTION}(ptr noalias %c0, i32 %ci, i32 %row, ptr noalias %a0, i32 %ai, ptr noalias %w0, i32 %wi) #0 {{
   %c = getelementptr float, ptr %c0, i32 %ci
   %a = getelementptr i16, ptr %a0, i32 %ai
   %w = getelementptr i16, ptr %w0, i32 %wi
@@ -82,7 +85,7 @@ def pair_fma_llvm_ir(lanes: int) -> str:
     v, mask = f"<{lanes} x float>", f"<{lanes} x i32>"
     splat = lambda value: "<" + ", ".join([f"i32 {value}"] * lanes) + ">"  # noqa: E731
     return f"""
-define linkonce_odr i32 @{pair_fma_function(lanes)}(ptr noalias %c0, i32 %ci, ptr noalias %a0, i32 %ai, ptr noalias %w0, i32 %wi) #0 {{
+define linkonce_odr i32 @{pair_fma_function(lanes)}(ptr noalias %c0, i32 %ci, i32 %row, ptr noalias %a0, i32 %ai, ptr noalias %w0, i32 %wi) #0 {{
   %c = getelementptr float, ptr %c0, i32 %ci
   %a = getelementptr float, ptr %a0, i32 %ai
   %a1 = getelementptr float, ptr %a, i32 1
@@ -124,26 +127,27 @@ def _desc_and_impl(lanes: int, activation: str, function: str):
     def desc(a: T.handle, w: T.handle, c: T.handle):
         A = T.match_buffer(a, (2,), activation, offset_factor=1)
         W = T.match_buffer(w, (lanes, 2), "bfloat16", offset_factor=1)
-        C = T.match_buffer(c, (lanes,), "float32", offset_factor=1, scope="local")
+        C = T.match_buffer(c, (1, lanes), "float32", offset_factor=1, scope="local", strides=[T.int32(), 1])
         with T.sblock("root"):
-            T.reads(C[0:lanes], A[0:2], W[0:lanes, 0:2])
-            T.writes(C[0:lanes])
+            T.reads(C[0, 0:lanes], A[0:2], W[0:lanes, 0:2])
+            T.writes(C[0, 0:lanes])
             for i, k in T.grid(lanes, 2):
                 with T.sblock("update"):
                     vi, vk = T.axis.remap("SR", [i, k])
-                    C[vi] = C[vi] + a_value(A, vk) * T.Cast("float32", W[vi, vk])
+                    C[0, vi] = C[0, vi] + a_value(A, vk) * T.Cast("float32", W[vi, vk])
 
     @T.prim_func(s_tir=True)
     def impl(a: T.handle, w: T.handle, c: T.handle):
         A = T.match_buffer(a, (2,), activation, offset_factor=1)
         W = T.match_buffer(w, (lanes, 2), "bfloat16", offset_factor=1)
-        C = T.match_buffer(c, (lanes,), "float32", offset_factor=1, scope="local")
+        C = T.match_buffer(c, (1, lanes), "float32", offset_factor=1, scope="local", strides=[T.int32(), 1])
         with T.sblock("root"):
-            T.reads(C[0:lanes], A[0:2], W[0:lanes, 0:2])
-            T.writes(C[0:lanes])
+            T.reads(C[0, 0:lanes], A[0:2], W[0:lanes, 0:2])
+            T.writes(C[0, 0:lanes])
             # int32 offsets (elements, < 2^31 in every buffer here): a kernel whose shapes are all static has its
             # indices narrowed to int32 by TVM, and the call must match the imported signature either way
-            T.evaluate(T.call_extern("int32", function, C.data, T.Cast("int32", C.elem_offset), A.data,
+            T.evaluate(T.call_extern("int32", function, C.data, T.Cast("int32", C.elem_offset),
+                                     T.Cast("int32", C.strides[0]), A.data,
                                      T.Cast("int32", A.elem_offset), W.data, T.Cast("int32", W.elem_offset)))
 
     return desc, impl

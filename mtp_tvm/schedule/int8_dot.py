@@ -46,15 +46,15 @@ def _register(bits: int, vnni: bool) -> str:
     def desc(a: T.handle, b: T.handle, c: T.handle):
         A = T.match_buffer(a, (2,), "int16", offset_factor=1)
         B = T.match_buffer(b, (lanes, 2), "int8", offset_factor=1)
-        C = T.match_buffer(c, (lanes,), "int32", offset_factor=1, scope="local")
+        C = T.match_buffer(c, (1, lanes), "int32", offset_factor=1, scope="local", strides=[T.int32(), 1])
         with T.sblock("root"):
-            T.reads(C[0:lanes], A[0:2], B[0:lanes, 0:2])
-            T.writes(C[0:lanes])
+            T.reads(C[0, 0:lanes], A[0:2], B[0:lanes, 0:2])
+            T.writes(C[0, 0:lanes])
             for i, k in T.grid(lanes, 2):
                 with T.sblock("update"):
                     vi, vk = T.axis.remap("SR", [i, k])
                     # the int8 cast is how unsafe_set_dtype reads the widened activation back (exact)
-                    C[vi] = C[vi] + T.Cast("int32", T.Cast("int8", A[vk])) * T.Cast("int32", B[vi, vk])
+                    C[0, vi] = C[0, vi] + T.Cast("int32", T.Cast("int8", A[vk])) * T.Cast("int32", B[vi, vk])
 
     def operands(A, B):
         pair = T.reinterpret(wide, T.Broadcast(T.reinterpret("int32", A.vload([0], "int16x2")), lanes))
@@ -64,19 +64,19 @@ def _register(bits: int, vnni: bool) -> str:
     def impl(a: T.handle, b: T.handle, c: T.handle):
         A = T.match_buffer(a, (2,), "int16", offset_factor=1)
         B = T.match_buffer(b, (lanes, 2), "int8", offset_factor=1)
-        C = T.match_buffer(c, (lanes,), "int32", offset_factor=1, scope="local")
+        C = T.match_buffer(c, (1, lanes), "int32", offset_factor=1, scope="local", strides=[T.int32(), 1])
         with T.sblock("root"):
-            T.reads(C[0:lanes], A[0:2], B[0:lanes, 0:2])
-            T.writes(C[0:lanes])
-            if C.elem_offset == 0:  # the first call of a K step (see bf16_dot.PREFETCH_BYTES)
+            T.reads(C[0, 0:lanes], A[0:2], B[0:lanes, 0:2])
+            T.writes(C[0, 0:lanes])
+            if C.elem_offset < C.strides[0]:  # a call of the tile's first row (see bf16_dot.PREFETCH_BYTES)
                 T.evaluate(T.call_llvm_intrin("void", "llvm.prefetch.p0", B.access_ptr("r", offset=PREFETCH_BYTES),
                                               0, 3, 1))
             if vnni:
-                C[T.ramp(0, 1, lanes)] = T.call_llvm_pure_intrin(
+                C[0, T.ramp(0, 1, lanes)] = T.call_llvm_pure_intrin(
                     f"int32x{lanes}", T.llvm_lookup_intrinsic_id(intrinsic),
-                    C[T.ramp(0, 1, lanes)], *operands(A, B))
+                    C[0, T.ramp(0, 1, lanes)], *operands(A, B))
             else:
-                C[T.ramp(0, 1, lanes)] = C[T.ramp(0, 1, lanes)] + T.call_llvm_pure_intrin(
+                C[0, T.ramp(0, 1, lanes)] = C[0, T.ramp(0, 1, lanes)] + T.call_llvm_pure_intrin(
                     f"int32x{lanes}", T.llvm_lookup_intrinsic_id(intrinsic), *operands(A, B))
 
     s_tir.TensorIntrin.register(_intrin_name(bits, vnni), desc, impl, override=True)
