@@ -182,7 +182,6 @@ def test_a_wide_small_t_tile_prefetches_every_vector_of_its_stream(mcpu, rows, v
     ahead of every weight vector it loads, not only the first: one stream prefetched left the others to the
     hardware prefetchers (AVX2 FLASH logits, T = 4: 3.86 against 2.85 ms)."""
     loop = _hot_loop(_asm(mcpu, rows, vectors), "vdpbf16ps" if mcpu == "sapphirerapids" else "vfmadd")
-    loads = re.findall(r"(?:vmovups|vmovdqu|vpand|vpslld|vdpbf16ps)\s+(-?\d*)\((%\w+)\)", loop)
     fetched = re.findall(r"prefetcht0\s+(-?\d*)\((%\w+)\)", loop)
     steps = len(re.findall(r"vdpbf16ps\s.*%zmm|vfmadd\d+ps\s.*%ymm", loop)) // (rows * vectors * (
         1 if mcpu == "sapphirerapids" else 2))
