@@ -36,8 +36,9 @@ LANES = 16  # FP32 lanes of one zmm accumulator (vdpbf16ps)
 # thread: 29 ms without, 17 ms with 2-4 KiB; native ``vdpbf16ps``, two threads, T = 8: 11.4 ms, 8.9 ms). Every call
 # of the tile's first row issues one (the accumulator's offset below its row stride): once the tile is unrolled,
 # one ``prefetcht0`` per weight vector of a K step, so a small-T tile spanning several packed strips prefetches
-# every stream, and a zmm strip of two vectors both of its cache lines (one call per K step, as before, left
-# those to the hardware: FLASH logits, SPR, two threads, T = 1/4/16 native 3.49/3.64/10.4 ms, after 2.43/2.97/9.39).
+# every stream, and a zmm strip of two vectors both of its cache lines. One per K step, as before, left those to
+# the hardware (FLASH logits, SPR, two threads, back to back: native T = 1/2/4 2.93/2.93/3.10 ms, after
+# 2.33/2.36/2.90; AVX2 T = 4 5.11, after 3.15; T >= 8 unchanged).
 PREFETCH_BYTES = 4096
 _PREFETCH_IR = f"""
   %first = icmp ult i32 %ci, %row
@@ -114,6 +115,17 @@ attributes #0 = {{ alwaysinline nounwind }}
 """.strip().replace("\n", " ")
 
 
+def dot_call(function: str, acc, acc_offset, row_stride, a, a_offset, w, w_offset):
+    """A call of an imported dot function, its signature stated once (the GEMMs and the peak probe call it):
+    the accumulator, its offset and its tile's row stride (the calls below the stride prefetch), the activation
+    and the packed weight, each a data pointer and an element offset. int32 offsets (< 2^31 in every buffer
+    here): a kernel whose shapes are all static has its indices narrowed to int32 by TVM, and the call must
+    match the imported signature either way."""
+    i32 = lambda value: T.Cast("int32", value)  # noqa: E731
+    return T.call_extern("int32", function, acc, i32(acc_offset), i32(row_stride), a, i32(a_offset), w,
+                         i32(w_offset))
+
+
 def _desc_and_impl(lanes: int, activation: str, function: str):
     """The intrinsic ``C[0:lanes] += A[0:2] . W[0:lanes, 0:2]`` (W bfloat16 packed in K pairs, C a float32
     register tile) and its implementation, a call of the imported LLVM function ``function``. ``activation``:
@@ -144,11 +156,8 @@ def _desc_and_impl(lanes: int, activation: str, function: str):
         with T.sblock("root"):
             T.reads(C[0, 0:lanes], A[0:2], W[0:lanes, 0:2])
             T.writes(C[0, 0:lanes])
-            # int32 offsets (elements, < 2^31 in every buffer here): a kernel whose shapes are all static has its
-            # indices narrowed to int32 by TVM, and the call must match the imported signature either way
-            T.evaluate(T.call_extern("int32", function, C.data, T.Cast("int32", C.elem_offset),
-                                     T.Cast("int32", C.strides[0]), A.data,
-                                     T.Cast("int32", A.elem_offset), W.data, T.Cast("int32", W.elem_offset)))
+            T.evaluate(dot_call(function, C.data, C.elem_offset, C.strides[0], A.data, A.elem_offset, W.data,
+                                W.elem_offset))
 
     return desc, impl
 

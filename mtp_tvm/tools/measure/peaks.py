@@ -125,7 +125,7 @@ def bf16_dot_probe(cores: int, iters: int, chains: int):
     """``cores`` workers (parallel), each ``chains`` independent 16-lane FP32 accumulators updated ``iters`` times
     by the ``vdpbf16ps`` micro-kernel of ``schedule/bf16_dot.py`` (its LLVM IR imported as the GEMMs import it;
     a row stride of 0 puts no call in a tile's first row, so none prefetches: the chains load one small weight)."""
-    from ...schedule.bf16_dot import BF16_DOT_FUNCTION, BF16_DOT_LLVM_IR
+    from ...schedule.bf16_dot import BF16_DOT_FUNCTION, BF16_DOT_LLVM_IR, dot_call
 
     @T.prim_func(s_tir=True)
     def bf16_dot_peak(a: T.Buffer((cores, 2), "bfloat16"), w: T.Buffer((cores, chains, 32), "bfloat16"),
@@ -142,10 +142,8 @@ def bf16_dot_probe(cores: int, iters: int, chains: int):
                         acc[c, lane] = T.Cast("float32", c)
                 for _ in T.serial(iters, annotations={"pragma_import_llvm": BF16_DOT_LLVM_IR}):
                     for c in T.unroll(chains):
-                        T.evaluate(T.call_extern("int32", BF16_DOT_FUNCTION, acc.data, T.int32(c * 16), T.int32(0),
-                                                 a.data,
-                                                 T.Cast("int32", vb * 2), w.data,
-                                                 T.Cast("int32", (vb * chains + c) * 32)))
+                        T.evaluate(dot_call(BF16_DOT_FUNCTION, acc.data, c * 16, 0, a.data, vb * 2, w.data,
+                                            (vb * chains + c) * 32))
                 for c in T.unroll(chains):
                     for lane in T.vectorized(16):
                         out[vb, c, lane] = acc[c, lane]
