@@ -33,18 +33,28 @@ def _main_kernel_calls(compiled) -> Counter:
     return calls
 
 
+def _profile_in_bounds(m, tries: int = 3):
+    """A profile whose kernels explain main: the VM's own instructions between them are the rest, 10-30 % of a
+    tiny main (kernels of microseconds), ~5 % of the FLASH tail's (docs/benchmarks.md). The bounds are loose, and
+    a profile outside them is taken again: on a loaded 2-core machine a tiny main swings by 2x (measured 2.0 once),
+    and once every core was busy (CI's FMA probe at an eighth of its peak) main's 2-thread launches each waited a
+    time slice and main read 250x its kernels. A kernel timed per batch instead of per call (10x and more off)
+    is off in every try. A kernel counted twice is caught by the call count."""
+    for _ in range(tries):
+        p = profile(m, options=FAST)
+        if 0.2 < p.coverage < 3:
+            break
+    return p
+
+
 @pytest.mark.parametrize("frontend", slow_except(["tir", "relax"], {"tir"}))
 def test_every_kernel_of_main_is_timed_and_the_rows_add_up_to_main(compiled, frontend):
     m = compiled("tail", frontend)
-    p = profile(m, options=FAST)
+    p = _profile_in_bounds(m)
     assert Counter(k.kernel for k in p.kernels) == _main_kernel_calls(m)
     assert len({k.name for k in p.kernels}) == len(p.kernels)  # a kernel called twice: name, name#2
     assert all(k.ms > 0 and len(k.samples_ms) == FAST.rounds for k in p.kernels)
     assert sum(k.share for k in p.kernels) + p.other_ms / p.main_ms == pytest.approx(1.0)
-    # the kernels explain main, the VM's own instructions between them are the rest: 10-30 % of a tiny main
-    # (kernels of microseconds), ~5 % of the FLASH tail's (docs/benchmarks.md). Loose bounds: on a loaded 2-core
-    # machine a tiny main swings by 2x (measured 2.0 once); they catch a kernel timed per batch instead of per
-    # call (10x and more off). A kernel counted twice is caught by the call count above.
     assert 0.2 < p.coverage < 3
     # the stage GEMMs go to the kernels that run them (not to a transpose of the weight), all of them
     assert sum(k.flops or 0 for k in p.kernels) == flops(m.case, m.shapes, m.shapes.tokens)
