@@ -511,7 +511,7 @@ def test_the_read_probe_is_the_fastest_of_its_shapes_and_sums_right():
     llvm = resolve_target("llvm")
     plan = dataclasses.replace(ProbePlan.for_target(llvm), stream_bytes=1 << 20)
     shapes = plan.stream_shapes()
-    assert len(shapes) > 1 and shapes[0].streams == 1 and {s.streams for s in shapes} == {1, 2, 4}
+    assert len(shapes) > 1 and shapes[0].streams == 1 and {s.streams for s in shapes} == {1, 2, 4, 8, 16}
     probe = StreamProbe(llvm, plan)
     assert set(probe.raced) == {s.describe() for s in shapes} and probe.chosen in shapes
     assert probe.raced[probe.chosen.describe()] == max(probe.raced.values()) and probe.gbs() > 0
@@ -527,6 +527,24 @@ def test_the_copy_probe_copies_as_much_as_the_read_probe_reads_on_a_cpu():
 
     probe = CopyProbe(tvm.cpu())
     assert probe.mib << 20 == ProbePlan.for_target(resolve_target("llvm")).stream_bytes and probe.gbs() > 0
+
+
+def test_the_bandwidth_probes_read_the_cases_working_set():
+    """Where the last-level cache is large (480 MiB here once), the rate depends on the bytes read: a 256 MiB probe
+    read 33 GB/s while the 132 MB logits weight streamed at 50+, so the probes read what the case moves."""
+    import tvm
+
+    from mtp_tvm.tools.bench.bench import _plan
+    from mtp_tvm.tools.measure.peaks import READ_BYTES_RANGE, CopyProbe
+    from mtp_tvm.tools.measure.roofline import bytes_moved
+
+    llvm = resolve_target("llvm")
+    low, high = READ_BYTES_RANGE
+    assert [ProbePlan.for_target(llvm, read_bytes=b).stream_bytes for b in (1e3, 100e6, 1e12)] == [low, 100e6, high]
+    plan = _plan(None, BenchOptions(tokens=(1, 16)).for_kind(CASE), None,
+                 {"case": "logits", "preset": "flash", "vocab_shard": 16160})
+    assert plan.read_bytes == bytes_moved(plan.case, plan.shapes[16]) > 130e6  # the weight, at the largest T
+    assert CopyProbe(tvm.cpu(), read_bytes=40 << 20).mib == 20  # source and destination: the working set
 
 
 def test_the_read_probes_shapes_share_one_buffer(monkeypatch):

@@ -82,7 +82,7 @@ from ...support.errors import UsageError
 from ...support.timing import phase
 from ..measure.peaks import FMA, Probes
 from ..measure.profile import Profile, ProfileOptions, profile_options
-from ..measure.roofline import gemm_work, roofline_peak
+from ..measure.roofline import bytes_moved, gemm_work, roofline_peak
 from .options import CASE, MODULE_FILE, BenchOptions
 from .peer_isa import held_to, peer_env
 from .peer_worker import PEERS, PeerJob, peer_unavailable
@@ -170,6 +170,11 @@ class _Plan:
                 *((f"tvm:frontend={f}", dataclasses.replace(spec, frontend=f)) for f in frontends))
 
     @property
+    def read_bytes(self) -> float:
+        """The case's working set at its largest T: what the bandwidth probe reads."""
+        return max(bytes_moved(self.case, s) for s in self.shapes.values())
+
+    @property
     def remote(self) -> str | None:
         return None if self.options.rpc is None else f"{self.options.rpc[1]}@{self.options.rpc[0]}"
 
@@ -229,7 +234,8 @@ def _start_workers(plan: _Plan, race: Race, files: InputFiles) -> None:
     """The TVM worker, and one per peer that can run here (the others are unavailable, with why)."""
     o = plan.options
     race.start(TVM, TvmJob(plan.spec, o.number, plan.debug, plan.plugin, plan.others, plan.sweep, files, o.rpc,
-                           profiles=plan.profiling is not None, artifact=o.artifact, api=o.api))
+                           profiles=plan.profiling is not None, artifact=o.artifact, api=o.api,
+                           read_bytes=plan.read_bytes))
     for p in o.peers:
         why = f"runs here; TVM runs on {plan.remote}" if plan.remote else peer_unavailable(p, plan.gpu)
         if why:

@@ -21,7 +21,7 @@ from ...contract.cases import get_case
 from ...passes.target import cpu_isa, device_for, is_gpu
 from ...support.errors import MtpError
 from ...verify.comparators import as_float32, flat_outputs
-from ..measure.peaks import CopyProbe, Probes, StreamProbe, measure_probes
+from ..measure.peaks import CopyProbe, ProbePlan, Probes, StreamProbe, measure_probes
 from ..measure.profile import Profile, ProfileOptions, write_to_run_folder
 from ..measure.profile import profile as profile_main
 from ..measure.roofline import instruction_mix, kinds_used
@@ -52,7 +52,9 @@ class TvmJob:
     ``artifact``: time this prebuilt artifact folder instead of building ``spec`` (``spec`` is its manifest's):
     nothing is compiled, so TVM's runtime alone will do, and the bandwidth is a device copy (``CopyProbe``). A
     module file's artifact has no ``spec``: it is timed at its stored example inputs (``worker.EXAMPLE``), every
-    output returned. ``api``: also time ``API``, the public ``bound.run`` beside the kernel."""
+    output returned. ``api``: also time ``API``, the public ``bound.run`` beside the kernel. ``read_bytes``: the
+    bytes the case moves at its largest T, which the bandwidth probe reads (``ProbePlan.for_target``; None: its
+    default size)."""
 
     spec: BuildSpec | None
     number: int | None
@@ -65,6 +67,7 @@ class TvmJob:
     profiles: bool = False
     artifact: str | None = None
     api: bool = False
+    read_bytes: float | None = None
 
     def open(self) -> TvmWorker:
         return TvmWorker(self)
@@ -153,7 +156,8 @@ class TvmWorker:
                 ready.unavailable[name] = dict.fromkeys(job.tokens, str(e))
         if job.rpc is None:
             self.device = device_for(compiled.target)
-            self.stream = StreamProbe(compiled.target)
+            self.stream = StreamProbe(compiled.target, ProbePlan.for_target(compiled.target,
+                                                                            read_bytes=job.read_bytes))
         mix = instruction_mix(compiled)
         used = kinds_used(mix)
         ready.details.update(instruction_mix=mix, kinds_used=sorted(used), isa=isa_record(compiled.target, used),
@@ -166,7 +170,7 @@ class TvmWorker:
 
         artifact = load(self.job.artifact)
         self.builds[TVM], self.device = artifact, artifact.device
-        self.stream = CopyProbe(artifact.device)
+        self.stream = CopyProbe(artifact.device, read_bytes=self.job.read_bytes)
         ready.details.update(instruction_mix={}, kinds_used=[], isa=None, frontend=artifact.manifest["frontend"],
                              dump_dir=None)
 

@@ -31,8 +31,15 @@ FMA, BF16_DOT, INT8_DOT = "fma", "bf16_dot", "int8_dot"  # instruction kinds wit
 # The compute probes run about 1 ms a sample: best of this many per round, so one that ran while every core was
 # busy (other processes; a parallel probe waits for its slowest thread) does not become the "peak"
 COMPUTE_REPEATS = 4
-# What the bandwidth probes move (the read probe sums it, the copy probe copies it): far beyond any cache
+# What the bandwidth probes move (the read probe sums it, the copy probe copies it) unless told the contender's
+# working set: far beyond most caches
 PROBE_BYTES = {"cpu": 256 << 20, "gpu": 1 << 30}
+# The read probe sized to a contender's working set (``read_bytes``) reads at least the first (below it, launch
+# overhead and the small caches decide the rate) and at most the second (filling 1 GiB takes about a second).
+# Sized, because the rate depends on it where the last-level cache is large: on a 480 MiB-L3 Xeon the 132 MB FLASH
+# logits weight streamed at 50+ GB/s while a 256 MiB probe read 33 GB/s (128 MiB: 52, 64 MiB: 57), so the kernel
+# "beat" the roofline at every T <= 4.
+READ_BYTES_RANGE = (32 << 20, 1 << 30)
 
 
 def fma_probe(blocks: int, threads: int, iters: int, chains: int, lanes: int, gpu: bool):
@@ -217,22 +224,29 @@ class ProbePlan:
     stream_bytes: int
 
     @classmethod
-    def for_target(cls, target, multiprocessors: int | None = None) -> ProbePlan:
-        if target.kind.name == "cuda":
+    def for_target(cls, target, multiprocessors: int | None = None, read_bytes: float | None = None) -> ProbePlan:
+        """``read_bytes``: the working set of what the roofline judges (the bytes a case moves), which the read
+        probe then reads (within ``READ_BYTES_RANGE``); None: ``PROBE_BYTES``."""
+        gpu = target.kind.name == "cuda"
+        stream_bytes = (PROBE_BYTES["gpu" if gpu else "cpu"] if read_bytes is None
+                        else int(min(max(read_bytes, READ_BYTES_RANGE[0]), READ_BYTES_RANGE[1])))
+        if gpu:
             sms = multiprocessors or device_for(target).multi_processor_count
-            return cls(True, sms * 8, 256, 1, 8, 20_000, sms * 8, 1024, PROBE_BYTES["gpu"])
+            return cls(True, sms * 8, 256, 1, 8, 20_000, sms * 8, 1024, stream_bytes)
         cores = int(target.attrs.get("num-cores", os.cpu_count() or 1))
-        return cls(False, cores, 1, cpu_isa(target).fp32_lanes, 12, 100_000, cores, 64, PROBE_BYTES["cpu"])
+        return cls(False, cores, 1, cpu_isa(target).fp32_lanes, 12, 100_000, cores, 64, stream_bytes)
 
     def stream_shapes(self) -> tuple[StreamShape, ...]:
-        """The read probes raced for the bandwidth: on a CPU, 2 to 8 vectors of partial sums, 1, 2 or 4 address
-        streams, unrolled, beside the plain one; a GPU's coalesced sum has one shape. A contender that reads faster
-        than all of them would make the roofline a wrong probe, not a kernel over 100 %."""
+        """The read probes raced for the bandwidth: on a CPU, 1 to 4 vectors of partial sums in 2 to 16 address
+        streams (4 to 16 vectors in all), unrolled, beside the plain one; a GPU's coalesced sum has one shape. A
+        contender that reads faster than all of them would make the roofline a wrong probe, not a kernel over
+        100 %: at 4 streams at most, the FLASH logits at T = 1 read 132 MB faster than the probe on a Xeon whose
+        reads scale to 8 streams (4 x 2 vectors: 35 GB/s; 8 x 1: 50)."""
         plain = StreamShape(self.stream_lanes)
         if self.gpu:
             return (plain,)
-        return (plain, *(StreamShape(vectors * self.lanes, streams, 4) for vectors in (2, 4, 8)
-                         for streams in (1, 2, 4) if vectors * streams <= 8))
+        return (plain, *(StreamShape(vectors * self.lanes, streams, 4) for vectors in (1, 2, 4)
+                         for streams in (2, 4, 8, 16) if 4 <= vectors * streams <= 16))
 
     def stream_steps(self, shape: StreamShape) -> int:
         return self.stream_bytes // 4 // self.stream_parallel // shape.streams // shape.lanes
@@ -287,6 +301,10 @@ class StreamProbe:
     about a second of every bench and profile."""
 
     RACE_ROUNDS = 3
+    # What a sample reads, in as many reads of the buffer as it takes: a bench times it between contenders that
+    # evict it from the cache, and two reads of a 132 MB buffer came out 10 % slower than twenty (the first
+    # reads after a switch run colder), while the kernel beside it is timed over about 50 ms of calls
+    SAMPLE_BYTES = 2 << 30
 
     def __init__(self, target, plan: ProbePlan | None = None):
         self.plan = plan or ProbePlan.for_target(target)
@@ -308,14 +326,15 @@ class StreamProbe:
                                  self.dev)
         return kernel, a, out
 
-    def _gbs(self, probe, repeat: int) -> float:
+    def _gbs(self, probe, repeat: int, reads: int = 2) -> float:
         kernel, a, out = probe
-        t = kernel.time_evaluator("main", self.dev, number=2, repeat=repeat)(a, out)
+        t = kernel.time_evaluator("main", self.dev, number=reads, repeat=repeat)(a, out)
         return math.prod(a.shape) * 4 / min(t.results) / 1e9
 
     def gbs(self, repeat: int = 1) -> float:
-        """GB/s of the best of ``repeat`` samples (two reads of the buffer each) of the chosen probe."""
-        return self._gbs(self._run, repeat)
+        """GB/s of the best of ``repeat`` samples of the chosen probe, each reading ``SAMPLE_BYTES`` (at least two
+        reads of the buffer)."""
+        return self._gbs(self._run, repeat, max(2, self.SAMPLE_BYTES // self.plan.stream_bytes))
 
     def describe(self) -> str:
         others = f", the fastest of {len(self.raced)} shapes" if len(self.raced) > 1 else ""
@@ -327,9 +346,12 @@ class CopyProbe:
     device-to-device copy of ``mib`` MiB, counting the bytes read and written. A copy also writes, so on a CPU it
     reads lower than ``stream_read``'s sum; on a GPU the two agree within a few percent. By default as much as
     the read probe reads (``PROBE_BYTES``): on a CPU it copied 1 GiB for the same GB/s, and filling it took 1-12 s
-    of every bench of an artifact or a module file."""
+    of every bench of an artifact or a module file. ``read_bytes`` (a case's working set) sizes it as it sizes the
+    read probe: source and destination together hold that much."""
 
-    def __init__(self, dev, mib: int | None = None):
+    def __init__(self, dev, mib: int | None = None, read_bytes: float | None = None):
+        if read_bytes is not None:
+            mib = int(min(max(read_bytes, READ_BYTES_RANGE[0]), READ_BYTES_RANGE[1])) >> 21
         mib = mib or PROBE_BYTES["cpu" if dev.type == "cpu" else "gpu"] >> 20
         n = (mib << 20) // 4
         self.dev, self.mib = dev, mib
@@ -350,11 +372,13 @@ class CopyProbe:
         return 2 * math.prod(self._src.shape) * 4 / best / 1e9
 
 
-def measure_probes(target, rounds: int = 5, stream: StreamProbe | None = None) -> Probes:
+def measure_probes(target, rounds: int = 5, stream: StreamProbe | None = None,
+                   read_bytes: float | None = None) -> Probes:
     """The FP32 FMA peak, the dot-product peaks the target has, and the read bandwidth of the target device, by
-    our own TVM kernels (best of ``rounds``; of ``COMPUTE_REPEATS * rounds`` for the short compute probes)."""
+    our own TVM kernels (best of ``rounds``; of ``COMPUTE_REPEATS * rounds`` for the short compute probes); the
+    read probe ``stream``, or one reading ``read_bytes`` (``ProbePlan.for_target``)."""
     dev = device_for(target)
-    plan = ProbePlan.for_target(target)
+    plan = stream.plan if stream is not None else ProbePlan.for_target(target, read_bytes=read_bytes)
     fma = plan.build_fma(target).jit()
     workers = plan.blocks * plan.threads
     a = tvm.runtime.tensor(np.full((workers, plan.lanes), 0.999, np.float32), dev)

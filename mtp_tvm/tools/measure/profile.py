@@ -243,14 +243,15 @@ def _module_with(mods, symbol: str):
     return None
 
 
-_PROBES: dict[str, Probes] = {}
+_PROBES: dict[tuple[str, int | None], Probes] = {}
 
 
-def probes_for(target) -> Probes:
-    """``measure_probes(target)``, once per target and process."""
-    key = json.dumps(target_json(target), sort_keys=True)
+def probes_for(target, read_bytes: float | None = None) -> Probes:
+    """``measure_probes(target)``, its read probe reading ``read_bytes`` (a working set, to the MiB), once per
+    target, size and process."""
+    key = (json.dumps(target_json(target), sort_keys=True), None if read_bytes is None else int(read_bytes) >> 20)
     if key not in _PROBES:
-        _PROBES[key] = measure_probes(target)
+        _PROBES[key] = measure_probes(target, read_bytes=read_bytes)
     return _PROBES[key]
 
 
@@ -289,7 +290,8 @@ def profile(compiled: CompiledCase, inputs: dict | None = None, options: Profile
             samples[i].append(run())
     medians = [statistics.median(v) for v in samples]
     main_ms = medians[0]
-    probes = probes if probes is not None else probes_for(tgt)
+    # the read probe reads the largest call's working set: the bandwidth depends on it where the cache is large
+    probes = probes if probes is not None else probes_for(tgt, max((c.bytes for c in calls), default=None))
     gemms = assign_gemms(compiled, calls)
     used = kinds_used(instruction_mix(compiled)) if gemms else set()  # what the GEMMs run on in this code
     peaks = probes.peaks or {FMA: probes.peak_gflops}
