@@ -34,15 +34,15 @@ from tvm import s_tir
 from tvm.s_tir.schedule import Trace
 
 from ...compiler import driver
-from ...compiler.options import EITHER, BuildSpec, DebugOptions, Spec, split_options
+from ...compiler.options import BuildSpec, DebugOptions, Spec, split_options
 from ...contract.cases import get_case
-from ...ir.module_file import load_module_file
 from ...passes.target import target_json
 from ...schedule.bf16_dot import register_dot_intrinsics
 from ...schedule.steps import fresh_copy
 from ...support.errors import MtpError, UsageError, last_line
 from ...verify.golden_check import GoldenOptions, Provenance, golden_check, seeded_golden
 from ...verify.module_golden import golden_check_module, module_golden
+from ...verify.subject import CaseSubject, Subject, subject_of
 from ...verify.tolerances import ModuleTolerance, RatioTolerance, Tolerance
 from .search import BisectSearch
 
@@ -179,14 +179,14 @@ def _golden(spec: BuildSpec, seed: int) -> tuple[dict, dict]:
     return seeded_golden(get_case(spec.case), spec.shapes(), seed)
 
 
-def bisect_passes(spec: Spec | str | os.PathLike | None = None, debug: DebugOptions | None = None, *, seed: int = 0,
-                  tolerance: Tolerance | RatioTolerance | ModuleTolerance | Mapping | None = None,
+def bisect_passes(spec: Spec | Subject | str | os.PathLike | None = None, debug: DebugOptions | None = None, *,
+                  seed: int = 0, tolerance: Tolerance | RatioTolerance | ModuleTolerance | Mapping | None = None,
                   search: BisectSearch | str = BisectSearch.BINARY, progress=None, **options) -> BisectResult:
     """Name the first optional pass after which the golden check fails (see the module docstring), of a case
     (``BuildSpec``: its seeded inputs of ``seed`` against torch) or of a module file (its path, a ``ModuleSpec``
     or ``module=``: its example inputs against its reference, computed once; ``tolerance`` a ``ModuleTolerance``)
     as ``check`` judges it (``tolerance``: as ``check``'s, a ``Tolerance`` for either). Keywords as for ``compile``."""
-    spec, debug = split_options(spec, debug, options, "bisect_passes", EITHER)
+    subject, debug = subject_of(spec, debug, options, "bisect_passes")
     search = BisectSearch.parse(search, "search")
     if debug.bisect_limit is not None:
         raise UsageError("bisect chooses the bisect limit itself; drop it")
@@ -194,15 +194,15 @@ def bisect_passes(spec: Spec | str | os.PathLike | None = None, debug: DebugOpti
     def recheck(d: DebugOptions):
         from ..check.check import check
 
-        return check(spec, d, seed=seed, tolerance=tolerance, log=lambda *_: None)
+        return check(subject, d, seed=seed, tolerance=tolerance, log=lambda *_: None)
 
-    if isinstance(spec, BuildSpec):
-        options, golden = GoldenOptions.judging(seed, tolerance), _golden(spec, seed)
-        return _bisect_gate(lambda d: driver.compile(spec, d),
-                            lambda build: _verdict(build, golden, options), debug, search, progress, recheck)
+    if isinstance(subject, CaseSubject):
+        options, golden = GoldenOptions.judging(seed, tolerance), _golden(subject.spec, seed)
+        return _bisect_gate(subject.build, lambda build: _verdict(build, golden, options), debug, search, progress,
+                            recheck)
     if seed:
         raise UsageError("a module file runs on its example_inputs(): seed does not apply to its bisect")
-    tolerance, loaded, expected = ModuleTolerance.of(tolerance), load_module_file(spec.module), {}
+    tolerance, expected = subject.tolerance(tolerance), {}
 
     def verdict(build) -> tuple[Verdict, str]:
         try:
@@ -214,7 +214,7 @@ def bisect_passes(spec: Spec | str | os.PathLike | None = None, debug: DebugOpti
         result = golden_check_module(c, tolerance, lambda *_: None, expected)
         return (Verdict.PASS, "") if result.passed else (Verdict.FAIL, "fails: " + ", ".join(result.failed_outputs))
 
-    return _bisect_gate(lambda d: driver.compile(spec, d, loaded=loaded), verdict, debug, search, progress, recheck)
+    return _bisect_gate(subject.build, verdict, debug, search, progress, recheck)
 
 
 def _bisect_gate(build: Callable[[DebugOptions], object], verdict_of: Callable[[Callable], tuple[str, str]],

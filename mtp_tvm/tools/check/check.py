@@ -17,13 +17,12 @@ from collections.abc import Mapping
 from ...artifact.export import build_target, parse_archs
 from ...compiler.arrays import to_numpy
 from ...compiler.compiled import Compiled, finish_run
-from ...compiler.driver import CompiledCase, compile_open
+from ...compiler.driver import CompiledCase
 from ...compiler.module_build import CompiledModule
-from ...compiler.options import EITHER, BuildSpec, DebugOptions, ModuleSpec, Spec, split_options
+from ...compiler.options import BuildSpec, DebugOptions, Spec
 from ...compiler.runtime import threads_wanted
 from ...compiler.tensors import to_host
 from ...instrument.run_folder import retention, update_index
-from ...ir.module_file import load_module_file
 from ...passes.plugins import extra_pass_names, resolve_extra_passes
 from ...passes.target import require_runs_here, resolve_target, target_json
 from ...support.errors import MtpError, UsageError
@@ -39,6 +38,7 @@ from ...verify.golden_check import (
 )
 from ...verify.module_golden import golden_check_module, module_golden
 from ...verify.results import CheckResult, ProfileReport
+from ...verify.subject import CaseSubject, ModuleSubject, Subject, subject_of
 from ...verify.tolerances import LogitsTolerance, ModuleTolerance, RatioTolerance, Tolerance
 from ..measure.profile import ProfileOptions, profile_options, write_to_run_folder
 from ..measure.profile import profile as profile_main
@@ -48,17 +48,18 @@ from .localize import localize_failure
 from .repro import ReproRecord, write_repro
 
 
-def check(spec: Spec | str | os.PathLike | None = None, debug: DebugOptions | None = None, *, seed: int = 0,
+def check(spec: Spec | Subject | str | os.PathLike | None = None, debug: DebugOptions | None = None, *, seed: int = 0,
           report: str | os.PathLike | None = None,
           tolerance: Tolerance | RatioTolerance | ModuleTolerance | Mapping | None = None,
           logits_tol: LogitsTolerance | Mapping | None = None, perturb_logit: tuple | None = None,
           shapes: Mapping | None = None, profile: bool | ProfileOptions = False, nan_check: bool = False,
           weights: Mapping | None = None, arch: str | None = None, log=print, **options) -> CheckResult:
-    """Build ``spec`` (keywords: the fields of its spec and of ``DebugOptions``, as for ``compile``), run it and
-    compare its outputs with their golden: a case (``BuildSpec``) on inputs drawn from ``seed``, each stage against
-    torch; a module file (its path, a ``ModuleSpec`` or ``module=``) on its ``example_inputs()`` against its
-    reference (torch eagerly, or the module built for the CPU with no schedule and no optional pass), as
-    ``torch.testing.assert_close`` with its default tolerances per dtype.
+    """Build ``spec`` (a ``verify.subject.Subject``, or what makes one; keywords: the fields of its spec and of
+    ``DebugOptions``, as for ``compile``), run it and compare its outputs with their golden: a case (``BuildSpec``)
+    on inputs drawn from ``seed``, each stage against torch; a module file (its path, a ``ModuleSpec`` or
+    ``module=``) on its ``example_inputs()`` against its reference (torch eagerly, or the module built for the CPU
+    with no schedule and no optional pass), as ``torch.testing.assert_close`` with its default tolerances per
+    dtype.
 
     ``tolerance``: a ``Tolerance`` (the fields given replace those of every comparison: a case's outputs, its
     LM-head logits unless ``logits_tol`` is given, a module file's outputs; ``exact``: bitwise equality); or a
@@ -79,20 +80,21 @@ def check(spec: Spec | str | os.PathLike | None = None, debug: DebugOptions | No
     (``result.nan_origin``). A failing check that dumps also compares every kernel call with a ``schedule=none``
     build and writes ``kernel_repro/`` beside ``repro/`` (``tools/check/localize.py``).
     """
-    spec, debug = split_options(spec, debug, options, "check", EITHER)
+    subject, debug = subject_of(spec, debug, options, "check")
     validate_check_args(seed, report, log)
-    if isinstance(spec, ModuleSpec):
+    if isinstance(subject, ModuleSubject):
         _refuse_given("a module file runs on its example inputs against its reference", logits_tol=logits_tol,
                       perturb_logit=perturb_logit, weights=weights, arch=arch)
-        judge = ModuleCheck.of(spec, tolerance, shapes, seed)
+        judge = ModuleCheck.of(subject, tolerance, shapes, seed)
     else:
         _refuse_given("a case is sized by its preset and tokens", shapes=shapes)
         if arch is not None:
-            spec = dataclasses.replace(spec, target=build_target(spec.target, parse_archs(arch)))
-        judge = CaseCheck(spec, _golden_options(spec, seed, tolerance, logits_tol, perturb_logit), weights)
+            subject = subject.rebuilt(dataclasses.replace(subject.spec, target=build_target(subject.spec.target,
+                                                                                             parse_archs(arch))))
+        judge = CaseCheck(subject, _golden_options(subject.spec, seed, tolerance, logits_tol, perturb_logit), weights)
     threads_wanted()  # a bad TVM_NUM_THREADS fails before the build, not after it
     profiling = profile_options(profile)
-    require_runs_here(spec.resolved_target)
+    require_runs_here(subject.spec.resolved_target)
     compiled = judge.build(debug, log)
     with checking(compiled):
         result = _check_built(compiled, judge, debug, profiling, nan_check, log)
@@ -112,7 +114,7 @@ class CaseCheck:
     """How a case is checked (``GoldenOptions``, the weights given); the seeded inputs and goldens are drawn once
     it is built (``golden``). ``ModuleCheck`` is a module file's."""
 
-    spec: BuildSpec
+    subject: CaseSubject
     options: GoldenOptions
     weights: Mapping | None
     golden: tuple[dict, dict] | None = None
@@ -130,9 +132,8 @@ class CaseCheck:
         return self.golden[0]
 
     def build(self, debug: DebugOptions, log) -> CompiledCase:
-        s = self.spec
-        log(f"[BUILD] case={s.case} preset={s.preset} frontend={s.frontend} schedule={s.schedule}")
-        return compile_open(s, debug)
+        log(f"[BUILD] {self.subject.describe()}")
+        return self.subject.build(debug, open_run=True)
 
     def verdict(self, compiled: CompiledCase, log) -> CheckResult:
         c, s = compiled.case, compiled.shapes
@@ -190,7 +191,7 @@ class ModuleCheck:
     verdict computed them (``expected``: kept for the reproducer, so a TVMScript module's reference build runs
     once)."""
 
-    spec: ModuleSpec
+    subject: ModuleSubject
     tolerance: ModuleTolerance
     shapes: Mapping | None
     seed: int
@@ -198,19 +199,18 @@ class ModuleCheck:
     expected: dict | None = None
 
     @classmethod
-    def of(cls, spec: ModuleSpec, tolerance, shapes: Mapping | None, seed: int) -> ModuleCheck:
+    def of(cls, subject: ModuleSubject, tolerance, shapes: Mapping | None, seed: int) -> ModuleCheck:
         """Refused before the build: a bad tolerance, a seed without shapes."""
-        tolerance = ModuleTolerance.of(tolerance)
+        tolerance = subject.tolerance(tolerance)
         if seed and not shapes:
             raise UsageError("a module file runs on its example_inputs(): a seed draws inputs only at another --shape")
-        return cls(spec, tolerance, dict(shapes) if shapes else None, seed)
+        return cls(subject, tolerance, dict(shapes) if shapes else None, seed)
 
     def build(self, debug: DebugOptions, log) -> CompiledModule:
-        log(f"[BUILD] module={self.spec.module} schedule={self.spec.schedule}")
-        with phase("build"):
-            loaded = load_module_file(self.spec.module)
+        log(f"[BUILD] {self.subject.describe()}")
+        loaded = self.subject.loaded
         self.inputs = loaded.inputs_at(self.shapes, self.seed) if self.shapes else loaded.examples  # before the build
-        return compile_open(self.spec, debug, loaded=loaded)
+        return self.subject.build(debug, open_run=True)
 
     def verdict(self, compiled: CompiledModule, log) -> CheckResult:
         sized = self.inputs if self.shapes else None

@@ -29,9 +29,9 @@ from collections.abc import Mapping
 import numpy as np
 
 from ...compiler.compiled import finish_run
-from ...compiler.driver import CompiledCase, compile, compile_open
+from ...compiler.driver import CompiledCase
 from ...compiler.module_build import CompiledModule
-from ...compiler.options import EITHER, BuildSpec, DebugOptions, ModuleSpec, split_options
+from ...compiler.options import BuildSpec, DebugOptions, ModuleSpec
 from ...contract.cases import validate_seed
 from ...instrument.run_folder import update_index
 from ...ir.model import FRONTENDS
@@ -42,7 +42,7 @@ from ...support.atomic_file import write_user_file
 from ...support.errors import UsageError
 from ...support.text_table import text_table
 from ...verify.comparators import Comparison, ratio_allclose
-from ...verify.module_golden import assert_close
+from ...verify.subject import CaseSubject, ModuleSubject, Subject, subject_for, subject_of
 from ...verify.tolerances import ModuleTolerance, RatioTolerance, Tolerance
 from .kernel_calls import PARAM, KernelCall, NanOrigin, nan_origin, record
 from .kernel_repro import KERNEL_REPRO_DIR, write_kernel_repro
@@ -355,78 +355,58 @@ def _describe(c) -> str:
     return f"frontend={c.frontend} schedule={c.schedule} target={c.target.kind.name}" + (f" {debug}" if debug else "")
 
 
-def localize(spec: BuildSpec | ModuleSpec | str | os.PathLike | None = None, debug: DebugOptions | None = None, *,
-             against: str | Against | None = None, seed: int = 0,
+def localize(spec: Subject | BuildSpec | ModuleSpec | str | os.PathLike | None = None,
+             debug: DebugOptions | None = None, *, against: str | Against | None = None, seed: int = 0,
              tolerance: Tolerance | RatioTolerance | ModuleTolerance | Mapping | None = None,
              max_mb: float | None = None, kernel_repro: bool = True, log=print,
              **options) -> LocalizeResult | TorchLocalizeResult:
-    """Build ``spec`` with ``debug`` (keywords as for ``compile``) and the reference ``against`` names, compare
-    every kernel call on the inputs of ``seed``, and for the first differing call write ``kernel_repro/``
-    (``tools/check/kernel_repro.py``) into the test build's run folder (a new one under ``dumps/`` when not
-    dumping). A module file (its path, a ``ModuleSpec`` or ``module=``) runs on its example inputs, each output
-    judged by ``tolerance`` as ``check`` judges the file's (``assert_close``); without ``against``, its reference
-    is eager torch op by op, and the first op that differs is named with its source line."""
-    spec, debug = split_options(spec, debug, options, "localize", EITHER)
-    if isinstance(spec, ModuleSpec):
-        return _localize_module_file(spec, debug, against, seed, ModuleTolerance.of(tolerance), max_mb,
-                                     kernel_repro, log)
-    if against is None:
+    """Build ``spec`` (a ``verify.subject.Subject``, or what makes one) with ``debug`` (keywords as for
+    ``compile``) and the reference ``against`` names, compare every kernel call on the inputs of ``seed``, and for
+    the first differing call write ``kernel_repro/`` (``tools/check/kernel_repro.py``) into the test build's run
+    folder (a new one under ``dumps/`` when not dumping). A module file (its path, a ``ModuleSpec`` or ``module=``)
+    runs on its example inputs, each output judged by ``tolerance`` as ``check`` judges the file's
+    (``assert_close``); without ``against``, its reference is eager torch op by op, and the first op that differs
+    is named with its source line."""
+    subject, debug = subject_of(spec, debug, options, "localize")
+    tolerance = subject.tolerance(tolerance)
+    if isinstance(subject, ModuleSubject):
+        if max_mb is not None:
+            raise UsageError("--localize-max-mb applies to a case; a module file's calls are compared at its example "
+                             "size in one run")
+        if seed:
+            raise UsageError("seed applies to a case; a module file's calls are compared on its example_inputs()")
+        if against is None:
+            require_runs_here(subject.spec.resolved_target)
+            log(f"[BUILD] {subject.describe()}")
+            compiled = subject.build(debug)
+            log("[RUN] example inputs: every kernel call, and torch node by node")
+            return compare_with_torch(compiled, tolerance)
+    elif against is None:
         raise UsageError("localize of a case needs --against KEY=VALUE (the reference build, e.g. schedule=none)")
     against = against if isinstance(against, Against) else Against.parse(against)
-    opts = LocalizeOptions(against, seed, RatioTolerance.of(tolerance), max_mb)
-    ref_spec, ref_debug = against.reference(spec)
-    require_runs_here(spec.resolved_target)
+    # a kernel reproducer re-judges its call by ratio_allclose: a module file's (outputs by assert_close) the default
+    opts = LocalizeOptions(against, seed, tolerance if isinstance(tolerance, RatioTolerance) else RatioTolerance(),
+                           max_mb)
+    ref_spec, ref_debug = against.reference(subject.spec)
+    reference_subject = subject.rebuilt(ref_spec)
+    require_runs_here(subject.spec.resolved_target)
     require_runs_here(ref_spec.resolved_target)
-    log(f"[BUILD] reference ({against}): frontend={ref_spec.frontend} schedule={ref_spec.schedule}")
-    reference = compile(ref_spec, ref_debug)
-    log(f"[BUILD] test: case={spec.case} preset={spec.preset} frontend={spec.frontend} schedule={spec.schedule}")
-    test = compile_open(spec, debug)  # its run folder (when dumping) gets the per-call table before it is complete
+    log(f"[BUILD] reference ({against}): {reference_subject.describe()}")
+    reference = reference_subject.build(ref_debug)
+    log(f"[BUILD] test: {subject.describe()}")
+    test = subject.build(debug, open_run=True)  # its run folder (when dumping) gets the per-call table
     try:
-        if reference.shapes != test.shapes:
+        if getattr(reference, "shapes", None) != getattr(test, "shapes", None):
             raise UsageError("the reference build has other sizes than the build under test")
-        log(f"[RUN] seed={seed}: every kernel call of both builds")
-        result = compare_builds(test, reference, opts)
+        log(f"[RUN] {f'seed={seed}' if isinstance(subject, CaseSubject) else 'example inputs'}: every kernel call "
+            "of both builds")
+        result = compare_builds(test, reference, opts, subject.comparison(tolerance))
         if kernel_repro:
             result = _with_kernel_repro(result, test, reference, opts, debug.dump_root)
         _show_in_run(test, result)
     finally:
         finish_run(test)
     return result
-
-
-def _localize_module_file(spec: ModuleSpec, debug: DebugOptions, against, seed: int, tolerance: ModuleTolerance,
-                          max_mb, kernel_repro: bool, log) -> LocalizeResult | TorchLocalizeResult:
-    """``localize`` of a module file: against eager torch op by op, or (``against``) another build of it."""
-    from ...ir.module_file import load_module_file
-
-    if max_mb is not None:
-        raise UsageError("--localize-max-mb applies to a case; a module file's calls are compared at its example "
-                         "size in one run")
-    if seed:
-        raise UsageError("seed applies to a case; a module file's calls are compared on its example_inputs()")
-    require_runs_here(spec.resolved_target)
-    if against is None:
-        log(f"[BUILD] module={spec.module} schedule={spec.schedule}")
-        compiled = compile(spec, debug)
-        log("[RUN] example inputs: every kernel call, and torch node by node")
-        return compare_with_torch(compiled, tolerance)
-    against = against if isinstance(against, Against) else Against.parse(against)
-    ref_spec, ref_debug = against.reference(spec)
-    require_runs_here(ref_spec.resolved_target)
-    user = load_module_file(spec.module)
-    log(f"[BUILD] reference ({against}): schedule={ref_spec.schedule}")
-    reference = compile(ref_spec, ref_debug, loaded=user)
-    log(f"[BUILD] test: module={spec.module} schedule={spec.schedule}")
-    test = compile(spec, debug, loaded=user)
-    log("[RUN] example inputs: every kernel call of both builds")
-    options = LocalizeOptions(against)
-    result = compare_builds(test, reference, options, _module_comparison(tolerance))
-    return _with_kernel_repro(result, test, reference, options, debug.dump_root) if kernel_repro else result
-
-
-def _module_comparison(tolerance: ModuleTolerance):
-    """A module file's outputs compared as ``check --module`` compares them."""
-    return lambda actual, expected: assert_close(actual, expected, tolerance)
 
 
 def _with_kernel_repro(result: LocalizeResult, test, reference, options: LocalizeOptions, root) -> LocalizeResult:
@@ -452,11 +432,12 @@ def localize_failure(test: CompiledCase | CompiledModule, seed: int = 0,
                      tolerance: RatioTolerance | ModuleTolerance = RatioTolerance()) -> LocalizeResult:
     """What a failing ``check --dump-passes`` adds beside ``repro/``: the build it checked against a clean
     ``schedule=none`` build of the same case or module file, and ``kernel_repro/`` for the first differing call."""
-    is_module = isinstance(test, CompiledModule)
-    options = LocalizeOptions(Against(schedule="none"), seed, RatioTolerance() if is_module else tolerance)
+    subject = subject_for(test)
+    options = LocalizeOptions(Against(schedule="none"), seed,
+                              tolerance if isinstance(tolerance, RatioTolerance) else RatioTolerance())
     ref_spec, ref_debug = options.against.reference(test.spec)
-    reference = compile(ref_spec, ref_debug, **({"loaded": test.module_file} if is_module else {}))
-    result = compare_builds(test, reference, options, _module_comparison(tolerance) if is_module else None)
+    reference = subject.rebuilt(ref_spec).build(ref_debug)
+    result = compare_builds(test, reference, options, subject.comparison(tolerance))
     if result.first is not None:
         result = dataclasses.replace(result, kernel_repro_dir=str(write_kernel_repro(result, test, reference,
                                                                                      options)))

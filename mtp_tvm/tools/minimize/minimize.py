@@ -30,15 +30,15 @@ from pathlib import Path
 import numpy as np
 
 from ...compiler.arrays import to_numpy
-from ...compiler.driver import compile
-from ...compiler.options import MODULE_FILES, DebugOptions, ModuleSpec, split_options
+from ...compiler.options import MODULE_FILES, DebugOptions, ModuleSpec
 from ...ir.graph_nodes import ExportedGraph, node_values
-from ...ir.module_file import TORCH, load_module_file, to_torch
+from ...ir.module_file import TORCH, to_torch
 from ...passes.target import require_runs_here
 from ...support.atomic_file import write_user_file
 from ...support.errors import BuildError, MtpError, UsageError
 from ...support.lazy import lazy_module
 from ...verify.module_golden import golden_check_module
+from ...verify.subject import ModuleSubject, subject_of
 from ...verify.tolerances import ModuleTolerance, Tolerance
 from ..check.torch_reference import compare_with_torch
 
@@ -207,27 +207,27 @@ def _ancestors(graph: ExportedGraph, name: str) -> list[str]:
     return [n for n in graph.nodes if n in seen]
 
 
-def minimize_module(module: str | Path | ModuleSpec | None = None, debug: DebugOptions | None = None, *,
+def minimize_module(module: str | Path | ModuleSpec | ModuleSubject | None = None, debug: DebugOptions | None = None, *,
                     tolerance: Tolerance | ModuleTolerance | Mapping | None = None, out: str | Path | None = None,
                     log=print, **options) -> MinimizeResult:
     """Cut the module file ``module``'s exported graph down to the smallest piece whose ``check`` (same
     keywords: ``target``, ``schedule``, the fields of ``DebugOptions``; ``tolerance``) still fails, or whose build
     fails as the file's does, and write it to ``out`` (default ``<file>_min.py`` in the current folder) as a module
     file."""
-    spec, debug = split_options(module, debug, options, "minimize_module", MODULE_FILES)
-    tolerance = ModuleTolerance.of(tolerance)
+    subject, debug = subject_of(module, debug, options, "minimize_module", MODULE_FILES)
+    spec, tolerance = subject.spec, subject.tolerance(tolerance)
     out = Path(out) if out is not None else Path.cwd() / f"{Path(spec.module).stem}_min.py"
     if out.suffix != ".py":
         raise UsageError(f"--out {out}: a module file must end in .py")
     require_runs_here(spec.resolved_target)
     t0 = time.perf_counter()
-    user = load_module_file(spec.module)
+    user = subject.loaded
     if user.kind != TORCH or user.graph is None:
         raise UsageError(f"minimize cuts a torch model's exported graph: {user.path.name} defines module() (a "
                          "TVMScript module)")
-    log(f"[BUILD] module={spec.module}: localize the first op that differs from torch")
+    log(f"[BUILD] {subject.describe()}: localize the first op that differs from torch")
     try:
-        first, build_fails = compare_with_torch(compile(spec, debug, loaded=user), tolerance).first, None
+        first, build_fails = compare_with_torch(subject.build(debug), tolerance).first, None
     except BuildError as e:
         first, build_fails = None, _build_failure(e)
         log(f"[MINIMIZE] its build fails {e.place or ''}: keep that failure ({e.cause})")
@@ -284,8 +284,7 @@ class _Pieces:
         path = self.folder / f"piece{self.tries}.py"
         try:
             path.write_text(self.source(keep))
-            piece = load_module_file(path)
-            built = compile(dataclasses.replace(self.spec, module=path), self.debug, loaded=piece)
+            built = ModuleSubject(dataclasses.replace(self.spec, module=path)).build(self.debug)
             passed = self.build_fails is not None or golden_check_module(built, self.tolerance, lambda *_: None).passed
         except BuildError as e:
             same = self.build_fails is not None and _build_failure(e) == self.build_fails
