@@ -19,6 +19,7 @@ from mtp_tvm.tools.check.kernel_repro import kernel_script, rerun_kernels
 from mtp_tvm.tools.check.localize import Against, localize
 from mtp_tvm.tools.check.repro import save_arrays
 from mtp_tvm.verify.results import NanReport
+from mtp_tvm.verify.subject import CaseSubject
 
 INT32 = EXAMPLES / "int32_logits_accumulator.py"
 NAN = EXAMPLES / "nan_in_rms_norm.py"
@@ -140,8 +141,9 @@ def test_against_parses_several_keys_and_drops_the_test_builds_debugging_changes
     a = Against.parse('schedule=none,disable-pass=tirx.UnrollLoop,disable-pass=s_tir.X,target={"kind": "llvm"}')
     assert a.schedule == "none" and a.disable_passes == ("tirx.UnrollLoop", "s_tir.X")
     assert a.target == '{"kind": "llvm"}'
-    spec, debug = Against.parse("frontend=relax").reference(mtp_tvm.compiler.options.BuildSpec(preset="tiny"))
-    assert spec.frontend == "relax" and spec.preset == "tiny"
+    subject = CaseSubject(mtp_tvm.compiler.options.BuildSpec(preset="tiny"))
+    reference, debug = Against.parse("frontend=relax").reference(subject)
+    assert reference.spec.frontend == "relax" and reference.spec.preset == "tiny"
     assert debug.extra_passes is None and debug.disable_passes == () and debug.bisect_limit is None
     with pytest.raises(UsageError, match="max-mb"):
         localize(case="tail", preset="tiny", against="schedule=none", max_mb=0, **QUIET)

@@ -55,3 +55,13 @@ def test_a_module_file_is_loaded_once_per_command(monkeypatch):
     assert result.first is None and len(loads) == 1
     assert mtp_tvm.check(subject, log=lambda *_: None).passed and len(loads) == 1
     assert mtp_tvm.check(str(TORCH_EXAMPLE), log=lambda *_: None).passed and len(loads) == 2  # a new command
+
+
+def test_tune_takes_a_module_file_as_its_subject_or_as_its_option_not_both():
+    from mtp_tvm.tools.tune.options import TuneOptions
+    from mtp_tvm.tools.tune.tune import tune
+
+    with pytest.raises(UsageError, match="module file twice"):
+        tune(str(TORCH_EXAMPLE), TuneOptions(module=str(TORCH_EXAMPLE)))
+    with pytest.raises(UsageError, match="a module file takes module, target, schedule"):
+        tune(None, TuneOptions(module=str(TORCH_EXAMPLE)), preset="tiny")  # a case's knob cannot apply

@@ -47,8 +47,8 @@ from ..artifact.manifest import (
 )
 from ..artifact.module_artifact import module_identity
 from ..compiler.compiled import Compiled
-from ..compiler.driver import CompiledCase, compile
-from ..compiler.options import EITHER, DebugOptions, ModuleSpec, Spec, require_path, split_options
+from ..compiler.driver import CompiledCase
+from ..compiler.options import DebugOptions, Spec, require_path
 from ..contract.cases import validate_seed
 from ..passes.codegen import write_assembly
 from ..passes.target import (
@@ -73,6 +73,7 @@ from ..support.errors import BuildError, UsageError, last_line
 from ..support.text_table import text_table
 from ..support.timing import phase
 from ..verify.results import CheckResult
+from ..verify.subject import ModuleSubject, Subject, subject_of
 
 
 def parse_archs(arch: str | list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
@@ -315,25 +316,25 @@ def export(compiled: Compiled, out: str | os.PathLike | None, archs: tuple[str, 
     return Built(Path(out) if written else None, manifest, result, compiled)
 
 
-def build(out: str | os.PathLike | None, spec: Spec | str | os.PathLike | None = None,
+def build(out: str | os.PathLike | None, spec: Spec | Subject | str | os.PathLike | None = None,
           debug: DebugOptions | None = None, *, arch: str | list[str] | None = None, force: bool = False,
           check: bool = False, seed: int = 0, log=print, **options) -> Built:
-    """Compile ``spec`` (a case's ``BuildSpec``, or a module file: its path, a ``ModuleSpec`` or ``module=``;
-    keywords: the fields of the spec and of ``DebugOptions``, as for ``compile``; for CUDA, for every arch in
-    ``arch``) and write it to ``out`` (see ``export``); a module file's artifact also holds its example inputs
-    and reference outputs (``artifact.module_artifact``). Refuses an existing ``out`` before compiling, unless
-    ``force``."""
-    spec, debug = split_options(spec, debug, options, "build", EITHER)
+    """Compile ``spec`` (a ``verify.subject.Subject``, or what makes one: a case's ``BuildSpec``, or a module
+    file: its path, a ``ModuleSpec`` or ``module=``; keywords: the fields of the spec and of ``DebugOptions``, as
+    for ``compile``; for CUDA, for every arch in ``arch``) and write it to ``out`` (see ``export``); a module
+    file's artifact also holds its example inputs and reference outputs (``artifact.module_artifact``). Refuses
+    an existing ``out`` before compiling, unless ``force``."""
+    subject, debug = subject_of(spec, debug, options, "build")
     require_path("out", out, optional=True)
     archs = parse_archs(arch)
-    spec = dataclasses.replace(spec, target=build_target(spec.target, archs))
+    subject = subject.rebuilt(dataclasses.replace(subject.spec, target=build_target(subject.spec.target, archs)))
     if out is not None:
         refuse_existing(Path(out), force)
     if check:
         validate_seed(seed)
-        _require_device(spec.resolved_target)
-    identity = module_identity if isinstance(spec, ModuleSpec) else case_identity
-    return export(compile(spec, debug), out, archs=archs, force=force, check=check, seed=seed, log=log,
+        _require_device(subject.spec.resolved_target)
+    identity = module_identity if isinstance(subject, ModuleSubject) else case_identity
+    return export(subject.build(debug), out, archs=archs, force=force, check=check, seed=seed, log=log,
                   identity=identity)
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from ..compiler.options import EITHER, BuildSpec, DebugOptions, ModuleSpec, Spec, split_options
 from ..support.errors import UsageError
 from ..support.timing import phase
-from .comparators import Comparison
+from .comparators import Comparison, ratio_allclose
 from .module_golden import assert_close
 from .tolerances import ModuleTolerance, RatioTolerance, Tolerance
 
@@ -76,28 +76,34 @@ class CaseSubject(Subject):
         return RatioTolerance.of(given)
 
     def comparison(self, tolerance: RatioTolerance) -> Comparing:
-        from .comparators import ratio_allclose
-
         return ratio_allclose(tolerance)
+
+
+class _LoadOnce:
+    """A module file's load, shared by a subject and every rebuild of it: made on first use, then kept."""
+
+    def __init__(self, loaded=None):
+        self.loaded = loaded
 
 
 @dataclasses.dataclass
 class ModuleSubject(Subject):
     """A user's module file (``ModuleSpec``): loaded on first use (``loaded``: the file run in a child process of
-    its own, its exported program, example inputs and reference outputs) and never again for this command."""
+    its own, its exported program, example inputs and reference outputs) and never again for this command: its
+    rebuilds share the load."""
 
     spec: ModuleSpec
-    _loaded: object | None = dataclasses.field(default=None, repr=False)
+    _load: _LoadOnce = dataclasses.field(default_factory=_LoadOnce, repr=False, compare=False)
 
     @property
     def loaded(self):
         """The loaded module file (``ir.module_file.ModuleFile``)."""
-        if self._loaded is None:
+        if self._load.loaded is None:
             from ..ir.module_file import load_module_file
 
             with phase("build"):
-                self._loaded = load_module_file(self.spec.module)
-        return self._loaded
+                self._load.loaded = load_module_file(self.spec.module)
+        return self._load.loaded
 
     def describe(self) -> str:
         return f"module={self.spec.module} schedule={self.spec.schedule}"
@@ -105,7 +111,7 @@ class ModuleSubject(Subject):
     def rebuilt(self, spec: ModuleSpec) -> ModuleSubject:
         if spec.module != self.spec.module:
             raise UsageError(f"a rebuild of {self.spec.module} cannot be of another file ({spec.module})")
-        return ModuleSubject(spec, self.loaded)  # loaded now, so the two builds share one load
+        return ModuleSubject(spec, self._load)
 
     def tolerance(self, given) -> ModuleTolerance:
         return ModuleTolerance.of(given)
@@ -119,8 +125,8 @@ class ModuleSubject(Subject):
 
 def subject_of(spec: Spec | Subject | str | None, debug: DebugOptions | None, options: dict, where: str,
                accepts: tuple[type, ...] = EITHER) -> tuple[Subject, DebugOptions]:
-    """The subject and debugging options of a verb's call (``compiler.options.split_options``'s forms, or a
-    subject already made: the keywords then may only add debugging options)."""
+    """The subject and debugging options of a verb's call: ``compiler.options.split_options``'s forms, or a
+    subject already made (itself, or a rebuild of it where the keywords change its spec)."""
     if isinstance(spec, Subject):
         subject = spec
         spec, debug = split_options(subject.spec, debug, options, where, accepts)
@@ -132,4 +138,4 @@ def subject_of(spec: Spec | Subject | str | None, debug: DebugOptions | None, op
 def subject_for(compiled) -> Subject:
     """The subject a build was made from (a module file's with its load)."""
     module_file = getattr(compiled, "module_file", None)
-    return CaseSubject(compiled.spec) if module_file is None else ModuleSubject(compiled.spec, module_file)
+    return CaseSubject(compiled.spec) if module_file is None else ModuleSubject(compiled.spec, _LoadOnce(module_file))

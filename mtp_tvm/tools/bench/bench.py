@@ -43,7 +43,8 @@ How (``tools/bench/worker.py``):
 Per T: every median ms (TVM's, each peer's); the roofline time ``max(bytes / bandwidth, FLOPs / peak)``, bytes being
 what the case must move (every input read once, every output written once), FLOPs the useful ``2*T*K*N`` of its
 GEMMs (``Stage.gemms``, T the real tokens, not the padded 16), the bandwidth the median of one read-stream probe
-per round, timed just before TVM's batches (a shared machine's bandwidth drifts by tens of percent within a
+per round (reading as many bytes as the case moves at its largest T: ``ProbePlan.for_target``), timed just before
+TVM's batches (a shared machine's bandwidth drifts by tens of percent within a
 minute: a probe once, before the rounds, made fractions above 100 %), the peak that of the instruction each GEMM runs on
 (``gemm_kind``: its operands' dot product, ``vdpbf16ps`` or ``vpdpwssd``/``vpmaddwd``, where the build's assembly
 has it, else the FP32 FMA), combined over the GEMMs by their FLOPs (``roofline_peak``); TVM's fraction of it
@@ -74,12 +75,13 @@ from pathlib import Path
 
 from ...artifact.manifest import is_module_artifact, manifest_spec, read_manifest
 from ...compiler.arrays import to_numpy
-from ...compiler.options import BuildSpec, DebugOptions, ModuleSpec, split_options
+from ...compiler.options import CASES, BuildSpec, DebugOptions, ModuleSpec
 from ...contract.cases import TOKENS, Case, get_case
 from ...contract.presets import Shapes
 from ...passes.target import cpu_isa, is_gpu, require_runs_here, target_json, usable_cores
 from ...support.errors import UsageError
 from ...support.timing import phase
+from ...verify.subject import ModuleSubject, Subject, subject_of
 from ..measure.peaks import FMA, Probes
 from ..measure.profile import Profile, ProfileOptions, profile_options
 from ..measure.roofline import bytes_moved, gemm_work, roofline_peak
@@ -111,7 +113,7 @@ def _portable_debug(debug):
 def _of_module_file(spec, options: BenchOptions, keywords: dict) -> bool:
     """Whether ``bench`` races a module file: its path, a ``ModuleSpec``, ``module=``, or a module file's artifact
     (its manifest says so)."""
-    return (isinstance(spec, (str, os.PathLike, ModuleSpec)) or "module" in keywords
+    return (isinstance(spec, (str, os.PathLike, ModuleSpec, ModuleSubject)) or "module" in keywords
             or (options.artifact is not None and is_module_artifact(options.artifact)))
 
 
@@ -187,7 +189,8 @@ def _plan(spec: BuildSpec | None, options: BenchOptions, debug: DebugOptions | N
         if debug is not None and debug != DebugOptions():
             raise UsageError("bench: an artifact is built already; debugging options (how TVM builds) cannot apply")
         spec = manifest_spec(read_manifest(options.artifact))
-    spec, debug = split_options(spec or BuildSpec(case="logits"), debug, keywords, "bench")
+    subject, debug = subject_of(spec or BuildSpec(case="logits"), debug, keywords, "bench", CASES)
+    spec = subject.spec
     if spec.case not in BENCH_CASES:
         raise UsageError(f"bench case must be one of {', '.join(BENCH_CASES)}, got {spec.case!r}")
     sweep = options.tokens or (spec.shapes().tokens,)
@@ -303,7 +306,7 @@ def _result(plan: _Plan, timed: _Timed) -> BenchResult:
         measured_on=plan.remote or "here")
 
 
-def bench(spec: BuildSpec | ModuleSpec | str | os.PathLike | None = None,
+def bench(spec: Subject | BuildSpec | ModuleSpec | str | os.PathLike | None = None,
           options: BenchOptions | None = None, *, debug: DebugOptions | None = None,
           log: Callable[[str], None] | None = None, weights: dict | None = None,
           **keywords) -> BenchResult:

@@ -31,11 +31,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ...compiler.options import MODULE_FILES, DebugOptions, ModuleSpec, split_options
+from ...compiler.options import MODULE_FILES, DebugOptions, ModuleSpec
 from ...contract.presets import NO_PRESET
 from ...passes.target import cpu_isa, is_gpu, require_runs_here, target_json, usable_cores
 from ...support.errors import MtpError, UsageError
 from ...verify.comparators import flat_outputs
+from ...verify.subject import ModuleSubject, subject_of
 from .options import MODULE_PEERS, BenchOptions
 from .peer_isa import held_to, peer_env
 from .race import Race, cold_cache
@@ -48,7 +49,7 @@ STATE_DICT = "state_dict.pt"
 
 # ---- the race ---------------------------------------------------------------------------------------------
 
-def race_user_model(spec: ModuleSpec | str | os.PathLike | None, options: BenchOptions, *,
+def race_user_model(spec: ModuleSubject | ModuleSpec | str | os.PathLike | None, options: BenchOptions, *,
                     debug: DebugOptions | None = None, log: Callable[[str], None] | None = None,
                     **keywords) -> BenchResult:
     """``bench``'s race of a module file: build it (keywords: ``module``, ``target``, ``schedule`` and the fields of
@@ -58,7 +59,8 @@ def race_user_model(spec: ModuleSpec | str | os.PathLike | None, options: BenchO
     the manifest names while its sha256 is the one built (else they are unavailable, with why)."""
     artifact = options.artifact
     if artifact is None:
-        spec, debug = split_options(spec, debug, keywords, "bench", MODULE_FILES)
+        subject, debug = subject_of(spec, debug, keywords, "bench", MODULE_FILES)
+        spec = subject.spec
     elif spec is not None or keywords:
         raise UsageError("bench() takes a module file (with target, schedule) or a module artifact, not both")
     elif debug is not None and debug != DebugOptions():
@@ -73,7 +75,7 @@ def race_user_model(spec: ModuleSpec | str | os.PathLike | None, options: BenchO
     threads = options.threads or usable_cores()
     with tempfile.TemporaryDirectory(prefix="mtp-bench-module-") as tmp, contextlib.ExitStack() as running:
         folder = Path(tmp)
-        build = _build(spec, debug, folder) if artifact is None else prebuilt
+        build = _build(subject, debug, folder) if artifact is None else prebuilt
         race = Race(folder, threads, (EXAMPLE,), running, log, where=lambda _size: "on the example inputs")
         race.start(TVM, TvmJob(None, options.number, artifact=str(build.artifact)))
         _start_peers(race, build, options, folder, "cuda" if is_gpu(tgt) else "cpu", threads, peers_held_to)
@@ -103,12 +105,12 @@ class _Build:
     no_peers: str | None = None
 
 
-def _build(spec: ModuleSpec, debug: DebugOptions, folder: Path) -> _Build:
+def _build(subject: ModuleSubject, debug: DebugOptions, folder: Path) -> _Build:
     from ...artifact.export import build
     from ...artifact.module_reference import REFERENCE_OUTPUTS
     from ...compiler.arrays import read_npz
 
-    built = build(folder / "artifact", spec, debug, log=lambda *_: None)
+    built = build(folder / "artifact", subject, debug, log=lambda *_: None)
     user = built.compiled.module_file
     outputs = built.manifest["outputs"]
     reference = read_npz(built.path / REFERENCE_OUTPUTS, {n: s["dtype"] for n, s in outputs.items()})

@@ -88,24 +88,24 @@ class Against:
                 fields[key.replace("-", "_")] = value
         return cls(**fields)
 
-    def reference(self, spec):
-        """The reference build: ``spec`` (a ``BuildSpec``, or a module file's ``ModuleSpec``) with the fields named
-        here, and only the debugging changes named here (a mistyped frontend, schedule, target or plugin is a
-        one-line error before anything is built)."""
-        if self.frontend is not None and not hasattr(spec, "frontend"):
+    def reference(self, subject: Subject) -> tuple[Subject, DebugOptions]:
+        """The reference build: ``subject`` rebuilt with the fields named here, and only the debugging changes
+        named here (a mistyped frontend, schedule, target or plugin is a one-line error before anything is
+        built)."""
+        if self.frontend is not None and isinstance(subject, ModuleSubject):
             raise UsageError(f"--against frontend={self.frontend}: a module file is imported one way; compare "
                              "another target, schedule or pass set")
-        ref = dataclasses.replace(spec, **{k: getattr(self, k) for k in ("target", "frontend", "schedule")
-                                           if getattr(self, k) is not None})
-        if hasattr(ref, "frontend") and ref.frontend not in FRONTENDS:
+        ref = dataclasses.replace(subject.spec, **{k: getattr(self, k) for k in ("target", "frontend", "schedule")
+                                                   if getattr(self, k) is not None})
+        if isinstance(subject, CaseSubject) and ref.frontend not in FRONTENDS:
             raise UsageError(f"--against frontend={ref.frontend}: choose one of {', '.join(FRONTENDS)}")
         try:
             validate_schedule(ref.schedule, ref.resolved_target)
             plugin = load_pass_plugin(self.pass_plugin) if self.pass_plugin else None
         except UsageError as e:
             raise UsageError(f"--against {self}: {e}") from None
-        return ref, DebugOptions(disable_passes=self.disable_passes, bisect_limit=self.bisect_limit,
-                                 extra_passes=plugin)
+        return subject.rebuilt(ref), DebugOptions(disable_passes=self.disable_passes, bisect_limit=self.bisect_limit,
+                                                  extra_passes=plugin)
 
     def __str__(self) -> str:
         parts = [f"{k}={getattr(self, k)}" for k in ("target", "frontend", "schedule") if getattr(self, k)]
@@ -387,10 +387,9 @@ def localize(spec: Subject | BuildSpec | ModuleSpec | str | os.PathLike | None =
     # a kernel reproducer re-judges its call by ratio_allclose: a module file's (outputs by assert_close) the default
     opts = LocalizeOptions(against, seed, tolerance if isinstance(tolerance, RatioTolerance) else RatioTolerance(),
                            max_mb)
-    ref_spec, ref_debug = against.reference(subject.spec)
-    reference_subject = subject.rebuilt(ref_spec)
+    reference_subject, ref_debug = against.reference(subject)
     require_runs_here(subject.spec.resolved_target)
-    require_runs_here(ref_spec.resolved_target)
+    require_runs_here(reference_subject.spec.resolved_target)
     log(f"[BUILD] reference ({against}): {reference_subject.describe()}")
     reference = reference_subject.build(ref_debug)
     log(f"[BUILD] test: {subject.describe()}")
@@ -435,8 +434,8 @@ def localize_failure(test: CompiledCase | CompiledModule, seed: int = 0,
     subject = subject_for(test)
     options = LocalizeOptions(Against(schedule="none"), seed,
                               tolerance if isinstance(tolerance, RatioTolerance) else RatioTolerance())
-    ref_spec, ref_debug = options.against.reference(test.spec)
-    reference = subject.rebuilt(ref_spec).build(ref_debug)
+    reference_subject, ref_debug = options.against.reference(subject)
+    reference = reference_subject.build(ref_debug)
     result = compare_builds(test, reference, options, subject.comparison(tolerance))
     if result.first is not None:
         result = dataclasses.replace(result, kernel_repro_dir=str(write_kernel_repro(result, test, reference,

@@ -42,6 +42,9 @@ def candidate_builder(target: Target, timeout_s: float = BUILD_TIMEOUT_S):
     return ForkBuilder(fast_build, usable_cores(), timeout_s)
 
 
+WAKE_S = 0.5  # the longest the parent waits on its children without running Python (its signal handlers)
+
+
 @derived_object
 class ForkBuilder(ms.builder.PyBuilder):
     """Build a batch in up to ``workers`` forked children (candidate i in child i mod workers); every candidate
@@ -83,7 +86,9 @@ class ForkBuilder(ms.builder.PyBuilder):
         """Read every child's reports until each has ended or overrun its deadline (renewed at each report)."""
         pending = {fd: b"" for fd in children}
         while children:
-            timeout = max(0.0, min(deadline for _, _, deadline in children.values()) - time.monotonic())
+            # at most WAKE_S asleep: a Ctrl-C that another thread of this process received (a timer's, TVM's) is
+            # only seen by the main thread between waits (it once waited out a hung child's whole timeout)
+            timeout = max(0.0, min(WAKE_S, min(deadline for _, _, deadline in children.values()) - time.monotonic()))
             ready, _, _ = select.select(list(children), [], [], timeout)
             for fd in ready:
                 chunk = os.read(fd, 1 << 16)

@@ -34,7 +34,7 @@ from pathlib import Path
 import tvm
 from tvm.target import Target
 
-from ...compiler.options import BuildSpec, DebugOptions, split_options
+from ...compiler.options import BuildSpec, DebugOptions, ModuleSpec
 from ...compiler.runtime import threads_wanted
 from ...passes.target import cpu_isa, is_gpu, runs_here
 from ...schedule.bf16_dot import register_dot_intrinsics
@@ -51,6 +51,7 @@ from ...schedule.tuned import (
 )
 from ...support.errors import BuildError, UsageError, last_line
 from ...support.folder_lock import folder_lock
+from ...verify.subject import CaseSubject, ModuleSubject, Subject, subject_of
 from ..remote import parse_tracker, require_tracker
 from .kernels import case_kernels, load_tensor_intrinsics, relax_kernels
 from .options import TuneOptions
@@ -179,21 +180,29 @@ def _measure(schedules: list, target: Target, builder, runner) -> list[tuple[lis
 _OPTION_FIELDS = {f.name for f in dataclasses.fields(TuneOptions)}
 
 
-def tune(spec: BuildSpec | None = None, options: TuneOptions | None = None, *,
-         log: Callable[[str], None] = print, **keywords) -> TuneResult:
-    """Tune ``spec``'s kernels (its case, target, preset, frontend and vocab shard; or, with ``options.module``,
-    that module file's on the spec's target) as ``options`` say; warm-starts from the database in the work dir.
+def tune(spec: Subject | BuildSpec | ModuleSpec | str | os.PathLike | None = None,
+         options: TuneOptions | None = None, *, log: Callable[[str], None] = print, **keywords) -> TuneResult:
+    """Tune the kernels of ``spec`` (a ``verify.subject.Subject``, or what makes one: a case's ``BuildSpec``, its
+    target, preset, frontend and vocab shard; a module file, its path, ``ModuleSpec`` or ``module=``, or
+    ``options.module`` with the spec's target) as ``options`` say; warm-starts from the database in the work dir.
     The hand schedule of a kernel without records is measured and committed first. Keywords are the fields of
-    ``BuildSpec`` and ``TuneOptions`` and override ``spec``/``options``."""
+    the spec and of ``TuneOptions`` and override ``spec``/``options``."""
     options = dataclasses.replace(options or TuneOptions(),
                                   **{k: keywords.pop(k) for k in list(keywords) if k in _OPTION_FIELDS})
-    spec, debug = split_options(spec, None, keywords, "tune")
+    if options.module is not None:  # TuneOptions' way of naming a module file: the same subject
+        if isinstance(spec, (ModuleSpec, ModuleSubject, str, os.PathLike)) or "module" in keywords:
+            raise UsageError("tune() got a module file twice: as the subject and as TuneOptions.module")
+        given = (spec.spec if isinstance(spec, Subject) else spec) or BuildSpec()  # its target is the module's
+        spec = ModuleSpec(options.module, keywords.pop("target", given.target))
+        options = dataclasses.replace(options, module=None)
+    subject, debug = subject_of(spec, None, keywords, "tune")
     if debug != DebugOptions():
         raise UsageError("tune builds its kernels alone: debugging options do not apply")
+    spec = subject.spec
     tgt = spec.resolved_target
     if tgt.kind.name == "llvm" and "num-cores" not in tgt.export():
         raise UsageError("MetaSchedule needs the llvm target's num-cores; use --target llvm or set it in the JSON")
-    name, kernels_of = _kernels_of(spec, options)
+    name, kernels_of = _kernels_of(subject)
     # an unreachable tracker fails here, in seconds, before a folder is made or anything is built
     remote = _runner(options.rpc) if options.rpc is not None else None
     if remote is None and not (runs_here(tgt) or (is_gpu(tgt) and tvm.cuda(0).exist)):
@@ -214,13 +223,11 @@ def tune(spec: BuildSpec | None = None, options: TuneOptions | None = None, *,
     return dataclasses.replace(result, read_by_builds=out.resolve() == tuned_dir(tgt, name).resolve())
 
 
-def _kernels_of(spec: BuildSpec, options: TuneOptions) -> tuple[str, Callable[[Target], dict]]:
-    """(what is tuned, by name; its kernels for a target): the spec's case, or the module file's."""
-    if options.module is None:
-        return spec.case, lambda tgt: case_kernels(spec, tgt)
-    from ...ir.module_file import load_module_file
-
-    user = load_module_file(options.module)
+def _kernels_of(subject: Subject) -> tuple[str, Callable[[Target], dict]]:
+    """(what is tuned, by name; its kernels for a target): the case's, or the module file's."""
+    if isinstance(subject, CaseSubject):
+        return subject.spec.case, lambda tgt: case_kernels(subject.spec, tgt)
+    user = subject.loaded
     return user.name, lambda tgt: relax_kernels(user.mod, tgt)
 
 
