@@ -48,9 +48,9 @@ def gemm(K: int, N: int, Q: int = 8, name: str = "gemm"):
     return gemm
 
 
-def _scheduled(K, N, isa, rows=4, vectors=2, name="gemm"):
+def _scheduled(K, N, isa, rows=4, vectors=2, name="gemm", strip=None):
     sch = s_tir.Schedule(gemm(K, N, name=name))
-    apply_bf16_dot(sch, sch.get_sblock("gemm"), isa, register_rows=rows, column_vectors=vectors)
+    apply_bf16_dot(sch, sch.get_sblock("gemm"), isa, register_rows=rows, column_vectors=vectors, strip_vectors=strip)
     return sch.mod["main"].with_attr("global_symbol", name)
 
 
@@ -138,11 +138,11 @@ def _hot_loop(asm: str, instruction: str) -> str:
     return best
 
 
-def _asm(mcpu: str, rows: int, vectors: int) -> str:
+def _asm(mcpu: str, rows: int, vectors: int, strip: int | None = None) -> str:
     """The assembly of the GEMM built as our builds lower (``passes.pipeline``'s TIR pipeline)."""
     register_with_tvm()
     target = _target(mcpu)
-    return tvm.compile(_scheduled(256, 256, cpu_isa(target), rows, vectors), target=target,
+    return tvm.compile(_scheduled(256, 256, cpu_isa(target), rows, vectors, strip=strip), target=target,
                        tir_pipeline=TIR_PIPELINE).mod.inspect_source("asm")
 
 
@@ -150,8 +150,9 @@ def _asm(mcpu: str, rows: int, vectors: int) -> str:
 def test_an_8_by_2_zmm_tile_stays_in_registers(mcpu):
     """16 ``vdpbf16ps`` per 2 weight loads and 8 broadcasts, no store in the loop (the 1 KiB tile would be a
     heap workspace without ``RegisterTilesOnStack``: a store after every dot), one prefetch per weight vector
-    of the first row (each a 64-byte line of the stream)."""
-    asm = _asm(mcpu, 8, 2)
+    of the first row (each a 64-byte line of its stream: the weight packed one vector wide, as
+    ``cpu_rules.packed_strip`` packs it)."""
+    asm = _asm(mcpu, 8, 2, strip=1)
     loop = _hot_loop(asm, "vdpbf16ps")
     steps, rest = divmod(len(re.findall(r"vdpbf16ps\s.*%zmm", loop)), 16)  # K pairs per trip (LLVM may unroll)
     assert steps and not rest
@@ -161,6 +162,25 @@ def test_an_8_by_2_zmm_tile_stays_in_registers(mcpu):
     assert not re.search(r"vmov\w*\s+%zmm\d+, ", loop)  # no store, no spill
     sizes = re.findall(r"TVMBackendAllocWorkspace@GOTPCREL\(%rip\), %\w+\n\s*movl\s+\$(\d+), %edx", asm)
     assert "1024" not in sizes  # the workspaces left: the weight packing, here not lifted out of the call
+
+
+def test_a_zmm_tile_reads_one_line_streams_and_an_avx2_tile_keeps_its_strip():
+    """``cpu_rules.packed_strip``: the 8 x 2 zmm tile's weight is packed one vector (64 bytes a K step) wide, so
+    the tile reads two one-line streams (SPR, FLASH logits, T = 4: 5.0 -> 3.5-3.9 ms); a ymm vector reads 32
+    bytes, so a 2-vector AVX2 strip stays one line; the int8 dot keeps the tile's strip."""
+    from mtp_tvm.schedule.cpu_rules import DotPath, packed_strip
+    from mtp_tvm.schedule.int8_dot import apply_int8_dot
+
+    zmm = DotPath(apply_bf16_dot, 16, step_bytes=64)
+    ymm = DotPath(apply_bf16_dot, 8, 1, 2, step_bytes=32)
+    assert [packed_strip(v, zmm) for v in (1, 2, 4)] == [1, 1, 1]
+    assert [packed_strip(v, ymm) for v in (1, 2, 4, 6)] == [1, 2, 2, 2]
+    assert packed_strip(2, DotPath(apply_int8_dot, 16)) == 2
+    isa = cpu_isa(_target("sapphirerapids"))
+    assert "(16, 128, 16, 2)" in _scheduled(256, 256, isa, 8, 2, strip=1).script()  # [N / 16, K / 2, 16, 2]
+    assert "(8, 128, 32, 2)" in _scheduled(256, 256, isa, 8, 2).script()
+    with pytest.raises(ValueError, match="not whole strips"):
+        _scheduled(256, 256, isa, 8, 2, strip=4)
 
 
 @pytest.mark.parametrize("mcpu", ["haswell", "znver3"])

@@ -26,7 +26,7 @@ from tvm import s_tir
 from tvm.script import tirx as T
 
 from ..passes.target import CpuIsa
-from .int8_dot import check_tile, operand_indices, pack_pairs, register_int8_intrinsics, register_tile_loops
+from .int8_dot import check_tile, operand_indices, pack_strips, register_int8_intrinsics, register_tile_loops
 from .steps import vectorized_rows
 
 LANES = 16  # FP32 lanes of one zmm accumulator (vdpbf16ps)
@@ -195,13 +195,14 @@ def bf16_lanes(isa: CpuIsa) -> int:
 
 
 def apply_bf16_dot(sch: s_tir.Schedule, block, isa: CpuIsa, *, register_rows: int, column_vectors: int,
-                   pack_vectors: int | None = None) -> None:
+                   pack_vectors: int | None = None, strip_vectors: int | None = None) -> None:
     """Schedule ``acc[t, n] += f32(A[t, k]) * f32(W[n, k])`` (trivial loops ``t, n, k``; A, W bfloat16, acc
     float32) as a BF16 pair dot: a ``register_rows`` x ``column_vectors`` tile of FP32 accumulator vectors stays
     in registers over all of K; the loops are (column strip: parallel, row block, K pair, row, vector). The
     weight is packed ``[N / strip, K / 2, strip, 2]`` (``pack_pairs``; a vector's K pair is one load) in a
-    preprocess block the pipeline lifts out of the per-call path, unless ``pack_vectors`` says a sibling variant
-    already packed it in strips of that many vectors (``column_vectors`` is then a multiple: strips side by side).
+    preprocess block the pipeline lifts out of the per-call path, in strips of ``strip_vectors`` (default the
+    tile's width), unless ``pack_vectors`` says a sibling variant already packed it in strips of that many vectors
+    (``pack_strips``; ``column_vectors`` is a multiple: strips side by side).
 
     The instruction is the ISA's: ``vdpbf16ps`` on AVX512-BF16 (the activation pair broadcast straight from A, 4
     bytes), else two FMAs per K pair on the weight pairs split by one integer op each (``pair_fma_llvm_ir``; the
@@ -213,11 +214,8 @@ def apply_bf16_dot(sch: s_tir.Schedule, block, isa: CpuIsa, *, register_rows: in
     """
     lanes = bf16_lanes(isa)
     check_tile(sch, block, lanes, register_rows, column_vectors, k_multiple=32)
-    if pack_vectors is not None and column_vectors % pack_vectors:
-        raise ValueError(f"{column_vectors} vectors are not whole strips of the {pack_vectors} packed ones")
     a_index, w_index = operand_indices(sch, block)
-    if pack_vectors is None:
-        pack_pairs(sch, block, w_index, column_vectors * lanes)
+    pack_strips(sch, block, w_index, lanes, column_vectors, packed=pack_vectors, strip=strip_vectors)
     if isa.bf16_dot:
         _register()
         intrinsic, llvm_ir = INTRIN, BF16_DOT_LLVM_IR

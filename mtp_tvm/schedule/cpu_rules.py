@@ -21,6 +21,7 @@ from .token_rows import row_variant_blocks
 ROW_QUANTA = (8, 4, 2, 1)  # register rows must divide the token tile of 16: the row loop is a multiple of them
 K_CHUNKS = (32, 64, 128, 256)  # K chunks a tuning space samples (those dividing K)
 MAX_STREAMS = 12  # accumulator vectors a small-T tile spans at most (``side_by_side``)
+LINE_BYTES = 64  # a BF16 tile's packed strip holds at most one cache line per K step (``packed_strip``)
 
 # ``sample(knob, loop, choices, value)``: the split factors of ``loop`` for a knob (its inner factor) that
 # MetaSchedule may sample. Outside tuning they are ``[None, value]``; a design space (``space.py``) returns
@@ -76,9 +77,22 @@ class DotPath(NamedTuple):
     lanes: int
     weight_registers: int = 1
     broadcast_registers: int = 1
+    step_bytes: int = 0  # weight bytes a vector reads per K step, where strips are a cache line (0: the tile's)
 
     def fits(self, isa: CpuIsa, rows: int, vectors: int) -> bool:
         return rows * vectors + self.weight_registers * vectors + self.broadcast_registers <= isa.vector_registers
+
+
+def packed_strip(vectors: int, dot: DotPath) -> int:
+    """The vectors of a packed weight strip under a tile of ``vectors``: the most that divide it and read at most
+    ``LINE_BYTES`` per K step (``DotPath.step_bytes``; 0: the whole tile), so a zmm tile of 2 vectors reads two
+    one-line streams rather than one stream of two lines. Measured on Sapphire Rapids, FLASH logits, TVM alone,
+    two pairs of back-to-back runs, median ms at T = 1/2/4/8/16: 8 x 2 zmm packed 2 wide 2.80/3.07/5.11/6.17/11.82
+    and 2.67/2.75/4.98/6.49/11.80, packed 1 wide 2.58/2.70/3.53/5.81/11.33 and 2.59/2.75/3.88/5.92/11.31. A ymm
+    vector reads 32 bytes, so the AVX2 tiles keep their strips."""
+    if not dot.step_bytes:
+        return vectors
+    return max(v for v in range(1, vectors + 1) if vectors % v == 0 and (v == 1 or v * dot.step_bytes <= LINE_BYTES))
 
 
 def dot_tile(isa: CpuIsa, columns: int, row_quantum: int, dot: DotPath, knobs: CpuGemm) -> tuple[int, int] | None:
@@ -103,12 +117,13 @@ def _dot_schedule(sch: s_tir.Schedule, block, io, knobs: CpuGemm, isa: CpuIsa) -
     stmt = sch.get(block)
     operands = (stmt.reads[buffer_read_index(sch, block, io.activation)].source.dtype, stmt.writes[0].source.dtype)
     if operands == ("bfloat16", "float32") and isa.bf16_dot:
-        return DotPath(apply_bf16_dot, bf16_lanes(isa))
+        return DotPath(apply_bf16_dot, bf16_lanes(isa), step_bytes=4 * bf16_lanes(isa))  # lanes x a BF16 pair
     if operands == ("bfloat16", "float32") and isa.fma and isa.vector_bits in (256, 512):
         # one weight register per vector, not two: LLVM splits the odd and even halves from one load as each row
         # needs them (counting two left T = 2 with 4 accumulators: AVX2 FLASH logits 4.5-5.4 ms, against
         # 2.8-3.4 ms with 8)
-        return DotPath(apply_bf16_dot, bf16_lanes(isa), weight_registers=1, broadcast_registers=2)
+        return DotPath(apply_bf16_dot, bf16_lanes(isa), weight_registers=1, broadcast_registers=2,
+                       step_bytes=4 * bf16_lanes(isa))
     if operands == ("int8", "int32") and isa.int8_dot is not None:
         return DotPath(apply_int8_dot, int8_lanes(isa))
     return None  # (also a block a pass changed, e.g. another accumulator type: the FMA path takes any)
@@ -193,10 +208,11 @@ def cpu_gemm(sch: s_tir.Schedule, knobs: CpuGemm, isa: CpuIsa, sample: Sampler =
                              f"{knobs.dot_vectors or 'any'} vectors on {isa.name} for this block")
         if tile_of_dots:
             dot_rows, vectors = tile_of_dots
-            dot.apply(sch, b, isa, register_rows=dot_rows, column_vectors=vectors)
+            strip = packed_strip(vectors, dot)
+            dot.apply(sch, b, isa, register_rows=dot_rows, column_vectors=vectors, strip_vectors=strip)
             for variant, r in small:
                 strips = side_by_side(isa, columns, r, vectors * dot.lanes, dot)
-                dot.apply(sch, variant, isa, register_rows=r, column_vectors=strips * vectors, pack_vectors=vectors)
+                dot.apply(sch, variant, isa, register_rows=r, column_vectors=strips * vectors, pack_vectors=strip)
             continue
         _fma_schedule(sch, b, io, knobs, isa, rows=rows, tile=tile, pack=knobs.pack_weight, sample=sample)
         for variant, r in small:

@@ -127,6 +127,19 @@ def pack_pairs(sch: s_tir.Schedule, block, weight_index: int, tile: int) -> None
     sch.annotate(packed, PREPACK_ANNOTATION, 1)
 
 
+def pack_strips(sch: s_tir.Schedule, block, weight_index: int, lanes: int, column_vectors: int, *,
+                packed: int | None, strip: int | None) -> None:
+    """The weight of a tile of ``column_vectors`` packed in strips of ``strip`` vectors (default: the tile's
+    width; a narrower strip makes the tile span strips side by side, each its own address stream), unless a
+    sibling variant already ``packed`` it in strips of that many vectors (ValueError: the tile is not whole
+    strips)."""
+    width = packed or strip or column_vectors
+    if column_vectors % width:
+        raise ValueError(f"{column_vectors} vectors are not whole strips of {width} packed ones")
+    if packed is None:
+        pack_pairs(sch, block, weight_index, width * lanes)
+
+
 def check_tile(sch: s_tir.Schedule, block, lanes: int, register_rows: int, column_vectors: int,
                k_multiple: int = 2) -> None:
     """The shape preconditions shared by the dot-product schedules (ValueError): K a multiple of ``k_multiple``,
@@ -166,26 +179,23 @@ def register_tile_loops(sch: s_tir.Schedule, block, lanes: int, register_rows: i
 
 
 def apply_int8_dot(sch: s_tir.Schedule, block, isa: CpuIsa, *, register_rows: int, column_vectors: int,
-                   pack_vectors: int | None = None) -> None:
+                   pack_vectors: int | None = None, strip_vectors: int | None = None) -> None:
     """Schedule ``acc[t, n] += int32(A[t, k]) * int32(W[n, k])`` (trivial loops ``t, n, k``; A, W int8) onto
     ``vpmaddwd``/``vpdpwssd``: a ``register_rows`` x ``column_vectors`` tile of int32 accumulator vectors stays
     in registers over all of K; the loops are (column strip: parallel, row block, K pair, row, vector).
 
     The activation is widened to int16 once per call (a pair broadcast is then one 32-bit load); the weight is
     packed ``[N / strip, K / 2, strip, 2]`` (``pack_pairs``) in a preprocess block the pipeline lifts out of the
-    per-call path, unless ``pack_vectors`` says a sibling variant already packed it in strips of that many
-    vectors (``column_vectors`` is then a multiple: strips side by side). Preconditions (ValueError): the ISA has
-    an int8 dot (``int8_lanes``) and ``check_tile``: K even, N a multiple of the strip (``column_vectors`` x
-    lanes), rows of ``register_rows``.
+    per-call path, in strips of ``strip_vectors`` (default the tile's width), unless ``pack_vectors`` says a
+    sibling variant already packed it in strips of that many vectors (``pack_strips``). Preconditions
+    (ValueError): the ISA has an int8 dot (``int8_lanes``) and ``check_tile``: K even, N a multiple of the strip
+    (``column_vectors`` x lanes), rows of ``register_rows``.
     """
     lanes = int8_lanes(isa)
     check_tile(sch, block, lanes, register_rows, column_vectors)
     depth = int(sch.get(sch.get_loops(block)[2]).extent)
     a_index, w_index = operand_indices(sch, block)
-    if pack_vectors is not None and column_vectors % pack_vectors:
-        raise ValueError(f"{column_vectors} vectors are not whole strips of the {pack_vectors} packed ones")
-    if pack_vectors is None:
-        pack_pairs(sch, block, w_index, column_vectors * lanes)
+    pack_strips(sch, block, w_index, lanes, column_vectors, packed=pack_vectors, strip=strip_vectors)
     widened = sch.cache_read(block, a_index, "global", consumer_blocks=[block])
     sch.unsafe_set_dtype(widened, 0, "int16")
 
