@@ -368,7 +368,12 @@ def test_a_small_trial_budget_is_kept_and_the_progress_never_passes_it(tmp_path,
     done = [tuple(map(int, m.groups())) for ln in lines if (m := re.search(r"(\d+)/(\d+) trials", ln))]
     assert r.trials <= 2 and all(d <= total == 2 for d, total in done), lines
     assert any("hand schedules take" in ln or "smaller than the" in ln for ln in lines)  # the share is said
-    assert _popen_workers() == []  # the local runner's worker ended with the tune
+    # the local runner's worker ended with the tune: killed and joined for up to 1 s by TVM's pool, so on a loaded
+    # machine it may take a moment more to go (a worker left running would stay)
+    deadline = time.monotonic() + 10
+    while _popen_workers() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _popen_workers() == []
     from mtp_tvm.tools.tune.report import end_to_end
 
     found = end_to_end(BuildSpec("logits", preset="tiny"))  # main with the hand schedules and the records
