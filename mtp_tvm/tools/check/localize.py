@@ -384,9 +384,7 @@ def localize(spec: Subject | BuildSpec | ModuleSpec | str | os.PathLike | None =
     elif against is None:
         raise UsageError("localize of a case needs --against KEY=VALUE (the reference build, e.g. schedule=none)")
     against = against if isinstance(against, Against) else Against.parse(against)
-    # a kernel reproducer re-judges its call by ratio_allclose: a module file's (outputs by assert_close) the default
-    opts = LocalizeOptions(against, seed, tolerance if isinstance(tolerance, RatioTolerance) else RatioTolerance(),
-                           max_mb)
+    opts = LocalizeOptions(against, seed, _kernel_tolerance(tolerance), max_mb)
     reference_subject, ref_debug = against.reference(subject)
     require_runs_here(subject.spec.resolved_target)
     require_runs_here(reference_subject.spec.resolved_target)
@@ -395,7 +393,7 @@ def localize(spec: Subject | BuildSpec | ModuleSpec | str | os.PathLike | None =
     log(f"[BUILD] test: {subject.describe()}")
     test = subject.build(debug, open_run=True)  # its run folder (when dumping) gets the per-call table
     try:
-        if getattr(reference, "shapes", None) != getattr(test, "shapes", None):
+        if isinstance(subject, CaseSubject) and reference.shapes != test.shapes:  # a module file: its examples
             raise UsageError("the reference build has other sizes than the build under test")
         log(f"[RUN] {f'seed={seed}' if isinstance(subject, CaseSubject) else 'example inputs'}: every kernel call "
             "of both builds")
@@ -406,6 +404,12 @@ def localize(spec: Subject | BuildSpec | ModuleSpec | str | os.PathLike | None =
     finally:
         finish_run(test)
     return result
+
+
+def _kernel_tolerance(tolerance: RatioTolerance | ModuleTolerance) -> RatioTolerance:
+    """The ``ratio_allclose`` a kernel reproducer re-judges its call by: a case's own, the default for a module
+    file (whose outputs ``assert_close`` judges)."""
+    return tolerance if isinstance(tolerance, RatioTolerance) else RatioTolerance()
 
 
 def _with_kernel_repro(result: LocalizeResult, test, reference, options: LocalizeOptions, root) -> LocalizeResult:
@@ -432,8 +436,7 @@ def localize_failure(test: CompiledCase | CompiledModule, seed: int = 0,
     """What a failing ``check --dump-passes`` adds beside ``repro/``: the build it checked against a clean
     ``schedule=none`` build of the same case or module file, and ``kernel_repro/`` for the first differing call."""
     subject = subject_for(test)
-    options = LocalizeOptions(Against(schedule="none"), seed,
-                              tolerance if isinstance(tolerance, RatioTolerance) else RatioTolerance())
+    options = LocalizeOptions(Against(schedule="none"), seed, _kernel_tolerance(tolerance))
     reference_subject, ref_debug = options.against.reference(subject)
     reference = reference_subject.build(ref_debug)
     result = compare_builds(test, reference, options, subject.comparison(tolerance))

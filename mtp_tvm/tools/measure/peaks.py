@@ -42,6 +42,11 @@ PROBE_BYTES = {"cpu": 256 << 20, "gpu": 1 << 30}
 READ_BYTES_RANGE = (32 << 20, 1 << 30)
 
 
+def probe_bytes(read_bytes: float) -> int:
+    """What a probe sized to a working set of ``read_bytes`` moves: that, within ``READ_BYTES_RANGE``."""
+    return int(min(max(read_bytes, READ_BYTES_RANGE[0]), READ_BYTES_RANGE[1]))
+
+
 def fma_probe(blocks: int, threads: int, iters: int, chains: int, lanes: int, gpu: bool):
     """``blocks x threads`` workers, each running ``chains`` independent chains of ``lanes``-wide FP32 FMAs,
     ``iters`` long, in registers. CPU: blocks are cores (parallel), lanes one vector; GPU: bound to
@@ -228,8 +233,7 @@ class ProbePlan:
         """``read_bytes``: the working set of what the roofline judges (the bytes a case moves), which the read
         probe then reads (within ``READ_BYTES_RANGE``); None: ``PROBE_BYTES``."""
         gpu = target.kind.name == "cuda"
-        stream_bytes = (PROBE_BYTES["gpu" if gpu else "cpu"] if read_bytes is None
-                        else int(min(max(read_bytes, READ_BYTES_RANGE[0]), READ_BYTES_RANGE[1])))
+        stream_bytes = PROBE_BYTES["gpu" if gpu else "cpu"] if read_bytes is None else probe_bytes(read_bytes)
         if gpu:
             sms = multiprocessors or device_for(target).multi_processor_count
             return cls(True, sms * 8, 256, 1, 8, 20_000, sms * 8, 1024, stream_bytes)
@@ -351,7 +355,7 @@ class CopyProbe:
 
     def __init__(self, dev, mib: int | None = None, read_bytes: float | None = None):
         if read_bytes is not None:
-            mib = int(min(max(read_bytes, READ_BYTES_RANGE[0]), READ_BYTES_RANGE[1])) >> 21
+            mib = probe_bytes(read_bytes) >> 21
         mib = mib or PROBE_BYTES["cpu" if dev.type == "cpu" else "gpu"] >> 20
         n = (mib << 20) // 4
         self.dev, self.mib = dev, mib
