@@ -1,11 +1,14 @@
 """What several test files share: where the checkout and its examples are, a silent log, and the fast loop's
-representative of a parametrized matrix, a guard against a test that blocks."""
+representative of a parametrized matrix, a guard against a test that blocks, the GEMM the CPU dot-product
+schedules are tested on and the hot loop of its assembly."""
 
 import contextlib
+import re
 import signal
 from pathlib import Path
 
 import pytest
+from tvm.script import tirx as T
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
@@ -35,3 +38,35 @@ def within(seconds: int):
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def gemm(K: int, N: int, Q: int = 8, name: str = "gemm"):
+    """The production GEMM form: ``blocks * Q`` of A's m rows (m a multiple of 16) run."""
+
+    @T.prim_func(s_tir=True)
+    def gemm(a: T.handle, w: T.Buffer((N, K), "bfloat16"), c: T.handle, blocks: T.int64):
+        T.func_attr({"tir.noalias": True, "global_symbol": name})
+        m = T.int64()
+        A = T.match_buffer(a, (m, K), "bfloat16")
+        C = T.match_buffer(c, (m, N), "float32")
+        for t, n, k in T.grid(blocks * Q, N, K):
+            with T.sblock("gemm"):
+                vt, vn, vk = T.axis.remap("SSR", [t, n, k])
+                with T.init():
+                    C[vt, vn] = T.float32(0)
+                C[vt, vn] = C[vt, vn] + T.Cast("float32", A[vt, vk]) * T.Cast("float32", w[vn, vk])
+
+    return gemm
+
+
+def hot_loop(asm: str, instruction: str) -> str:
+    """The innermost loop body of ``asm`` that holds the most ``instruction``s (the K-pair loop of the general
+    tile): the lines from a loop label to the backward jump to it."""
+    best = ""
+    for label in re.findall(r"^(\.LBB\w+):", asm, re.M):
+        start = asm.index(f"\n{label}:")
+        end = asm.find(f"\t{label}\n", start)
+        body = asm[start:end] if end > 0 else ""
+        if "\n.LBB" not in body[1:] and body.count(instruction) > best.count(instruction):
+            best = body
+    return best

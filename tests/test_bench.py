@@ -30,7 +30,7 @@ from mtp_tvm.tools.bench.peer_worker import peer_runner
 from mtp_tvm.tools.bench.race import golden_mismatch
 from mtp_tvm.tools.bench.stage_peers import STAGE_PEERS
 from mtp_tvm.tools.bench.worker import CLOSE_GRACE_S, OPENBLAS_SLOW_VARS, Worker, WorkerFailed
-from mtp_tvm.tools.measure.peaks import BF16_DOT, FMA, INT8_DOT, ProbePlan
+from mtp_tvm.tools.measure.peaks import BF16_DOT, BF16_TILE, FMA, INT8_DOT, ProbePlan
 from mtp_tvm.tools.measure.roofline import (
     bytes_moved,
     flops,
@@ -126,17 +126,19 @@ def test_bench_times_another_frontend_in_the_same_rounds():
 def test_bench_json_says_why(tiny_logits):
     """The ISA, the instruction mix of the kernels and the peak used are recorded next to the figures."""
     d = json.loads(json.dumps(tiny_logits.as_dict()))
-    assert d["frontend"] == "tir" and {"name", "vector_bits", "fma", "bf16_dot", "int8_dot", "used"} <= set(d["isa"])
-    assert d["instruction_mix"] and all(set(c) == {"fma", "vdpbf16ps", "vpmaddwd", "vpdpwssd"}
+    assert d["frontend"] == "tir" and {"name", "vector_bits", "fma", "bf16_dot", "int8_dot", "bf16_tile",
+                                       "used"} <= set(d["isa"])
+    assert d["instruction_mix"] and all(set(c) == {"fma", "vdpbf16ps", "vpmaddwd", "vpdpwssd", "tdpbf16ps"}
                                         for c in d["instruction_mix"].values())
     assert d["peaks"][FMA] > 0 and d["peak_gflops"] == pytest.approx(d["peaks"][d["peak_kind"]])
-    assert set(d["isa"]["used"]) == kinds_used(d["instruction_mix"]) and d["peak_kind"] in (FMA, BF16_DOT)
+    assert set(d["isa"]["used"]) == kinds_used(d["instruction_mix"]) and d["peak_kind"] in (FMA, BF16_DOT, BF16_TILE)
+    assert (d["peak_kind"] == BF16_TILE) == d["isa"]["bf16_tile"] == (BF16_TILE in d["peaks"])  # an AMX host
     assert f"({d['peak_kind']}; measured peaks:" in tiny_logits.table()
 
 
 @pytest.mark.parametrize("frontend", slow_except(["tir", "relax"], {"tir"}))  # a cross-ISA build each, 1-2 s
-@pytest.mark.parametrize("mcpu, family", slow_except([("znver4", "vdpbf16ps"), ("haswell", "fma")],
-                                                     {("znver4", "vdpbf16ps")}))
+@pytest.mark.parametrize("mcpu, family", slow_except([("znver4", "vdpbf16ps"), ("haswell", "fma"),
+                                                      ("sapphirerapids", "tdpbf16ps")], {("znver4", "vdpbf16ps")}))
 def test_instruction_mix_names_the_logits_kernels_instructions(mcpu, family, frontend):
     """A compile-only build for the CPU (it need not be this one): the GEMM kernel's assembly shows its path."""
     m = mtp_tvm.compile(case="logits", preset="tiny", frontend=frontend,
@@ -144,12 +146,13 @@ def test_instruction_mix_names_the_logits_kernels_instructions(mcpu, family, fro
     mix = instruction_mix(m)
     gemm = [k for k in mix if "logits" in k or "matmul" in k]
     assert gemm and all(mix[k][family] > 0 for k in gemm)
-    assert kinds_used(mix) == {BF16_DOT if family == "vdpbf16ps" else FMA}
+    assert kinds_used(mix) == {{"vdpbf16ps": BF16_DOT, "tdpbf16ps": BF16_TILE}.get(family, FMA)}
 
 
 def test_the_peak_is_that_of_the_instruction_each_gemm_runs_on():
     peaks = {FMA: 100.0, BF16_DOT: 200.0, INT8_DOT: 400.0}
     assert gemm_kind("bfloat16", {BF16_DOT}) == BF16_DOT and gemm_kind("bfloat16", {FMA}) == FMA
+    assert gemm_kind("bfloat16", {BF16_TILE, BF16_DOT}) == BF16_TILE  # an AMX kernel beside a vdpbf16ps one
     assert gemm_kind("int8", {INT8_DOT, FMA}) == INT8_DOT and gemm_kind("float32", {BF16_DOT}) == FMA
     assert roofline_peak({BF16_DOT: 1e9}, peaks) == (200.0, BF16_DOT)
     assert roofline_peak({}, peaks) == (100.0, FMA)  # no GEMM (the norm): the FMA's, for the label

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import tvm
 from tvm import s_tir
-from tvm.script import tirx as T
 
+from helpers import gemm, hot_loop
 from mtp_tvm.passes.pipeline import TIR_PIPELINE, register_with_tvm
 from mtp_tvm.passes.target import cpu_isa, resolve_target
 from mtp_tvm.schedule.bf16_dot import apply_bf16_dot
@@ -27,25 +27,6 @@ needs_avx2 = pytest.mark.skipif(not tvm.target.codegen.target_has_features(["avx
                                 reason="this host lacks AVX2/FMA")
 BF16 = ml_dtypes.bfloat16
 TINY = np.float32(2.0**-126)  # the smallest normal FP32 (and BF16) magnitude
-
-
-def gemm(K: int, N: int, Q: int = 8, name: str = "gemm"):
-    """The production GEMM form: ``blocks * Q`` of A's m rows (m a multiple of 16) run."""
-
-    @T.prim_func(s_tir=True)
-    def gemm(a: T.handle, w: T.Buffer((N, K), "bfloat16"), c: T.handle, blocks: T.int64):
-        T.func_attr({"tir.noalias": True, "global_symbol": name})
-        m = T.int64()
-        A = T.match_buffer(a, (m, K), "bfloat16")
-        C = T.match_buffer(c, (m, N), "float32")
-        for t, n, k in T.grid(blocks * Q, N, K):
-            with T.sblock("gemm"):
-                vt, vn, vk = T.axis.remap("SSR", [t, n, k])
-                with T.init():
-                    C[vt, vn] = T.float32(0)
-                C[vt, vn] = C[vt, vn] + T.Cast("float32", A[vt, vk]) * T.Cast("float32", w[vn, vk])
-
-    return gemm
 
 
 def _scheduled(K, N, isa, rows=4, vectors=2, name="gemm", strip=None):
@@ -125,19 +106,6 @@ def test_two_kernels_in_one_module_share_the_imported_function():
         assert np.array_equal(_run(ex, a, w, fn=fn), dpbf16ps_reference(a[:8], w))
 
 
-def _hot_loop(asm: str, instruction: str) -> str:
-    """The innermost loop body of ``asm`` that holds the most ``instruction``s (the K-pair loop of the general
-    tile): the lines from a loop label to the backward jump to it."""
-    best = ""
-    for label in re.findall(r"^(\.LBB\w+):", asm, re.M):
-        start = asm.index(f"\n{label}:")
-        end = asm.find(f"\t{label}\n", start)
-        body = asm[start:end] if end > 0 else ""
-        if "\n.LBB" not in body[1:] and body.count(instruction) > best.count(instruction):
-            best = body
-    return best
-
-
 def _asm(mcpu: str, rows: int, vectors: int, strip: int | None = None) -> str:
     """The assembly of the GEMM built as our builds lower (``passes.pipeline``'s TIR pipeline)."""
     register_with_tvm()
@@ -153,7 +121,7 @@ def test_an_8_by_2_zmm_tile_stays_in_registers(mcpu):
     of the first row (each a 64-byte line of its stream: the weight packed one vector wide, as
     ``cpu_rules.packed_strip`` packs it)."""
     asm = _asm(mcpu, 8, 2, strip=1)
-    loop = _hot_loop(asm, "vdpbf16ps")
+    loop = hot_loop(asm, "vdpbf16ps")
     steps, rest = divmod(len(re.findall(r"vdpbf16ps\s.*%zmm", loop)), 16)  # K pairs per trip (LLVM may unroll)
     assert steps and not rest
     weight_loads = re.findall(r"vmovups\s+-?\d*\(%\w+\), %zmm|vdpbf16ps\s+-?\d*\(%\w+", loop)
@@ -187,7 +155,7 @@ def test_a_zmm_tile_reads_one_line_streams_and_an_avx2_tile_keeps_its_strip():
 def test_avx2_takes_the_fma_form_on_the_packed_pairs(mcpu):
     """Per K pair: one 32-byte weight load split by one shift and one blend/and into the even and odd FP32
     vectors (no zero-extension), two FMAs per accumulator, one prefetch (the first row's one vector)."""
-    loop = _hot_loop(_asm(mcpu, 8, 1), "vfmadd")
+    loop = hot_loop(_asm(mcpu, 8, 1), "vfmadd")
     steps, rest = divmod(len(re.findall(r"vfmadd\d+ps\s.*%ymm", loop)), 16)
     assert steps and not rest
     assert len(re.findall(r"vpslld\s", loop)) == steps
@@ -201,7 +169,7 @@ def test_a_wide_small_t_tile_prefetches_every_vector_of_its_stream(mcpu, rows, v
     """A decode-size tile (few rows, many vectors, as ``side_by_side`` makes it: several packed strips) prefetches
     ahead of every weight vector it loads, not only the first: one stream prefetched left the others to the
     hardware prefetchers (AVX2 FLASH logits, T = 4: 3.86 against 2.85 ms)."""
-    loop = _hot_loop(_asm(mcpu, rows, vectors), "vdpbf16ps" if mcpu == "sapphirerapids" else "vfmadd")
+    loop = hot_loop(_asm(mcpu, rows, vectors), "vdpbf16ps" if mcpu == "sapphirerapids" else "vfmadd")
     fetched = re.findall(r"prefetcht0\s+(-?\d*)\((%\w+)\)", loop)
     steps = len(re.findall(r"vdpbf16ps\s.*%zmm|vfmadd\d+ps\s.*%ymm", loop)) // (rows * vectors * (
         1 if mcpu == "sapphirerapids" else 2))

@@ -143,7 +143,7 @@ def readme_blocks(markdown: str, name: str = "README.md") -> list[Block]:
 # ---- output matching ----------------------------------------------------------------------------------------
 
 # an instruction family or ISA that a build, or a peer, took on the host
-_ISA_NAMES = r"(?:fma|vdpbf16ps|vpmaddwd|vpdpwssd|amx|avx512|avx2|sse|neon)"
+_ISA_NAMES = r"(?:fma|vdpbf16ps|tdpbf16ps|vpmaddwd|vpdpwssd|amx|avx512|avx2|sse|neon)"
 _VOLATILE = re.compile(r"(?P<run>" + RUN_NAME.pattern + r")|(?P<num>\d+(?:\.\d+)?(?:e[-+]?\d+)?)|(?P<dots>\.\.\.)"
                        r"|(?P<space> {2,})|(?P<rule>-{3,})"
                        r"|(?<=on llvm )(?P<cpu>[a-z][\w.-]*)"  # the host CPU a page's build ran on (znver4 ...)

@@ -274,7 +274,7 @@ def test_only_the_real_rows_run_and_the_outputs_stay_bitwise(compiled, monkeypat
     real = compiled("tail", "tir")
     gemm = real.optimized_module["lm_head_logits_prepacked"]  # (after the weight packing is lifted)
     assert VARIANTS_ATTR in gemm.attrs  # the schedule phase cut its rows: ceil(T / r) * r, and small-T variants
-    monkeypatch.setattr("mtp_tvm.schedule.apply.row_quantum", lambda knobs, isa, columns: 16)  # the full tile
+    monkeypatch.setattr("mtp_tvm.schedule.apply.row_variants", lambda func, *_: func)  # the full tile
     full = mtp_tvm.compile(case="tail", preset="tiny")
     assert VARIANTS_ATTR not in full.optimized_module["lm_head_logits_prepacked"].attrs
     for tokens in (1, 5, 8, 17):
@@ -287,7 +287,8 @@ def test_only_the_real_rows_run_and_the_outputs_stay_bitwise(compiled, monkeypat
 @pytest.mark.parametrize("mcpu, logits_op, projection_op", [
     ("znver3", "vfmadd", "vpmaddwd"),         # AVX2: FMAs for BF16, vpmaddwd for int8
     ("znver4", "vdpbf16ps", "vpdpwssd"),      # AVX512-BF16 and AVX512-VNNI
-    ("sapphirerapids", "vdpbf16ps", "vpdpwssd"),
+    ("cooperlake", "vdpbf16ps", "vpdpwssd"),  # the same on an Intel part
+    ("sapphirerapids", "tdpbf16ps", "vpdpwssd"),  # AMX-BF16 tiles for BF16
 ])
 def test_the_gemms_use_the_dot_products_of_the_target(mcpu, logits_op, projection_op):
     """Instruction selection read from the assembly: no CPU of that kind is needed (cross-ISA builds)."""
@@ -296,3 +297,4 @@ def test_the_gemms_use_the_dot_products_of_the_target(mcpu, logits_op, projectio
         asm = mtp_tvm.compile(case=case, preset="tiny", target=target).executable.mod.imports[0].inspect_source("asm")
         assert op in asm, (mcpu, case, op)
         assert "vdpbf16ps" not in asm if mcpu == "znver3" else True  # never an instruction the target lacks
+        assert ("tdpbf16ps" in asm) == (mcpu == "sapphirerapids" and case == "logits"), (mcpu, case)

@@ -27,11 +27,12 @@ def test_variants_are_an_if_chain_on_t_with_named_blocks():
     assert 'T.sblock("logits")' in text and "(tokens + T.int64(7)) // T.int64(8) * T.int64(8)" in text
 
 
-def test_kernels_without_token_rows_or_at_the_full_tile_are_left_alone():
+def test_kernels_without_token_rows_or_small_rows_are_left_alone():
     static = tir_kernels.lm_head_tp(256, 512, 2, 2, 2)
     assert row_variants(static, 8) is static and trim_token_rows(static, 8) is static
     full = tir_kernels.lm_head_logits(256, 512)
-    assert row_variants(full, 16) is full
+    assert row_variants(full, 16, ()) is full and trim_token_rows(full, 16) is full
+    assert row_variants(full, 16).attrs[VARIANTS_ATTR] == [1, 2, 4]  # a 16-row AMX tile keeps the decode sizes
     assert VARIANTS_ATTR not in (row_variants(tir_kernels.lm_head_logits(256, 512), 1).attrs or {})
 
 

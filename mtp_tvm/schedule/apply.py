@@ -19,7 +19,7 @@ from tvm.target import Target
 from ..contract.presets import TOKEN_TILE
 from ..passes.target import cpu_isa, is_gpu
 from ..support.errors import UsageError
-from .cpu_rules import row_quantum
+from .cpu_rules import block_operands, row_quantum
 from .files import (
     DEFAULT,
     DLIGHT,
@@ -83,7 +83,9 @@ class ApplySchedules:
             return None
         _require_names(ks, knobs, func)
         sch = s_tir.Schedule(tvm.IRModule({"main": func}))
-        return row_quantum(knobs, self.isa, int(block_columns(sch.get(sch.get_sblock(next(iter(knobs.blocks)))))))
+        name, io = next(iter(knobs.blocks.items()))
+        block = sch.get_sblock(name)
+        return row_quantum(knobs, self.isa, int(block_columns(sch.get(block))), block_operands(sch, block, io))
 
     def hand_rows(self, ks: KernelSchedule | None, func: tirx.PrimFunc) -> tirx.PrimFunc:
         """A kernel as its hand schedule ``ks`` is applied to it: a CPU GEMM's token rows (written

@@ -26,6 +26,7 @@ from tvm import s_tir
 from tvm.script import tirx as T
 
 from ..passes.target import CpuIsa
+from .amx_dot import register_named_tile_intrinsics
 from .int8_dot import check_tile, operand_indices, pack_strips, register_int8_intrinsics, register_tile_loops
 from .steps import vectorized_rows
 
@@ -175,13 +176,15 @@ def _register_pair_fma(lanes: int) -> str:
     return name
 
 
-def register_dot_intrinsics() -> None:
+def register_dot_intrinsics(text: str = "") -> None:
     """Every tensor intrinsic of the CPU GEMMs, before replaying a trace that names them (tuning records,
-    ``bisect --schedule-trace``): the schedules register them on first use, not at import."""
+    ``bisect --schedule-trace``): the schedules register them on first use, not at import. An AMX intrinsic has
+    its block's shape, so those ``text`` (the trace, the records) names are registered."""
     _register()
     for lanes in (8, 16):
         _register_pair_fma(lanes)
     register_int8_intrinsics()
+    register_named_tile_intrinsics(text)
 
 
 def bf16_lanes(isa: CpuIsa) -> int:

@@ -12,6 +12,8 @@ from tvm import s_tir, tirx
 
 from ..passes.target import CpuIsa
 from ..support.rounding import ceil_div
+from . import amx_dot
+from .amx_dot import apply_amx_dot
 from .bf16_dot import apply_bf16_dot, bf16_lanes
 from .int8_dot import apply_int8_dot, int8_lanes
 from .knobs import CpuBatchedGemm, CpuGemm, CpuGeneric, CpuLmHead, CpuRows
@@ -62,24 +64,46 @@ def register_tile(isa: CpuIsa, columns: int, knobs: CpuGemm) -> tuple[int, int]:
     return max(fits, key=lambda rw: (rw[0], min(rw[1], lanes), -rw[1]))
 
 
-def row_quantum(knobs: CpuGemm, isa: CpuIsa, columns: int) -> int:
-    """The rows the kernel's row loop is rounded up to (its register rows): only ceil(T / r) * r rows run."""
+BF16_OPERANDS = ("bfloat16", "float32")  # a GEMM's (activation, accumulator) dtypes that the BF16 dots take
+
+
+def on_tiles(knobs: CpuGemm, isa: CpuIsa, operands: tuple[str, str]) -> bool:
+    """Whether a GEMM block of these (activation, accumulator) dtypes runs on AMX tiles (``apply_amx_dot``)."""
+    return operands == BF16_OPERANDS and isa.bf16_tile and knobs.dot_products and knobs.pack_weight
+
+
+def row_quantum(knobs: CpuGemm, isa: CpuIsa, columns: int, operands: tuple[str, str] = ("", "")) -> int:
+    """The rows the kernel's row loop is rounded up to (its register rows): only ceil(T / r) * r rows run. A GEMM
+    on AMX tiles runs 16, a tile's rows: every weight tile is then loaded once at any T <= 16, where two blocks of
+    8 rows load it twice (FLASH logits, SPR, T = 16: 5.2-5.5 ms with blocks of 8 rows, the weight read in 3.9-4.2
+    at T = 8), and a tile of 16 rows computes in the time of its weight's load."""
+    if on_tiles(knobs, isa, operands):
+        return amx_dot.MAX_ROWS
     return register_tile(isa, columns, knobs)[0]
 
 
+def block_operands(sch: s_tir.Schedule, block, io) -> tuple[str, str]:
+    """A GEMM block's (activation, accumulator) dtypes."""
+    stmt = sch.get(block)
+    return stmt.reads[buffer_read_index(sch, block, io.activation)].source.dtype, stmt.writes[0].source.dtype
+
+
 class DotPath(NamedTuple):
-    """A dot-product schedule for a block on an ISA: ``apply`` (``apply_bf16_dot``/``apply_int8_dot``), its
-    accumulator ``lanes``, and the registers one step needs besides the accumulators: per column vector (the
-    weight) and per row (the broadcast activation: one pair, or its two FP32 values in the FMA form of the BF16
-    pair dot)."""
+    """A dot-product schedule for a block on an ISA: ``apply`` (``apply_amx_dot``/``apply_bf16_dot``/
+    ``apply_int8_dot``), its accumulator ``lanes``, and the registers one step needs besides the accumulators:
+    per column vector (the weight) and per row (the broadcast activation: one pair, or its two FP32 values in the
+    FMA form of the BF16 pair dot). A path on tile registers (AMX) counts accumulator tiles instead."""
 
     apply: Callable
     lanes: int
     weight_registers: int = 1
     broadcast_registers: int = 1
     step_bytes: int = 0  # weight bytes a vector reads per K step, where strips are a cache line (0: the tile's)
+    accumulator_tiles: int = 0  # a tile path's most accumulator tiles (0: accumulators in vector registers)
 
     def fits(self, isa: CpuIsa, rows: int, vectors: int) -> bool:
+        if self.accumulator_tiles:
+            return rows <= amx_dot.MAX_ROWS and vectors <= self.accumulator_tiles
         return rows * vectors + self.weight_registers * vectors + self.broadcast_registers <= isa.vector_registers
 
 
@@ -101,7 +125,7 @@ def dot_tile(isa: CpuIsa, columns: int, row_quantum: int, dot: DotPath, knobs: C
     ``dot_vectors`` where set, else the most rows, then the most accumulators: each weight load then serves the
     most rows and each broadcast the most columns (measured on this project's machines: ``vdpbf16ps`` at T = 8,
     FLASH, 8 x 2 zmm against 4 x 2 and 4 x 5: 11.4, 12.0, 13.0 ms)."""
-    fits = [(r, c) for r in (8, 4, 2) if row_quantum % r == 0 for c in range(1, isa.vector_registers)
+    fits = [(r, c) for r in (16, 8, 4, 2) if row_quantum % r == 0 for c in range(1, isa.vector_registers)
             if dot.fits(isa, r, c) and columns % (c * dot.lanes) == 0
             and knobs.dot_rows in (None, r) and knobs.dot_vectors in (None, c)]
     return max(fits, key=lambda rc: (rc[0], rc[0] * rc[1])) if fits else None
@@ -110,15 +134,17 @@ def dot_tile(isa: CpuIsa, columns: int, row_quantum: int, dot: DotPath, knobs: C
 def _dot_schedule(sch: s_tir.Schedule, block, io, knobs: CpuGemm, isa: CpuIsa) -> DotPath | None:
     """The dot-product schedule for this block on this ISA, or None to use FMAs on widened operands: the
     operands' dtype and the ISA's features decide, never the machine that builds. BF16 takes the pair dot
-    (``vdpbf16ps``, or its FMA form on any FMA ISA of 256/512-bit vectors), int8 ``vpmaddwd``/``vpdpwssd``.
-    (A shard that no whole vector divides also takes the FMA path: ``dot_tile`` is None.)"""
+    (AMX tiles where the target has AMX-BF16, else ``vdpbf16ps``, or its FMA form on any FMA ISA of 256/512-bit
+    vectors), int8 ``vpmaddwd``/``vpdpwssd``. (A shard that no whole vector divides also takes the FMA path:
+    ``dot_tile`` is None.)"""
     if not (knobs.dot_products and knobs.pack_weight):
         return None
-    stmt = sch.get(block)
-    operands = (stmt.reads[buffer_read_index(sch, block, io.activation)].source.dtype, stmt.writes[0].source.dtype)
-    if operands == ("bfloat16", "float32") and isa.bf16_dot:
+    operands = block_operands(sch, block, io)
+    if on_tiles(knobs, isa, operands):  # one weight tile per strip and K step: 1 KiB
+        return DotPath(apply_amx_dot, amx_dot.LANES, step_bytes=LINE_BYTES, accumulator_tiles=amx_dot.max_tiles())
+    if operands == BF16_OPERANDS and isa.bf16_dot:
         return DotPath(apply_bf16_dot, bf16_lanes(isa), step_bytes=4 * bf16_lanes(isa))  # lanes x a BF16 pair
-    if operands == ("bfloat16", "float32") and isa.fma and isa.vector_bits in (256, 512):
+    if operands == BF16_OPERANDS and isa.fma and isa.vector_bits in (256, 512):
         # one weight register per vector, not two: LLVM splits the odd and even halves from one load as each row
         # needs them (counting two left T = 2 with 4 accumulators: AVX2 FLASH logits 4.5-5.4 ms, against
         # 2.8-3.4 ms with 8)
@@ -200,9 +226,10 @@ def cpu_gemm(sch: s_tir.Schedule, knobs: CpuGemm, isa: CpuIsa, sample: Sampler =
     for name, io in knobs.blocks.items():
         (b, _), *small = row_variant_blocks(sch, name)
         columns = int(sch.get(sch.get_loops(b)[1]).extent)
-        rows, tile = register_tile(isa, columns, knobs)  # rows: the kernel's row quantum
+        rows, tile = register_tile(isa, columns, knobs)
+        quantum = row_quantum(knobs, isa, columns, block_operands(sch, b, io))  # the kernel's (AMX: 16 rows)
         dot = _dot_schedule(sch, b, io, knobs, isa)
-        tile_of_dots = dot and dot_tile(isa, columns, rows, dot, knobs)
+        tile_of_dots = dot and dot_tile(isa, columns, quantum, dot, knobs)
         if (knobs.dot_rows or knobs.dot_vectors) and not tile_of_dots:
             raise ValueError(f"{name}: no dot-product tile of {knobs.dot_rows or 'any'} rows x "
                              f"{knobs.dot_vectors or 'any'} vectors on {isa.name} for this block")

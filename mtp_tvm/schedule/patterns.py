@@ -268,7 +268,7 @@ def _match_gemm(func, leaves, target, isa, schedule) -> PatternMatch | None:
     widen = next(iter(knobs.blocks.values())).widen if knobs is not None and knobs.blocks else False
     blocks = {g.block: GemmOperands(g.activation, g.weight, widen) for g in gemms}
     knobs = CpuGemm(blocks=blocks) if knobs is None else dataclasses.replace(knobs, blocks=blocks)
-    quantum = min(row_quantum(knobs, isa, g.columns) for g in gemms)
+    quantum = min(row_quantum(knobs, isa, g.columns, (g.signature[0], g.signature[2])) for g in gemms)
     trimmed = row_variants(func, quantum)
     quantum, func = (quantum if trimmed is not func else None), trimmed
     # a GEMM's own operands stay loads (its pattern); everything else spatial that is not an output may inline

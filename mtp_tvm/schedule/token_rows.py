@@ -157,10 +157,10 @@ def row_variants(func: tirx.PrimFunc, quantum: int, small_rows: tuple[int, ...] 
     scope block ``rows<r>``); else the body on ``ceil(T / quantum) * quantum`` rows (block names kept, scope
     block ``rows``). Every branch then gets its own loop, block and buffer variables (a TVMScript round trip).
     Only trimmed when no small row count applies. ``small_rows`` None: a CPU register tile of ``quantum`` rows,
-    ``SMALL_ROWS`` below a quantum under the 16-row tile. On a GPU each branch is a kernel of its own, chosen by
+    ``SMALL_ROWS`` below it (a 16-row AMX tile too: T = 1 then loads one row per tile, not 16). On a GPU each branch is a kernel of its own, chosen by
     the host on the bound T (``quantum`` the 16-row tile, ``small_rows`` the decode sizes: ``gpu_gemv``)."""
     if small_rows is None:
-        small_rows = SMALL_ROWS if quantum < TOKEN_TILE else ()
+        small_rows = SMALL_ROWS if quantum <= TOKEN_TILE else ()
     small = [r for r in small_rows if r < quantum and quantum % r == 0]
     found = None if quantum > TOKEN_TILE or (quantum == TOKEN_TILE and not small) else _token_loops(func, quantum)
     if found is None:

@@ -168,13 +168,19 @@ def _replay(func: tirx.PrimFunc, trace: s_tir.Trace) -> s_tir.Schedule | None:
     return sch
 
 
+def records_text(work_dir: Path) -> str:
+    """The tuning records of ``work_dir`` as text ("" where none): which intrinsics their traces name."""
+    path = work_dir / RECORDS_FILE
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
 def open_database(work_dir: Path):
     """``work_dir``'s MetaSchedule database, read whole (checked, under the read lock) before any build."""
     from tvm.s_tir import meta_schedule as ms
 
     with read_lock(work_dir):
         check_database(work_dir)
-        register_dot_intrinsics()  # the database parses every record's trace as it loads
+        register_dot_intrinsics(records_text(work_dir))  # the database parses every record's trace as it loads
         return ms.database.JSONDatabase(work_dir=str(work_dir), allow_missing=False)
 
 

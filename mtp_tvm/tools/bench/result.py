@@ -14,6 +14,7 @@ from ...contract.cases import Case
 from ...contract.presets import Shapes
 from ...support.atomic_file import write_user_file
 from ...support.text_table import text_table
+from ..measure.peaks import BF16_TILE
 from ..measure.profile import Profile
 from ..measure.roofline import bytes_moved, flops, gemm_work, roofline_ms, roofline_peak
 from .options import STOPWATCH_WARMUP_S
@@ -102,8 +103,13 @@ class BenchResult:
         write_user_file(path, lambda p: p.write_text(json.dumps(self.as_dict(), indent=1)))
 
     def isa_of(self, name: str) -> str:
-        """The ISA ``name`` ran: a TVM build's target's, a peer's as it measured it ("-": not known)."""
-        found = (self.isa or {}).get("name") if name.startswith(TVM) else self.peer_isa.get(name, {}).get("name")
+        """The ISA ``name`` ran: a TVM build's target's (``amx`` where its code uses the tiles, as a peer's
+        oneDNN kernel says it), a peer's as it measured it ("-": not known)."""
+        if name.startswith(TVM):
+            tvm_isa = self.isa or {}
+            found = "amx" if BF16_TILE in (tvm_isa.get("used") or ()) else tvm_isa.get("name")
+        else:
+            found = self.peer_isa.get(name, {}).get("name")
         return found or "-"
 
     @property
@@ -168,8 +174,9 @@ class BenchResult:
         else:
             notes.append(f"TVM timed on {self.measured_on}; peers and the roofline are measured only where bench runs")
         if self.isa is not None:
-            have = [f for f in ("fma", "bf16_dot") if self.isa[f]] + ([f"int8_dot={self.isa['int8_dot']}"]
-                                                                        if self.isa["int8_dot"] else [])
+            have = ([f for f in ("fma", "bf16_dot") if self.isa[f]]
+                    + ([f"int8_dot={self.isa['int8_dot']}"] if self.isa["int8_dot"] else [])
+                    + ["bf16_tile"] * bool(self.isa.get("bf16_tile")))
             notes.append(f"isa {self.isa['name']} ({self.isa['vector_bits']}-bit; {', '.join(have) or 'no FMA'}); "
                          + ("its instructions not counted" if self.isa["used"] is None else
                             f"the code uses {', '.join(self.isa['used']) or 'none of them'}"))

@@ -291,6 +291,8 @@ def as_apply(trace) -> Callable[[s_tir.Schedule], None]:
             raise UsageError(f"cannot read schedule trace {trace}: {e.strerror}") from None
     if isinstance(trace, s_tir.Schedule):
         trace = trace.trace
+    if isinstance(trace, (Trace, str)):
+        register_dot_intrinsics(str(trace))  # the intrinsics it names, an AMX block's by its shape
     if isinstance(trace, Trace):
         return lambda sch: trace.apply_to_schedule(sch, remove_postproc=False)
     if isinstance(trace, str):

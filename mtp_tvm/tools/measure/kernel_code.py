@@ -18,6 +18,7 @@ _FAMILIES = {
     "vdpbf16ps": re.compile(r"^vdpbf16ps"),
     "vpmaddwd": re.compile(r"^vpmaddwd"),
     "vpdpwssd": re.compile(r"^vpdpwssds?"),
+    "tdpbf16ps": re.compile(r"^tdpbf16ps"),
 }
 _EXPORT_PREFIX = "__tvm_ffi_"
 _SYMBOL = r"[A-Za-z_.$][\w.$]*"

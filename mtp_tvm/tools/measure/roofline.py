@@ -15,13 +15,14 @@ from ...contract.cases import TOKENS, Case, Stage
 from ...contract.presets import Shapes
 from ...passes.target import is_gpu
 from .kernel_code import assembly_kernels
-from .peaks import BF16_DOT, FMA, INT8_DOT
+from .peaks import BF16_DOT, BF16_TILE, FMA, INT8_DOT
 
 if TYPE_CHECKING:
     from ...compiler.driver import CompiledCase
 
 
-FAMILIES = {FMA: ("fma",), BF16_DOT: ("vdpbf16ps",), INT8_DOT: ("vpmaddwd", "vpdpwssd")}  # kernel_code's families
+FAMILIES = {FMA: ("fma",), BF16_DOT: ("vdpbf16ps",), INT8_DOT: ("vpmaddwd", "vpdpwssd"),
+            BF16_TILE: ("tdpbf16ps",)}  # kernel_code's families
 
 
 def flops(case: Case, s: Shapes, rows: int) -> float:
@@ -36,14 +37,14 @@ def bytes_moved(case: Case, s: Shapes) -> float:
     return float(sum(math.prod(sp.concrete(s.tokens)) * NUMPY_DTYPES[sp.dtype].itemsize for sp in specs))
 
 
-DOT_OF_DTYPE = {"bfloat16": BF16_DOT, "int8": INT8_DOT}  # GEMM operand dtype -> the dot product it can run on
+# GEMM operand dtype -> the dot products it can run on, the most work per instruction first
+DOTS_OF_DTYPE = {"bfloat16": (BF16_TILE, BF16_DOT), "int8": (INT8_DOT,)}
 
 
 def gemm_kind(dtype: str, used: set[str]) -> str:
     """The instruction a GEMM of ``dtype`` operands runs on: its dot product where the build's code has it
     (``used``), else the FP32 FMA (an int8 GEMM without one widens and multiplies: the FMA peak bounds it)."""
-    dot = DOT_OF_DTYPE.get(dtype)
-    return dot if dot in used else FMA
+    return next((dot for dot in DOTS_OF_DTYPE.get(dtype, ()) if dot in used), FMA)
 
 
 def gemm_dtype(stage: Stage, s: Shapes) -> str:

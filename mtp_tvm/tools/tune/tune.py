@@ -45,6 +45,7 @@ from ...schedule.tuned import (
     RECORDS_FILE,
     check_database,
     describe_identity,
+    records_text,
     target_identity,
     tuned_dir,
     workload,
@@ -274,7 +275,7 @@ class _Search:
         logging.getLogger(_MS_LOGGER).setLevel(logging.WARNING)  # full logs still go to <work_dir>/logs
         self.isa = None if is_gpu(target) else cpu_isa(target)
         self.builder = candidate_builder(target)
-        register_dot_intrinsics()  # the database parses the records of a previous run as it loads
+        register_dot_intrinsics(records_text(out))  # the database parses the records of a previous run as it loads
         self.database = ms.database.JSONDatabase(work_dir=str(out))
         self.tasks, self.default_ms, self.spaces, self.points = [], {}, {}, {}
         self.progress = ProgressCallback(options.trials, log, options.budget)
