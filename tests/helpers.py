@@ -40,21 +40,21 @@ def within(seconds: int):
         signal.signal(signal.SIGALRM, previous)
 
 
-def gemm(K: int, N: int, Q: int = 8, name: str = "gemm"):
+def gemm(K: int, N: int, Q: int = 8, name: str = "gemm", operand: str = "bfloat16", accumulator: str = "float32"):
     """The production GEMM form: ``blocks * Q`` of A's m rows (m a multiple of 16) run."""
 
     @T.prim_func(s_tir=True)
-    def gemm(a: T.handle, w: T.Buffer((N, K), "bfloat16"), c: T.handle, blocks: T.int64):
+    def gemm(a: T.handle, w: T.Buffer((N, K), operand), c: T.handle, blocks: T.int64):
         T.func_attr({"tir.noalias": True, "global_symbol": name})
         m = T.int64()
-        A = T.match_buffer(a, (m, K), "bfloat16")
-        C = T.match_buffer(c, (m, N), "float32")
+        A = T.match_buffer(a, (m, K), operand)
+        C = T.match_buffer(c, (m, N), accumulator)
         for t, n, k in T.grid(blocks * Q, N, K):
             with T.sblock("gemm"):
                 vt, vn, vk = T.axis.remap("SSR", [t, n, k])
                 with T.init():
-                    C[vt, vn] = T.float32(0)
-                C[vt, vn] = C[vt, vn] + T.Cast("float32", A[vt, vk]) * T.Cast("float32", w[vn, vk])
+                    C[vt, vn] = T.Cast(accumulator, 0)
+                C[vt, vn] = C[vt, vn] + T.Cast(accumulator, A[vt, vk]) * T.Cast(accumulator, w[vn, vk])
 
     return gemm
 

@@ -30,7 +30,7 @@ from mtp_tvm.tools.bench.peer_worker import peer_runner
 from mtp_tvm.tools.bench.race import golden_mismatch
 from mtp_tvm.tools.bench.stage_peers import STAGE_PEERS
 from mtp_tvm.tools.bench.worker import CLOSE_GRACE_S, OPENBLAS_SLOW_VARS, Worker, WorkerFailed
-from mtp_tvm.tools.measure.peaks import BF16_DOT, BF16_TILE, FMA, INT8_DOT, ProbePlan
+from mtp_tvm.tools.measure.peaks import BF16_DOT, BF16_TILE, FMA, INT8_DOT, INT8_TILE, ProbePlan
 from mtp_tvm.tools.measure.roofline import (
     bytes_moved,
     flops,
@@ -127,8 +127,8 @@ def test_bench_json_says_why(tiny_logits):
     """The ISA, the instruction mix of the kernels and the peak used are recorded next to the figures."""
     d = json.loads(json.dumps(tiny_logits.as_dict()))
     assert d["frontend"] == "tir" and {"name", "vector_bits", "fma", "bf16_dot", "int8_dot", "bf16_tile",
-                                       "used"} <= set(d["isa"])
-    assert d["instruction_mix"] and all(set(c) == {"fma", "vdpbf16ps", "vpmaddwd", "vpdpwssd", "tdpbf16ps"}
+                                       "int8_tile", "used"} <= set(d["isa"])
+    assert d["instruction_mix"] and all(set(c) == {"fma", "vdpbf16ps", "vpmaddwd", "vpdpwssd", "tdpbf16ps", "tdpbssd"}
                                         for c in d["instruction_mix"].values())
     assert d["peaks"][FMA] > 0 and d["peak_gflops"] == pytest.approx(d["peaks"][d["peak_kind"]])
     assert set(d["isa"]["used"]) == kinds_used(d["instruction_mix"]) and d["peak_kind"] in (FMA, BF16_DOT, BF16_TILE)
@@ -153,6 +153,7 @@ def test_the_peak_is_that_of_the_instruction_each_gemm_runs_on():
     peaks = {FMA: 100.0, BF16_DOT: 200.0, INT8_DOT: 400.0}
     assert gemm_kind("bfloat16", {BF16_DOT}) == BF16_DOT and gemm_kind("bfloat16", {FMA}) == FMA
     assert gemm_kind("bfloat16", {BF16_TILE, BF16_DOT}) == BF16_TILE  # an AMX kernel beside a vdpbf16ps one
+    assert gemm_kind("int8", {INT8_TILE, INT8_DOT, BF16_TILE}) == INT8_TILE
     assert gemm_kind("int8", {INT8_DOT, FMA}) == INT8_DOT and gemm_kind("float32", {BF16_DOT}) == FMA
     assert roofline_peak({BF16_DOT: 1e9}, peaks) == (200.0, BF16_DOT)
     assert roofline_peak({}, peaks) == (100.0, FMA)  # no GEMM (the norm): the FMA's, for the label

@@ -267,7 +267,7 @@ def test_every_projection_kernel_is_tuned_in_both_spaces_and_keeps_the_golden(tm
     dual GEMM's generic space exists (its multi-level tiling without consumer fusion)."""
     monkeypatch.setenv("MTP_TVM_TUNED_ROOT", str(tmp_path))
     lines = []
-    r = tune(BuildSpec("projection", preset="tiny"), trials=24, log=lines.append)
+    r = tune(BuildSpec("projection", preset="tiny"), trials=16, log=lines.append)
     assert not any("search failed" in ln for ln in lines), lines
     assert r.spaces["w8a8_dual_gemm"]["generic"] >= 1 and r.spaces["quantize_rows"]["hand"] >= 1
     assert sum(r.measured["w8a8_dual_gemm"].values()) > 0 and sum(r.measured["quantize_rows"].values()) > 0

@@ -31,7 +31,7 @@ def host_cpu() -> str:
 
 # /proc/cpuinfo flag -> the LLVM feature of a dot-product instruction the CPU schedules use
 HOST_DOT_FLAGS = {"avx512_bf16": "avx512bf16", "avx512_vnni": "avx512vnni", "avx_vnni": "avxvnni",
-                  "amx_tile": "amx-tile", "amx_bf16": "amx-bf16"}
+                  "amx_tile": "amx-tile", "amx_bf16": "amx-bf16", "amx_int8": "amx-int8"}
 
 
 def host_dot_features(cpu: str, cpuinfo: str | None = None) -> list[str]:
@@ -136,8 +136,8 @@ def is_gpu(target: Target) -> bool:
 class CpuIsa:
     """What a CPU target offers a GEMM schedule. ``vector_bits`` and ``vector_registers`` bound the register
     tile; ``bf16_dot`` is AVX512-BF16 (``vdpbf16ps``); ``int8_dot`` names the integer dot product family:
-    ``vnni`` (AVX512-VNNI or AVX-VNNI), ``pmaddwd`` (AVX2/AVX-512BW ``vpmaddwd``), or None; ``bf16_tile`` is
-    AMX-BF16 (``tdpbf16ps`` on tile registers)."""
+    ``vnni`` (AVX512-VNNI or AVX-VNNI), ``pmaddwd`` (AVX2/AVX-512BW ``vpmaddwd``), or None; ``bf16_tile`` and
+    ``int8_tile`` are AMX-BF16 and AMX-INT8 (``tdpbf16ps``, ``tdpbssd`` on tile registers)."""
 
     name: str
     vector_bits: int
@@ -146,6 +146,7 @@ class CpuIsa:
     bf16_dot: bool
     int8_dot: str | None
     bf16_tile: bool = False
+    int8_tile: bool = False
 
     @property
     def fp32_lanes(self) -> int:
@@ -161,8 +162,9 @@ def cpu_isa(target: Target) -> CpuIsa:
         return CpuIsa("neon", 128, 32, True, False, None)  # no NEON dot-product kernels here: FMA paths
     if has("avx512f"):
         vnni = has("avx512vnni")
+        tiles = has("amx-tile")
         return CpuIsa("avx512", 512, 32, True, has("avx512bf16"), "vnni" if vnni else "pmaddwd" if has("avx512bw")
-                      else None, has("amx-bf16") and has("amx-tile"))
+                      else None, tiles and has("amx-bf16"), tiles and has("amx-int8"))
     if has("avx2"):
         return CpuIsa("avx2", 256, 16, has("fma"), False, "vnni" if has("avxvnni") else "pmaddwd")
     return CpuIsa("sse", 128, 16, False, False, None)

@@ -4,6 +4,7 @@ file serves AVX2, AVX-512 and NEON and a tile never exceeds the register file it
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import NamedTuple
@@ -67,9 +68,12 @@ def register_tile(isa: CpuIsa, columns: int, knobs: CpuGemm) -> tuple[int, int]:
 BF16_OPERANDS = ("bfloat16", "float32")  # a GEMM's (activation, accumulator) dtypes that the BF16 dots take
 
 
-def on_tiles(knobs: CpuGemm, isa: CpuIsa, operands: tuple[str, str]) -> bool:
-    """Whether a GEMM block of these (activation, accumulator) dtypes runs on AMX tiles (``apply_amx_dot``)."""
-    return operands == BF16_OPERANDS and isa.bf16_tile and knobs.dot_products and knobs.pack_weight
+def tile_dot(knobs: CpuGemm, isa: CpuIsa, operands: tuple[str, str]) -> amx_dot.TileDot | None:
+    """The AMX product a GEMM block of these (activation, accumulator) dtypes runs on, or None."""
+    if not (knobs.dot_products and knobs.pack_weight):
+        return None
+    return next((d for d in amx_dot.TILE_DOTS.values() if d.operands == operands and amx_dot.has_tiles(isa, d)),
+                None)
 
 
 def row_quantum(knobs: CpuGemm, isa: CpuIsa, columns: int, operands: tuple[str, str] = ("", "")) -> int:
@@ -77,7 +81,7 @@ def row_quantum(knobs: CpuGemm, isa: CpuIsa, columns: int, operands: tuple[str, 
     on AMX tiles runs 16, a tile's rows: every weight tile is then loaded once at any T <= 16, where two blocks of
     8 rows load it twice (FLASH logits, SPR, T = 16: 5.2-5.5 ms with blocks of 8 rows, the weight read in 3.9-4.2
     at T = 8), and a tile of 16 rows computes in the time of its weight's load."""
-    if on_tiles(knobs, isa, operands):
+    if tile_dot(knobs, isa, operands):
         return amx_dot.MAX_ROWS
     return register_tile(isa, columns, knobs)[0]
 
@@ -134,14 +138,16 @@ def dot_tile(isa: CpuIsa, columns: int, row_quantum: int, dot: DotPath, knobs: C
 def _dot_schedule(sch: s_tir.Schedule, block, io, knobs: CpuGemm, isa: CpuIsa) -> DotPath | None:
     """The dot-product schedule for this block on this ISA, or None to use FMAs on widened operands: the
     operands' dtype and the ISA's features decide, never the machine that builds. BF16 takes the pair dot
-    (AMX tiles where the target has AMX-BF16, else ``vdpbf16ps``, or its FMA form on any FMA ISA of 256/512-bit
-    vectors), int8 ``vpmaddwd``/``vpdpwssd``. (A shard that no whole vector divides also takes the FMA path:
-    ``dot_tile`` is None.)"""
+    (``vdpbf16ps``, or its FMA form on any FMA ISA of 256/512-bit vectors), int8 ``vpmaddwd``/``vpdpwssd``; either
+    on AMX tiles where the target has them (``tile_dot``). (A shard that no whole vector divides also takes the
+    FMA path: ``dot_tile`` is None.)"""
     if not (knobs.dot_products and knobs.pack_weight):
         return None
     operands = block_operands(sch, block, io)
-    if on_tiles(knobs, isa, operands):  # one weight tile per strip and K step: 1 KiB
-        return DotPath(apply_amx_dot, amx_dot.LANES, step_bytes=LINE_BYTES, accumulator_tiles=amx_dot.max_tiles())
+    tiles = tile_dot(knobs, isa, operands)
+    if tiles:  # one weight tile per strip and K step: 1 KiB
+        return DotPath(functools.partial(apply_amx_dot, dot=tiles), amx_dot.LANES, step_bytes=LINE_BYTES,
+                       accumulator_tiles=amx_dot.max_tiles())
     if operands == BF16_OPERANDS and isa.bf16_dot:
         return DotPath(apply_bf16_dot, bf16_lanes(isa), step_bytes=4 * bf16_lanes(isa))  # lanes x a BF16 pair
     if operands == BF16_OPERANDS and isa.fma and isa.vector_bits in (256, 512):

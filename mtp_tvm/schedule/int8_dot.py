@@ -97,12 +97,14 @@ def int8_lanes(isa: CpuIsa) -> int:
     return isa.vector_bits // 32
 
 
-def pair_packed(tile: int, k_major: bool = False) -> IndexMap:
-    """``[N, K] -> [N / tile, K / 2, tile, 2]`` (or from ``[K, N]``, ``k_major``): per K pair, one strip's
-    weights are contiguous, pair-interleaved (the operand order of ``vpmaddwd``)."""
+def pair_packed(tile: int, k_major: bool = False, group: int = 2) -> IndexMap:
+    """``[N, K] -> [N / tile, K / group, tile, group]`` (or from ``[K, N]``, ``k_major``): per K pair (or
+    ``group``: an AMX-INT8 tile's quads), one strip's weights are contiguous, interleaved (the operand order of
+    ``vpmaddwd``, ``vdpbf16ps`` and the AMX products)."""
+    g = group
     if k_major:
-        return IndexMap.from_func(lambda k, n: (n // tile, k // 2, n % tile, k % 2), index_dtype="int32")
-    return IndexMap.from_func(lambda n, k: (n // tile, k // 2, n % tile, k % 2), index_dtype="int32")
+        return IndexMap.from_func(lambda k, n: (n // tile, k // g, n % tile, k % g), index_dtype="int32")
+    return IndexMap.from_func(lambda n, k: (n // tile, k // g, n % tile, k % g), index_dtype="int32")
 
 
 def operand_indices(sch: s_tir.Schedule, block) -> tuple[int, int | None]:
@@ -117,27 +119,28 @@ def operand_indices(sch: s_tir.Schedule, block) -> tuple[int, int | None]:
             next((i for i, idx in inputs if any(d.same_as(column) for d in idx)), None))
 
 
-def pack_pairs(sch: s_tir.Schedule, block, weight_index: int, tile: int) -> None:
-    """Pack the weight ``[N / tile, K / 2, tile, 2]`` (``pair_packed``) in a preprocess block the pipeline lifts
-    out of the per-call path; every block reading the weight (a kernel's small-T variants too) reads the pack."""
+def pack_pairs(sch: s_tir.Schedule, block, weight_index: int, tile: int, group: int = 2) -> None:
+    """Pack the weight ``[N / tile, K / group, tile, group]`` (``pair_packed``) in a preprocess block the pipeline
+    lifts out of the per-call path; every block reading the weight (a kernel's small-T variants too) reads the
+    pack."""
     k_major = weight_k_major(sch, block, weight_index)  # a Relax matmul's W[k, n]: packed to the same layout
     weight = sch.get(block).reads[weight_index].source
     packed = sch.cache_read(outermost_reader(sch, block), weight, "global")
-    sch.transform_layout(packed, ("write", 0), pair_packed(tile, k_major))
+    sch.transform_layout(packed, ("write", 0), pair_packed(tile, k_major, group))
     sch.annotate(packed, PREPACK_ANNOTATION, 1)
 
 
 def pack_strips(sch: s_tir.Schedule, block, weight_index: int, lanes: int, column_vectors: int, *,
-                packed: int | None, strip: int | None) -> None:
+                packed: int | None, strip: int | None, group: int = 2) -> None:
     """The weight of a tile of ``column_vectors`` packed in strips of ``strip`` vectors (default: the tile's
     width; a narrower strip makes the tile span strips side by side, each its own address stream), unless a
     sibling variant already ``packed`` it in strips of that many vectors (ValueError: the tile is not whole
-    strips)."""
+    strips). ``group``: the K elements interleaved (``pair_packed``)."""
     width = packed or strip or column_vectors
     if column_vectors % width:
         raise ValueError(f"{column_vectors} vectors are not whole strips of {width} packed ones")
     if packed is None:
-        pack_pairs(sch, block, weight_index, width * lanes)
+        pack_pairs(sch, block, weight_index, width * lanes, group)
 
 
 def check_tile(sch: s_tir.Schedule, block, lanes: int, register_rows: int, column_vectors: int,

@@ -14,7 +14,7 @@ from ...contract.cases import Case
 from ...contract.presets import Shapes
 from ...support.atomic_file import write_user_file
 from ...support.text_table import text_table
-from ..measure.peaks import BF16_TILE
+from ..measure.peaks import BF16_TILE, INT8_TILE
 from ..measure.profile import Profile
 from ..measure.roofline import bytes_moved, flops, gemm_work, roofline_ms, roofline_peak
 from .options import STOPWATCH_WARMUP_S
@@ -107,7 +107,7 @@ class BenchResult:
         oneDNN kernel says it), a peer's as it measured it ("-": not known)."""
         if name.startswith(TVM):
             tvm_isa = self.isa or {}
-            found = "amx" if BF16_TILE in (tvm_isa.get("used") or ()) else tvm_isa.get("name")
+            found = "amx" if {BF16_TILE, INT8_TILE} & set(tvm_isa.get("used") or ()) else tvm_isa.get("name")
         else:
             found = self.peer_isa.get(name, {}).get("name")
         return found or "-"
@@ -176,7 +176,7 @@ class BenchResult:
         if self.isa is not None:
             have = ([f for f in ("fma", "bf16_dot") if self.isa[f]]
                     + ([f"int8_dot={self.isa['int8_dot']}"] if self.isa["int8_dot"] else [])
-                    + ["bf16_tile"] * bool(self.isa.get("bf16_tile")))
+                    + [f for f in ("bf16_tile", "int8_tile") if self.isa.get(f)])
             notes.append(f"isa {self.isa['name']} ({self.isa['vector_bits']}-bit; {', '.join(have) or 'no FMA'}); "
                          + ("its instructions not counted" if self.isa["used"] is None else
                             f"the code uses {', '.join(self.isa['used']) or 'none of them'}"))

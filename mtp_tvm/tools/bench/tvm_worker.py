@@ -38,7 +38,8 @@ def isa_record(target, used: set[str] | None) -> dict | None:
         return None
     isa = cpu_isa(target)
     return {"name": isa.name, "vector_bits": isa.vector_bits, "fma": isa.fma, "bf16_dot": isa.bf16_dot,
-            "int8_dot": isa.int8_dot, "bf16_tile": isa.bf16_tile, "used": None if used is None else sorted(used)}
+            "int8_dot": isa.int8_dot, "bf16_tile": isa.bf16_tile, "int8_tile": isa.int8_tile,
+            "used": None if used is None else sorted(used)}
 
 
 @dataclasses.dataclass(frozen=True)

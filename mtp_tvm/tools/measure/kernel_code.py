@@ -19,6 +19,7 @@ _FAMILIES = {
     "vpmaddwd": re.compile(r"^vpmaddwd"),
     "vpdpwssd": re.compile(r"^vpdpwssds?"),
     "tdpbf16ps": re.compile(r"^tdpbf16ps"),
+    "tdpbssd": re.compile(r"^tdpbssd"),
 }
 _EXPORT_PREFIX = "__tvm_ffi_"
 _SYMBOL = r"[A-Za-z_.$][\w.$]*"

@@ -7,8 +7,8 @@ the GEMM schedules use get their own peak (``Probes.peaks``), since they do more
 instruction: ``bf16_dot_peak`` chains the project's ``vdpbf16ps`` micro-kernel (``schedule/bf16_dot.py``: an
 activation-pair broadcast, a weight load, one ``vdpbf16ps``; 32 BF16 products a zmm, 64 FLOPs) and
 ``int8_dot_peak`` chains ``vpdpwssd`` (VNNI; 64 int16 operations a zmm) or ``vpmaddwd`` + ``vpaddd`` (AVX2/
-AVX-512BW); ``bf16_tile_peak`` calls the project's AMX block (``schedule/amx_dot.py``: 16 rows x the most
-accumulator tiles, ``TILE_PROBE_STEPS`` K steps of operands that stay in the core's caches). Peaks are GFLOP/s
+AVX-512BW); ``tile_peak`` calls the project's AMX block (``schedule/amx_dot.py``, BF16 or int8: 16 rows x the
+most accumulator tiles, ``TILE_PROBE_STEPS`` K steps of operands that stay in the core's caches). Peaks are GFLOP/s
 (GOP/s for the integer dot) counted as the GEMMs count them, 2 per product.
 """
 
@@ -29,7 +29,8 @@ from ...support.lazy import lazy_module
 T = lazy_module("tvm.script.tirx")  # the probes are built on first use: a prebuilt artifact's bench needs TVM's
 # runtime alone (``CopyProbe``), where TVMScript cannot load
 
-FMA, BF16_DOT, INT8_DOT, BF16_TILE = "fma", "bf16_dot", "int8_dot", "bf16_tile"  # kinds with a peak (``Probes.peaks``)
+FMA, BF16_DOT, INT8_DOT = "fma", "bf16_dot", "int8_dot"  # instruction kinds with a peak (``Probes.peaks``)
+BF16_TILE, INT8_TILE = "bf16_tile", "int8_tile"  # the AMX products (``schedule/amx_dot.py``)
 # The compute probes run about 1 ms a sample: best of this many per round, so one that ran while every core was
 # busy (other processes; a parallel probe waits for its slowest thread) does not become the "peak"
 COMPUTE_REPEATS = 4
@@ -208,39 +209,39 @@ TILE_PROBE_STEPS = 16  # K steps of the AMX probe's block: 16 KiB of activation,
 TILE_CALLS_PER_ITER = 100  # the probe calls a block (80 tdpbf16ps) once per 100 of the vector probes' iterations
 
 
-def bf16_tile_probe(cores: int, iters: int):
-    """``cores`` workers (parallel), each calling the AMX block of ``schedule/amx_dot.py`` ``iters`` times on its
-    own activation and weight tiles (read from L1/L2: the block's compute, not the memory, is timed)."""
-    from ...schedule.amx_dot import K_STEP, LANES, MAX_ROWS, max_tiles, tile_function, tile_llvm_ir
+def tile_probe(kind: str, cores: int, iters: int):
+    """``cores`` workers (parallel), each calling the AMX block of ``schedule/amx_dot.py`` (``kind``: BF16_TILE
+    or INT8_TILE) ``iters`` times on its own activation and weight tiles (read from L1/L2: the block's compute,
+    not the memory, is timed). Returns the kernel, its operations per call and worker, its argument shapes."""
+    from ...schedule.amx_dot import BF16_TILES, INT8_TILES, LANES, MAX_ROWS, max_tiles, tile_function, tile_llvm_ir
 
-    rows, tiles, steps = MAX_ROWS, max_tiles(), TILE_PROBE_STEPS
-    depth, columns = steps * K_STEP, tiles * LANES
+    dot = BF16_TILES if kind == BF16_TILE else INT8_TILES
+    rows, tiles, steps, op, acc, g = MAX_ROWS, max_tiles(), TILE_PROBE_STEPS, dot.operand, dot.accumulator, dot.group
+    depth, columns = steps * dot.k_step, tiles * LANES
 
     @T.prim_func(s_tir=True)
-    def bf16_tile_peak(a: T.Buffer((cores, rows, depth), "bfloat16"),
-                       w: T.Buffer((cores, tiles, depth // 2, LANES, 2), "bfloat16"),
-                       out: T.Buffer((cores, rows, columns), "float32")):
+    def tile_peak(a: T.Buffer((cores, rows, depth), op), w: T.Buffer((cores, tiles, depth // g, LANES, g), op),
+                  out: T.Buffer((cores, rows, columns), acc)):
         T.func_attr({"tir.noalias": True})
         for b in T.parallel(cores):
             with T.sblock("worker"):
                 vb = T.axis.spatial(cores, b)
-                T.reads(a[vb, 0:rows, 0:depth], w[vb, 0:tiles, 0:depth // 2, 0:LANES, 0:2])
+                T.reads(a[vb, 0:rows, 0:depth], w[vb, 0:tiles, 0:depth // g, 0:LANES, 0:g])
                 T.writes(out[vb, 0:rows, 0:columns])
-                for _ in T.serial(iters, annotations={"pragma_import_llvm": tile_llvm_ir(rows, tiles)}):
-                    T.evaluate(T.call_extern("int32", tile_function(rows, tiles), out.data, vb * rows * columns,
-                                             columns, a.data, vb * rows * depth, depth, w.data,
+                for _ in T.serial(iters, annotations={"pragma_import_llvm": tile_llvm_ir(dot, rows, tiles)}):
+                    T.evaluate(T.call_extern("int32", tile_function(dot, rows, tiles), out.data,
+                                             vb * rows * columns, columns, a.data, vb * rows * depth, depth, w.data,
                                              vb * tiles * depth * LANES, depth * LANES, steps))
 
-    shapes = [((cores, rows, depth), "bfloat16"), ((cores, tiles, depth // 2, LANES, 2), "bfloat16"),
-              ((cores, rows, columns), "float32")]
-    return bf16_tile_peak, 2.0 * rows * columns * depth, shapes
+    shapes = [((cores, rows, depth), op), ((cores, tiles, depth // g, LANES, g), op), ((cores, rows, columns), acc)]
+    return tile_peak, 2.0 * rows * columns * depth, shapes
 
 
 @dataclasses.dataclass
 class Probes:
     """``peak_gflops``: the FP32 FMA peak (also ``peaks["fma"]``); ``peaks``: GFLOP/s per instruction kind this
     target has (``fma`` always, ``bf16_dot`` with AVX512-BF16, ``int8_dot`` with ``vpdpwssd``/``vpmaddwd``,
-    ``bf16_tile`` with AMX-BF16)."""
+    ``bf16_tile``/``int8_tile`` with AMX-BF16/INT8)."""
 
     peak_gflops: float | None  # None: not measured (a prebuilt artifact's bench has no compiler for the probes)
     bandwidth_gbs: float
@@ -307,13 +308,14 @@ class ProbePlan:
             return ()
         isa = cpu_isa(target)
         int8 = isa.int8_dot in ("vnni", "pmaddwd") and isa.vector_bits in (256, 512)
-        return (BF16_DOT,) * isa.bf16_dot + (INT8_DOT,) * int8 + (BF16_TILE,) * isa.bf16_tile
+        return ((BF16_DOT,) * isa.bf16_dot + (INT8_DOT,) * int8 + (BF16_TILE,) * isa.bf16_tile
+                + (INT8_TILE,) * isa.int8_tile)
 
     def build_dot(self, target, kind: str):
         """``(kernel, operations per call, argument shapes and dtypes)`` of one dot-product probe."""
-        if kind == BF16_TILE:
+        if kind in (BF16_TILE, INT8_TILE):
             calls = self.iters // TILE_CALLS_PER_ITER
-            func, per_call, shapes = bf16_tile_probe(self.blocks, calls)
+            func, per_call, shapes = tile_probe(kind, self.blocks, calls)
             return tvm.compile(func, target=target), per_call * self.blocks * calls, shapes
         if kind == BF16_DOT:
             func = bf16_dot_probe(self.blocks, self.iters, self.chains)
@@ -433,7 +435,7 @@ def measure_probes(target, rounds: int = 5, stream: StreamProbe | None = None,
     unit = ("threads", "blocks") if plan.gpu else ("cores", "threads")
     peaks = {FMA: peak} | {kind: _dot_peak(plan, target, kind, dev, rounds) for kind in plan.dot_kinds(target)}
     what = {BF16_DOT: "the same chains of vdpbf16ps", INT8_DOT: "the same chains of integer dots",
-            BF16_TILE: f"AMX blocks of {TILE_PROBE_STEPS} K steps in cache"}
+            BF16_TILE: f"AMX blocks of {TILE_PROBE_STEPS} K steps in cache", INT8_TILE: "the same, int8"}
     dots = "".join(f"; {kind}_peak: {what[kind]}" for kind in peaks if kind != FMA)
     return Probes(peak, bw, f"fma_peak: {workers} {unit[0]} x {plan.chains} chains of {plan.lanes}-lane FP32 FMA, "
                             f"{plan.iters} iterations{dots}; {stream.describe()}, {plan.stream_parallel} {unit[1]} "

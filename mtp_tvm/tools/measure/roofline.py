@@ -15,14 +15,14 @@ from ...contract.cases import TOKENS, Case, Stage
 from ...contract.presets import Shapes
 from ...passes.target import is_gpu
 from .kernel_code import assembly_kernels
-from .peaks import BF16_DOT, BF16_TILE, FMA, INT8_DOT
+from .peaks import BF16_DOT, BF16_TILE, FMA, INT8_DOT, INT8_TILE
 
 if TYPE_CHECKING:
     from ...compiler.driver import CompiledCase
 
 
 FAMILIES = {FMA: ("fma",), BF16_DOT: ("vdpbf16ps",), INT8_DOT: ("vpmaddwd", "vpdpwssd"),
-            BF16_TILE: ("tdpbf16ps",)}  # kernel_code's families
+            BF16_TILE: ("tdpbf16ps",), INT8_TILE: ("tdpbssd",)}  # kernel_code's families
 
 
 def flops(case: Case, s: Shapes, rows: int) -> float:
@@ -38,7 +38,7 @@ def bytes_moved(case: Case, s: Shapes) -> float:
 
 
 # GEMM operand dtype -> the dot products it can run on, the most work per instruction first
-DOTS_OF_DTYPE = {"bfloat16": (BF16_TILE, BF16_DOT), "int8": (INT8_DOT,)}
+DOTS_OF_DTYPE = {"bfloat16": (BF16_TILE, BF16_DOT), "int8": (INT8_TILE, INT8_DOT)}
 
 
 def gemm_kind(dtype: str, used: set[str]) -> str:
