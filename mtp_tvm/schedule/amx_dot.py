@@ -70,6 +70,12 @@ class TileDot:
         """(activation, accumulator) dtypes: a GEMM block of these takes this product (``cpu_rules``)."""
         return self.operand, self.accumulator
 
+    @property
+    def kind(self) -> str:
+        """``bf16_tile``/``int8_tile``: the ``CpuIsa`` flag that says a target has it, and its peak's name
+        (``tools/measure/peaks.py``)."""
+        return f"{self.name}_tile"
+
 
 BF16_TILES = TileDot("bf16", "bfloat16", "float32", 2, "tdpbf16ps", "i16", "float")
 INT8_TILES = TileDot("int8", "int8", "int32", 4, "tdpbssd", "i8", "i32")
@@ -78,7 +84,18 @@ _NAME = re.compile(r"mtp_amx_(" + "|".join(TILE_DOTS) + r")_r(\d+)_c(\d+)_k(\d+)
 
 
 def has_tiles(isa: CpuIsa, dot: TileDot) -> bool:
-    return isa.bf16_tile if dot is BF16_TILES else isa.int8_tile
+    return getattr(isa, dot.kind)
+
+
+def tile_call(dot: TileDot, rows: int, tiles: int, c, c_offset, c_stride, a, a_offset, a_stride, w, w_offset,
+              strip, steps):
+    """A call of the imported block function (``tile_llvm_ir``), its signature stated once (the intrinsic and
+    the peak probe call it): the accumulators, the activation and the packed weight, each a data pointer, an
+    element offset and (but the weight) a row stride in elements; the weight strips ``strip`` elements apart;
+    ``steps`` K steps. int32 arguments, as the imported signature declares them."""
+    i32 = lambda value: T.Cast("int32", value)  # noqa: E731
+    return T.call_extern("int32", tile_function(dot, rows, tiles), c, i32(c_offset), i32(c_stride), a, i32(a_offset),
+                         i32(a_stride), w, i32(w_offset), i32(strip), i32(steps))
 
 
 def max_tiles() -> int:
@@ -176,7 +193,6 @@ def register_tile_intrinsic(dot: TileDot, rows: int, tiles: int, depth: int) -> 
     """The tensor intrinsic ``C[rows, 16 * tiles] += A[rows, depth] . W[tiles, depth / g, 16, g]`` (one output
     block over all of K; g the K group), registered on first use: its shape is the block's."""
     columns, g, acc, op = LANES * tiles, dot.group, dot.accumulator, dot.operand
-    i32 = lambda value: T.Cast("int32", value)  # noqa: E731
 
     @T.prim_func(s_tir=True)
     def desc(a: T.handle, w: T.handle, c: T.handle):
@@ -214,9 +230,8 @@ def register_tile_intrinsic(dot: TileDot, rows: int, tiles: int, depth: int) -> 
         with T.sblock("root"):
             T.reads(C[0:rows, 0:columns], A[0:rows, 0:depth], W[0:tiles, 0:depth // g, 0:LANES, 0:g])
             T.writes(C[0:rows, 0:columns])
-            assert T.call_extern("int32", tile_function(dot, rows, tiles), C.data, i32(C.elem_offset),
-                                 i32(C.strides[0]), A.data, i32(A.elem_offset), i32(A.strides[0]), W.data,
-                                 i32(W.elem_offset), i32(depth * LANES), i32(depth // dot.k_step)) == 0, (
+            assert tile_call(dot, rows, tiles, C.data, C.elem_offset, C.strides[0], A.data, A.elem_offset,
+                             A.strides[0], W.data, W.elem_offset, depth * LANES, depth // dot.k_step) == 0, (
                 "AMX: the OS refused this process the tile state (arch_prctl ARCH_REQ_XCOMP_PERM); build for a "
                 "target without AMX")
 
