@@ -17,6 +17,8 @@ The schedule rules find a block's variants with ``row_variant_blocks`` (the kern
 
 from __future__ import annotations
 
+import functools
+
 import tvm
 from tvm import s_tir, tirx
 from tvm.sym import Analyzer
@@ -177,7 +179,15 @@ def row_variants(func: tirx.PrimFunc, quantum: int, small_rows: tuple[int, ...] 
     out = _with_root_body(func, chain, {VARIANTS_ATTR: small}, allocs=False)  # each scope allocates its own
     # each branch its own loop, block and buffer variables: TVMScript parses every definition anew (TVM has
     # no Python IR substitution; ConvertSSA renames loop variables but not a block's buffers)
-    return tvm.script.from_source(out.script())
+    return s_tir.renew_defs(_parsed(out.script()))  # a copy: a schedule rewrites the nodes it alone holds in place
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed(text: str) -> tirx.PrimFunc:
+    """TVMScript ``text`` parsed, once per text in a process: a parse takes 0.05-0.5 s a kernel (printing it
+    ms; ``renew_defs``' copy under 1 ms), and a process that builds a case again (the Python API in a loop, a
+    tune, a bisection) gets the same kernels again."""
+    return tvm.script.from_source(text)
 
 
 def token_branches(mod: tvm.IRModule) -> dict[str, int]:

@@ -213,11 +213,11 @@ def tile_probe(kind: str, cores: int, iters: int):
     """``cores`` workers (parallel), each calling the AMX block of ``schedule/amx_dot.py`` (``kind``: BF16_TILE
     or INT8_TILE) ``iters`` times on its own activation and weight tiles (read from L1/L2: the block's compute,
     not the memory, is timed). Returns the kernel, its operations per call and worker, its argument shapes."""
-    from ...schedule.amx_dot import LANES, MAX_ROWS, TILE_DOTS, max_tiles, tile_call, tile_llvm_ir
+    from ...schedule.amx_dot import LANES, MAX_ROWS, TILE_DOTS, max_tiles, tile_call, tile_function, tile_llvm_ir
 
     dot = next(d for d in TILE_DOTS.values() if d.kind == kind)
     rows, tiles, steps, op, acc, g = MAX_ROWS, max_tiles(), TILE_PROBE_STEPS, dot.operand, dot.accumulator, dot.group
-    depth, columns = steps * dot.k_step, tiles * LANES
+    depth, columns, function = steps * dot.k_step, tiles * LANES, tile_function(dot, rows, tiles)
 
     @T.prim_func(s_tir=True)
     def tile_peak(a: T.Buffer((cores, rows, depth), op), w: T.Buffer((cores, tiles, depth // g, LANES, g), op),
@@ -229,9 +229,8 @@ def tile_probe(kind: str, cores: int, iters: int):
                 T.reads(a[vb, 0:rows, 0:depth], w[vb, 0:tiles, 0:depth // g, 0:LANES, 0:g])
                 T.writes(out[vb, 0:rows, 0:columns])
                 for _ in T.serial(iters, annotations={"pragma_import_llvm": tile_llvm_ir(dot, rows, tiles)}):
-                    T.evaluate(tile_call(dot, rows, tiles, out.data, vb * rows * columns, columns, a.data,
-                                         vb * rows * depth, depth, w.data, vb * tiles * depth * LANES, depth * LANES,
-                                         steps))
+                    T.evaluate(tile_call(function, out.data, vb * rows * columns, columns, a.data, vb * rows * depth,
+                                         depth, w.data, vb * tiles * depth * LANES, depth * LANES, steps))
 
     shapes = [((cores, rows, depth), op), ((cores, tiles, depth // g, LANES, g), op), ((cores, rows, columns), acc)]
     return tile_peak, 2.0 * rows * columns * depth, shapes

@@ -17,6 +17,8 @@ What the wing adds to MetaSchedule, and why:
 - ``fast_build`` (``kernels.py``): MetaSchedule's default builder re-does that import in each fresh worker, so
   every candidate timed out at 30 s; ours builds without it, and on a CPU in forked children of the tuner
   (``builder.py``) instead of a fresh pool of interpreters per batch, each importing TVM and torch again.
+- ``evolutionary_search``: MetaSchedule's search with its population sized to the batch it measures (its
+  default of 512 is for batches of 64; ours are at most 16, and evolving 512 cost as long as the trials).
 - ``ProgressCallback`` (``progress.py``): trials done of planned, best ms per kernel and per space, and the time
   left. ``Ctrl-C`` stops the search and keeps every measured record (the JSON database is appended per trial).
 - RPC: ``rpc=("host:port", key)`` measures on servers registered with a TVM RPC tracker (``RPCRunner``).
@@ -30,6 +32,7 @@ import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import tvm
 from tvm.target import Target
@@ -59,6 +62,10 @@ from .options import TuneOptions
 from .progress import BudgetSpent, ProgressCallback, measure_callback
 
 _MS_LOGGER = "tvm.s_tir.meta_schedule"  # its console handler prints at this logger's level
+TRIALS_PER_BATCH = 16  # candidates a search step builds and measures at once (fewer when the budget is smaller)
+POPULATION_PER_TRIAL = 8  # evolved candidates per measured one, as in MetaSchedule's defaults (512 for 64)
+MIN_POPULATION = 64
+
 
 @dataclasses.dataclass(frozen=True)
 class TuneResult:
@@ -124,6 +131,28 @@ def _count_spaces(generator, key: tvm.IRModule, target: Target, name: str, seed:
 
     ctx = ms.TuneContext(fresh_copy(key), target=target, space_generator=generator, task_name=name, rand_state=seed)
     return len(ctx.generate_design_space())
+
+
+class _Task(NamedTuple):
+    """One kernel's search: its name, tile workload and design-space generator (its ``TuneContext`` is made when
+    its trial budget is known, ``evolutionary_search``)."""
+
+    name: str
+    key: tvm.IRModule
+    generator: object
+
+
+def evolutionary_search(batch: int):
+    """MetaSchedule's evolutionary search for batches of ``batch`` measured candidates, its population sized to
+    the batch. MetaSchedule's defaults pair a population of 512 with batches of 64 (``tune_tasks``), 8 candidates
+    evolved per one measured; ours are at most ``TRIALS_PER_BATCH``, and a population of 512 then costs seconds
+    per batch in evolution and cost-model ranking alone (the tiny projection at 16 trials, this VM: 20 s with 512,
+    9.8 s with 128, the best records alike)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    population = max(MIN_POPULATION, POPULATION_PER_TRIAL * batch)
+    return ms.search_strategy.EvolutionarySearch(population_size=population,
+                                                 init_min_unmeasured=min(50, population))
 
 
 def trial_budgets(names: list[str], hand_ms: dict[str, float], trials: int) -> list[int]:
@@ -314,10 +343,7 @@ class _Search:
             self.points[name] = hand_points(key, ks, self.isa) if TuneSpace.HAND in self.spaces[name] else \
                 [default_schedule(key, ks, self.isa)]
         generator = generators[0] if len(generators) == 1 else ms.space_generator.SpaceGeneratorUnion(generators)
-        self.tasks.append(ms.TuneContext(fresh_copy(key), target=self.target, space_generator=generator,
-                                         search_strategy=ms.search_strategy.EvolutionarySearch(), task_name=name,
-                                         rand_state=self.options.seed, num_threads=os.cpu_count() or 1,
-                                         logger=logging.getLogger(_MS_LOGGER)))
+        self.tasks.append(_Task(name, key, generator))
 
     def _count(self, name: str, s: str, hand, key) -> bool:
         """Count space ``s`` of kernel ``name`` into ``spaces``; whether consumer fusion could stay on (a CPU
@@ -361,7 +387,7 @@ class _Search:
         return batch
 
     def log_tasks(self, batch: list) -> None:
-        for name in (t.task_name for t in self.tasks):
+        for name in (t.name for t in self.tasks):
             first = sum(n == name for n, _ in batch)
             self.log(f"[tune] {name}: design spaces " + ", ".join(f"{s} {n}" for s, n in self.spaces[name].items())
                      + (f"; hand schedule {self.default_ms[name]:.4g} ms" if name in self.default_ms else "")
@@ -373,7 +399,7 @@ class _Search:
         from tvm.s_tir import meta_schedule as ms
 
         callbacks = [*ms.measure_callback.MeasureCallback.create("default"), measure_callback(self.progress)]
-        names = [t.task_name for t in self.tasks]
+        names = [t.name for t in self.tasks]
         for task, budget in zip(self.tasks, trial_budgets(names, self.default_ms,
                                                           self.options.trials - self.progress.done)):
             if not budget:
@@ -382,9 +408,14 @@ class _Search:
                 self._say_spent()
                 break
             # one search per kernel: one kernel's failure in MetaSchedule must not end the others' search
+            batch = min(budget, TRIALS_PER_BATCH)
+            context = ms.TuneContext(fresh_copy(task.key), target=self.target, space_generator=task.generator,
+                                     search_strategy=evolutionary_search(batch), task_name=task.name,
+                                     rand_state=self.options.seed, num_threads=os.cpu_count() or 1,
+                                     logger=logging.getLogger(_MS_LOGGER))
             try:
-                ms.tune_tasks(tasks=[task], task_weights=[1.0], work_dir=str(self.out), max_trials_global=budget,
-                              num_trials_per_iter=min(budget, 16), builder=self.builder, runner=self.runner,
+                ms.tune_tasks(tasks=[context], task_weights=[1.0], work_dir=str(self.out), max_trials_global=budget,
+                              num_trials_per_iter=batch, builder=self.builder, runner=self.runner,
                               database=self.database, measure_callbacks=callbacks)
             except KeyboardInterrupt:
                 self.log(f"[tune] interrupted: the {self.progress.done} trials measured are kept in {self.out}")
@@ -393,7 +424,7 @@ class _Search:
                 self._say_spent()
                 break
             except (RuntimeError, ValueError, TypeError) as e:
-                self.log(f"[tune] warning: {task.task_name}: MetaSchedule's search failed ({last_line(e)}); its "
+                self.log(f"[tune] warning: {task.name}: MetaSchedule's search failed ({last_line(e)}); its "
                          "records so far are kept, and the other kernels go on")
         return False
 
