@@ -65,8 +65,9 @@ def _end(procs: list[subprocess.Popen]) -> None:
 
 
 @contextlib.contextmanager
-def rpc_cluster(key: str, servers: int = 2):
-    """A TVM RPC tracker and ``servers`` CPU servers on 127.0.0.1, registered under ``key``; yields HOST:PORT."""
+def rpc_cluster(key: str, servers: int = 1):
+    """A TVM RPC tracker and ``servers`` CPU servers on 127.0.0.1, registered under ``key``; yields HOST:PORT. One
+    server by default: each costs two imports of TVM (its loop runs in a ``popen_worker`` child), ~5 s of CPU."""
     port = _free_port()
     procs = [_rpc("rpc_tracker", port)]
     try:
