@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextlib
-import functools
 import os
 import signal
 import sys
@@ -40,10 +39,7 @@ DEBUG = Flag("debug", "show tracebacks for errors")
 VERBOSE = Flag("verbose", "let TVM's and LLVM's own log lines through (otherwise kept in the run folder's tvm.log)")
 
 
-@functools.cache
 def build_parser() -> argparse.ArgumentParser:
-    """The command line, built once per process: parsing leaves it unchanged, and building it takes 20 ms (every
-    flag of every command), which a caller of ``main`` in a loop paid per call."""
     parser = Parser(prog="mtp-tvm", description="DeepSeek-V4 MTP decode tail on Apache TVM")
     common = Parser(add_help=False)  # also after the subcommand (there not set: the above's)
     for p in (parser, common):
