@@ -298,3 +298,38 @@ def test_the_gemms_use_the_dot_products_of_the_target(mcpu, logits_op, projectio
         assert op in asm, (mcpu, case, op)
         assert "vdpbf16ps" not in asm if mcpu == "znver3" else True  # never an instruction the target lacks
         assert ("tdpbf16ps" in asm or "tdpbssd" in asm) == (mcpu == "sapphirerapids"), (mcpu, case)
+
+
+@pytest.mark.parametrize("mcpu, lanes", [("haswell", 8), (None, None)])
+def test_the_quantisers_amax_in_lane_partials_is_bitwise_the_serial_one(mcpu, lanes):
+    """``lane_reductions``: the amax as one partial maximum per lane (``amax_rf``), then across the lanes; a max is
+    the same in any order, so Q and its scale are bitwise those of the serial chain, on AVX2's lanes and the
+    host's."""
+    import ml_dtypes
+
+    from mtp_tvm.passes.target import cpu_isa
+    from mtp_tvm.schedule.cpu_rules import cpu_rows
+    from mtp_tvm.schedule.knobs import CpuRows
+
+    target = resolve_target({"kind": "llvm", "mcpu": mcpu} if mcpu else "llvm")
+    func = kernels.quantize_rows(256).with_attr("global_symbol", "main")
+    y = np.random.default_rng(4).standard_normal((5, 256)).astype(np.float32)
+    y[1] *= 1e-6  # amax under its floor
+    y[3, 7] = -40.0  # the amax a negative value's
+    outputs, scripts = [], []
+    for partials in ((), ("amax",)):
+        sch = s_tir.Schedule(tvm.IRModule({"main": func}))
+        cpu_rows(sch, CpuRows(row_block="quantize", parallel_blocks=("amax",), lane_reductions=partials),
+                 cpu_isa(target))
+        scripts.append(sch.mod.script())
+        if mcpu is not None:
+            continue  # built, not run: the host need not have it
+        lib, dev = tvm.compile(sch.mod, target=target), tvm.cpu()
+        args = [tvm.runtime.tensor(a, dev) for a in (y.astype(ml_dtypes.bfloat16), np.zeros((5, 256), np.int8),
+                                                       np.zeros(5, np.float32))]
+        lib["main"](*args)
+        outputs.append([a.numpy() for a in args[1:]])
+    assert "amax_rf" not in scripts[0] and "amax_rf" in scripts[1]
+    assert f"amax_rf = T.sblock_alloc_buffer((m, {lanes or cpu_isa(target).fp32_lanes}))" in scripts[1]
+    for before, after in zip(*outputs):
+        assert np.array_equal(before, after)
