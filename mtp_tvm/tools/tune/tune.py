@@ -64,7 +64,7 @@ from .progress import BudgetSpent, ProgressCallback, measure_callback
 _MS_LOGGER = "tvm.s_tir.meta_schedule"  # its console handler prints at this logger's level
 TRIALS_PER_BATCH = 16  # candidates a search step builds and measures at once (fewer when the budget is smaller)
 POPULATION_PER_TRIAL = 8  # evolved candidates per measured one, as in MetaSchedule's defaults (512 for 64)
-MIN_POPULATION = 64
+MIN_POPULATION = 64  # above the 50 unmeasured candidates MetaSchedule's search starts from (init_min_unmeasured)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,9 +150,7 @@ def evolutionary_search(batch: int):
     9.8 s with 128, the best records alike)."""
     from tvm.s_tir import meta_schedule as ms
 
-    population = max(MIN_POPULATION, POPULATION_PER_TRIAL * batch)
-    return ms.search_strategy.EvolutionarySearch(population_size=population,
-                                                 init_min_unmeasured=min(50, population))
+    return ms.search_strategy.EvolutionarySearch(population_size=max(MIN_POPULATION, POPULATION_PER_TRIAL * batch))
 
 
 def trial_budgets(names: list[str], hand_ms: dict[str, float], trials: int) -> list[int]:
