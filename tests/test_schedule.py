@@ -3,6 +3,7 @@ path and done once per weight set; every case builds for CUDA sm_80 and sm_90 wi
 
 import dataclasses
 import json
+import re
 import shutil
 
 import numpy as np
@@ -300,36 +301,62 @@ def test_the_gemms_use_the_dot_products_of_the_target(mcpu, logits_op, projectio
         assert ("tdpbf16ps" in asm or "tdpbssd" in asm) == (mcpu == "sapphirerapids"), (mcpu, case)
 
 
-@pytest.mark.parametrize("mcpu, lanes", [("haswell", 8), (None, None)])
-def test_the_quantisers_amax_in_lane_partials_is_bitwise_the_serial_one(mcpu, lanes):
-    """``lane_reductions``: the amax as one partial maximum per lane (``amax_rf``), then across the lanes; a max is
-    the same in any order, so Q and its scale are bitwise those of the serial chain, on AVX2's lanes and the
-    host's."""
+def _row_kernel_args(kernel: str, rng):
+    """A row kernel's arguments (5 rows of 1024: 8 chunks of 128), outputs zeroed; extremes included."""
     import ml_dtypes
 
+    x = rng.standard_normal((5, 1024)).astype(np.float32)
+    x[1] *= 1e-6  # the quantiser's amax under its floor; a norm's tiny sum of squares
+    x[3, 7] = -40.0  # the amax a negative value's
+    x = x.astype(ml_dtypes.bfloat16)
+    if kernel == "quantize_rows":
+        return [x, np.zeros((5, 1024), np.int8), np.zeros(5, np.float32)]
+    return [x, rng.uniform(0.5, 1.5, 1024).astype(np.float32), rng.uniform(0.5, 1.5, 1024).astype(np.float32),
+            np.zeros((5, 1024), ml_dtypes.bfloat16)]
+
+
+ROW_CHAINS = {  # kernel: its cpu_rows knobs, the knobs that break its reduction into chains, its outputs
+    "quantize_rows": ({"row_block": "quantize", "parallel_blocks": ("amax",)}, {"lane_reductions": ("amax",)}, 2),
+    "rms_norm_smooth": ({"row_block": "normalize", "compute_at_row": ("inv_rms", "sumsq", "sumsq_chunk")},
+                        {"interleaved_chains": ("sumsq_chunk",)}, 1),
+}
+
+
+@pytest.mark.parametrize("kernel", sorted(ROW_CHAINS))
+@pytest.mark.parametrize("mcpu", ["haswell", None])
+def test_a_row_reduction_in_independent_chains_is_bitwise_the_serial_one(kernel, mcpu):
+    """``lane_reductions`` (the amax as one partial maximum per lane, the lanes one vector) and
+    ``interleaved_chains`` (``CHAINS`` of the norm's chunk sums in flight, each in its order): the outputs are
+    bitwise those of the serial chain, on AVX2's lanes and the host's; the quantiser's loops are vectors (its
+    ``nearbyint`` included: ``passes/vectorizable.py``), not scalarised."""
+    from mtp_tvm.passes.pipeline import TIR_PIPELINE, register_with_tvm
     from mtp_tvm.passes.target import cpu_isa
-    from mtp_tvm.schedule.cpu_rules import cpu_rows
+    from mtp_tvm.schedule.cpu_rules import CHAINS, cpu_rows
     from mtp_tvm.schedule.knobs import CpuRows
 
+    register_with_tvm()
     target = resolve_target({"kind": "llvm", "mcpu": mcpu} if mcpu else "llvm")
-    func = kernels.quantize_rows(256).with_attr("global_symbol", "main")
-    y = np.random.default_rng(4).standard_normal((5, 256)).astype(np.float32)
-    y[1] *= 1e-6  # amax under its floor
-    y[3, 7] = -40.0  # the amax a negative value's
+    lanes = cpu_isa(target).fp32_lanes
+    func = (kernels.quantize_rows(1024) if kernel == "quantize_rows" else kernels.rms_norm_smooth(1024, 1e-6))
+    base, chains, outs = ROW_CHAINS[kernel]
     outputs, scripts = [], []
-    for partials in ((), ("amax",)):
-        sch = s_tir.Schedule(tvm.IRModule({"main": func}))
-        cpu_rows(sch, CpuRows(row_block="quantize", parallel_blocks=("amax",), lane_reductions=partials),
-                 cpu_isa(target))
+    for knobs in (base, {**base, **chains}):
+        sch = s_tir.Schedule(tvm.IRModule({"main": fresh_copy(func).with_attr("global_symbol", "main")}))
+        cpu_rows(sch, CpuRows(**knobs), cpu_isa(target))
         scripts.append(sch.mod.script())
+        lib = tvm.tirx.build(sch.mod, target=target, pipeline=TIR_PIPELINE)
+        if kernel == "quantize_rows":
+            assert f"@llvm.nearbyint.v{lanes}f32" in lib.inspect_source("ll")
         if mcpu is not None:
             continue  # built, not run: the host need not have it
-        lib, dev = tvm.compile(sch.mod, target=target), tvm.cpu()
-        args = [tvm.runtime.tensor(a, dev) for a in (y.astype(ml_dtypes.bfloat16), np.zeros((5, 256), np.int8),
-                                                       np.zeros(5, np.float32))]
+        args = [tvm.runtime.tensor(a, tvm.cpu()) for a in _row_kernel_args(kernel, np.random.default_rng(4))]
         lib["main"](*args)
-        outputs.append([a.numpy() for a in args[1:]])
-    assert "amax_rf" not in scripts[0] and "amax_rf" in scripts[1]
-    assert f"amax_rf = T.sblock_alloc_buffer((m, {lanes or cpu_isa(target).fp32_lanes}))" in scripts[1]
+        outputs.append([a.numpy() for a in args[-outs:]])
+    if kernel == "quantize_rows":
+        assert "amax_rf" not in scripts[0] and "amax_rf" in scripts[1]
+        assert f"amax_rf = T.sblock_alloc_buffer((m, {lanes}))" in scripts[1]
+        assert re.search(rf'in T.vectorized\({lanes}\):\s+with T.sblock\("amax_rf"\)', scripts[1])
+    else:
+        assert f"T.unroll({CHAINS})" not in scripts[0] and f"T.unroll({CHAINS})" in scripts[1]
     for before, after in zip(*outputs):
-        assert np.array_equal(before, after)
+        assert np.array_equal(before.view(np.uint8), after.view(np.uint8))

@@ -20,6 +20,7 @@ from tvm.target import Target
 
 from .register_tiles import register_tiles_on_stack
 from .target import is_gpu
+from .vectorizable import mark_vectorizable
 
 PHASE_MARKER_PREFIX = "mtp.phase."
 # The passes that only run others: the instrument skips them when it numbers passes, so their names are shared.
@@ -206,8 +207,10 @@ def register_with_tvm() -> None:
     with tvm-ffi. Ctrl-C during a build lands in a Python callback TVM runs (a pass, an instrument); tvm-ffi
     carries the exception back through C++ by its registered name, so an unregistered ``KeyboardInterrupt``
     came back as an empty ``RuntimeError``: a "build failed" (exit 3) instead of an interrupt (exit 130).
-    ``SystemExit`` (a user pass calling ``sys.exit``) likewise, so the driver can name it."""
+    ``SystemExit`` (a user pass calling ``sys.exit``) likewise, so the driver can name it. And the intrinsics
+    TVM's vectoriser would scalarise (``vectorizable.py``)."""
     tvm.tirx.register_tir_pipeline(TIR_PIPELINE, _tir_pipeline)
+    mark_vectorizable()
     tvm_ffi.error.register_error("KeyboardInterrupt", KeyboardInterrupt)
     tvm_ffi.error.register_error("SystemExit", SystemExit)
 

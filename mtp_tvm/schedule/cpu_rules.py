@@ -24,6 +24,9 @@ from .token_rows import row_variant_blocks
 ROW_QUANTA = (8, 4, 2, 1)  # register rows must divide the token tile of 16: the row loop is a multiple of them
 K_CHUNKS = (32, 64, 128, 256)  # K chunks a tuning space samples (those dividing K)
 MAX_STREAMS = 12  # accumulator vectors a small-T tile spans at most (``side_by_side``)
+# reductions a row kernel keeps in flight (``interleave-chains``): an add's latency (4 cycles) x the 2 ports that
+# issue it on every x86 core here
+CHAINS = 8
 LINE_BYTES = 64  # a BF16 tile's packed strip holds at most one cache line per K step (``packed_strip``)
 
 # ``sample(knob, loop, choices, value)``: the split factors of ``loop`` for a knob (its inner factor) that
@@ -308,19 +311,43 @@ def cpu_rows(sch: s_tir.Schedule, knobs: CpuRows, isa: CpuIsa, sample: Sampler =
     """Row-wise kernels (norms, quantiser, pad/unpad): rows in parallel (``parallel``: ``rows`` or ``none``),
     columns vectorised (``vector_width``, default the ISA's FP32 lanes; a sampled knob); per-row producers
     (``compute_at_row``, consumer first) move under the row loop so a row is one pass in cache;
-    ``parallel_blocks`` get their row loop parallelised too; ``lane_reductions`` (``lane-partials``) reduce a row
-    into one partial result per lane (``rfactor``; the partials block, ``<name>_rf``, is what runs in parallel),
-    then across the lanes: independent chains instead of one, for a reduction whose order cannot change its
-    result (the quantiser's amax: FLASH projection, T = 16, 69.5 -> 45.2 us a call, bitwise the same)."""
+    ``parallel_blocks`` get their row loop parallelised too. Two ways to break a row's reduction into independent
+    chains instead of one serial chain of adds, each keeping the result bitwise:
+
+    - ``interleaved_chains`` (``interleave-chains``): a block that reduces many outputs of a row at once (the
+      norms' 32 chunk sums of 128) runs ``CHAINS`` of them side by side, each still in its own order (FLASH
+      projection, T = 16: ``rms_norm_smooth`` 30 -> 12 us a call);
+    - ``lane_reductions`` (``lane-partials``): a reduction whose order cannot change its result (the quantiser's
+      amax) kept as one partial result per lane (``rfactor``; the partials block, ``<name>_rf``, is what runs in
+      parallel), the lanes vectorised, then reduced across the lanes.
+    """
     b = sch.get_sblock(knobs.row_block)
     for producer in knobs.compute_at_row:
         sch.compute_at(sch.get_sblock(producer), sch.get_loops(b)[0])
     lanes = knobs.vector_width or isa.fp32_lanes
+    interleaved = [_interleaved_chains(sch, name) for name in knobs.interleaved_chains]
     partials = {name: _lane_partials(sch, name, lanes) for name in knobs.lane_reductions}
     vectorized_rows(sch, b, lambda loop: sample("vector_width", loop, [max(lanes // 2, 1), lanes, 2 * lanes], lanes),
                      parallel=knobs.parallel == "rows")
     for other in knobs.parallel_blocks:
         sch.parallel(sch.get_loops(partials.get(other) or sch.get_sblock(other))[0])
+    # TVM parallelises a loop only over whole reductions, so each one's init leaves its reduction loop last
+    for block, reduction in interleaved:
+        sch.decompose_reduction(block, reduction)
+        sch.unroll(sch.get_loops(block)[-1])
+    for block in partials.values():
+        sch.vectorize(sch.get_loops(block)[-1])
+
+
+def _interleaved_chains(sch: s_tir.Schedule, name: str):
+    """Block ``name`` (loops ``..., c, k``: outputs ``c`` of a row, each reduced over ``k``) with ``CHAINS`` of
+    its outputs innermost (``c / CHAINS, k, CHAINS``): that many reductions in flight, each over ``k`` in order.
+    Returns the block and its reduction loop."""
+    block = sch.get_sblock(name)
+    *_, c, k = sch.get_loops(block)
+    _, chains = sch.split(c, [None, math.gcd(int(sch.get(c).extent), CHAINS)])
+    sch.reorder(k, chains)
+    return block, k
 
 
 def _lane_partials(sch: s_tir.Schedule, name: str, lanes: int):

@@ -65,12 +65,14 @@ class CpuRows:
     """``cpu_rows``: rows in parallel (``parallel``), columns vectorised ``vector_width`` lanes (None: the
     target's FP32 lanes); ``compute_at_row`` producers move under the row loop (consumer first);
     ``lane_reductions``: row reductions whose result does not depend on their order (a max) kept as one partial
-    result per lane, then reduced across the lanes."""
+    result per lane, then reduced across the lanes; ``interleaved_chains``: blocks reducing several outputs of a
+    row (the norms' chunk sums) run ``cpu_rules.CHAINS`` of them side by side, each in its own order."""
 
     row_block: str = dataclasses.field(metadata=BLOCKS)
     compute_at_row: tuple[str, ...] = _blocks()
     parallel_blocks: tuple[str, ...] = _blocks()
     lane_reductions: tuple[str, ...] = _blocks()
+    interleaved_chains: tuple[str, ...] = _blocks()
     vector_width: int | None = None
     parallel: Literal["rows", "none"] = "rows"
 
