@@ -283,6 +283,7 @@ def _write_artifact(folder: Path, compiled: Compiled, archs: tuple[str, ...], id
         "sources": sorted(str(p.relative_to(folder)) for p in src.iterdir()),
         "device": device,
         "build": {"compile_seconds": round(compiled.build_seconds, 3), "cuda_graph": compiled.cuda_graph,
+                  "huge_page_weights": compiled.huge_page_weights,
                   "export_seconds": round(time.perf_counter() - t0, 3),
                   "finished_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")},
         "golden": None,

@@ -62,6 +62,10 @@ class Artifact(Runnable):
         return bool(self.manifest["build"].get("cuda_graph", False))
 
     @property
+    def huge_page_weights(self) -> bool:
+        return bool(self.manifest["build"].get("huge_page_weights", False))  # (artifacts before it: TVM's pages)
+
+    @property
     def num_input(self) -> int:
         module = self.manifest.get("module")
         return module["num_input"] if module else super().num_input

@@ -17,6 +17,7 @@ import tvm
 from tvm import relax
 from tvm.target import Target
 
+from ..compiler.huge_pages import weights_on_huge_pages
 from ..compiler.runtime import Runnable
 from ..compiler.weights import WeightCache
 from ..instrument.idle_passes import IdlePassWatch, idle_disabled
@@ -66,6 +67,10 @@ class Compiled(Runnable):
     @property
     def schedule(self) -> str:
         return self.spec.schedule
+
+    @property
+    def huge_page_weights(self) -> bool:
+        return weights_on_huge_pages(self.target)
 
     @property
     def name(self) -> str:

@@ -16,6 +16,7 @@ import warnings
 import tvm
 from tvm.runtime.vm import VirtualMachine
 
+from ..compiler.huge_pages import on_huge_pages
 from ..compiler.options import check_graph_rows
 from ..compiler.tensors import (
     Outputs,
@@ -94,6 +95,11 @@ class Runnable:
         """Whether ``main`` replays CUDA graphs (``BuildSpec.cuda_graph``): sizes up to ``CUDA_GRAPH_ROWS``."""
         return False
 
+    @property
+    def huge_page_weights(self) -> bool:
+        """Whether the packed weights are copied onto huge pages (``compiler.huge_pages``), as the build decided."""
+        return False
+
     def sized(self, tokens: int | None = None) -> tuple[Case, Shapes]:
         """This binary's case and its sizes at ``tokens`` (default: the build's), refused (``UsageError``) where
         the binary cannot run them."""
@@ -142,14 +148,15 @@ class Runnable:
     def _pack(self, weights: dict) -> PackedWeights:
         """``weights`` (name -> tensor) as ``main`` takes them: the last packed set while the same objects come
         back unchanged, else validated and transformed by ``main_transform_params`` (moved to the device when
-        the build packs none)."""
+        the build packs none), on huge pages where the build says so (``huge_page_weights``)."""
         vm, plan = self.vm, self._plan
 
         def transform(arrays: list) -> list:
             on_device = [to_device(w, plan.device) for w in arrays]
             if not vm.module.implements_function(TRANSFORM_PARAMS):
                 return on_device
-            return list(vm[TRANSFORM_PARAMS](on_device))
+            packed = list(vm[TRANSFORM_PARAMS](on_device))
+            return [on_huge_pages(t) for t in packed] if self.huge_page_weights else packed
 
         return self._weights.get(
             weights, lambda w: validate_inputs(plan.weight_specs, w, plan.owner, "weights", plan.device)[0],

@@ -179,7 +179,8 @@ class BenchResult:
                     + [f for f in ("bf16_tile", "int8_tile") if self.isa.get(f)])
             notes.append(f"isa {self.isa['name']} ({self.isa['vector_bits']}-bit; {', '.join(have) or 'no FMA'}); "
                          + ("its instructions not counted" if self.isa["used"] is None else
-                            f"the code uses {', '.join(self.isa['used']) or 'none of them'}"))
+                            f"the code uses {', '.join(self.isa['used']) or 'none of them'}")
+                         + (f"; packed weights on {self.isa['weight_pages']}" if self.isa.get("weight_pages") else ""))
         if self.peer_isa:
             notes.append("isa: tvm's the target's; each peer's the widest its code ran (aten's dispatch, oneDNN's and "
                          "MKL's kernels, inductor's instructions, OpenBLAS, numpy: JSON peer_isa); peers "

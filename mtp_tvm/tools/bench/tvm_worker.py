@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
+from ...compiler.huge_pages import weight_pages, weights_on_huge_pages
 from ...compiler.options import BuildSpec, DebugOptions
 from ...compiler.runtime import Runnable
 from ...compiler.tensors import to_host
@@ -39,7 +40,8 @@ def isa_record(target, used: set[str] | None) -> dict | None:
     isa = cpu_isa(target)
     return {"name": isa.name, "vector_bits": isa.vector_bits, "fma": isa.fma, "bf16_dot": isa.bf16_dot,
             "int8_dot": isa.int8_dot, "bf16_tile": isa.bf16_tile, "int8_tile": isa.int8_tile,
-            "used": None if used is None else sorted(used)}
+            "used": None if used is None else sorted(used),
+            "weight_pages": weight_pages(weights_on_huge_pages(target))}
 
 
 @dataclasses.dataclass(frozen=True)
