@@ -83,3 +83,18 @@ def test_a_bound_case_runs_its_packed_weight_from_huge_pages_and_its_artifact_do
         assert np.array_equal(out, expected[name]), name
     artifact = mtp_tvm.load(mtp_tvm.build(tmp_path / "a", **build).path)
     assert artifact.manifest["build"]["huge_page_weights"] is True and artifact.huge_page_weights
+
+
+@needs_madvise
+def test_the_read_probe_reads_from_the_pages_the_builds_weights_are_on():
+    """The roofline's bandwidth is read from memory like the weights' (an AVX2 build's: 2 MiB pages); on 4 KiB
+    pages it read below the AVX2 logits' own rate at T = 1."""
+    import dataclasses
+
+    from mtp_tvm.tools.measure.peaks import ProbePlan, StreamProbe
+
+    target = resolve_target({"kind": "llvm", "mcpu": "haswell"})
+    probe = StreamProbe(target, dataclasses.replace(ProbePlan.for_target(target), stream_bytes=2 * HUGE_PAGE_BYTES))
+    address = probe._buffer.data_ptr()
+    assert address % HUGE_PAGE_BYTES == 0 and "hg" in _mapping(address)["VmFlags"].split()
+    assert probe.describe().endswith("on 2 MiB pages") and probe.gbs() > 0
