@@ -13,6 +13,7 @@ import pytest
 import tvm
 
 import mtp_tvm
+from mtp_tvm.compiler import huge_pages
 from mtp_tvm.compiler.huge_pages import (
     HUGE_PAGE_BYTES,
     on_huge_pages,
@@ -22,7 +23,8 @@ from mtp_tvm.compiler.huge_pages import (
 )
 from mtp_tvm.passes.target import resolve_target
 
-needs_madvise = pytest.mark.skipif(not hasattr(mmap, "MADV_HUGEPAGE"), reason="no madvise(MADV_HUGEPAGE) here")
+needs_madvise = pytest.mark.skipif(not hasattr(mmap, "MADV_HUGEPAGE") or thp_mode() == "unavailable",
+                                   reason="no transparent huge pages here (madvise, or the kernel's THP)")
 
 
 def _mapping(address: int) -> dict[str, str]:
@@ -51,9 +53,12 @@ def test_a_packed_weight_is_copied_bitwise_onto_advised_aligned_private_memory_t
         assert where["THPeligible"] == "1", where
 
 
-def test_a_tensor_under_one_huge_page_stays_where_tvm_put_it():
+def test_a_tensor_under_one_huge_page_or_on_a_system_without_thp_stays_where_tvm_put_it(monkeypatch):
     small = tvm.runtime.tensor(np.ones((HUGE_PAGE_BYTES // 4 - 1,), np.float32))
     assert on_huge_pages(small) is small
+    big = tvm.runtime.tensor(np.ones((HUGE_PAGE_BYTES // 2,), np.float32))
+    monkeypatch.setattr(huge_pages, "THP_SETTING", huge_pages.Path("/nonexistent/transparent_hugepage/enabled"))
+    assert thp_mode() == "unavailable" and on_huge_pages(big) is big and weight_pages(True).startswith("base pages")
 
 
 @pytest.mark.parametrize("target, huge", [({"kind": "llvm", "mcpu": "haswell"}, True),
@@ -61,7 +66,8 @@ def test_a_tensor_under_one_huge_page_stays_where_tvm_put_it():
                                           ({"kind": "llvm", "mcpu": "sapphirerapids"}, False), ("cuda", False)])
 def test_a_build_asks_for_huge_pages_unless_its_gemms_run_on_amx_tiles_or_a_gpu(target, huge):
     assert weights_on_huge_pages(resolve_target(target)) is huge
-    assert weight_pages(huge).startswith("2 MiB" if huge and thp_mode() in ("always", "madvise") else "4 KiB")
+    pages = "2 MiB" if thp_mode() in ("always", "madvise") else "base pages"
+    assert weight_pages(huge).startswith(pages if huge else "4 KiB")
 
 
 @needs_madvise

@@ -53,16 +53,17 @@ def weight_pages(huge: bool) -> str:
     mode = thp_mode()
     if not huge:
         return "4 KiB pages (TVM's allocation)"
-    return f"2 MiB pages (THP {mode})" if mode in ("always", "madvise") else f"4 KiB pages (THP {mode})"
+    return f"2 MiB pages (THP {mode})" if mode in ("always", "madvise") else f"base pages (THP {mode})"
 
 
 def on_huge_pages(tensor: tvm.runtime.Tensor) -> tvm.runtime.Tensor:
     """``tensor`` copied into memory advised onto huge pages, or ``tensor`` itself: not on the CPU, smaller than
-    a huge page, or no ``madvise`` here. The copy keeps its mapping alive (the view holds the tensor DLPack made
-    from the numpy array that holds the mapping)."""
+    a huge page, or no transparent huge pages here (no ``madvise``, or a kernel without THP: ``thp_mode``
+    ``unavailable``, which the bench reports). The copy keeps its mapping alive (the view holds the tensor DLPack
+    made from the numpy array that holds the mapping)."""
     nbytes = math.prod(tensor.shape) * tensor.dtype.itemsize
     if (tensor.device.dlpack_device_type() != tvm.cpu().dlpack_device_type() or nbytes < HUGE_PAGE_BYTES
-            or not hasattr(mmap, "MADV_HUGEPAGE")):
+            or not hasattr(mmap, "MADV_HUGEPAGE") or thp_mode() == "unavailable"):
         return tensor
     region = mmap.mmap(-1, nbytes + HUGE_PAGE_BYTES, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     whole = np.frombuffer(region, np.uint8)

@@ -355,10 +355,9 @@ class StreamProbe:
     def __init__(self, target, plan: ProbePlan | None = None):
         self.plan = plan or ProbePlan.for_target(target)
         self.dev = device_for(target)
-        self._buffer = tvm.runtime.tensor(np.ones(self.plan.stream_bytes // 4, np.float32), self.dev)
-        self.huge_pages = weights_on_huge_pages(target)
-        if self.huge_pages:
-            self._buffer = on_huge_pages(self._buffer)
+        buffer = tvm.runtime.tensor(np.ones(self.plan.stream_bytes // 4, np.float32), self.dev)
+        self._buffer = on_huge_pages(buffer) if weights_on_huge_pages(target) else buffer
+        self.huge_pages = self._buffer is not buffer
         built = [(shape, self._probe(target, shape)) for shape in self.plan.stream_shapes()]
         best: dict[StreamShape, float] = {}
         for _ in range(self.RACE_ROUNDS if len(built) > 1 else 0):  # rounds alternate the shapes (drift)
