@@ -1,6 +1,6 @@
 """Packed weights on transparent huge pages: a decode GEMM streams its whole packed weight on every call.
 
-On 4 KiB pages that stream misses the TLB every 4 KiB (the FLASH logits shard: 33 000 pages a call), and in a
+On 4 KiB pages that stream misses the TLB every 4 KiB (the FLASH logits shard: about 32 000 pages a call), and in a
 virtual machine each miss is a two-level page walk. TVM allocates with ``posix_memalign``, which Linux backs with
 2 MiB pages only under THP ``always``; most systems ship ``madvise``. So ``on_huge_pages`` copies a packed weight
 of at least one huge page, once, into a private anonymous mapping aligned to 2 MiB and advised ``MADV_HUGEPAGE``
