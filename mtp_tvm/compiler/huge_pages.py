@@ -56,19 +56,29 @@ def weight_pages(huge: bool) -> str:
     return f"2 MiB pages (THP {mode})" if mode in ("always", "madvise") else f"base pages (THP {mode})"
 
 
-def on_huge_pages(tensor: tvm.runtime.Tensor) -> tvm.runtime.Tensor:
-    """``tensor`` copied into memory advised onto huge pages, or ``tensor`` itself: not on the CPU, smaller than
-    a huge page, or no transparent huge pages here (no ``madvise``, or a kernel without THP: ``thp_mode``
-    ``unavailable``, which the bench reports). The copy keeps its mapping alive (the view holds the tensor DLPack
-    made from the numpy array that holds the mapping)."""
-    nbytes = math.prod(tensor.shape) * tensor.dtype.itemsize
-    if (tensor.device.dlpack_device_type() != tvm.cpu().dlpack_device_type() or nbytes < HUGE_PAGE_BYTES
-            or not hasattr(mmap, "MADV_HUGEPAGE") or thp_mode() == "unavailable"):
-        return tensor
+def huge_page_empty(shape, dtype) -> tvm.runtime.Tensor | None:
+    """An unwritten CPU tensor on a private anonymous mapping aligned to 2 MiB and advised ``MADV_HUGEPAGE`` (its
+    first write faults in huge pages), or None where this system has no transparent huge pages (no ``madvise``,
+    or a kernel without THP: ``thp_mode`` ``unavailable``, which the bench reports). The tensor keeps its mapping
+    alive (the view holds the tensor DLPack made from the numpy array that holds the mapping)."""
+    if not hasattr(mmap, "MADV_HUGEPAGE") or thp_mode() == "unavailable":
+        return None
+    nbytes = math.prod(shape) * tvm.runtime.DataType(dtype).itemsize
     region = mmap.mmap(-1, nbytes + HUGE_PAGE_BYTES, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     whole = np.frombuffer(region, np.uint8)
     start = -whole.ctypes.data % HUGE_PAGE_BYTES
-    region.madvise(mmap.MADV_HUGEPAGE, start, nbytes)  # before the first touch: the copy faults in huge pages
-    aligned = tvm.runtime.from_dlpack(whole[start:start + nbytes])._create_view(tensor.shape, tensor.dtype)
+    region.madvise(mmap.MADV_HUGEPAGE, start, nbytes)
+    return tvm.runtime.from_dlpack(whole[start:start + nbytes])._create_view(shape, dtype)
+
+
+def on_huge_pages(tensor: tvm.runtime.Tensor) -> tvm.runtime.Tensor:
+    """``tensor`` copied onto huge pages (``huge_page_empty``), or ``tensor`` itself: not on the CPU, smaller than
+    a huge page, or no transparent huge pages here."""
+    if (tensor.device.dlpack_device_type() != tvm.cpu().dlpack_device_type()
+            or math.prod(tensor.shape) * tensor.dtype.itemsize < HUGE_PAGE_BYTES):
+        return tensor
+    aligned = huge_page_empty(tensor.shape, tensor.dtype)
+    if aligned is None:
+        return tensor
     tensor.copyto(aligned)
     return aligned

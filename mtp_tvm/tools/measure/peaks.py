@@ -23,7 +23,7 @@ import time
 import numpy as np
 import tvm
 
-from ...compiler.huge_pages import on_huge_pages, weights_on_huge_pages
+from ...compiler.huge_pages import huge_page_empty, weights_on_huge_pages
 from ...passes.target import cpu_isa, device_for
 from ...support.lazy import lazy_module
 
@@ -355,9 +355,10 @@ class StreamProbe:
     def __init__(self, target, plan: ProbePlan | None = None):
         self.plan = plan or ProbePlan.for_target(target)
         self.dev = device_for(target)
-        buffer = tvm.runtime.tensor(np.ones(self.plan.stream_bytes // 4, np.float32), self.dev)
-        self._buffer = on_huge_pages(buffer) if weights_on_huge_pages(target) else buffer
-        self.huge_pages = self._buffer is not buffer
+        ones = np.ones(self.plan.stream_bytes // 4, np.float32)
+        advised = huge_page_empty(ones.shape, "float32") if weights_on_huge_pages(target) else None
+        self.huge_pages = advised is not None
+        self._buffer = tvm.runtime.tensor(ones, self.dev) if advised is None else advised.copyfrom(ones)
         built = [(shape, self._probe(target, shape)) for shape in self.plan.stream_shapes()]
         best: dict[StreamShape, float] = {}
         for _ in range(self.RACE_ROUNDS if len(built) > 1 else 0):  # rounds alternate the shapes (drift)
