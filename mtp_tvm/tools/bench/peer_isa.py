@@ -87,7 +87,7 @@ def _stdout_captured():
 
 
 def _verbose_kernels(runs: Iterable[Callable]) -> tuple[list[str], list[str]]:
-    """(oneDNN's kernels, MKL's headers) named while each of ``runs`` is called once."""
+    """(oneDNN's kernels, MKL's verbose lines) while each of ``runs`` is called once."""
     import torch
 
     with _stdout_captured() as text:
@@ -103,8 +103,16 @@ def _verbose_kernels(runs: Iterable[Callable]) -> tuple[list[str], list[str]]:
             i = fields.index("exec")
             if len(fields) > i + 3:
                 onednn.append(fields[i + 3])
-    mkl = [m.group(1) for line in lines if line.startswith("MKL_VERBOSE") and (m := _MKL_ISA.search(line))]
-    return list(dict.fromkeys(onednn)), list(dict.fromkeys(mkl))
+    return list(dict.fromkeys(onednn)), [line for line in lines if line.startswith("MKL_VERBOSE")]
+
+
+def _mkl_seen(lines: list[str]) -> tuple[str | None, str] | None:
+    """What MKL's verbose ``lines`` say it ran: the ISA its header names, or on a non-Intel CPU, where the header
+    names none ("... for Intel(R) 64 architecture ... processors"), that it ran unnamed code; None: not called."""
+    named = [m.group(1) for line in lines if (m := _MKL_ISA.search(line))]
+    if named:
+        return _named(named[0]), f"MKL's {named[0]} kernels"
+    return (None, "MKL's kernels (its header names no ISA on this CPU)") if lines else None
 
 
 def _inductor_kernels(cache: str | None) -> tuple[str | None, str] | None:
@@ -161,7 +169,7 @@ def ran_isa(runs: list[Callable], libraries: tuple[str, ...], blas: list[dict]) 
         isas = [_named(k) for k in onednn]
         seen["onednn"] = (max((i for i in isas if i), key=ISAS.index, default=None), ", ".join(onednn)) \
             if onednn else None
-        seen["mkl"] = (_named(mkl[0]), f"MKL's {mkl[0]} kernels") if mkl else None
+        seen["mkl"] = _mkl_seen(mkl)
     if INDUCTOR in libraries:
         seen[INDUCTOR] = _inductor_kernels(os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
     if "openblas" in libraries:
