@@ -233,6 +233,11 @@ def test_progress_says_trials_space_and_time_left():
     p.apply(sched, 0, [cand("hand"), cand("generic")], None, [ok, SimpleNamespace(run_secs=[0.004], error_msg=None)])
     assert p.done == 2 and p.kernels["lm_head_logits"].by_space == {"hand": 1, "generic": 1}
     assert lines and "2/4 trials" in lines[-1] and "left" in lines[-1] and "hand 1 (best 2 ms)" in lines[-1]
+    hung = SimpleNamespace(error_msg="ForkBuilder: Timeout, killed after 120 seconds")
+    p.apply(sched, 0, [cand("hand"), cand("generic")], [SimpleNamespace(error_msg=None), hung],
+            [ok, SimpleNamespace(run_secs=[], error_msg="not built")])
+    assert lines[-1] == ("[tune] lm_head_logits: 1 of 2 candidates of the batch did not build (ForkBuilder: Timeout, "
+                         "killed after 120 seconds)")
 
 
 @pytest.mark.parametrize("kernel", ["quantize_rows", "w8a8_dual_gemm"])

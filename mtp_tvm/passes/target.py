@@ -137,7 +137,9 @@ class CpuIsa:
     """What a CPU target offers a GEMM schedule. ``vector_bits`` and ``vector_registers`` bound the register
     tile; ``bf16_dot`` is AVX512-BF16 (``vdpbf16ps``); ``int8_dot`` names the integer dot product family:
     ``vnni`` (AVX512-VNNI or AVX-VNNI), ``pmaddwd`` (AVX2/AVX-512BW ``vpmaddwd``), or None; ``bf16_tile`` and
-    ``int8_tile`` are AMX-BF16 and AMX-INT8 (``tdpbf16ps``, ``tdpbssd`` on tile registers)."""
+    ``int8_tile`` are AMX-BF16 and AMX-INT8 (``tdpbf16ps``, ``tdpbssd`` on tile registers); ``amd_zen``: the
+    target's ``mcpu`` is an AMD Zen core (``znver*``), whose prefetchers want no software prefetch where an
+    Intel core's do (``schedule.bf16_dot``)."""
 
     name: str
     vector_bits: int
@@ -147,6 +149,7 @@ class CpuIsa:
     int8_dot: str | None
     bf16_tile: bool = False
     int8_tile: bool = False
+    amd_zen: bool = False
 
     @property
     def fp32_lanes(self) -> int:
@@ -160,13 +163,14 @@ def cpu_isa(target: Target) -> CpuIsa:
 
     if cpu_arch(target_triple(target_json(target))) == "aarch64":
         return CpuIsa("neon", 128, 32, True, False, None)  # no NEON dot-product kernels here: FMA paths
+    zen = str(target_json(target).get("mcpu", "")).startswith("znver")
     if has("avx512f"):
         vnni = has("avx512vnni")
         tiles = has("amx-tile")
         return CpuIsa("avx512", 512, 32, True, has("avx512bf16"), "vnni" if vnni else "pmaddwd" if has("avx512bw")
-                      else None, tiles and has("amx-bf16"), tiles and has("amx-int8"))
+                      else None, tiles and has("amx-bf16"), tiles and has("amx-int8"), zen)
     if has("avx2"):
-        return CpuIsa("avx2", 256, 16, has("fma"), False, "vnni" if has("avxvnni") else "pmaddwd")
+        return CpuIsa("avx2", 256, 16, has("fma"), False, "vnni" if has("avxvnni") else "pmaddwd", amd_zen=zen)
     return CpuIsa("sse", 128, 16, False, False, None)
 
 

@@ -39,7 +39,10 @@ LANES = 16  # FP32 lanes of one zmm accumulator (vdpbf16ps)
 # one ``prefetcht0`` per weight vector of a K step, so a small-T tile spanning several packed strips prefetches
 # every stream, and a zmm strip of two vectors both of its cache lines. One per K step, as before, left those to
 # the hardware (FLASH logits, SPR, two threads, back to back: native T = 1/2/4 2.93/2.93/3.10 ms, after
-# 2.33/2.36/2.90; AVX2 T = 4 5.11, after 3.15; T >= 8 unchanged).
+# 2.33/2.36/2.90; AVX2 T = 4 5.11, after 3.15; T >= 8 unchanged). On AMD Zen 4 the same prefetches cost time at
+# every T (FLASH logits, ``vdpbf16ps``, ``--profile``, alternating processes, medians of 4-6 pairs, ms with / without:
+# T = 1 5.82 / 4.39, T = 2 5.51 / 4.27, T = 4 4.08 / 3.67, T = 8 4.34 / 3.98, T = 16 6.09 / 5.87), so a target
+# whose ``mcpu`` is a Zen core (``CpuIsa.amd_zen``) imports the dot without them (``bf16_dot_llvm_ir``).
 PREFETCH_BYTES = 4096
 _PREFETCH_IR = f"""
   %first = icmp ult i32 %ci, %row
@@ -51,8 +54,18 @@ fetch:
 compute:"""
 INTRIN = "mtp_bf16_dpbf16ps_512"
 BF16_DOT_FUNCTION = "mtp_tvm_dpbf16ps_512"
-# linkonce_odr: every kernel of a module may import the same text, and the linker keeps one copy
-BF16_DOT_LLVM_IR = f"""
+
+
+def weight_prefetch(isa: CpuIsa) -> bool:
+    """Whether the BF16 dot prefetches its weight stream on ``isa`` (``PREFETCH_BYTES`` says where it pays)."""
+    return not isa.amd_zen
+
+
+def bf16_dot_llvm_ir(prefetch: bool = True) -> str:
+    """The ``vdpbf16ps`` dot as an LLVM function (``BF16_DOT_FUNCTION``), with or without the weight prefetch.
+    ``linkonce_odr``: every kernel of a module may import the same text (a module has one target, so one variant),
+    and the linker keeps one copy."""
+    return f"""
 define linkonce_odr i32 @{BF16_DOT_FUNCTION}(ptr noalias %c0, i32 %ci, i32 %row, ptr noalias %a0, i32 %ai, ptr noalias %w0, i32 %wi) #0 {{
   %c = getelementptr float, ptr %c0, i32 %ci
   %a = getelementptr i16, ptr %a0, i32 %ai
@@ -62,7 +75,7 @@ define linkonce_odr i32 @{BF16_DOT_FUNCTION}(ptr noalias %c0, i32 %ci, i32 %row,
   %one = insertelement <16 x i32> poison, i32 %pair, i64 0
   %all = shufflevector <16 x i32> %one, <16 x i32> poison, <16 x i32> zeroinitializer
   %av = bitcast <16 x i32> %all to <32 x bfloat>
-{_PREFETCH_IR}
+{_PREFETCH_IR if prefetch else ""}
   %wv = load <32 x bfloat>, ptr %w, align 2
   %sum = call <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(<16 x float> %acc, <32 x bfloat> %av, <32 x bfloat> %wv)
   store <16 x float> %sum, ptr %c, align 4
@@ -221,7 +234,7 @@ def apply_bf16_dot(sch: s_tir.Schedule, block, isa: CpuIsa, *, register_rows: in
     pack_strips(sch, block, w_index, lanes, column_vectors, packed=pack_vectors, strip=strip_vectors)
     if isa.bf16_dot:
         _register()
-        intrinsic, llvm_ir = INTRIN, BF16_DOT_LLVM_IR
+        intrinsic, llvm_ir = INTRIN, bf16_dot_llvm_ir(weight_prefetch(isa))
     else:
         intrinsic, llvm_ir = _register_pair_fma(lanes), pair_fma_llvm_ir(lanes)
         widened = sch.cache_read(block, a_index, "global", consumer_blocks=[block])

@@ -139,9 +139,9 @@ def _schedule_stream(func, gpu: bool, shape: StreamShape):
 
 def bf16_dot_probe(cores: int, iters: int, chains: int):
     """``cores`` workers (parallel), each ``chains`` independent 16-lane FP32 accumulators updated ``iters`` times
-    by the ``vdpbf16ps`` micro-kernel of ``schedule/bf16_dot.py`` (its LLVM IR imported as the GEMMs import it;
-    a row stride of 0 puts no call in a tile's first row, so none prefetches: the chains load one small weight)."""
-    from ...schedule.bf16_dot import BF16_DOT_FUNCTION, BF16_DOT_LLVM_IR, dot_call
+    by the ``vdpbf16ps`` micro-kernel of ``schedule/bf16_dot.py`` (its LLVM IR imported as the GEMMs import it,
+    without the weight prefetch: the chains load one small weight)."""
+    from ...schedule.bf16_dot import BF16_DOT_FUNCTION, bf16_dot_llvm_ir, dot_call
 
     @T.prim_func(s_tir=True)
     def bf16_dot_peak(a: T.Buffer((cores, 2), "bfloat16"), w: T.Buffer((cores, chains, 32), "bfloat16"),
@@ -156,7 +156,7 @@ def bf16_dot_probe(cores: int, iters: int, chains: int):
                 for c in T.unroll(chains):
                     for lane in T.vectorized(16):
                         acc[c, lane] = T.Cast("float32", c)
-                for _ in T.serial(iters, annotations={"pragma_import_llvm": BF16_DOT_LLVM_IR}):
+                for _ in T.serial(iters, annotations={"pragma_import_llvm": bf16_dot_llvm_ir(prefetch=False)}):
                     for c in T.unroll(chains):
                         T.evaluate(dot_call(BF16_DOT_FUNCTION, acc.data, c * 16, 0, a.data, vb * 2, w.data,
                                             (vb * chains + c) * 32))

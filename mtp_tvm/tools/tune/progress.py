@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections import Counter
 from collections.abc import Callable
 
 import tvm_ffi
 
 from ...schedule.space import is_hand
 from ...schedule.tune_space import TuneSpace
+from ...support.errors import last_line
 
 
 @dataclasses.dataclass
@@ -57,8 +59,18 @@ class ProgressCallback:
             self.add(name, candidate_space(cand.sch), 1e3 * sum(map(float, res.run_secs)) / len(res.run_secs)
                      if ok else None)
         self.say(name)
+        self.say_unbuilt(name, builder_results or [])
         if self.spent():
             raise BudgetSpent()
+
+    def say_unbuilt(self, name: str, builder_results: list) -> None:
+        """Candidates of the batch that did not build, with the most frequent cause (a build process that hung and
+        was killed is said here, not left to MetaSchedule's own log)."""
+        causes = Counter(last_line(b.error_msg) for b in builder_results if b.error_msg)
+        if causes:
+            cause, _ = causes.most_common(1)[0]
+            self.log(f"[tune] {name}: {causes.total()} of {len(builder_results)} candidates of the batch did not "
+                     f"build ({cause})")
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
