@@ -565,7 +565,8 @@ def test_the_read_probes_shapes_share_one_buffer(monkeypatch):
     allocated, tensor, advised = [], tvm.runtime.tensor, peaks.huge_page_empty
     monkeypatch.setattr(tvm.runtime, "tensor", lambda a, *args: allocated.append(a.nbytes) or tensor(a, *args))
     monkeypatch.setattr(peaks, "huge_page_empty",  # the probe's buffer where weights go on huge pages (no AMX)
-                        lambda shape, dtype: allocated.append(np.prod(shape) * 4) or advised(shape, dtype))
+                        lambda shape, dtype: allocated.append(np.prod(shape) * np.dtype(dtype).itemsize)
+                        or advised(shape, dtype))
     peaks.StreamProbe(llvm, plan)
     assert [n for n in allocated if n > 1 << 16] == [plan.stream_bytes]  # the shapes' sums are the small rest
 

@@ -161,9 +161,10 @@ def cpu_isa(target: Target) -> CpuIsa:
     def has(feature: str) -> bool:
         return bool(tvm.target.codegen.target_has_features(feature, target))
 
-    if cpu_arch(target_triple(target_json(target))) == "aarch64":
+    plain = target_json(target)
+    if cpu_arch(target_triple(plain)) == "aarch64":
         return CpuIsa("neon", 128, 32, True, False, None)  # no NEON dot-product kernels here: FMA paths
-    zen = str(target_json(target).get("mcpu", "")).startswith("znver")
+    zen = str(plain.get("mcpu", "")).startswith("znver")
     if has("avx512f"):
         vnni = has("avx512vnni")
         tiles = has("amx-tile")
