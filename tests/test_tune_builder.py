@@ -99,6 +99,53 @@ def test_a_failing_candidate_costs_its_build_process_share_never_the_batch(actio
     assert _runs(results[3].artifact_path, 5)
 
 
+def _blocked_once(victim: tvm.IRModule, marker, spin_s: float = 0.0):
+    """``fast_build``, except that the first build process to reach candidate ``victim`` blocks there for good
+    without using the CPU (as on a lock inherited at the fork; ``marker`` records it), and every build spins
+    the CPU for ``spin_s`` first (a long build)."""
+    def build(mod, target, params):
+        end = time.monotonic() + spin_s
+        while time.monotonic() < end:
+            pass
+        if mod.same_as(victim) and not marker.exists():
+            marker.touch()
+            threading.Event().wait()
+        return fast_build(mod, target, params)
+
+    return build
+
+
+def test_a_blocked_build_process_is_replaced_and_its_candidates_still_build(no_child_left, tmp_path):
+    """The blocked child is killed after ``stall_s`` of no CPU, not after the timeout, and its unbuilt candidates
+    are built by a new fork; the tune's log says so."""
+    inputs, said = _inputs(5), []
+    builder = ForkBuilder(_blocked_once(inputs[2].mod, tmp_path / "blocked"), 2, 60, stall_s=1.0, say=said.append)
+    t0 = time.monotonic()
+    results = builder.build(inputs)
+    assert time.monotonic() - t0 < 20  # the timeout is 60 s
+    assert [r.error_msg for r in results] == [None] * 5
+    assert all(_runs(r.artifact_path, i + 2) for i, r in enumerate(results))
+    assert said == ["[tune] a build process used no CPU for 1 s (blocked, not building): killed; its 2 unbuilt "
+                    "candidates go to a new one"]
+
+
+def test_a_replacement_that_blocks_too_loses_its_candidates(no_child_left, tmp_path):
+    inputs = _inputs(3)
+    results = ForkBuilder(_misbehaving("hang", victim=inputs[0].mod), 1, 60, stall_s=0.5, say=lambda _: None).build(
+        inputs)
+    assert results[0].error_msg == ("ForkBuilder: the build process used no CPU for 0.5 s (blocked, not building); "
+                                    "killed")
+    assert all("not built" in r.error_msg for r in results[1:])
+
+
+def test_a_build_that_keeps_the_cpu_busy_is_never_taken_for_blocked(no_child_left, tmp_path):
+    (tmp_path / "blocked").touch()  # no candidate blocks; the build spins 2.5 s, over twice the stall limit
+    inputs, said = _inputs(1), []
+    results = ForkBuilder(_blocked_once(inputs[0].mod, tmp_path / "blocked", spin_s=2.5), 1, 60, stall_s=1.0,
+                          say=said.append).build(inputs)
+    assert results[0].error_msg is None and said == []
+
+
 @pytest.mark.parametrize("received_by", ["the process", "another thread"])
 def test_an_interrupted_batch_leaves_no_child(no_child_left, received_by):
     """Ctrl-C ends the batch within a second, also when a thread other than the main one received the signal

@@ -8,12 +8,19 @@ of the batch and reports every candidate on a pipe as soon as it is built, so on
 loses its own share's rest, never the batch: a crash is that candidate's error with the signal, and a build that
 outlives ``timeout_s`` is killed and said to be one.
 
+A child forked from the multithreaded tuner can inherit a lock another thread held at the fork and block on it
+for good (seen about once in ten tunes run beside the test suite: the batch then waited out the whole timeout).
+A build is CPU work from its first step to its last, so a child whose CPU time stands still for ``STALL_S`` is
+blocked, not building: it is killed and what it had left goes to a fresh fork (once; the second fork's candidates
+are lost like a timeout's), and the tune's log says so.
+
 CPU targets only: a CUDA build in a child forked after the parent touched the CUDA driver is not safe, so GPU
 tuning keeps TVM's ``LocalBuilder`` (``candidate_builder``)."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import select
@@ -23,6 +30,7 @@ import time
 import traceback
 from collections.abc import Callable
 
+import psutil
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.builder.local_builder import default_export
@@ -33,44 +41,63 @@ from ...support.load_average import usable_cores
 from .kernels import fast_build
 
 BUILD_TIMEOUT_S = 120  # one candidate's build; TVM's LocalBuilder allows 30 s, too few for a large CPU kernel
+# a build process whose CPU time stood still this long is blocked (a lock inherited at the fork), not building:
+# a build of the largest kernel here spends at most a few seconds at a time outside the CPU (writing its artifact)
+STALL_S = 15.0
 
 
-def candidate_builder(target: Target, timeout_s: float = BUILD_TIMEOUT_S):
-    """The tuner's builder of candidates for ``target``: forked children on a CPU, TVM's pool on a GPU."""
+def candidate_builder(target: Target, timeout_s: float = BUILD_TIMEOUT_S, say: Callable[[str], None] = print):
+    """The tuner's builder of candidates for ``target``: forked children on a CPU, TVM's pool on a GPU. ``say``
+    gets a line when a blocked build process is replaced."""
     if is_gpu(target):
         return ms.builder.LocalBuilder(f_build=fast_build, timeout_sec=int(timeout_s))
-    return ForkBuilder(fast_build, usable_cores(), timeout_s)
+    return ForkBuilder(fast_build, usable_cores(), timeout_s, say=say)
 
 
 WAKE_S = 0.5  # the longest the parent waits on its children without running Python (its signal handlers)
 
 
+@dataclasses.dataclass
+class _Child:
+    """A build process: its pid, the candidates it builds, when it must have reported next, its CPU seconds when
+    last read and when they last grew (or it last reported), whether it replaces a blocked one, and the part of a
+    report line read so far."""
+
+    pid: int
+    share: list[int]
+    deadline: float
+    cpu: float | None = None
+    busy_at: float = dataclasses.field(default_factory=time.monotonic)
+    replacement: bool = False
+    partial: bytes = b""
+
+
 @derived_object
 class ForkBuilder(ms.builder.PyBuilder):
     """Build a batch in up to ``workers`` forked children (candidate i in child i mod workers); every candidate
-    gets its artifact or its error, in the batch's order."""
+    gets its artifact or its error, in the batch's order. ``stall_s``: see ``STALL_S``; ``say``: the tune's log."""
 
-    def __init__(self, build: Callable, workers: int, timeout_s: float):
+    def __init__(self, build: Callable, workers: int, timeout_s: float, stall_s: float = STALL_S,
+                 say: Callable[[str], None] = print):
         super().__init__()
         self.f_build, self.workers, self.timeout_s = build, max(1, workers), timeout_s
+        self.stall_s, self.say = stall_s, say
 
     def build(self, build_inputs: list) -> list:
         inputs = list(build_inputs)
         outcome: dict[int, tuple[str | None, str | None]] = {}
-        children = {}  # read fd -> (pid, the indices it builds, its deadline)
+        children: dict[int, _Child] = {}  # read fd -> its child
         try:
             for first in range(min(self.workers, len(inputs))):
-                share = list(range(first, len(inputs), self.workers))
-                fd, pid = self._fork(inputs, share)
-                children[fd] = (pid, share, time.monotonic() + self.timeout_s)
-            self._collect(children, outcome)
+                self._start(children, inputs, list(range(first, len(inputs), self.workers)))
+            self._collect(children, inputs, outcome)
         finally:
-            for fd, (pid, _, _) in children.items():  # interrupted: no child outlives the batch
+            for fd, child in children.items():  # interrupted: no child outlives the batch
                 with contextlib.suppress(OSError):
-                    _reap(pid, fd, kill=True)
+                    _reap(child.pid, fd, kill=True)
         return [ms.builder.BuilderResult(*outcome[i]) for i in range(len(inputs))]
 
-    def _fork(self, inputs: list, share: list[int]) -> tuple[int, int]:
+    def _start(self, children: dict, inputs: list, share: list[int], replacement: bool = False) -> None:
         read, write = os.pipe()
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
@@ -80,33 +107,68 @@ class ForkBuilder(ms.builder.PyBuilder):
             os.close(read)
             _child(self.f_build, inputs, share, write)
         os.close(write)
-        return read, pid
+        children[read] = _Child(pid, share, time.monotonic() + self.timeout_s, replacement=replacement)
 
-    def _collect(self, children: dict, outcome: dict) -> None:
-        """Read every child's reports until each has ended or overrun its deadline (renewed at each report)."""
-        pending = {fd: b"" for fd in children}
+    def _collect(self, children: dict, inputs: list, outcome: dict) -> None:
+        """Read every child's reports until each has ended, overrun its deadline (renewed at each report) or
+        stalled (``STALL_S``)."""
         while children:
             # at most WAKE_S asleep: a Ctrl-C that another thread of this process received (a timer's, TVM's) is
             # only seen by the main thread between waits (it once waited out a hung child's whole timeout)
-            timeout = max(0.0, min(WAKE_S, min(deadline for _, _, deadline in children.values()) - time.monotonic()))
+            timeout = max(0.0, min(WAKE_S, min(c.deadline for c in children.values()) - time.monotonic()))
             ready, _, _ = select.select(list(children), [], [], timeout)
             for fd in ready:
                 chunk = os.read(fd, 1 << 16)
-                pid, share, _ = children[fd]
+                child = children[fd]
                 if chunk:
-                    *lines, pending[fd] = (pending[fd] + chunk).split(b"\n")
+                    *lines, child.partial = (child.partial + chunk).split(b"\n")
                     for line in lines:
                         index, path, error = json.loads(line)
                         outcome[index] = (path, error)
-                    children[fd] = (pid, share, time.monotonic() + self.timeout_s)
+                    child.deadline, child.busy_at = time.monotonic() + self.timeout_s, time.monotonic()
                     continue
                 del children[fd]
-                _lose(share, outcome, f"the build process {_ending(_reap(pid, fd))} while building it")
-            for fd, (pid, share, deadline) in list(children.items()):
-                if deadline <= time.monotonic():
+                _lose(child.share, outcome, f"the build process {_ending(_reap(child.pid, fd))} while building it")
+            now = time.monotonic()
+            for fd, child in list(children.items()):
+                if child.deadline <= now:
                     del children[fd]
-                    _reap(pid, fd, kill=True)
-                    _lose(share, outcome, f"Timeout, killed after {self.timeout_s:g} seconds")
+                    _reap(child.pid, fd, kill=True)
+                    _lose(child.share, outcome, f"Timeout, killed after {self.timeout_s:g} seconds")
+                elif _stalled(child, now, self.stall_s):
+                    del children[fd]
+                    _reap(child.pid, fd, kill=True)
+                    self._replace(children, inputs, outcome, child)
+
+    def _replace(self, children: dict, inputs: list, outcome: dict, child: _Child) -> None:
+        """A blocked child's unbuilt candidates to a fresh fork, or lost if it was one already."""
+        left = [i for i in child.share if i not in outcome]
+        stalled = f"used no CPU for {self.stall_s:g} s (blocked, not building)"
+        if child.replacement:
+            _lose(left, outcome, f"the build process {stalled}; killed")
+            return
+        self.say(f"[tune] a build process {stalled}: killed; its {len(left)} unbuilt candidates go to a new one")
+        self._start(children, inputs, left, replacement=True)
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """The CPU time process ``pid`` and its descendants (a build links its artifact in a compiler process) have
+    used, or None where it cannot be read."""
+    try:
+        proc = psutil.Process(pid)
+        times = [proc.cpu_times()] + [c.cpu_times() for c in proc.children(recursive=True)]
+    except psutil.Error:
+        return None
+    return sum(t.user + t.system + t.children_user + t.children_system for t in times)
+
+
+def _stalled(child: _Child, now: float, stall_s: float) -> bool:
+    """Whether ``child``'s CPU time has stood still for ``stall_s`` (the reading is updated here)."""
+    cpu = _cpu_seconds(child.pid)
+    if cpu is None or cpu != child.cpu:
+        child.cpu, child.busy_at = cpu, now
+        return False
+    return now - child.busy_at >= stall_s
 
 
 def _lose(share: list[int], outcome: dict, cause: str) -> None:

@@ -301,7 +301,7 @@ class _Search:
         load_tensor_intrinsics(target)
         logging.getLogger(_MS_LOGGER).setLevel(logging.WARNING)  # full logs still go to <work_dir>/logs
         self.isa = None if is_gpu(target) else cpu_isa(target)
-        self.builder = candidate_builder(target)
+        self.builder = candidate_builder(target, say=log)
         register_dot_intrinsics(records_text(out))  # the database parses the records of a previous run as it loads
         self.database = ms.database.JSONDatabase(work_dir=str(out))
         self.tasks, self.default_ms, self.spaces, self.points = [], {}, {}, {}
