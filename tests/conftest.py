@@ -9,6 +9,7 @@ that only reads a tiny build takes ``compiled`` instead of calling ``mtp_tvm.com
 one representative fast (``helpers.slow_except``)."""
 
 import functools
+import os
 
 import pytest
 
@@ -49,10 +50,14 @@ def prefork(tmp_path_factory):
 def _test_environment(tmp_path_factory):
     """Run folders written without an explicit root (e.g. a failing check's reproducer) go to a temp dir; a bench
     (in this process, or a command a guide runs) warms each contender up for 0.1 s, not a stopwatch's 1.5 s: the
-    tests check what bench does, not how fast; the ``timing`` tests set the stopwatch's own."""
+    tests check what bench does, not how fast; the ``timing`` tests set the stopwatch's own. Every bench of the
+    session shares one inductor cache: a compiled peer compiles in seconds once another has (cold: tens)."""
     mp = pytest.MonkeyPatch()
     mp.setenv("MTP_TVM_DUMPS", str(tmp_path_factory.mktemp("dumps")))
     mp.setenv("MTP_TVM_BENCH_WARMUP_S", "0.1")
+    base = tmp_path_factory.getbasetemp()  # one inductor cache for every worker of the session (their parent)
+    mp.setenv("MTP_TVM_INDUCTOR_CACHE", str((base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) /
+                                           "inductor-cache"))
     yield
     mp.undo()
 

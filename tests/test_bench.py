@@ -25,9 +25,16 @@ from mtp_tvm.contract.presets import make_shapes
 from mtp_tvm.passes.target import resolve_target, usable_cores
 from mtp_tvm.support.errors import UsageError
 from mtp_tvm.tools.bench.bench import BENCH_CASES, PEERS, BenchOptions, bench
-from mtp_tvm.tools.bench.options import CASE, CASE_PEERS, STOPWATCH_WARMUP_S, WARMUP_ENV, default_warmup
+from mtp_tvm.tools.bench.options import (
+    CASE,
+    CASE_PEERS,
+    COMPILE_CACHE_ENV,
+    STOPWATCH_WARMUP_S,
+    WARMUP_ENV,
+    default_warmup,
+)
 from mtp_tvm.tools.bench.peer_worker import peer_runner
-from mtp_tvm.tools.bench.race import golden_mismatch
+from mtp_tvm.tools.bench.race import compile_cache, golden_mismatch
 from mtp_tvm.tools.bench.stage_peers import STAGE_PEERS
 from mtp_tvm.tools.bench.worker import CLOSE_GRACE_S, OPENBLAS_SLOW_VARS, Worker, WorkerFailed
 from mtp_tvm.tools.measure.peaks import BF16_DOT, BF16_TILE, FMA, INT8_DOT, INT8_TILE, ProbePlan
@@ -86,6 +93,8 @@ def test_bench_times_tvm_and_every_peer_at_every_t(tiny_logits, tmp_path):
     assert la["unreliable"] == (max(la["before"], la["peak"]) > la["cores"])
     assert ("best peer / tvm (UNRELIABLE: load)" in tiny_logits.table()) == la["unreliable"]
     assert d["compile_seconds"]["tvm"] > 0 and set(d["compile_seconds"]["torch_compile"]) == {"1", "2"}
+    assert d["compile_cache"] == os.environ["MTP_TVM_INDUCTOR_CACHE"]  # the session's shared cache (conftest)
+    assert f"torch.compile from the shared inductor cache in {d['compile_cache']}, not cold" in tiny_logits.table()
     assert all(s > 0 for s in d["compile_seconds"]["torch_compile"].values())
     assert d["numpy_blas"] and d["bandwidth_gbs"] > 0 and d["peak_gflops"] > 0
     assert len(d["bandwidth_samples_gbs"]) == 2 and d["bandwidth_gbs"] == statistics.median(d["bandwidth_samples_gbs"])
@@ -193,6 +202,20 @@ def test_every_peer_computes_the_case(case, peer):
     actual = np.asarray(to_numpy(peer_runner(c, peer, inputs, s)()), dtype=np.float32)
     expected = to_numpy(c.golden(inputs, s)[c.chain[-1].outputs[0].name]).astype(np.float32)
     assert ratio_allclose(RatioTolerance(atol=5e-2, rtol=5e-2, max_error_ratio=0.05))(actual, expected).passed
+
+
+def test_compiled_peers_compile_cold_unless_a_shared_cache_is_named(monkeypatch, tmp_path):
+    monkeypatch.delenv(COMPILE_CACHE_ENV, raising=False)
+    own = compile_cache(tmp_path, "torch_compile")
+    assert own == {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor-torch_compile"),
+                   "TRITON_CACHE_DIR": str(tmp_path / "triton-torch_compile")}
+    monkeypatch.setenv(COMPILE_CACHE_ENV, str(tmp_path / "shared"))
+    shared = compile_cache(tmp_path, "torch_compile")
+    assert shared == {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "shared/inductor"),
+                      "TRITON_CACHE_DIR": str(tmp_path / "shared/triton")}
+    monkeypatch.setenv(COMPILE_CACHE_ENV, " ")
+    with pytest.raises(UsageError, match=f"{COMPILE_CACHE_ENV} is set but empty"):
+        compile_cache(tmp_path, "torch_compile")
 
 
 def test_a_peer_that_computes_garbage_is_not_timed():

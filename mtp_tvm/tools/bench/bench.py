@@ -88,7 +88,7 @@ from ..measure.roofline import bytes_moved, gemm_work, roofline_peak
 from .options import CASE, MODULE_FILE, BenchOptions
 from .peer_isa import held_to, peer_env
 from .peer_worker import PEERS, PeerJob, peer_unavailable
-from .race import Race, cold_cache
+from .race import Race, compile_cache
 from .result import BenchResult, tokens_figures
 from .tvm_worker import API, TVM, TvmJob
 from .user_model import race_user_model
@@ -247,7 +247,7 @@ def _start_workers(plan: _Plan, race: Race, files: InputFiles) -> None:
         else:
             race.start(p, PeerJob(p, plan.case.name, plan.shapes, files, "cuda" if plan.gpu else "cpu",
                                   plan.threads, o.number),
-                       {**(cold_cache(race.folder, p) if PEERS[p].compiles else {}), **peer_env(plan.peer_isa)})
+                       {**(compile_cache(race.folder, p) if PEERS[p].compiles else {}), **peer_env(plan.peer_isa)})
 
 
 @dataclasses.dataclass

@@ -6,10 +6,11 @@ bench."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...ir.frontend_names import FRONTEND_NAMES
-from ...support.env import env_float
+from ...support.env import env_float, env_path
 from ...support.errors import UsageError
 from ...support.flags import comma_list, option
 from ...support.load_average import usable_cores
@@ -51,6 +52,16 @@ def default_warmup() -> float:
     """``STOPWATCH_WARMUP_S``, unless ``$MTP_TVM_BENCH_WARMUP_S`` sets another default: a test suite's or a smoke
     run's, which checks what bench does rather than how fast (its table then says the warm-up was short)."""
     return env_float(WARMUP_ENV, 0.0, MAX_WARMUP_S, STOPWATCH_WARMUP_S, " (seconds)")
+
+
+COMPILE_CACHE_ENV = "MTP_TVM_INDUCTOR_CACHE"
+
+
+def shared_compile_cache() -> Path | None:
+    """``$MTP_TVM_INDUCTOR_CACHE``: a folder whose inductor (and Triton) cache every compiled peer of every bench
+    shares, so a bench run again (a test suite, a tuning loop) compiles from a warm cache, and its compile
+    times say so; None (unset): each peer compiles into an empty cache of its own, a cold compile."""
+    return env_path(COMPILE_CACHE_ENV)
 
 
 CASE, MODULE_FILE = "a case", "a module file"

@@ -14,6 +14,7 @@ from ...support.load_average import LoadWatch
 from ...support.timing import phase
 from ...verify.comparators import ratio_allclose
 from ...verify.tolerances import RatioTolerance
+from .options import shared_compile_cache
 from .peer_isa import wider
 from .tvm_worker import TVM
 from .worker import Ready, Worker, WorkerFailed
@@ -144,7 +145,10 @@ def _warm_up(w: Worker, name: str, tokens: int, seconds: float) -> None:
         w.call("time_ms", name, tokens, timeout=TIME_LIMIT_S)
 
 
-def cold_cache(folder: Path, peer: str) -> dict[str, str]:
-    """An empty inductor (and Triton) cache of its own: a compiled peer's compile time is a cold compile's."""
-    return {"TORCHINDUCTOR_CACHE_DIR": str(folder / f"inductor-{peer}"),
-            "TRITON_CACHE_DIR": str(folder / f"triton-{peer}")}
+def compile_cache(folder: Path, peer: str) -> dict[str, str]:
+    """A compiled peer's inductor (and Triton) cache: an empty one of its own, so its compile time is a cold
+    compile's, or the one every bench shares under ``$MTP_TVM_INDUCTOR_CACHE`` (``shared_compile_cache``)."""
+    shared = shared_compile_cache()
+    root, suffix = (folder, f"-{peer}") if shared is None else (shared, "")
+    return {"TORCHINDUCTOR_CACHE_DIR": str(root / f"inductor{suffix}"),
+            "TRITON_CACHE_DIR": str(root / f"triton{suffix}")}

@@ -17,7 +17,7 @@ from ...support.text_table import text_table
 from ..measure.peaks import BF16_TILE, INT8_TILE
 from ..measure.profile import Profile
 from ..measure.roofline import bytes_moved, flops, gemm_work, roofline_ms, roofline_peak
-from .options import STOPWATCH_WARMUP_S
+from .options import STOPWATCH_WARMUP_S, shared_compile_cache
 from .tvm_worker import TVM
 from .worker import EXAMPLE
 
@@ -87,6 +87,9 @@ class BenchResult:
     measured_on: str = "here"  # where TVM ran: here, or KEY@HOST:PORT (--rpc-tracker; no peers, no roofline)
     isolation: str = "process"  # TVM and each peer in a worker process of its own
     module: str | None = None  # the module file timed (None: a case)
+    # the compiled peers' shared inductor cache (``$MTP_TVM_INDUCTOR_CACHE``: warm compiles), None: cold compiles
+    compile_cache: str | None = dataclasses.field(
+        default_factory=lambda: None if (c := shared_compile_cache()) is None else str(c))
 
     def as_dict(self) -> dict:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -97,7 +100,7 @@ class BenchResult:
                                   "target", "preset", "frontend", "schedule", "shapes", "tokens", "measured_on", "isa",
                                   "peers_held_to", "peer_isa", "instruction_mix", "peaks", "peak_kind", "peak_gflops",
                                   "bandwidth_gbs", "bandwidth_samples_gbs", "probes", "numpy_blas",
-                                  "compile_seconds", "per_tokens", "profile")}
+                                  "compile_seconds", "compile_cache", "per_tokens", "profile")}
 
     def write_json(self, path: str | os.PathLike) -> None:
         write_user_file(path, lambda p: p.write_text(json.dumps(self.as_dict(), indent=1)))
@@ -154,7 +157,9 @@ class BenchResult:
         compiles = "; ".join(f"{name} {v:.1f}" if not isinstance(v, dict) else
                              f"{name} " + ", ".join(f"T={t} {sec:.1f}" for t, sec in v.items())
                              for name, v in self.compile_seconds.items())
-        notes.append(f"compile s (apart from the figures): {compiles}")
+        cache = ("cold" if self.compile_cache is None else
+                 f"torch.compile from the shared inductor cache in {self.compile_cache}, not cold")
+        notes.append(f"compile s (apart from the figures; {cache}): {compiles}")
         if self.measured_on == "here":
             peaks = ", ".join(f"{kind} {gflops:.1f}" for kind, gflops in self.peaks.items())
             spread = (f" (median of {len(self.bandwidth_samples_gbs)} rounds, {min(self.bandwidth_samples_gbs):.1f}-"

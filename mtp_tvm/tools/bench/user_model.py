@@ -39,7 +39,7 @@ from ...verify.comparators import flat_outputs
 from ...verify.subject import ModuleSubject, subject_of
 from .options import MODULE_PEERS, BenchOptions
 from .peer_isa import held_to, peer_env
-from .race import Race, cold_cache
+from .race import Race, compile_cache
 from .result import BenchResult, size_figures
 from .tvm_worker import TVM, TvmJob, isa_record
 from .worker import EXAMPLE, InputFiles
@@ -189,7 +189,7 @@ def _start_peers(race: Race, build: _Build, options: BenchOptions, folder: Path,
         else:
             race.start(p, ModelPeerJob(p, MODULE_PEERS[p], str(user.path), str(folder / STATE_DICT), files, device,
                                        threads, options.number),
-                       {**(cold_cache(folder, p) if MODULE_PEERS[p] else {}), **peer_env(isa)})
+                       {**(compile_cache(folder, p) if MODULE_PEERS[p] else {}), **peer_env(isa)})
 
 
 def _result(spec: ModuleSpec, tgt, options: BenchOptions, race: Race, build: _Build,
