@@ -8,11 +8,12 @@ of the batch and reports every candidate on a pipe as soon as it is built, so on
 loses its own share's rest, never the batch: a crash is that candidate's error with the signal, and a build that
 outlives ``timeout_s`` is killed and said to be one.
 
-A child forked from the multithreaded tuner can inherit a lock another thread held at the fork and block on it
-for good (seen about once in ten tunes run beside the test suite: the batch then waited out the whole timeout).
-A build is CPU work from its first step to its last, so a child whose CPU time stands still for ``STALL_S`` is
-blocked, not building: it is killed and what it had left goes to a fresh fork (once; the second fork's candidates
-are lost like a timeout's), and the tune's log says so.
+A child forked from the multithreaded tuner can block for good (seen once in about fifty tunes run beside the
+test suite, its cause not found; a lock another thread held at the fork is the usual one): the batch then waited
+out the whole timeout. A build computes from its first step to its last, so a child whose CPU time (its
+compiler processes' counted in) stands still for ``STALL_S`` is blocked, not building: it is killed and what it
+had left goes to a fresh fork (once; a second blocked fork's candidates are lost like a timeout's), and the
+tune's log says so.
 
 CPU targets only: a CUDA build in a child forked after the parent touched the CUDA driver is not safe, so GPU
 tuning keeps TVM's ``LocalBuilder`` (``candidate_builder``)."""
@@ -41,8 +42,7 @@ from ...support.load_average import usable_cores
 from .kernels import fast_build
 
 BUILD_TIMEOUT_S = 120  # one candidate's build; TVM's LocalBuilder allows 30 s, too few for a large CPU kernel
-# a build process whose CPU time stood still this long is blocked (a lock inherited at the fork), not building:
-# a build of the largest kernel here spends at most a few seconds at a time outside the CPU (writing its artifact)
+# a build process whose CPU time (and its compiler processes') stood still this long is blocked, not building
 STALL_S = 15.0
 
 
