@@ -99,17 +99,24 @@ def test_a_failing_candidate_costs_its_build_process_share_never_the_batch(actio
     assert _runs(results[3].artifact_path, 5)
 
 
-def _blocked_once(victim: tvm.IRModule, marker, spin_s: float = 0.0):
+def _blocked_once(victim: tvm.IRModule, marker):
     """``fast_build``, except that the first build process to reach candidate ``victim`` blocks there for good
-    without using the CPU (as on a lock inherited at the fork; ``marker`` records it), and every build spins
-    the CPU for ``spin_s`` first (a long build)."""
+    without using the CPU (as on a lock held at the fork; ``marker`` records that one did)."""
     def build(mod, target, params):
-        end = time.monotonic() + spin_s
-        while time.monotonic() < end:
-            pass
         if mod.same_as(victim) and not marker.exists():
             marker.touch()
             threading.Event().wait()
+        return fast_build(mod, target, params)
+
+    return build
+
+
+def _spinning(seconds: float):
+    """``fast_build`` after ``seconds`` of busy CPU: a long build."""
+    def build(mod, target, params):
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            pass
         return fast_build(mod, target, params)
 
     return build
@@ -129,7 +136,7 @@ def test_a_blocked_build_process_is_replaced_and_its_candidates_still_build(no_c
                     "candidates go to a new one"]
 
 
-def test_a_replacement_that_blocks_too_loses_its_candidates(no_child_left, tmp_path):
+def test_a_replacement_that_blocks_too_loses_its_candidates(no_child_left):
     inputs = _inputs(3)
     results = ForkBuilder(_misbehaving("hang", victim=inputs[0].mod), 1, 60, stall_s=0.5, say=lambda _: None).build(
         inputs)
@@ -138,11 +145,9 @@ def test_a_replacement_that_blocks_too_loses_its_candidates(no_child_left, tmp_p
     assert all("not built" in r.error_msg for r in results[1:])
 
 
-def test_a_build_that_keeps_the_cpu_busy_is_never_taken_for_blocked(no_child_left, tmp_path):
-    (tmp_path / "blocked").touch()  # no candidate blocks; the build spins 2.5 s, over twice the stall limit
-    inputs, said = _inputs(1), []
-    results = ForkBuilder(_blocked_once(inputs[0].mod, tmp_path / "blocked", spin_s=2.5), 1, 60, stall_s=1.0,
-                          say=said.append).build(inputs)
+def test_a_build_that_keeps_the_cpu_busy_is_never_taken_for_blocked(no_child_left):
+    said = []  # the build spins 2.5 s, over twice the stall limit
+    results = ForkBuilder(_spinning(2.5), 1, 60, stall_s=1.0, say=said.append).build(_inputs(1))
     assert results[0].error_msg is None and said == []
 
 

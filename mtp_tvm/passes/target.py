@@ -169,7 +169,7 @@ def cpu_isa(target: Target) -> CpuIsa:
         vnni = has("avx512vnni")
         tiles = has("amx-tile")
         return CpuIsa("avx512", 512, 32, True, has("avx512bf16"), "vnni" if vnni else "pmaddwd" if has("avx512bw")
-                      else None, tiles and has("amx-bf16"), tiles and has("amx-int8"), zen)
+                      else None, tiles and has("amx-bf16"), tiles and has("amx-int8"), amd_zen=zen)
     if has("avx2"):
         return CpuIsa("avx2", 256, 16, has("fma"), False, "vnni" if has("avxvnni") else "pmaddwd", amd_zen=zen)
     return CpuIsa("sse", 128, 16, False, False, None)
