@@ -116,14 +116,15 @@ class Race:
     def time(self, rounds: int, warmup: float, bandwidth: bool) -> tuple[dict, list[float]]:
         """``rounds`` rounds, each asking TVM and every peer in turn at every T for a batch (and, with
         ``bandwidth``, the TVM worker for a read-bandwidth sample first), the first batch of each warmed up for
-        ``warmup`` seconds just before, and each worker quiet before the next one's batch (``Worker.settle``); the load
-        around and during them (``LoadWatch.report``), and the bandwidth samples."""
+        ``warmup`` seconds just before, and each worker quiet before the next batch or probe (``Worker.settle``);
+        the load around and during them (``LoadWatch.report``), and the bandwidth samples."""
         timed = [(name, worker) for worker, r in self.ready.items() for name in r.outputs]
         load, bandwidths = LoadWatch.start(), []
         for r in range(rounds):
             self.log(f"bench: round {r + 1} of {rounds}")
             if bandwidth:
                 bandwidths.append(self.workers[TVM].call("bandwidth_gbs", timeout=TIME_LIMIT_S))
+                self.workers[TVM].settle()  # its pool spins after the probe, as after a batch
             for t in self.sweep:
                 for name, worker in timed:
                     if name in self.unavailable[t]:
