@@ -152,16 +152,38 @@ def test_a_zmm_tile_reads_one_line_streams_and_an_avx2_tile_keeps_its_strip():
 
 
 @pytest.mark.parametrize("mcpu", ["haswell", "znver3"])
-def test_avx2_takes_the_fma_form_on_the_packed_pairs(mcpu):
-    """Per K pair: one 32-byte weight load split by one shift and one blend/and into the even and odd FP32
-    vectors (no zero-extension), two FMAs per accumulator, one prefetch (the first row's one vector)."""
-    loop = hot_loop(_asm(mcpu, 8, 1), "vfmadd")
+@pytest.mark.parametrize("rows, vectors", [(4, 2), (8, 1)])
+def test_avx2_takes_the_fma_form_on_the_packed_pairs(mcpu, rows, vectors):
+    """Per K pair and weight vector: one 32-byte load split by one shift and one blend/and into the even and odd
+    FP32 vectors (no zero-extension), two FMAs per accumulator, one prefetch (the first row's); per row two
+    broadcasts, which the 4 x 2 tile (the AVX2 default) shares between its two vectors."""
+    loop = hot_loop(_asm(mcpu, rows, vectors), "vfmadd")
     steps, rest = divmod(len(re.findall(r"vfmadd\d+ps\s.*%ymm", loop)), 16)
     assert steps and not rest
-    assert len(re.findall(r"vpslld\s", loop)) == steps
-    assert len(re.findall(r"vpblendw\s|vpand\s|vandps\s", loop)) == steps
-    assert "vpmovzx" not in loop and "vdpbf16ps" not in loop and len(re.findall(r"prefetcht0\s", loop)) == steps
+    splits = len(re.findall(r"vpblendw\s|vpand\s|vandps\s", loop))
+    assert len(re.findall(r"vpslld\s", loop)) == splits == vectors * steps
+    assert len(re.findall(r"vbroadcastss\s", loop)) == 2 * rows * steps
+    assert "vpmovzx" not in loop and "vdpbf16ps" not in loop
+    assert len(re.findall(r"prefetcht0\s", loop)) == vectors * steps
     assert not re.search(r"vmov\w*\s+%ymm\d+, ", loop)
+
+
+@pytest.mark.parametrize("mcpu, columns, tile", [
+    ("haswell", 16160, (4, 2)),   # the ymm FMA form: 8 accumulators, two vectors share each row's broadcasts
+    ("znver3", 512, (4, 2)),
+    ("haswell", 1000, (8, 1)),    # 125 vectors: no tile of two, so the most rows
+    ("icelake-server", 16160, (8, 2)),  # the zmm FMA form keeps the most rows
+    ("znver4", 16160, (8, 2)),    # vdpbf16ps
+])
+def test_the_bf16_tile_each_target_gets(mcpu, columns, tile):
+    """``cpu_rules.dot_tile`` for the logits' BF16 pair dot with 8 register rows: the ymm FMA form prefers two
+    vectors of 4 rows to one of 8 (AVX2 FLASH logits T = 16 on Zen 4: 15.4 against 21.1 ms), the others the most
+    rows."""
+    from mtp_tvm.schedule.cpu_rules import bf16_dot_path, dot_tile
+    from mtp_tvm.schedule.knobs import CpuGemm
+
+    isa = cpu_isa(_target(mcpu))
+    assert dot_tile(isa, columns, 8, bf16_dot_path(isa), CpuGemm(blocks={})) == tile
 
 
 @pytest.mark.parametrize("mcpu, rows, vectors", [("sapphirerapids", 2, 4), ("haswell", 2, 4), ("znver4", 2, 4)])

@@ -95,6 +95,24 @@ def block_operands(sch: s_tir.Schedule, block, io) -> tuple[str, str]:
     return stmt.reads[buffer_read_index(sch, block, io.activation)].source.dtype, stmt.writes[0].source.dtype
 
 
+def most_rows(tile: tuple[int, int]) -> tuple:
+    """``dot_tile``'s default order: the most rows, then the most accumulators, so each weight load serves the
+    most rows and each broadcast the most columns (measured on this project's machines: ``vdpbf16ps`` at T = 8,
+    FLASH, 8 x 2 zmm against 4 x 2 and 4 x 5: 11.4, 12.0, 13.0 ms)."""
+    rows, vectors = tile
+    return rows, rows * vectors
+
+
+def shared_broadcasts(tile: tuple[int, int]) -> tuple:
+    """The ymm FMA form's order: the most accumulators, then a tile of at least two vectors (each row's two
+    broadcasts then feed four FMAs, not two: 8 broadcasts a K pair instead of 16), then the most rows. AVX2 FLASH
+    logits, 4 x 2 against 8 x 1, median ms (``--compare-schedules``, same rounds): Zen 4 T = 8 8.1 / 10.6, T = 16
+    15.4 / 21.1; Ice Lake 11.0 / 11.9, 17.7 / 24.8; Sapphire Rapids 5.7 / 5.2, 11.2 / 10.4 (the one loss);
+    ``docs/benchmarks.md``."""
+    rows, vectors = tile
+    return rows * vectors, vectors >= 2, rows
+
+
 class DotPath(NamedTuple):
     """A dot-product schedule for a block on an ISA: ``apply`` (``apply_amx_dot``/``apply_bf16_dot``/
     ``apply_int8_dot``), its accumulator ``lanes``, and the registers one step needs besides the accumulators:
@@ -107,6 +125,7 @@ class DotPath(NamedTuple):
     broadcast_registers: int = 1
     step_bytes: int = 0  # weight bytes a vector reads per K step, where strips are a cache line (0: the tile's)
     accumulator_tiles: int = 0  # a tile path's most accumulator tiles (0: accumulators in vector registers)
+    tile_order: Callable[[tuple[int, int]], tuple] = most_rows  # ``dot_tile``'s preference among the tiles that fit
 
     def fits(self, isa: CpuIsa, rows: int, vectors: int) -> bool:
         if self.accumulator_tiles:
@@ -129,13 +148,27 @@ def packed_strip(vectors: int, dot: DotPath) -> int:
 def dot_tile(isa: CpuIsa, columns: int, row_quantum: int, dot: DotPath, knobs: CpuGemm) -> tuple[int, int] | None:
     """``(register_rows, column_vectors)`` of a dot-product tile: rows dividing the kernel's row quantum, a strip
     dividing ``columns``, the step inside the register file (``DotPath.fits``); the knobs' ``dot_rows``/
-    ``dot_vectors`` where set, else the most rows, then the most accumulators: each weight load then serves the
-    most rows and each broadcast the most columns (measured on this project's machines: ``vdpbf16ps`` at T = 8,
-    FLASH, 8 x 2 zmm against 4 x 2 and 4 x 5: 11.4, 12.0, 13.0 ms)."""
+    ``dot_vectors`` where set, else the first in the path's order (``DotPath.tile_order``: ``most_rows``, or
+    ``shared_broadcasts``)."""
     fits = [(r, c) for r in (16, 8, 4, 2) if row_quantum % r == 0 for c in range(1, isa.vector_registers)
             if dot.fits(isa, r, c) and columns % (c * dot.lanes) == 0
             and knobs.dot_rows in (None, r) and knobs.dot_vectors in (None, c)]
-    return max(fits, key=lambda rc: (rc[0], rc[0] * rc[1])) if fits else None
+    return max(fits, key=dot.tile_order) if fits else None
+
+
+def bf16_dot_path(isa: CpuIsa) -> DotPath | None:
+    """The BF16 pair dot on registers of this ISA: ``vdpbf16ps``, else its FMA form on 256/512-bit FMA vectors
+    (ymm tiles in ``shared_broadcasts`` order), else None."""
+    if isa.bf16_dot:
+        return DotPath(apply_bf16_dot, bf16_lanes(isa), step_bytes=4 * bf16_lanes(isa))  # lanes x a BF16 pair
+    if isa.fma and isa.vector_bits in (256, 512):
+        # one weight register per vector, not two: LLVM splits the odd and even halves from one load as each row
+        # needs them (counting two left T = 2 with 4 accumulators: AVX2 FLASH logits 4.5-5.4 ms, against
+        # 2.8-3.4 ms with 8)
+        return DotPath(apply_bf16_dot, bf16_lanes(isa), weight_registers=1, broadcast_registers=2,
+                       step_bytes=4 * bf16_lanes(isa),
+                       tile_order=shared_broadcasts if isa.vector_bits == 256 else most_rows)
+    return None
 
 
 def _dot_schedule(sch: s_tir.Schedule, block, io, knobs: CpuGemm, isa: CpuIsa) -> DotPath | None:
@@ -151,14 +184,8 @@ def _dot_schedule(sch: s_tir.Schedule, block, io, knobs: CpuGemm, isa: CpuIsa) -
     if tiles:  # one weight tile per strip and K step: 1 KiB
         return DotPath(functools.partial(apply_amx_dot, dot=tiles), amx_dot.LANES, step_bytes=LINE_BYTES,
                        accumulator_tiles=amx_dot.max_tiles())
-    if operands == BF16_OPERANDS and isa.bf16_dot:
-        return DotPath(apply_bf16_dot, bf16_lanes(isa), step_bytes=4 * bf16_lanes(isa))  # lanes x a BF16 pair
-    if operands == BF16_OPERANDS and isa.fma and isa.vector_bits in (256, 512):
-        # one weight register per vector, not two: LLVM splits the odd and even halves from one load as each row
-        # needs them (counting two left T = 2 with 4 accumulators: AVX2 FLASH logits 4.5-5.4 ms, against
-        # 2.8-3.4 ms with 8)
-        return DotPath(apply_bf16_dot, bf16_lanes(isa), weight_registers=1, broadcast_registers=2,
-                       step_bytes=4 * bf16_lanes(isa))
+    if operands == BF16_OPERANDS and (pair_dot := bf16_dot_path(isa)):
+        return pair_dot
     if operands == ("int8", "int32") and isa.int8_dot is not None:
         return DotPath(apply_int8_dot, int8_lanes(isa))
     return None  # (also a block a pass changed, e.g. another accumulator type: the FMA path takes any)
