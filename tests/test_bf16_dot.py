@@ -168,24 +168,6 @@ def test_avx2_takes_the_fma_form_on_the_packed_pairs(mcpu, rows, vectors):
     assert not re.search(r"vmov\w*\s+%ymm\d+, ", loop)
 
 
-@pytest.mark.parametrize("mcpu, columns, tile", [
-    ("haswell", 16160, (4, 2)),   # the ymm FMA form: 8 accumulators, two vectors share each row's broadcasts
-    ("znver3", 512, (4, 2)),
-    ("haswell", 1000, (8, 1)),    # 125 vectors: no tile of two, so the most rows
-    ("icelake-server", 16160, (8, 2)),  # the zmm FMA form keeps the most rows
-    ("znver4", 16160, (8, 2)),    # vdpbf16ps
-])
-def test_the_bf16_tile_each_target_gets(mcpu, columns, tile):
-    """``cpu_rules.dot_tile`` for the logits' BF16 pair dot with 8 register rows: the ymm FMA form prefers two
-    vectors of 4 rows to one of 8 (AVX2 FLASH logits T = 16 on Zen 4: 15.4 against 21.1 ms), the others the most
-    rows."""
-    from mtp_tvm.schedule.cpu_rules import bf16_dot_path, dot_tile
-    from mtp_tvm.schedule.knobs import CpuGemm
-
-    isa = cpu_isa(_target(mcpu))
-    assert dot_tile(isa, columns, 8, bf16_dot_path(isa), CpuGemm(blocks={})) == tile
-
-
 @pytest.mark.parametrize("mcpu, rows, vectors", [("sapphirerapids", 2, 4), ("haswell", 2, 4), ("znver4", 2, 4)])
 def test_a_wide_small_t_tile_prefetches_every_vector_of_its_stream(mcpu, rows, vectors):
     """A decode-size tile (few rows, many vectors, as ``side_by_side`` makes it: several packed strips) prefetches

@@ -104,13 +104,21 @@ def most_rows(tile: tuple[int, int]) -> tuple:
 
 
 def shared_broadcasts(tile: tuple[int, int]) -> tuple:
-    """The ymm FMA form's order: the most accumulators, then a tile of at least two vectors (each row's two
-    broadcasts then feed four FMAs, not two: 8 broadcasts a K pair instead of 16), then the most rows. AVX2 FLASH
-    logits, 4 x 2 against 8 x 1, median ms (``--compare-schedules``, same rounds): Zen 4 T = 8 8.1 / 10.6, T = 16
-    15.4 / 21.1; Ice Lake 11.0 / 11.9, 17.7 / 24.8; Sapphire Rapids 5.7 / 5.2, 11.2 / 10.4 (the one loss);
-    ``docs/benchmarks.md``."""
+    """The ymm dots' order: up to 8 accumulators (two vector pipes x 4 cycles of latency: the pipes full; more
+    leave no spare register), then a tile of at least two vectors (each row's broadcasts then feed two vectors: a
+    4 x 2 tile broadcasts half as often as 8 x 1), then the most rows, then the fewest vectors. AVX2 builds, 4 x 2
+    against 8 x 1 in the same rounds (``--compare-schedules``), median ms at T = 8 and 16: FLASH logits (BF16 pair
+    dot, FMA form) on Zen 4 8.1 / 10.6 and 15.4 / 21.1, on Ice Lake 11.0 / 11.9 and 17.7 / 24.8, on Sapphire
+    Rapids 5.7 / 5.2 and 11.2 / 10.4 (the one loss); the projection (``vpmaddwd``) on Zen 4 2.9 / 3.5-3.9 and
+    5.3 / 7.4 (``docs/benchmarks.md``)."""
     rows, vectors = tile
-    return rows * vectors, vectors >= 2, rows
+    return min(rows * vectors, 8), vectors >= 2, rows, -vectors
+
+
+def ymm_order(isa: CpuIsa) -> Callable[[tuple[int, int]], tuple]:
+    """``dot_tile``'s order for a register dot on this ISA: ``shared_broadcasts`` on 256-bit vectors (measured
+    there), ``most_rows`` on wider ones."""
+    return shared_broadcasts if isa.vector_bits == 256 else most_rows
 
 
 class DotPath(NamedTuple):
@@ -158,7 +166,7 @@ def dot_tile(isa: CpuIsa, columns: int, row_quantum: int, dot: DotPath, knobs: C
 
 def bf16_dot_path(isa: CpuIsa) -> DotPath | None:
     """The BF16 pair dot on registers of this ISA: ``vdpbf16ps``, else its FMA form on 256/512-bit FMA vectors
-    (ymm tiles in ``shared_broadcasts`` order), else None."""
+    (its tiles in ``ymm_order``), else None."""
     if isa.bf16_dot:
         return DotPath(apply_bf16_dot, bf16_lanes(isa), step_bytes=4 * bf16_lanes(isa))  # lanes x a BF16 pair
     if isa.fma and isa.vector_bits in (256, 512):
@@ -167,8 +175,14 @@ def bf16_dot_path(isa: CpuIsa) -> DotPath | None:
         # 2.8-3.4 ms with 8)
         return DotPath(apply_bf16_dot, bf16_lanes(isa), weight_registers=1, broadcast_registers=2,
                        step_bytes=4 * bf16_lanes(isa),
-                       tile_order=shared_broadcasts if isa.vector_bits == 256 else most_rows)
+                       tile_order=ymm_order(isa))
     return None
+
+
+def int8_dot_path(isa: CpuIsa) -> DotPath | None:
+    """The int8 dot on registers of this ISA (``vpmaddwd``, VNNI's ``vpdpwssd``; its tiles in ``ymm_order``), or
+    None."""
+    return None if isa.int8_dot is None else DotPath(apply_int8_dot, int8_lanes(isa), tile_order=ymm_order(isa))
 
 
 def _dot_schedule(sch: s_tir.Schedule, block, io, knobs: CpuGemm, isa: CpuIsa) -> DotPath | None:
@@ -186,8 +200,8 @@ def _dot_schedule(sch: s_tir.Schedule, block, io, knobs: CpuGemm, isa: CpuIsa) -
                        accumulator_tiles=amx_dot.max_tiles())
     if operands == BF16_OPERANDS and (pair_dot := bf16_dot_path(isa)):
         return pair_dot
-    if operands == ("int8", "int32") and isa.int8_dot is not None:
-        return DotPath(apply_int8_dot, int8_lanes(isa))
+    if operands == ("int8", "int32") and (int8_dot := int8_dot_path(isa)):
+        return int8_dot
     return None  # (also a block a pass changed, e.g. another accumulator type: the FMA path takes any)
 
 
