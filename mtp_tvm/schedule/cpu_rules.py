@@ -115,7 +115,7 @@ def shared_broadcasts(tile: tuple[int, int]) -> tuple:
     return min(rows * vectors, 8), vectors >= 2, rows, -vectors
 
 
-def ymm_order(isa: CpuIsa) -> Callable[[tuple[int, int]], tuple]:
+def dot_tile_order(isa: CpuIsa) -> Callable[[tuple[int, int]], tuple]:
     """``dot_tile``'s order for a register dot on this ISA: ``shared_broadcasts`` on 256-bit vectors (measured
     there), ``most_rows`` on wider ones."""
     return shared_broadcasts if isa.vector_bits == 256 else most_rows
@@ -166,7 +166,7 @@ def dot_tile(isa: CpuIsa, columns: int, row_quantum: int, dot: DotPath, knobs: C
 
 def bf16_dot_path(isa: CpuIsa) -> DotPath | None:
     """The BF16 pair dot on registers of this ISA: ``vdpbf16ps``, else its FMA form on 256/512-bit FMA vectors
-    (its tiles in ``ymm_order``), else None."""
+    (its tiles in ``dot_tile_order``), else None."""
     if isa.bf16_dot:
         return DotPath(apply_bf16_dot, bf16_lanes(isa), step_bytes=4 * bf16_lanes(isa))  # lanes x a BF16 pair
     if isa.fma and isa.vector_bits in (256, 512):
@@ -175,14 +175,14 @@ def bf16_dot_path(isa: CpuIsa) -> DotPath | None:
         # 2.8-3.4 ms with 8)
         return DotPath(apply_bf16_dot, bf16_lanes(isa), weight_registers=1, broadcast_registers=2,
                        step_bytes=4 * bf16_lanes(isa),
-                       tile_order=ymm_order(isa))
+                       tile_order=dot_tile_order(isa))
     return None
 
 
 def int8_dot_path(isa: CpuIsa) -> DotPath | None:
-    """The int8 dot on registers of this ISA (``vpmaddwd``, VNNI's ``vpdpwssd``; its tiles in ``ymm_order``), or
-    None."""
-    return None if isa.int8_dot is None else DotPath(apply_int8_dot, int8_lanes(isa), tile_order=ymm_order(isa))
+    """The int8 dot on registers of this ISA (``vpmaddwd``, VNNI's ``vpdpwssd``; its tiles in
+    ``dot_tile_order``), or None."""
+    return None if isa.int8_dot is None else DotPath(apply_int8_dot, int8_lanes(isa), tile_order=dot_tile_order(isa))
 
 
 def _dot_schedule(sch: s_tir.Schedule, block, io, knobs: CpuGemm, isa: CpuIsa) -> DotPath | None:
