@@ -13,16 +13,13 @@ $(BIN)/python:
 	$(BIN)/python -m pip install -q --upgrade pip
 
 # An editable install sees every source change, so it is redone only when pyproject.toml (the dependencies)
-# changes: the stamps record the last install. --no-compile: pip would byte-compile all of torch (18 s of a 46 s
-# install here); Python compiles the modules a run imports, once, when it first imports them (unless it may not
-# write bytecode: then pip compiles everything, or every process would compile its imports again).
-NO_COMPILE := $(if $(PYTHONDONTWRITEBYTECODE),,--no-compile)
+# changes: the stamps record the last install.
 $(VENV)/.installed: $(ROOT)pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q $(NO_COMPILE) -e $(ROOT)
+	$(BIN)/python -m pip install -q -e $(ROOT)
 	touch $@
 
 $(VENV)/.installed-test: $(ROOT)pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q $(NO_COMPILE) -e '$(ROOT)[test]'
+	$(BIN)/python -m pip install -q -e '$(ROOT)[test]'
 	touch $@ $(VENV)/.installed
 
 install: $(VENV)/.installed
