@@ -42,7 +42,9 @@ LANES = 16  # FP32 lanes of one zmm accumulator (vdpbf16ps)
 # 2.33/2.36/2.90; AVX2 T = 4 5.11, after 3.15; T >= 8 unchanged). On AMD Zen 4 the same prefetches cost time at
 # every T (FLASH logits, ``vdpbf16ps``, ``--profile``, alternating processes, medians of 4-6 pairs, ms with / without:
 # T = 1 5.82 / 4.39, T = 2 5.51 / 4.27, T = 4 4.08 / 3.67, T = 8 4.34 / 3.98, T = 16 6.09 / 5.87), so a target
-# whose ``mcpu`` is a Zen core (``CpuIsa.amd_zen``) imports the dot without them (``bf16_dot_llvm_ir``).
+# whose ``mcpu`` is a Zen core (``CpuIsa.amd_zen``) imports the dot without them (``bf16_dot_llvm_ir``). The FMA form
+# keeps them on Zen (a ``znver3`` build on Zen 4, 4 x 2 tile, medians with / without: T = 8 8.6 / 9.5 ms, T = 16
+# 14.4 / 15.7).
 PREFETCH_BYTES = 4096
 _PREFETCH_IR = f"""
   %first = icmp ult i32 %ci, %row
