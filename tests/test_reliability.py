@@ -3,8 +3,10 @@
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -163,9 +165,6 @@ def test_ctrl_c_inside_a_tvm_pass_stays_a_keyboard_interrupt(tmp_path):
 def test_ctrl_c_exits_130_and_never_leaves_a_half_written_run_marked_complete(tmp_path, moment):
     """Ctrl-C during the build (just after the check starts) or while the run folder is written (as soon as it
     appears): exit 130, and a folder marked complete is complete."""
-    import signal
-    import time
-
     cmd = [sys.executable, "-m", "mtp_tvm", "check", "--case", "tail-norm", "--preset", "flash",
            "--frontend", "relax", "--dump-passes", str(tmp_path)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -213,6 +212,31 @@ def test_an_interrupt_inside_a_constructor_exits_130_and_names_the_failing_del_i
     assert "Traceback" not in err and "interrupted" in err, err
     assert re.search(r"note: after the interrupt, AttributeError in .*HalfMade.*temp_dir", err), err
     assert sys.unraisablehook is sys.__unraisablehook__  # put back
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupt_that_library_code_turns_into_another_error_still_exits_130(monkeypatch, capsys, signum):
+    """Ctrl-C landing in ``ThreadPoolExecutor.submit`` (the dump's diff printer) left threading's lock half
+    released, and the command died with "RuntimeError: release unlocked lock" and exit 1 (seen in a CI run)."""
+    from mtp_tvm import cli
+    from mtp_tvm.cli import cases
+
+    def interrupted(_args):
+        try:
+            os.kill(os.getpid(), signum)
+            time.sleep(5)  # the handler raises here
+        except KeyboardInterrupt:
+            raise RuntimeError("release unlocked lock") from None
+        raise AssertionError("the signal did not arrive")
+
+    monkeypatch.setattr(cases, "_cmd_list", interrupted)
+    assert cli.main(["list"]) == 130
+    err = capsys.readouterr().err
+    assert err.strip() == "mtp-tvm: interrupted", err
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
+    monkeypatch.setattr(cases, "_cmd_list", lambda _args: 1 / 0)  # an error without a signal is not an interrupt
+    with pytest.raises(ZeroDivisionError):
+        cli.main(["list"])
 
 
 # ---- options a check must refuse in one line (not pass, not crash) ----------------------------------------------

@@ -64,12 +64,25 @@ def _process_startup() -> float:
         return 0.0
 
 
-def _terminated(_signum, _frame):
-    """SIGTERM (a job scheduler, ``kill``) unwinds like Ctrl-C, so temporary folders and files are removed."""
+_signalled: list[int] = []  # the interrupting signals the running command received
+
+
+def _interrupt(signum, _frame):
+    """Ctrl-C, and SIGTERM (a job scheduler, ``kill``), unwind as KeyboardInterrupt, so temporary folders and files
+    are removed. The signal is remembered: it can land inside library code that turns the KeyboardInterrupt into
+    another error (threading's ``Condition.__exit__`` inside ``ThreadPoolExecutor.submit`` then raises "release
+    unlocked lock"), and the command was interrupted all the same."""
+    _signalled.append(signum)
     raise KeyboardInterrupt
 
 
-def _free_interrupted_frames(interrupt: KeyboardInterrupt) -> None:
+def _interrupted(error: BaseException) -> int:
+    _free_interrupted_frames(error)
+    print("mtp-tvm: interrupted", file=sys.stderr)
+    return 130
+
+
+def _free_interrupted_frames(interrupt: BaseException) -> None:
     """Drop what the interrupted frames hold now, each failing ``__del__`` said in one line, not a traceback: an
     interrupt can land inside a constructor (TVM's ``TempDirectory`` between ``mkdtemp`` and setting ``temp_dir``),
     and that half-made object's ``__del__`` then raises when it is collected."""
@@ -120,28 +133,34 @@ def _run(argv: list[str] | None) -> int:
     # the arrays a command passes are its own (read from files): the warning is for an API caller's arrays
     warnings.filterwarnings("ignore", message="mtp_tvm made numpy weight")
     on_main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _terminated) if on_main_thread else None
+    _signalled.clear()
+    previous = {number: signal.signal(number, _interrupt) for number in (signal.SIGINT, signal.SIGTERM)
+                if on_main_thread and signal.getsignal(number) is not signal.SIG_IGN}  # nohup, `cmd &`: kept ignored
     try:
         _refuse_empty_values(args)
         return args.handler(args)
+    except KeyboardInterrupt as interrupt:
+        return _interrupted(interrupt)
     except MtpError as e:
+        if _signalled:
+            return _interrupted(e)
         if args.debug:
             traceback.print_exc()
         print(f"mtp-tvm: error: {e}", file=sys.stderr)
         return e.exit_code
-    except KeyboardInterrupt as interrupt:
-        _free_interrupted_frames(interrupt)
-        print("mtp-tvm: interrupted", file=sys.stderr)
-        return 130
     except SystemExit as e:  # nothing of ours exits inside a handler: user code (a plugin) did; never a success
         if args.debug:
             traceback.print_exc()
         print(f"mtp-tvm: error: user code called sys.exit({e.code!r}) during {args.command}; nothing was "
               "completed", file=sys.stderr)
         return 2
+    except Exception as e:
+        if _signalled:
+            return _interrupted(e)
+        raise
     finally:
-        if on_main_thread:
-            signal.signal(signal.SIGTERM, previous)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 if __name__ == "__main__":  # pragma: no cover
