@@ -133,8 +133,10 @@ def test_bench_times_another_frontend_in_the_same_rounds():
 
 @pytest.mark.slow  # tiny_logits: a bench with worker processes
 def test_bench_json_says_why(tiny_logits):
-    """The ISA, the instruction mix of the kernels and the peak used are recorded next to the figures."""
+    """The ISA, the instruction mix of the kernels and the peak used are recorded next to the figures (and no
+    profile, which only ``profile=`` asks for)."""
     d = json.loads(json.dumps(tiny_logits.as_dict()))
+    assert d["profile"] is None
     assert d["frontend"] == "tir" and {"name", "vector_bits", "fma", "bf16_dot", "int8_dot", "bf16_tile",
                                        "int8_tile", "used"} <= set(d["isa"])
     assert d["instruction_mix"] and all(set(c) == {"fma", "vdpbf16ps", "vpmaddwd", "vpdpwssd", "tdpbf16ps", "tdpbssd"}

@@ -118,7 +118,7 @@ def test_bench_profile_goes_into_its_json(tmp_path):
     r.write_json(out)
     d = json.loads(out.read_text())
     assert d["per_tokens"]["8"]["median_ms"]["tvm"] > 0 and d["profile"]["kernels"] and d["profile"]["main_ms"] > 0
-    assert bench(case="norm", preset="tiny", rounds=1, peers=()).as_dict()["profile"] is None
+    # a bench without --profile has none: test_bench.py::test_bench_json_says_why
 
 
 @pytest.mark.slow  # over 1 s
