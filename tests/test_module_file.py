@@ -481,3 +481,21 @@ def test_profile_times_every_kernel_of_a_module(capsys):
     assert main(["check", "--module", str(TVMSCRIPT_EXAMPLE), "--profile"]) == 0
     out = capsys.readouterr().out
     assert "profile of main: case=module-tvmscript-module" in out and "fused_matmul_add_relu" in out
+
+
+@pytest.mark.parametrize("text, imports_torch", [
+    (TORCH_EXAMPLE.read_text(), True), (TVMSCRIPT_EXAMPLE.read_text(), False),
+    ("from torch import nn\n", True), ("if True:\n    import torch.nn as nn\n", True),
+    ("# import torch would be slow\nimport torchvision_free\n", False), ("x = 'import torch'\n", False)])
+def test_the_torch_modules_of_an_export_are_imported_before_the_fork_only_for_a_file_that_imports_torch(
+        tmp_path, monkeypatch, text, imports_torch):
+    """A speed-up, never a verdict: the parent imports what the child's export and its own load share (the child
+    inherits them), guessed from the file's text."""
+    from mtp_tvm.ir import module_file
+
+    imported = []
+    monkeypatch.setattr(module_file.importlib, "import_module", imported.append)
+    (tmp_path / "file.py").write_text(text)
+    module_file._import_torch_export_before_the_fork(tmp_path / "file.py")
+    assert imported == (list(module_file.TORCH_EXPORT_MODULES) if imports_torch else [])
+    module_file._import_torch_export_before_the_fork(tmp_path / "missing.py")  # the child says why it cannot
