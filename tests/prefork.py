@@ -84,7 +84,8 @@ def _plain(name: str) -> str:
 # ---- the server's side --------------------------------------------------------------------------------------
 
 def _preload() -> None:
-    """What a command imports, imported once: TVM, torch and every module of mtp_tvm (not its ``__main__``)."""
+    """What a command imports, imported once: TVM, torch, every module of mtp_tvm (not its ``__main__``) and the
+    torch modules a ``--module`` command imports to export and load a torch model."""
     import pkgutil
 
     import torch  # noqa: F401
@@ -95,6 +96,10 @@ def _preload() -> None:
     for module in pkgutil.walk_packages(mtp_tvm.__path__, "mtp_tvm."):
         if not module.name.endswith("__main__"):
             __import__(module.name)
+    from mtp_tvm.ir.module_file import TORCH_EXPORT_MODULES
+
+    for name in TORCH_EXPORT_MODULES:
+        __import__(name)
 
 
 def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
