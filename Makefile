@@ -13,8 +13,8 @@ $(BIN)/python:
 	$(BIN)/python -m pip install -q --upgrade pip
 
 # An editable install sees every source change, so it is redone only when pyproject.toml (the dependencies)
-# changes: the stamps record the last install. pip byte-compiles on one core (about 33 s of a 55 s install on
-# 2 cores, torch most of it); compileall on every core does the same in about 18 s. Like pip's, its failures
+# changes: the stamps record the last install. pip byte-compiles on one core (about 34 s of a 55 s install on
+# 2 cores, torch most of it); compileall on every core does the same in 21-24 s. Like pip's, its failures
 # (a template or test file that is not Python 3 in some package) do not fail the install.
 PIP_INSTALL := $(BIN)/python -m pip install -q --no-compile
 BYTE_COMPILE := $(BIN)/python -m compileall -qq -j 0 $(VENV)/lib || true
