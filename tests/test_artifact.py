@@ -1,5 +1,6 @@
 """Target binaries: every case builds for LLVM, reloads in a fresh process, runs and meets its golden; CUDA
-artifacts embed SASS for their arch (and one fatbin for sm_80 and sm_90) and validate; tampered, misplaced and mis-fed artifacts are refused."""
+artifacts embed SASS for their arch (one fatbin for sm_80 and sm_90) and validate; tampered, misplaced and mis-fed
+artifacts are refused."""
 
 import dataclasses
 import hashlib
