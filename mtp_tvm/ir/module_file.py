@@ -126,7 +126,7 @@ _IMPORTS_TORCH = re.compile(r"^\s*(import|from)\s+torch\b", re.MULTILINE)
 def _import_torch_export_before_the_fork(path: Path) -> None:
     """The child exports and saves a torch model and this process loads it, each with the same torch modules
     (dynamo, the serialiser: about 1.5 s to import on 2 cores). Imported here, before the fork, the child inherits
-    them instead of importing them too: a fresh process loads ``examples/torch_mlp_block.py`` in about 3.0 s,
+    them instead of importing them too: a fresh process loads ``examples/torch_mlp_block.py`` in 2.3-2.5 s,
     against 4.9. Only where the file imports torch (read from its text): a TVMScript file needs none of them, and
     a wrong guess costs time, never a result."""
     try:
