@@ -22,6 +22,7 @@ from mtp_tvm.contract.cases import CASES
 from mtp_tvm.contract.presets import make_shapes
 from mtp_tvm.ir import tir_kernels as kernels
 from mtp_tvm.passes.target import resolve_target
+from mtp_tvm.schedule import gpu_rules
 from mtp_tvm.schedule.apply import ApplySchedules
 from mtp_tvm.schedule.files import (
     kernel_of,
@@ -29,6 +30,7 @@ from mtp_tvm.schedule.files import (
     parse_schedule_file,
     schedule_names,
 )
+from mtp_tvm.schedule.gpu_rules import dlight_rules, has_int8_gemm
 from mtp_tvm.schedule.rules import RULES
 from mtp_tvm.schedule.steps import fitting_k_vector, fresh_copy
 from mtp_tvm.schedule.token_rows import VARIANTS_ATTR
@@ -148,12 +150,14 @@ def test_cli_schedule_option(capsys):
 
 
 # The hand LM-head kernel (lm_head_tp) has a CPU schedule (hand/llvm/lm_head_tp.json) and no CUDA one yet: its
-# cases build for CUDA with the Relax frontend (tests/test_lm_head.py), not this one.
+# cases build for CUDA with the Relax and torch frontends (dlight schedules every kernel those make), not this one.
+# tail-lm-head holds every stage, so on those frontends it stands for every case (the W8A8 GEMMs among them).
 GPU_TIR_CASES = [case for case in CASES if "lm_head" not in CASES[case].stages]
 CUDA_BUILDS = ([(case, "tir", arch, "default") for case in GPU_TIR_CASES for arch in ("sm_80", "sm_90")]
                + [(case, "tir", "sm_90", "dlight") for case in GPU_TIR_CASES]
                + [(case, "relax", "sm_90", s) for case in ("logits", "shared-head-logits")
-                  for s in ("default", "dlight")])
+                  for s in ("default", "dlight")]
+               + [("tail-lm-head", frontend, "sm_90", "default") for frontend in ("relax", "torch")])
 
 
 @pytest.mark.parametrize("case, frontend, arch, schedule",
@@ -167,6 +171,34 @@ def test_cuda_builds_and_saves_its_source(case, frontend, arch, schedule, tmp_pa
     assert "__global__" in m.device_source
     assert not dumped or (m.dump_dir / "device_source.cu").read_text() == m.device_source
     assert m.schedule_traces and all("sch." in t for t in m.schedule_traces.values())
+
+
+def test_dlight_leaves_an_int8_gemm_off_tensor_cores():
+    """TVM 0.27 cannot lower dlight's int8 tensor-core matmul (``InjectSoftwarePipeline``), and trying it imports
+    every tensor intrinsic TVM ships (45 s): the Relax and torch frontends' W8A8 GEMMs failed to build for CUDA."""
+    assert has_int8_gemm(fresh_copy(kernels.w8a8_dual_gemm(256)))
+    assert not has_int8_gemm(fresh_copy(kernels.lm_head_logits(256, 512)))
+    assert "Matmul" not in [type(r).__name__ for r in dlight_rules(int8=True)]
+    assert "Matmul" in [type(r).__name__ for r in dlight_rules()]
+
+
+def test_a_dlight_schedule_that_does_not_lower_is_passed_over_and_named(monkeypatch):
+    from tvm.s_tir import dlight as dl
+
+    class Unlowerable:
+        """A rule whose schedule TVM cannot lower: a software pipeline over a loop of one statement."""
+
+        def apply(self, func, _target, _tunable):
+            sch = s_tir.Schedule(func)
+            loop = sch.get_loops(sch.get_child_blocks(sch.get_sblock("root"))[0])[0]
+            sch.annotate(loop, "software_pipeline_stage", [0, 1])
+            sch.annotate(loop, "software_pipeline_order", [0, 1])
+            return sch
+
+    monkeypatch.setattr(gpu_rules, "dlight_rules", lambda *_: [Unlowerable(), dl.gpu.Fallback()])
+    sch, rule = gpu_rules.apply_dlight(fresh_copy(kernels.rms_norm(256, 1e-6)), resolve_target("cuda"))
+    assert rule.startswith("Fallback (Unlowerable's schedule does not lower: ") and "software pipeline" in rule
+    assert "software_pipeline_stage" not in sch.mod.script()
 
 
 @pytest.mark.parametrize("k, width, vector", [(4096, 16, 16), (256, 16, 8), (256, 8, 8), (96, 16, 1)])

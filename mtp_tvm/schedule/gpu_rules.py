@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import math
 
+import tvm
 from tvm import s_tir, tirx
 from tvm.target import Target
 
 from ..contract.presets import TOKEN_TILE
+from ..support.errors import last_line
 from .gpu_dot import DP4A_LOCAL, register_dp4a
 from .knobs import GpuFlat, GpuGemm, GpuGemv, GpuRows
 from .steps import buffer_read_index, fitting_column_tile, fitting_k_vector
@@ -251,25 +253,68 @@ def gpu_flat(sch: s_tir.Schedule, knobs: GpuFlat, _isa=None) -> None:
         _bind_flat(sch, sch.get_sblock(name), knobs.threads)
 
 
-def dlight_rules(decode_gemm: bool = False) -> list:
+def dlight_rules(decode_gemm: bool = False, int8: bool = False) -> list:
     """dlight's GPU rules in MLC-LLM's order. ``decode_gemm``: one of the hand GEMM kernels, its rows cut to the
     token count T, which ``LowBatchGEMV`` (a symbolic row count of up to a few rows) takes first. Elsewhere it is
     left out: on the Relax frontend's legalised BF16 matmul it schedules IR that TVM 0.27 then fails to lower (a
-    uint16 buffer stored a bfloat16 value)."""
+    uint16 buffer stored a bfloat16 value). ``int8``: a kernel with an int8 x int8 -> int32 reduction
+    (``has_int8_gemm``), which ``Matmul`` would put on tensor cores: TVM 0.27 cannot lower that schedule
+    (``InjectSoftwarePipeline``: "Check failed: (it != fragment_info_.end())"), and trying it first imports every
+    tensor intrinsic TVM ships (45 s on the Relax frontend's first CUDA build of the projection), so it is left
+    out there."""
     from tvm.s_tir import dlight as dl
 
-    return [*([dl.gpu.LowBatchGEMV()] if decode_gemm else []), dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(),
-            dl.gpu.GeneralReduction(), dl.gpu.Fallback()]
+    return [*([dl.gpu.LowBatchGEMV()] if decode_gemm else []), *([] if int8 else [dl.gpu.Matmul()]),
+            dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()]
+
+
+def has_int8_gemm(func: tirx.PrimFunc) -> bool:
+    """Whether a block of ``func`` reduces into an int32 buffer from int8 ones (a W8A8 GEMM)."""
+
+    def blocks(stmt):
+        if isinstance(stmt, s_tir.SBlockRealize):
+            yield stmt.block
+            yield from blocks(stmt.block.body)
+        elif isinstance(stmt, tirx.SeqStmt):
+            for part in stmt.seq:
+                yield from blocks(part)
+        elif hasattr(stmt, "body"):  # loops, lets, attributes
+            yield from blocks(stmt.body)
+
+    return any(b.init is not None and {w.source.dtype for w in b.writes} == {"int32"}
+               and "int8" in {r.source.dtype for r in b.reads} for b in blocks(func.body))
 
 
 def apply_dlight(func: tirx.PrimFunc, target: Target, decode_gemm: bool = False) -> tuple[s_tir.Schedule, str] | None:
-    """The first dlight rule that schedules ``func`` (as ``ApplyDefaultSchedule`` does) and its name, or None."""
-    for rule in dlight_rules(decode_gemm):
+    """The first dlight rule whose schedule of ``func`` lowers (as ``ApplyDefaultSchedule`` picks, but a rule
+    whose schedule TVM then fails to lower is passed over) and its name, or None. The name says which rules were
+    passed over and why (``dlight_rules`` leaves out the rules known not to lower)."""
+    passed_over = []
+    for rule in dlight_rules(decode_gemm, has_int8_gemm(func)):
         try:
             space = rule.apply(func, target, False)
         except Exception:  # a rule that crashes on a kernel is one that does not apply to it
             continue
         if space is None:
             continue
-        return (space[0] if isinstance(space, list) else space), type(rule).__name__
+        sch = space[0] if isinstance(space, list) else space
+        failure = _lowering_failure(sch, target)
+        if failure is None:
+            skipped = "".join(f" ({name}'s schedule does not lower: {why})" for name, why in passed_over)
+            return sch, type(rule).__name__ + skipped
+        passed_over.append((type(rule).__name__, failure))
+    return None
+
+
+def _lowering_failure(sch: s_tir.Schedule, target: Target) -> str | None:
+    """The last line of the error TVM's TIR lowering (the ``s_tir`` pipeline's first stage, a few ms a kernel)
+    raises on a scheduled kernel, or None. In a context of its own: the build's instruments (dumps, pass clock)
+    must not see this trial."""
+    func = sch.mod["main"]
+    trial = tvm.IRModule({"main": func.with_attr("target", target).with_attr("global_symbol", "main")})
+    try:
+        with tvm.transform.PassContext(opt_level=3):
+            tvm.tirx.get_tir_pipeline("s_tir")[0](trial)
+    except Exception as e:
+        return last_line(e)
     return None
