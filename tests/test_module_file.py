@@ -313,6 +313,51 @@ def test_the_tvmscript_example_passes_its_differential_check():
     assert compiled.run(x)["output0"].shape == (3, 128)
 
 
+SCAN_AND_SORT = """
+import numpy as np
+from tvm.script import ir as I
+from tvm.script import relax as R
+
+
+@I.ir_module
+class ScanSort:
+    @R.function
+    def main(x: R.Tensor((8, 64), "float32"), w: R.Tensor((64,), "float32")):
+        R.func_attr({"num_input": 1})
+        with R.dataflow():
+            y = R.sort(R.cumsum(R.multiply(x, w), axis=1), axis=1)
+            R.output(y)
+        return y
+
+
+def module():
+    return ScanSort
+
+
+def example_inputs():
+    rng = np.random.default_rng(0)
+    return rng.standard_normal((8, 64), dtype=np.float32), rng.standard_normal((64,), dtype=np.float32)
+"""
+
+
+@pytest.mark.slow  # over 1 s: a CPU and a CUDA build
+def test_a_module_with_a_scan_and_a_sort_builds_for_cpu_and_cuda(tmp_path):
+    """``R.cumsum`` and ``R.sort`` have no legalisation: TVM's default pipelines dispatch them to its own kernels
+    first (``DispatchSortScan``), and so does ours (``passes.pipeline.library_dispatch``); without it neither
+    target built. The dumps number those passes only in a build that runs them."""
+    import numpy as np
+
+    import mtp_tvm
+
+    path = _file(tmp_path, SCAN_AND_SORT, "scan_sort.py")
+    compiled = mtp_tvm.compile(path, dump_passes=tmp_path / "dumps")
+    inputs = compiled.make_inputs()
+    expected = np.sort(np.cumsum(inputs["x"] * inputs["w"], axis=1), axis=1)
+    np.testing.assert_allclose(compiled.run(inputs)["output0"], expected, rtol=1e-5, atol=1e-5)
+    assert (compiled.dump_dir / "003_legalize__DispatchSortScan.py").exists()
+    assert "__global__" in mtp_tvm.compile(path, target="cuda").device_source
+
+
 TVMSCRIPT_MADE_WHEN_CALLED = """
 import numpy as np
 from tvm.script import ir as I

@@ -27,7 +27,12 @@ PHASE_MARKER_PREFIX = "mtp.phase."
 RELAX_SEQUENCE = "mtp.relax"
 RELAX_PIPELINE = "mtp.relax_pipeline"
 TIR_SEQUENCE = "mtp.tir"
-MTP_CONTAINER_PASSES = (RELAX_SEQUENCE, RELAX_PIPELINE, TIR_SEQUENCE)
+LIBRARY_DISPATCH = "mtp.library_dispatch"
+MTP_CONTAINER_PASSES = (RELAX_SEQUENCE, RELAX_PIPELINE, TIR_SEQUENCE, LIBRARY_DISPATCH)
+# The operators TVM's library dispatch passes rewrite into its own (already scheduled) kernels for the target:
+# ``LegalizeOps`` has no legalisation of them.
+DISPATCHED_OPS = frozenset({"relax.sort", "relax.argsort", "relax.topk", "relax.cumsum", "relax.cumprod",
+                            "relax.bucketize", "relax.multinomial_from_uniform"})
 
 
 TIR_PIPELINE = "mtp"
@@ -45,8 +50,41 @@ def phase_marker(name: str, on_enter: Callable[[str, tvm.IRModule], None] | None
 
 
 def legalize_passes(_target: Target) -> list:
-    """Relax operators -> TIR PrimFuncs (a no-op for calls that already are ``call_tir``)."""
-    return [relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(), relax.transform.FoldConstant()]
+    """Relax operators -> TIR PrimFuncs (a no-op for calls that already are ``call_tir``), after the library
+    dispatch (``library_dispatch``)."""
+    return [library_dispatch(), relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(),
+            relax.transform.FoldConstant()]
+
+
+def library_dispatch() -> tvm.transform.Pass:
+    """TVM's ``DispatchSampling`` and ``DispatchSortScan``, which its default pipelines run before ``LegalizeOps``:
+    sort, scan and sampling operators (``DISPATCHED_OPS``) become TVM's kernels for the target (a ``cumsum`` in a
+    TVMScript module file built on no target without them). They run only on a module that calls one, inside a
+    container the dumps do not number, so every other build keeps its pass numbers."""
+    dispatch = [relax.backend.DispatchSampling(), relax.backend.DispatchSortScan()]
+
+    @tvm.transform.module_pass(opt_level=0, name=LIBRARY_DISPATCH)
+    def _dispatch(mod, _ctx):
+        if not _calls_any(mod, DISPATCHED_OPS):
+            return mod
+        for p in dispatch:
+            mod = p(mod)
+        return mod
+
+    return _dispatch
+
+
+def _calls_any(mod: tvm.IRModule, ops: frozenset[str]) -> bool:
+    found = []
+
+    def visit(node) -> None:
+        if isinstance(node, relax.Call) and isinstance(node.op, tvm.ir.Op) and node.op.name in ops:
+            found.append(node.op.name)
+
+    for _, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func.body, visit)
+    return bool(found)
 
 
 def fuse_passes(_target: Target) -> list:
