@@ -58,9 +58,9 @@ def legalize_passes(_target: Target) -> list:
 
 def library_dispatch() -> tvm.transform.Pass:
     """TVM's ``DispatchSampling`` and ``DispatchSortScan``, which its default pipelines run before ``LegalizeOps``:
-    sort, scan and sampling operators (``DISPATCHED_OPS``) become TVM's kernels for the target (a ``cumsum`` in a
-    TVMScript module file built on no target without them). They run only on a module that calls one, inside a
-    container the dumps do not number, so every other build keeps its pass numbers."""
+    sort, scan and sampling operators (``DISPATCHED_OPS``) become TVM's kernels for the target (without them a
+    TVMScript module file with a ``cumsum`` built on no target). They run only on a module that calls one, inside
+    a container the dumps do not number, so every other build keeps its pass numbers."""
     dispatch = [relax.backend.DispatchSampling(), relax.backend.DispatchSortScan()]
 
     @tvm.transform.module_pass(opt_level=0, name=LIBRARY_DISPATCH)
