@@ -1,12 +1,12 @@
 """A user's torch model into Relax with the importer's everyday gaps filled, and what is still missing said
 before the build, naming the torch operator, the user's source line and why.
 
-TVM 0.27's ``from_exported_program`` imports ``x.max(dim=1)`` as ``R.topk(k=1)``, and ``topk``, ``sort``,
-``argsort``, ``cumsum`` and ``cumprod`` as Relax operators no legalisation lowers: the build then fails in the
-VM's code generator ("CodeGenVM cannot emit this Relax operator"), far from the model. ``min.dim`` and ``amin``
-have no converter at all, and ``group_norm``'s makes invalid IR. ``CONVERTERS`` replaces those with our own,
-each made of operators that lower: ``R.max``/``R.argmax`` for values and indices along a dim, TOPI's sort and
-scan kernels (``emit_te``) for the rest, the group norm as a reshape, mean and variance.
+TVM 0.27's ``from_exported_program`` imports ``x.max(dim=1)`` as ``R.topk(k=1)``; ``min.dim`` and ``amin`` have no
+converter at all, and ``group_norm``'s makes invalid IR. ``CONVERTERS`` replaces those with our own, each made of
+operators that lower: ``R.max``/``R.argmax`` for values and indices along a dim, the group norm as a reshape, mean
+and variance. ``topk``, ``sort``, ``argsort``, ``cumsum`` and ``cumprod`` stay the importer's Relax operators, which
+no legalisation lowers but the pipeline's library dispatch turns into TVM's kernels for the target
+(``DISPATCHED_OPS``; its GPU kernels on CUDA, where TOPI's generic ones had no schedule).
 
 ``import_program`` runs the importer with them and checks every operator the importer makes on the way, so a
 gap that remains (no converter, a converter that fails, or a Relax operator with no legalisation) is one
@@ -19,7 +19,7 @@ import warnings
 from pathlib import Path
 
 import tvm
-from tvm import relax, topi
+from tvm import relax
 
 from ..ir.graph_nodes import ExportedGraph, import_named, source_line
 from ..ir.torch_frontend import CUSTOM_CONVERTERS
@@ -28,6 +28,10 @@ from ..support.lazy import lazy_module
 
 torch = lazy_module("torch")
 
+# The sort, scan and sampling operators: no legalisation, but the pipeline's first pass turns them into TVM's
+# kernels for the target (``passes.pipeline.library_dispatch``, as TVM's default pipelines do)
+DISPATCHED_OPS = frozenset({"relax.sort", "relax.argsort", "relax.topk", "relax.cumsum", "relax.cumprod",
+                            "relax.bucketize", "relax.multinomial_from_uniform"})
 # Relax operators that need no legalisation: the VM runs them, or later passes lower them
 _RUNTIME_OPS = frozenset({"relax.call_tir", "relax.call_tir_inplace", "relax.call_dps_packed",
                           "relax.call_pure_packed", "relax.shape_of", "relax.null_value", "relax.print",
@@ -64,43 +68,6 @@ def _amin(node, importer):
     """``aten.amin``: ``R.min`` over the same axes (the importer has ``amax`` only through ours)."""
     return _emit(importer, relax.op.min(importer.env[node.args[0]], axis=_arg(node, 1, "dim", None),
                                         keepdims=_arg(node, 2, "keepdim", False)))
-
-
-def _topk(node, importer):
-    """``aten.topk``: TOPI's topk (values and int64 indices) in place of ``R.topk``, which nothing lowers."""
-    x = importer.env[node.args[0]]
-    k, dim = _arg(node, 1, "k", 1), _arg(node, 2, "dim", -1)
-    largest = _arg(node, 3, "largest", True)
-    return importer.block_builder.emit_te(topi.topk, x, k=k, axis=dim, ret_type="both", is_ascend=not largest,
-                                          dtype="int64")
-
-
-def _sort(node, importer):
-    """``aten.sort``: values (TOPI's sort) and int64 indices (TOPI's argsort)."""
-    x = importer.env[node.args[0]]
-    dim, descending = _arg(node, 1, "dim", -1), _arg(node, 2, "descending", False)
-    bb = importer.block_builder
-    values = bb.emit_te(topi.sort, x, axis=dim, is_ascend=not descending)
-    indices = bb.emit_te(topi.argsort, x, axis=dim, is_ascend=not descending, dtype="int64")
-    return _emit(importer, relax.Tuple([values, indices]))
-
-
-def _argsort(node, importer):
-    x = importer.env[node.args[0]]
-    dim, descending = _arg(node, 1, "dim", -1), _arg(node, 2, "descending", False)
-    return importer.block_builder.emit_te(topi.argsort, x, axis=dim, is_ascend=not descending, dtype="int64")
-
-
-def _scan(te_scan):
-    """``aten.cumsum`` / ``cumprod``: TOPI's scan kernel along ``dim``."""
-
-    def convert(node, importer):
-        x = importer.env[node.args[0]]
-        dtype = node.kwargs.get("dtype")
-        dtype = None if dtype is None else str(dtype).replace("torch.", "")
-        return importer.block_builder.emit_te(te_scan, x, axis=_arg(node, 1, "dim", 0), dtype=dtype)
-
-    return convert
 
 
 def _native_group_norm(node, importer):
@@ -151,11 +118,6 @@ CONVERTERS = {
     "max.dim": _reduce_with_index(relax.op.max, relax.op.argmax),
     "min.dim": _reduce_with_index(relax.op.min, relax.op.argmin),
     "amin.default": _amin,
-    "topk.default": _topk,
-    "sort.default": _sort,
-    "argsort.default": _argsort,
-    "cumsum.default": _scan(topi.cumsum),
-    "cumprod.default": _scan(topi.cumprod),
     "native_group_norm.default": _native_group_norm,
 }
 
@@ -176,7 +138,7 @@ def _unlowerable(expr, bb) -> str | None:
         return next(filter(None, (_unlowerable(f, bb) for f in value.fields)), None)
     if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
         name = value.op.name
-        if name not in _RUNTIME_OPS and value.op.get_attr("FLegalize") is None:
+        if name not in _RUNTIME_OPS | DISPATCHED_OPS and value.op.get_attr("FLegalize") is None:
             return name
     return None
 

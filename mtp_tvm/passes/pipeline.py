@@ -18,6 +18,7 @@ import tvm_ffi
 from tvm import relax
 from tvm.target import Target
 
+from ..ir.op_coverage import DISPATCHED_OPS
 from .register_tiles import register_tiles_on_stack
 from .target import is_gpu
 from .vectorizable import mark_vectorizable
@@ -29,10 +30,6 @@ RELAX_PIPELINE = "mtp.relax_pipeline"
 TIR_SEQUENCE = "mtp.tir"
 LIBRARY_DISPATCH = "mtp.library_dispatch"
 MTP_CONTAINER_PASSES = (RELAX_SEQUENCE, RELAX_PIPELINE, TIR_SEQUENCE, LIBRARY_DISPATCH)
-# The operators TVM's library dispatch passes rewrite into its own (already scheduled) kernels for the target:
-# ``LegalizeOps`` has no legalisation of them.
-DISPATCHED_OPS = frozenset({"relax.sort", "relax.argsort", "relax.topk", "relax.cumsum", "relax.cumprod",
-                            "relax.bucketize", "relax.multinomial_from_uniform"})
 
 
 TIR_PIPELINE = "mtp"
