@@ -13,6 +13,7 @@ from ..contract.presets import TOKEN_TILE
 from ..support.errors import last_line
 from .gpu_dot import DP4A_LOCAL, register_dp4a
 from .knobs import GpuFlat, GpuGemm, GpuGemv, GpuRows
+from .names import kernel_blocks
 from .steps import buffer_read_index, fitting_column_tile, fitting_k_vector
 from .token_rows import row_variant_blocks
 
@@ -270,19 +271,8 @@ def dlight_rules(decode_gemm: bool = False, int8: bool = False) -> list:
 
 def has_int8_gemm(func: tirx.PrimFunc) -> bool:
     """Whether a block of ``func`` reduces into an int32 buffer from int8 ones (a W8A8 GEMM)."""
-
-    def blocks(stmt):
-        if isinstance(stmt, s_tir.SBlockRealize):
-            yield stmt.block
-            yield from blocks(stmt.block.body)
-        elif isinstance(stmt, tirx.SeqStmt):
-            for part in stmt.seq:
-                yield from blocks(part)
-        elif hasattr(stmt, "body"):  # loops, lets, attributes
-            yield from blocks(stmt.body)
-
     return any(b.init is not None and {w.source.dtype for w in b.writes} == {"int32"}
-               and "int8" in {r.source.dtype for r in b.reads} for b in blocks(func.body))
+               and "int8" in {r.source.dtype for r in b.reads} for b in kernel_blocks(func))
 
 
 def apply_dlight(func: tirx.PrimFunc, target: Target, decode_gemm: bool = False) -> tuple[s_tir.Schedule, str] | None:

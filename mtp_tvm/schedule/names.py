@@ -37,30 +37,37 @@ def knob_names(knobs) -> Names:
     return Names(frozenset(blocks), frozenset(buffers))
 
 
-def kernel_names(func: tirx.PrimFunc) -> Names:
-    """The blocks of a PrimFunc and the buffers they read, write, allocate or match."""
-    blocks, buffers = set(), set()
+def kernel_blocks(func: tirx.PrimFunc):
+    """Every block of a PrimFunc, in program order, nested ones (an init, a block's body, either branch of an if)
+    included."""
 
-    def visit(stmt) -> None:
+    def walk(stmt):
         if isinstance(stmt, s_tir.SBlockRealize):
             stmt = stmt.block
         if isinstance(stmt, s_tir.SBlock):
-            blocks.add(stmt.name_hint)
-            buffers.update(r.source.name for r in (*stmt.reads, *stmt.writes))
-            buffers.update(b.name for b in stmt.alloc_buffers)
-            buffers.update(m.buffer.name for m in stmt.match_buffers)
+            yield stmt
             for part in (stmt.init, stmt.body):
-                visit(part)
+                yield from walk(part)
         elif isinstance(stmt, tirx.SeqStmt):
             for s in stmt.seq:
-                visit(s)
+                yield from walk(s)
         elif isinstance(stmt, tirx.IfThenElse):
-            visit(stmt.then_case)
-            visit(stmt.else_case)
+            yield from walk(stmt.then_case)
+            yield from walk(stmt.else_case)
         elif stmt is not None and hasattr(stmt, "body"):  # loops, lets, attributes
-            visit(stmt.body)
+            yield from walk(stmt.body)
 
-    visit(func.body)
+    yield from walk(func.body)
+
+
+def kernel_names(func: tirx.PrimFunc) -> Names:
+    """The blocks of a PrimFunc and the buffers they read, write, allocate or match."""
+    blocks, buffers = set(), set()
+    for block in kernel_blocks(func):
+        blocks.add(block.name_hint)
+        buffers.update(r.source.name for r in (*block.reads, *block.writes))
+        buffers.update(b.name for b in block.alloc_buffers)
+        buffers.update(m.buffer.name for m in block.match_buffers)
     return Names(frozenset(blocks), frozenset(buffers))
 
 
