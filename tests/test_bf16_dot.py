@@ -114,12 +114,12 @@ def _asm(mcpu: str, rows: int, vectors: int, strip: int | None = None) -> str:
                        tir_pipeline=TIR_PIPELINE).mod.inspect_source("asm")
 
 
-@pytest.mark.parametrize("mcpu", ["znver4", "sapphirerapids"])
+@pytest.mark.parametrize("mcpu", ["znver4", "znver5", "sapphirerapids"])
 def test_an_8_by_2_zmm_tile_stays_in_registers(mcpu):
     """16 ``vdpbf16ps`` per 2 weight loads and 8 broadcasts, no store in the loop (the 1 KiB tile would be a
-    heap workspace without ``RegisterTilesOnStack``: a store after every dot), on an Intel core one prefetch per
-    weight vector of the first row (each a 64-byte line of its stream: the weight packed one vector wide, as
-    ``cpu_rules.packed_strip`` packs it), on a Zen core none (``bf16_dot.weight_prefetch``)."""
+    heap workspace without ``RegisterTilesOnStack``: a store after every dot), on an Intel core and on Zen 5 one
+    prefetch per weight vector of the first row (each a 64-byte line of its stream: the weight packed one vector
+    wide, as ``cpu_rules.packed_strip`` packs it), on Zen 4 none (``bf16_dot.weight_prefetch``)."""
     asm = _asm(mcpu, 8, 2, strip=1)
     loop = hot_loop(asm, "vdpbf16ps")
     steps, rest = divmod(len(re.findall(r"vdpbf16ps\s.*%zmm", loop)), 16)  # K pairs per trip (LLVM may unroll)
@@ -168,17 +168,18 @@ def test_avx2_takes_the_fma_form_on_the_packed_pairs(mcpu, rows, vectors):
     assert not re.search(r"vmov\w*\s+%ymm\d+, ", loop)
 
 
-@pytest.mark.parametrize("mcpu, rows, vectors", [("sapphirerapids", 2, 4), ("haswell", 2, 4), ("znver4", 2, 4)])
+@pytest.mark.parametrize("mcpu, rows, vectors", [("sapphirerapids", 2, 4), ("haswell", 2, 4), ("znver4", 2, 4),
+                                                  ("znver5", 2, 4)])
 def test_a_wide_small_t_tile_prefetches_every_vector_of_its_stream(mcpu, rows, vectors):
     """A decode-size tile (few rows, many vectors, as ``side_by_side`` makes it: several packed strips) prefetches
     ahead of every weight vector it loads, not only the first: one stream prefetched left the others to the
     hardware prefetchers (AVX2 FLASH logits, T = 4: 3.86 against 2.85 ms). Not on a Zen core's ``vdpbf16ps``,
-    whose prefetchers do better alone."""
+    whose prefetchers do better alone in a small tile (Zen 5 prefetches from 8 rows: ``weight_prefetch``)."""
     fma = mcpu == "haswell"  # the FMA form: two per K pair
     loop = hot_loop(_asm(mcpu, rows, vectors), "vfmadd" if fma else "vdpbf16ps")
     fetched = re.findall(r"prefetcht0\s+(-?\d*)\((%\w+)\)", loop)
     steps = len(re.findall(r"vdpbf16ps\s.*%zmm|vfmadd\d+ps\s.*%ymm", loop)) // (rows * vectors * (2 if fma else 1))
-    assert steps and len(fetched) == (0 if mcpu == "znver4" else vectors * steps)  # a Zen core: none (Zen 4)
+    assert steps and len(fetched) == (0 if mcpu.startswith("znver") else vectors * steps)
     assert len({(int(o or 0) - 4096, r) for o, r in fetched}) == len(fetched)  # each ahead of its own vector
 
 

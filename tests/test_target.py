@@ -6,18 +6,19 @@ from mtp_tvm import UsageError
 from mtp_tvm.passes.target import cpu_isa, resolve_target
 
 
-@pytest.mark.parametrize("mcpu, name, lanes, registers, bf16, int8", [
-    ("haswell", "avx2", 8, 16, False, "pmaddwd"),
-    ("znver3", "avx2", 8, 16, False, "pmaddwd"),
-    ("alderlake", "avx2", 8, 16, False, "vnni"),        # AVX-VNNI, no AVX-512
-    ("skylake-avx512", "avx512", 16, 32, False, "pmaddwd"),
-    ("znver4", "avx512", 16, 32, True, "vnni"),
-    ("sapphirerapids", "avx512", 16, 32, True, "vnni"),
+@pytest.mark.parametrize("mcpu, name, lanes, registers, bf16, int8, zen", [
+    ("haswell", "avx2", 8, 16, False, "pmaddwd", 0),
+    ("znver3", "avx2", 8, 16, False, "pmaddwd", 3),
+    ("alderlake", "avx2", 8, 16, False, "vnni", 0),        # AVX-VNNI, no AVX-512
+    ("skylake-avx512", "avx512", 16, 32, False, "pmaddwd", 0),
+    ("znver4", "avx512", 16, 32, True, "vnni", 4),
+    ("znver5", "avx512", 16, 32, True, "vnni", 5),
+    ("sapphirerapids", "avx512", 16, 32, True, "vnni", 0),
 ])
-def test_isa_of_x86_cpus(mcpu, name, lanes, registers, bf16, int8):
+def test_isa_of_x86_cpus(mcpu, name, lanes, registers, bf16, int8, zen):
     isa = cpu_isa(resolve_target({"kind": "llvm", "mcpu": mcpu}))
-    assert (isa.name, isa.fp32_lanes, isa.vector_registers, isa.bf16_dot, isa.int8_dot) == \
-        (name, lanes, registers, bf16, int8)
+    assert (isa.name, isa.fp32_lanes, isa.vector_registers, isa.bf16_dot, isa.int8_dot, isa.zen) == \
+        (name, lanes, registers, bf16, int8, zen)
 
 
 @pytest.mark.skipif(not __import__("platform").machine() == "x86_64", reason="x86 host flags")

@@ -137,9 +137,10 @@ class CpuIsa:
     """What a CPU target offers a GEMM schedule. ``vector_bits`` and ``vector_registers`` bound the register
     tile; ``bf16_dot`` is AVX512-BF16 (``vdpbf16ps``); ``int8_dot`` names the integer dot product family:
     ``vnni`` (AVX512-VNNI or AVX-VNNI), ``pmaddwd`` (AVX2/AVX-512BW ``vpmaddwd``), or None; ``bf16_tile`` and
-    ``int8_tile`` are AMX-BF16 and AMX-INT8 (``tdpbf16ps``, ``tdpbssd`` on tile registers); ``amd_zen``: the
-    target's ``mcpu`` is an AMD Zen core (``znver*``), whose prefetchers want no software prefetch where an
-    Intel core's do (``schedule.bf16_dot``)."""
+    ``int8_tile`` are AMX-BF16 and AMX-INT8 (``tdpbf16ps``, ``tdpbssd`` on tile registers); ``zen``: the
+    generation of the AMD Zen core the target's ``mcpu`` names (``znver5``: 5), 0 for any other CPU: Zen's
+    prefetchers want less software prefetch than an Intel core's, and less on Zen 4 than on Zen 5
+    (``schedule.bf16_dot.weight_prefetch``)."""
 
     name: str
     vector_bits: int
@@ -149,11 +150,17 @@ class CpuIsa:
     int8_dot: str | None
     bf16_tile: bool = False
     int8_tile: bool = False
-    amd_zen: bool = False
+    zen: int = 0
 
     @property
     def fp32_lanes(self) -> int:
         return self.vector_bits // 32
+
+
+def zen_generation(mcpu: str) -> int:
+    """``znver4`` -> 4; 0 for a CPU name that is not a Zen core's."""
+    generation = mcpu.removeprefix("znver")
+    return int(generation) if generation != mcpu and generation.isdigit() else 0
 
 
 def cpu_isa(target: Target) -> CpuIsa:
@@ -164,14 +171,14 @@ def cpu_isa(target: Target) -> CpuIsa:
     plain = target_json(target)
     if cpu_arch(target_triple(plain)) == "aarch64":
         return CpuIsa("neon", 128, 32, True, False, None)  # no NEON dot-product kernels here: FMA paths
-    zen = str(plain.get("mcpu", "")).startswith("znver")
+    zen = zen_generation(str(plain.get("mcpu", "")))
     if has("avx512f"):
         vnni = has("avx512vnni")
         tiles = has("amx-tile")
         return CpuIsa("avx512", 512, 32, True, has("avx512bf16"), "vnni" if vnni else "pmaddwd" if has("avx512bw")
-                      else None, tiles and has("amx-bf16"), tiles and has("amx-int8"), amd_zen=zen)
+                      else None, tiles and has("amx-bf16"), tiles and has("amx-int8"), zen=zen)
     if has("avx2"):
-        return CpuIsa("avx2", 256, 16, has("fma"), False, "vnni" if has("avxvnni") else "pmaddwd", amd_zen=zen)
+        return CpuIsa("avx2", 256, 16, has("fma"), False, "vnni" if has("avxvnni") else "pmaddwd", zen=zen)
     return CpuIsa("sse", 128, 16, False, False, None)
 
 

@@ -41,11 +41,13 @@ LANES = 16  # FP32 lanes of one zmm accumulator (vdpbf16ps)
 # the hardware (FLASH logits, SPR, two threads, back to back: native T = 1/2/4 2.93/2.93/3.10 ms, after
 # 2.33/2.36/2.90; AVX2 T = 4 5.11, after 3.15; T >= 8 unchanged). On AMD Zen 4 the same prefetches cost time at
 # every T (FLASH logits, ``vdpbf16ps``, ``--profile``, alternating processes, medians of 4-6 pairs, ms with / without:
-# T = 1 5.82 / 4.39, T = 2 5.51 / 4.27, T = 4 4.08 / 3.67, T = 8 4.34 / 3.98, T = 16 6.09 / 5.87), so a target
-# whose ``mcpu`` is a Zen core (``CpuIsa.amd_zen``) imports the dot without them (``bf16_dot_llvm_ir``). The FMA form
+# T = 1 5.82 / 4.39, T = 2 5.51 / 4.27, T = 4 4.08 / 3.67, T = 8 4.34 / 3.98, T = 16 6.09 / 5.87); on Zen 5 they pay
+# in the 8-row tile and still cost in the small-T ones (medians of 5-6 pairs, with / without: T = 1 2.37 / 2.32,
+# T = 2 3.12 / 2.67, T = 8 2.84 / 3.00, T = 16 3.09 / 3.41), so ``weight_prefetch`` decides per tile. The FMA form
 # keeps them on Zen (a ``znver3`` build on Zen 4, 4 x 2 tile, medians with / without: T = 8 8.6 / 9.5 ms, T = 16
 # 14.4 / 15.7).
 PREFETCH_BYTES = 4096
+ZEN5_PREFETCH_ROWS = 8  # the register rows from which a Zen 5 (or later) tile prefetches its weight stream
 _PREFETCH_IR = f"""
   %first = icmp ult i32 %ci, %row
   br i1 %first, label %fetch, label %compute
@@ -54,19 +56,25 @@ fetch:
   call void @llvm.prefetch.p0(ptr %ahead, i32 0, i32 3, i32 1)
   br label %compute
 compute:"""
-INTRIN = "mtp_bf16_dpbf16ps_512"
+INTRIN = "mtp_bf16_dpbf16ps_512"  # the tile's first row prefetches the weight stream; INTRIN + NO_PREFETCH: none
+NO_PREFETCH = "_no_prefetch"
 BF16_DOT_FUNCTION = "mtp_tvm_dpbf16ps_512"
 
 
-def weight_prefetch(isa: CpuIsa) -> bool:
-    """Whether the BF16 dot prefetches its weight stream on ``isa`` (``PREFETCH_BYTES`` says where it pays)."""
-    return not isa.amd_zen
+def weight_prefetch(isa: CpuIsa, register_rows: int) -> bool:
+    """Whether a ``vdpbf16ps`` tile of ``register_rows`` rows prefetches its weight stream on ``isa``: on an Intel
+    core always, on Zen 4 and older never, on Zen 5 in tiles of ``ZEN5_PREFETCH_ROWS`` rows (``PREFETCH_BYTES``
+    says why)."""
+    if not isa.zen:
+        return True
+    return isa.zen >= 5 and register_rows >= ZEN5_PREFETCH_ROWS
 
 
-def bf16_dot_llvm_ir(prefetch: bool = True) -> str:
-    """The ``vdpbf16ps`` dot as an LLVM function (``BF16_DOT_FUNCTION``), with or without the weight prefetch.
-    ``linkonce_odr``: every kernel of a module may import the same text (a module has one target, so one variant),
-    and the linker keeps one copy."""
+def bf16_dot_llvm_ir() -> str:
+    """The ``vdpbf16ps`` dot as an LLVM function (``BF16_DOT_FUNCTION``). A call prefetches when its accumulator
+    offset is below its ``row`` argument (the tile's first row); a call passing ``row`` 0 never does (LLVM drops
+    the branch), so the intrinsics with and without the prefetch share the function. ``linkonce_odr``: every
+    kernel of a module may import the same text, and the linker keeps one copy."""
     return f"""
 define linkonce_odr i32 @{BF16_DOT_FUNCTION}(ptr noalias %c0, i32 %ci, i32 %row, ptr noalias %a0, i32 %ai, ptr noalias %w0, i32 %wi) #0 {{
   %c = getelementptr float, ptr %c0, i32 %ci
@@ -77,7 +85,7 @@ define linkonce_odr i32 @{BF16_DOT_FUNCTION}(ptr noalias %c0, i32 %ci, i32 %row,
   %one = insertelement <16 x i32> poison, i32 %pair, i64 0
   %all = shufflevector <16 x i32> %one, <16 x i32> poison, <16 x i32> zeroinitializer
   %av = bitcast <16 x i32> %all to <32 x bfloat>
-{_PREFETCH_IR if prefetch else ""}
+{_PREFETCH_IR}
   %wv = load <32 x bfloat>, ptr %w, align 2
   %sum = call <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(<16 x float> %acc, <32 x bfloat> %av, <32 x bfloat> %wv)
   store <16 x float> %sum, ptr %c, align 4
@@ -142,11 +150,12 @@ def dot_call(function: str, acc, acc_offset, row_stride, a, a_offset, w, w_offse
                          i32(w_offset))
 
 
-def _desc_and_impl(lanes: int, activation: str, function: str):
+def _desc_and_impl(lanes: int, activation: str, function: str, prefetch: bool = True):
     """The intrinsic ``C[0:lanes] += A[0:2] . W[0:lanes, 0:2]`` (W bfloat16 packed in K pairs, C a float32
-    register tile) and its implementation, a call of the imported LLVM function ``function``. ``activation``:
-    ``bfloat16`` (read as is) or ``float32`` (the activation widened once per call: unsafe_set_dtype reads it
-    back through a cast to bfloat16, exact)."""
+    register tile) and its implementation, a call of the imported LLVM function ``function``, which prefetches
+    the weight stream in the tile's first row unless ``prefetch`` is False (it then passes the row stride as 0).
+    ``activation``: ``bfloat16`` (read as is) or ``float32`` (the activation widened once per call:
+    unsafe_set_dtype reads it back through a cast to bfloat16, exact)."""
 
     def a_value(A, vk):
         return T.Cast("float32", A[vk]) if activation == "bfloat16" else T.Cast("float32", T.Cast("bfloat16", A[vk]))
@@ -172,16 +181,19 @@ def _desc_and_impl(lanes: int, activation: str, function: str):
         with T.sblock("root"):
             T.reads(C[0, 0:lanes], A[0:2], W[0:lanes, 0:2])
             T.writes(C[0, 0:lanes])
-            T.evaluate(dot_call(function, C.data, C.elem_offset, C.strides[0], A.data, A.elem_offset, W.data,
-                                W.elem_offset))
+            T.evaluate(dot_call(function, C.data, C.elem_offset, C.strides[0] if prefetch else 0, A.data,
+                                A.elem_offset, W.data, W.elem_offset))
 
     return desc, impl
 
 
 @functools.cache
-def _register() -> None:
-    """The ``vdpbf16ps`` tensor intrinsic, registered on first use (its TVMScript takes a second to parse)."""
-    s_tir.TensorIntrin.register(INTRIN, *_desc_and_impl(LANES, "bfloat16", BF16_DOT_FUNCTION), override=True)
+def _register(prefetch: bool) -> str:
+    """A ``vdpbf16ps`` tensor intrinsic, registered on first use (its TVMScript takes a second to parse)."""
+    name = INTRIN if prefetch else INTRIN + NO_PREFETCH
+    s_tir.TensorIntrin.register(name, *_desc_and_impl(LANES, "bfloat16", BF16_DOT_FUNCTION, prefetch),
+                                override=True)
+    return name
 
 
 @functools.cache
@@ -195,7 +207,8 @@ def register_dot_intrinsics(text: str = "") -> None:
     """Every tensor intrinsic of the CPU GEMMs, before replaying a trace that names them (tuning records,
     ``bisect --schedule-trace``): the schedules register them on first use, not at import. An AMX intrinsic has
     its block's shape, so those ``text`` (the trace, the records) names are registered."""
-    _register()
+    for prefetch in (True, False):
+        _register(prefetch)
     for lanes in (8, 16):
         _register_pair_fma(lanes)
     register_int8_intrinsics()
@@ -235,8 +248,7 @@ def apply_bf16_dot(sch: s_tir.Schedule, block, isa: CpuIsa, *, register_rows: in
     a_index, w_index = operand_indices(sch, block)
     pack_strips(sch, block, w_index, lanes, column_vectors, packed=pack_vectors, strip=strip_vectors)
     if isa.bf16_dot:
-        _register()
-        intrinsic, llvm_ir = INTRIN, bf16_dot_llvm_ir(weight_prefetch(isa))
+        intrinsic, llvm_ir = _register(weight_prefetch(isa, register_rows)), bf16_dot_llvm_ir()
     else:
         intrinsic, llvm_ir = _register_pair_fma(lanes), pair_fma_llvm_ir(lanes)
         widened = sch.cache_read(block, a_index, "global", consumer_blocks=[block])

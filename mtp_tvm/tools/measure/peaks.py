@@ -156,7 +156,7 @@ def bf16_dot_probe(cores: int, iters: int, chains: int):
                 for c in T.unroll(chains):
                     for lane in T.vectorized(16):
                         acc[c, lane] = T.Cast("float32", c)
-                for _ in T.serial(iters, annotations={"pragma_import_llvm": bf16_dot_llvm_ir(prefetch=False)}):
+                for _ in T.serial(iters, annotations={"pragma_import_llvm": bf16_dot_llvm_ir()}):
                     for c in T.unroll(chains):
                         T.evaluate(dot_call(BF16_DOT_FUNCTION, acc.data, c * 16, 0, a.data, vb * 2, w.data,
                                             (vb * chains + c) * 32))
