@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import tvm
 import tvm_ffi
-from tvm import relax
+from tvm import relax, s_tir
 from tvm.target import Target
 
 from ..ir.op_coverage import DISPATCHED_OPS
@@ -95,14 +95,42 @@ def schedule_passes(_target: Target, applier: tvm.transform.Pass) -> list:
     return [applier, lift_weight_packing(applier)]
 
 
+# TVM's block annotation that ``SplitLayoutRewritePreproc`` splits a PrimFunc at (the schedules' weight packing)
+PREPACK_ANNOTATION = "meta_schedule.layout_rewrite_preproc"
+
+
+def packs_weight(func) -> bool:
+    """Whether ``func`` is a PrimFunc holding a weight-packing block (``PREPACK_ANNOTATION``)."""
+    found = []
+
+    def _note(block: s_tir.SBlock) -> s_tir.SBlock:
+        found.append(PREPACK_ANNOTATION in block.annotations)
+        return block
+
+    if isinstance(func, tvm.tirx.PrimFunc):
+        tvm_ffi.structural_map(func.body, (s_tir.SBlock, _note))
+    return any(found)
+
+
 def lift_weight_packing(applier) -> tvm.transform.Pass:
     """``SplitLayoutRewritePreproc`` + ``LiftTransformParams``, only when ``applier`` packed a weight (the lift
-    would otherwise also hoist unrelated weight ops, and it cannot copy some Relax frontend shapes)."""
+    would otherwise also hoist unrelated weight ops, and it cannot copy some Relax frontend shapes). The split sees
+    only the kernels that pack: it fails on a PrimFunc without a compute block under its root, which TVM's own
+    kernels for sorts and scans (``library_dispatch``) are."""
     split, lift = relax.transform.SplitLayoutRewritePreproc(), relax.transform.LiftTransformParams()
 
     @tvm.transform.module_pass(opt_level=0, name="LiftWeightPacking")
     def _lift(mod, _ctx):
-        return lift(split(mod)) if applier.packs_weights else mod
+        if not applier.packs_weights:
+            return mod
+        others = {gv: f for gv, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc) and not packs_weight(f)}
+        packing = mod.clone()
+        for gv in others:
+            del packing[gv]
+        out = split(packing)
+        for gv, func in others.items():
+            out[gv] = func
+        return lift(out)
 
     return _lift
 

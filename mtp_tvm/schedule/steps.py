@@ -8,9 +8,8 @@ import tvm
 from tvm import s_tir
 from tvm.tirx import IndexMap
 
+from ..passes.pipeline import PREPACK_ANNOTATION
 from .token_rows import outermost_reader
-
-PREPACK_ANNOTATION = "meta_schedule.layout_rewrite_preproc"
 
 
 def fresh_copy(node):
