@@ -115,8 +115,9 @@ def packs_weight(func) -> bool:
 def lift_weight_packing(applier) -> tvm.transform.Pass:
     """``SplitLayoutRewritePreproc`` + ``LiftTransformParams``, only when ``applier`` packed a weight (the lift
     would otherwise also hoist unrelated weight ops, and it cannot copy some Relax frontend shapes). The split sees
-    only the kernels that pack: it fails on a PrimFunc without a compute block under its root, which TVM's own
-    kernels for sorts and scans (``library_dispatch``) are."""
+    only the Relax functions and the kernels that pack: it fails on a PrimFunc without a compute block under its
+    root, which TVM's own kernels for sorts and scans (``library_dispatch``) are. The kernels it replaced are
+    dropped once no Relax function calls them (its own clean-up keeps them in a module that lacks the others)."""
     split, lift = relax.transform.SplitLayoutRewritePreproc(), relax.transform.LiftTransformParams()
 
     @tvm.transform.module_pass(opt_level=0, name="LiftWeightPacking")
@@ -130,6 +131,11 @@ def lift_weight_packing(applier) -> tvm.transform.Pass:
         out = split(packing)
         for gv, func in others.items():
             out[gv] = func
+        called = {gv for f in out.functions.values() if isinstance(f, relax.Function)
+                  for gv in relax.analysis.all_global_vars(f)}
+        for gv, func in packing.functions_items():
+            if isinstance(func, tvm.tirx.PrimFunc) and gv not in called:
+                del out[gv]
         return lift(out)
 
     return _lift
