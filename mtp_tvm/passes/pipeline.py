@@ -15,10 +15,11 @@ from collections.abc import Callable
 
 import tvm
 import tvm_ffi
-from tvm import relax, s_tir
+from tvm import relax
 from tvm.target import Target
 
 from ..ir.op_coverage import DISPATCHED_OPS
+from .kernel_blocks import kernel_blocks
 from .register_tiles import register_tiles_on_stack
 from .target import is_gpu
 from .vectorizable import mark_vectorizable
@@ -101,15 +102,7 @@ PREPACK_ANNOTATION = "meta_schedule.layout_rewrite_preproc"
 
 def packs_weight(func) -> bool:
     """Whether ``func`` is a PrimFunc holding a weight-packing block (``PREPACK_ANNOTATION``)."""
-    found = []
-
-    def _note(block: s_tir.SBlock) -> s_tir.SBlock:
-        found.append(PREPACK_ANNOTATION in block.annotations)
-        return block
-
-    if isinstance(func, tvm.tirx.PrimFunc):
-        tvm_ffi.structural_map(func.body, (s_tir.SBlock, _note))
-    return any(found)
+    return isinstance(func, tvm.tirx.PrimFunc) and any(PREPACK_ANNOTATION in b.annotations for b in kernel_blocks(func))
 
 
 def lift_weight_packing(applier) -> tvm.transform.Pass:

@@ -10,10 +10,10 @@ from tvm import s_tir, tirx
 from tvm.target import Target
 
 from ..contract.presets import TOKEN_TILE
+from ..passes.kernel_blocks import kernel_blocks
 from ..support.errors import last_line
 from .gpu_dot import DP4A_LOCAL, register_dp4a
 from .knobs import GpuFlat, GpuGemm, GpuGemv, GpuRows
-from .names import kernel_blocks
 from .steps import buffer_read_index, fitting_column_tile, fitting_k_vector
 from .token_rows import row_variant_blocks
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from tvm import s_tir, tirx
+from tvm import tirx
+
+from ..passes.kernel_blocks import kernel_blocks
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,29 +37,6 @@ def knob_names(knobs) -> Names:
 
     visit(knobs)
     return Names(frozenset(blocks), frozenset(buffers))
-
-
-def kernel_blocks(func: tirx.PrimFunc):
-    """Every block of a PrimFunc, in program order, nested ones (an init, a block's body, either branch of an if)
-    included."""
-
-    def walk(stmt):
-        if isinstance(stmt, s_tir.SBlockRealize):
-            stmt = stmt.block
-        if isinstance(stmt, s_tir.SBlock):
-            yield stmt
-            for part in (stmt.init, stmt.body):
-                yield from walk(part)
-        elif isinstance(stmt, tirx.SeqStmt):
-            for s in stmt.seq:
-                yield from walk(s)
-        elif isinstance(stmt, tirx.IfThenElse):
-            yield from walk(stmt.then_case)
-            yield from walk(stmt.else_case)
-        elif stmt is not None and hasattr(stmt, "body"):  # loops, lets, attributes
-            yield from walk(stmt.body)
-
-    yield from walk(func.body)
 
 
 def kernel_names(func: tirx.PrimFunc) -> Names:
